@@ -1,0 +1,169 @@
+"""``python -m kernel_lib``: the command-line face of kernel_lib.
+
+Every command has ``--help``. Errors kernel_lib raises on purpose (:class:`KernelError`) are
+printed as one line on stderr with exit code 2, never as a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Sequence
+
+from . import __version__
+from .errors import KernelError
+from .events import Event, decode, registered_types
+
+
+def load_events(path: str | None, trajectory_id: str | None = None) -> list[Event]:
+    """Events of one trajectory from a JSONL file of canonical events, a SQLite log file, or a
+    segment-log directory; the built-in worksheet example when ``path`` is None.
+
+    Raises KernelError (typed) for a missing path, a malformed line, or an ambiguous trajectory.
+    """
+    if path is None:
+        from .examples import worksheet_events
+        return worksheet_events()
+    p = Path(path)
+    if not p.exists():
+        raise KernelError(f"no such log: {path}")
+    if p.is_file() and p.suffix == ".jsonl":
+        out = []
+        for i, line in enumerate(p.read_bytes().splitlines(), start=1):
+            if line.strip():
+                try:
+                    out.append(decode(line))
+                except KernelError as exc:
+                    raise type(exc)(f"{path}:{i}: {exc}") from exc
+        if trajectory_id:
+            out = [e for e in out if e.trajectory_id == trajectory_id]
+        return out
+    from .log import open_store
+    store = open_store("segment" if p.is_dir() else "sqlite", p)
+    try:
+        trajs = store.trajectories()
+        if trajectory_id is None:
+            if len(trajs) != 1:
+                raise KernelError(f"{path} holds {len(trajs)} trajectories {trajs[:5]}; name one with --trajectory")
+            trajectory_id = trajs[0]
+        return list(store.read(trajectory_id))
+    finally:
+        store.close()
+
+
+def _cmd_crash_positions(args: argparse.Namespace) -> int:
+    from .dispatch import crash_positions
+    events = load_events(args.log, args.trajectory)
+    rows = crash_positions(events, args.operation, lag_events=args.lag)
+    if args.json:
+        for r in rows:
+            print(json.dumps(r.to_dict(), sort_keys=True))
+    else:
+        w = max(len(r.position) for r in rows)
+        print(f"{'position':<{w}}  prefix      conclusion       dispatched")
+        for r in rows:
+            print(f"{r.position:<{w}}  {'complete' if r.prefix_complete else 'lagging ':<10}  "
+                  f"{r.conclusion:<15}  {'yes' if r.dispatched else 'no'}")
+    return 0 if all(r.sound for r in rows) else 1
+
+
+def _cmd_fold(args: argparse.Namespace) -> int:
+    from .record import fold, initial_record
+    events = load_events(args.log, args.trajectory)
+    if not events:
+        raise KernelError("the log holds no events for that trajectory")
+    if args.position is not None and not 0 <= args.position <= len(events):
+        raise KernelError(f"--position must be between 0 and {len(events)}, got {args.position}")
+    upto = events if args.position is None else events[:args.position]
+    rec = fold(initial_record(events[0].trajectory_id), upto)
+    print(json.dumps(rec.to_dict(), indent=None if args.json else 2, sort_keys=True))
+    return 0
+
+
+def _cmd_schema(args: argparse.Namespace) -> int:
+    print(json.dumps(registered_types(), indent=None if args.json else 2))
+    return 0
+
+
+def _cmd_example(args: argparse.Namespace) -> int:
+    from .examples import worksheet_events
+    data = b"".join(e.canonical + b"\n" for e in worksheet_events())
+    if args.out:
+        Path(args.out).write_bytes(data)
+    else:
+        sys.stdout.buffer.write(data)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(
+        prog="python -m kernel_lib",
+        description="durable-agents-lab kernel: trajectory logs, fold, intent before dispatch, "
+                    "crash analysis and benchmarks (Durable Execution §11.2-11.3).")
+    ap.add_argument("--version", action="version", version=f"kernel_lib {__version__}")
+    sub = ap.add_subparsers(dest="command", metavar="COMMAND")
+
+    log_help = ("a .jsonl file of canonical events, a SQLite log file, or a segment-log directory "
+                "(default: the built-in crash-worksheet example trajectory)")
+    p = sub.add_parser("crash-positions", help="what recovery may conclude after a crash at each position of eq. 1",
+                       description="For each crash position of eq. 1 (before/after every event, during each "
+                                   "intent append with a lost acknowledgment, after each dispatch), fold the "
+                                   "surviving log as a complete authoritative prefix and as a lagging one, and "
+                                   "classify the operation per table 3: not_dispatched, in_doubt or established. "
+                                   "Exit code 1 if any conclusion would be unsound.")
+    p.add_argument("--log", help=log_help)
+    p.add_argument("--trajectory", help="trajectory id when the log holds several")
+    p.add_argument("--operation", help="tool operation id to classify (default: the first ToolIntent's)")
+    p.add_argument("--lag", type=int, default=1, help="events the incomplete reader lags behind (default 1)")
+    p.add_argument("--json", action="store_true", help="one JSON object per crash position (JSON lines)")
+    p.set_defaults(func=_cmd_crash_positions)
+
+    p = sub.add_parser("fold", help="fold a log into its trajectory record",
+                       description="Fold a trajectory's events (optionally only the first N) and print the "
+                                   "trajectory record (§11.2.1): operations with status (in_doubt when an "
+                                   "intent lacks adequate evidence), budgets, approvals, control state.")
+    p.add_argument("--log", help=log_help)
+    p.add_argument("--trajectory", help="trajectory id when the log holds several")
+    p.add_argument("--position", type=int, help="fold only events 1..N")
+    p.add_argument("--json", action="store_true", help="compact JSON")
+    p.set_defaults(func=_cmd_fold)
+
+    p = sub.add_parser("schema", help="list registered event types and schema versions",
+                       description="List every event family (table 1 plus Failure Recovery records) and the "
+                                   "schema versions this build can decode.")
+    p.add_argument("--json", action="store_true", help="compact JSON")
+    p.set_defaults(func=_cmd_schema)
+
+    p = sub.add_parser("example", help="write the recorded worksheet example trajectory as JSON lines",
+                       description="Record the crash worksheet's trajectory through the dispatch gate and "
+                                   "write its canonical events, one per line.")
+    p.add_argument("--out", help="file to write (default: stdout)")
+    p.set_defaults(func=_cmd_example)
+
+    for mod in ("crashcheck", "bench"):
+        try:
+            m = __import__(f"kernel_lib.{mod}", fromlist=["add_cli"])
+        except ImportError as exc:  # pragma: no cover - a module missing from a partial checkout
+            print(f"note: kernel_lib.{mod} unavailable: {exc}", file=sys.stderr)
+            continue
+        m.add_cli(sub)
+    return ap
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = build_parser()
+    args = ap.parse_args(argv)
+    if not getattr(args, "func", None):
+        ap.print_help()
+        return 0
+    try:
+        return int(args.func(args) or 0)
+    except KernelError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0

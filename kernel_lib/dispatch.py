@@ -1,0 +1,399 @@
+"""The dispatch gate and crash-position analysis (§11.3.2–11.3.3, eq. 1, table 3).
+
+For every tool call and model call the gate enforces eq. 1::
+
+    validated proposal  <  admission (Authorized + BudgetReserved)  <  intent durable at the
+    declared tier  <  dispatch-time recheck  <  dispatch  <  evidence recorded
+
+* Admission checks the control state, the capability grant and the bounded-liability budget rule
+  (consumption + outstanding reservations + this step's bound + finalization reserve ≤ ceiling).
+* The intent (``ToolIntent``; for a model call ``ContextBuilt``) and everything before it are
+  acknowledged by the store at the trajectory's tier before anything leaves.
+* The dispatch-time recheck re-reads control state and ownership without reserving again; a
+  pause or a lost fence withholds the admitted, unsent attempt (:class:`DispatchWithheld`), which
+  keeps its operation-table entry and its reservation.
+* The reply, a timeout or a transport error becomes a ``ToolResult`` (or ``ModelReplied``); only
+  complete ``completed``/``failed`` evidence settles the operation.
+
+``on_position`` is called with a position name after every step, so a crash controller (or a
+test) can stop the worker at an exact point of eq. 1.
+
+:func:`crash_positions` classifies, for a recorded trajectory, what recovery may conclude after a
+crash at each position, following table 3 and the completeness rule.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Literal, Sequence
+
+from .errors import AdmissionDenied, DispatchWithheld, KernelError
+from .events import (
+    Authorized, BudgetReserved, BudgetSettled, ContextBuilt, ControlChanged, Event, ModelReplied,
+    Payload, TaskStarted, ToolIntent, ToolResult,
+)
+from .log.trajectory import TrajectoryLog
+from .record import TrajectoryRecord, _apply_in_place, fold, initial_record
+
+# ------------------------------------------------------------------------------------------------
+# proposals and replies
+# ------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ToolProposal:
+    """A validated, complete tool-call proposal (the first term of eq. 1).
+
+    ``cost_bound_usd`` is the reservation bound: the most this attempt can charge.
+    """
+
+    operation_id: str
+    attempt_id: str
+    tool: str
+    arguments: dict[str, Any]
+    grant_id: str
+    cost_bound_usd: float
+    repeat_contract: str = "idempotency_key"
+    input_ref: str | None = None
+    revision: str | None = None
+
+
+@dataclass(frozen=True)
+class ToolReply:
+    """What the transport brought back. ``status`` as in :class:`~kernel_lib.events.ToolResult`."""
+
+    status: str
+    job_handle: str | None = None
+    outcome: dict[str, Any] | None = None
+    observation_complete: bool = False
+    evidence: dict[str, str] | None = None
+    charged_usd: float | None = None   # usage evidence, if the endpoint reports it
+
+
+@dataclass(frozen=True)
+class ModelCall:
+    """A model invocation: its identity, delivered input, and reservation bound (USD)."""
+
+    invocation_id: str
+    model: str
+    delivered_input: str
+    grant_id: str
+    cost_bound_usd: float
+    request_config: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ModelReply:
+    status: Literal["complete", "partial", "error"]
+    reply: str = ""
+    proposal: dict[str, Any] | None = None
+    input_tokens: int = 0
+    output_tokens: int = 0
+    charged_usd: float = 0.0
+
+
+@dataclass
+class AdmissionPolicy:
+    """Which tools each capability grant allows; the policy version stamped on decisions."""
+
+    grants: dict[str, set[str]]
+    policy_version: str = "policy-v1"
+
+    def authorize(self, record: TrajectoryRecord, grant_id: str, subject: str) -> tuple[bool, str]:
+        task_grants = set((record.task or {}).get("grant_ids", []))
+        if grant_id not in task_grants:
+            return False, f"grant {grant_id!r} was not issued to this task"
+        if subject not in self.grants.get(grant_id, set()):
+            return False, f"grant {grant_id!r} does not allow {subject!r}"
+        return True, "allowed"
+
+
+# ------------------------------------------------------------------------------------------------
+# the gate
+# ------------------------------------------------------------------------------------------------
+
+ToolTransport = Callable[[ToolIntent], ToolReply]
+ModelTransport = Callable[[ContextBuilt], ModelReply]
+
+
+class DispatchGate:
+    """Admission → durable intent → recheck → dispatch → evidence, for one trajectory.
+
+    Args:
+        log: the trajectory's log handle (its tier was chosen from the declared failure domain).
+        policy: the admission policy.
+        record: the folded record of the log so far (default: fold the log).
+        on_position: called as ``on_position(name, event_or_None)`` after each step; names are
+            ``after:<EventType>`` for appended events, ``after:dispatch`` and ``after:recheck``.
+        coalesce_admission: append Authorized, BudgetReserved and the intent as one batch with one
+            acknowledgment (§11.2.2 allows it; causal order inside the batch is kept).
+
+    The gate keeps :attr:`record` current by folding each event it appends.
+    """
+
+    def __init__(self, log: TrajectoryLog, policy: AdmissionPolicy, *, record: TrajectoryRecord | None = None,
+                 on_position: Callable[[str, Event | None], None] | None = None,
+                 coalesce_admission: bool = False):
+        self.log = log
+        self.policy = policy
+        self.record = record if record is not None else fold(initial_record(log.trajectory_id), log.events())
+        self.on_position = on_position or (lambda name, ev: None)
+        self.coalesce_admission = coalesce_admission
+        self.withheld: dict[str, ToolIntent] = {}
+        log.control_epoch = max(log.control_epoch, self.record.control_epoch)
+
+    # --- appends ---------------------------------------------------------------------------------
+    def _append(self, *payloads: Payload) -> list[Event]:
+        events = self.log.append_many(list(payloads))
+        for ev in events:
+            _apply_in_place(self.record, ev)
+            self.log.control_epoch = self.record.control_epoch
+            self.on_position(f"after:{ev.event_type}", ev)
+        return events
+
+    def start(self, task: TaskStarted) -> Event:
+        """Append TaskStarted (the initial scope and accounting contract)."""
+        return self._append(task)[0]
+
+    def change_control(self, to_state: str, *, issuer: str, request_id: str, reason: str = "",
+                       bump_control_epoch: bool = True) -> Event:
+        """Append a ControlChanged (e.g. PAUSED); by default it advances control_epoch."""
+        return self._append(ControlChanged(request_id=request_id, issuer=issuer, to_state=to_state,
+                                           bump_control_epoch=bump_control_epoch, reason=reason))[0]
+
+    # --- admission ---------------------------------------------------------------------------------
+    def _admit(self, subject_id: str, kind: str, grant_id: str, subject: str, bound_usd: float,
+               then: Payload | None) -> list[Event]:
+        rec = self.record
+        if rec.control_state != "RUNNING":
+            raise AdmissionDenied(f"{subject_id}: trajectory is {rec.control_state}, not RUNNING")
+        op = rec.operations.get(subject_id)
+        if op is not None and op.status in ("in_doubt", "established"):
+            raise AdmissionDenied(f"{subject_id} already has a durable intent ({op.status}); a new attempt "
+                                  "needs settlement first or a new operation id")
+        ok, why = self.policy.authorize(rec, grant_id, subject)
+        b = rec.budget
+        if ok and (b.actual_consumption_usd + b.outstanding_reservations_usd + bound_usd
+                   + b.finalization_reserve_usd) > b.ceiling_usd + 1e-9:
+            ok, why = False, (f"bounded liability {bound_usd:.4f} USD does not fit: consumption "
+                              f"{b.actual_consumption_usd:.4f} + outstanding {b.outstanding_reservations_usd:.4f} "
+                              f"+ reserve {b.finalization_reserve_usd:.4f} > ceiling {b.ceiling_usd:.4f}")
+        auth = Authorized(decision_id=f"auth-{subject_id}", subject_id=subject_id, subject_kind=kind,
+                          policy_version=self.policy.policy_version, grant_id=grant_id,
+                          decision="allow" if ok else "deny", reason=why)
+        if not ok:
+            self._append(auth)
+            raise AdmissionDenied(f"{subject_id}: {why}")
+        res = BudgetReserved(reservation_id=f"res-{subject_id}", subject_id=subject_id, amount_usd=bound_usd,
+                             policy_version=self.policy.policy_version)
+        if self.coalesce_admission and then is not None:
+            return self._append(auth, res, then)
+        return self._append(auth) + self._append(res) + (self._append(then) if then is not None else [])
+
+    def _recheck(self, subject_id: str, admitted_control_epoch: int) -> None:
+        rec = self.record
+        why = None
+        if rec.control_state != "RUNNING":
+            why = f"trajectory is {rec.control_state}"
+        elif rec.control_epoch != admitted_control_epoch:
+            why = f"control_epoch moved from {admitted_control_epoch} to {rec.control_epoch}"
+        elif self.log.store.fence(self.log.trajectory_id) > self.log.owner_epoch:
+            why = (f"ownership moved: the log's fence is owner_epoch={self.log.store.fence(self.log.trajectory_id)}, "
+                   f"this worker holds {self.log.owner_epoch}")
+        if why:
+            raise DispatchWithheld(f"{subject_id} withheld at the dispatch-time recheck: {why}; the attempt "
+                                   "keeps its operation-table entry and its reservation")
+        self.on_position("after:recheck", None)
+
+    # --- tool calls --------------------------------------------------------------------------------
+    def run_tool(self, proposal: ToolProposal, transport: ToolTransport) -> TrajectoryRecord:
+        """Run one tool attempt through the whole of eq. 1. Returns the updated record.
+
+        Raises:
+            AdmissionDenied: refused at admission (the denial is logged).
+            DispatchWithheld: the recheck withheld the attempt (see :meth:`release`).
+        """
+        intent = ToolIntent(operation_id=proposal.operation_id, attempt_id=proposal.attempt_id,
+                            tool=proposal.tool, arguments=proposal.arguments, input_ref=proposal.input_ref,
+                            revision=proposal.revision, repeat_contract=proposal.repeat_contract,
+                            grant_id=proposal.grant_id, authorization_ref=f"auth-{proposal.operation_id}",
+                            reservation_ref=f"res-{proposal.operation_id}")
+        epoch = self.record.control_epoch
+        self._admit(proposal.operation_id, "tool", proposal.grant_id, proposal.tool, proposal.cost_bound_usd,
+                    intent)
+        return self._release(intent, transport, epoch)
+
+    def release(self, operation_id: str, transport: ToolTransport) -> TrajectoryRecord:
+        """Re-run the recheck for a withheld attempt and dispatch it; no second reservation."""
+        intent = self.withheld.get(operation_id)
+        if intent is None:
+            raise KernelError(f"{operation_id} is not withheld by this gate")
+        return self._release(intent, transport, self.record.control_epoch)
+
+    def _release(self, intent: ToolIntent, transport: ToolTransport, epoch: int) -> TrajectoryRecord:
+        try:
+            self._recheck(intent.operation_id, epoch)
+        except DispatchWithheld:
+            self.withheld[intent.operation_id] = intent
+            raise
+        self.withheld.pop(intent.operation_id, None)
+        try:
+            reply = transport(intent)
+        except TimeoutError as exc:
+            reply = ToolReply(status="timeout", outcome={"error": str(exc) or "timeout"})
+        except OSError as exc:
+            reply = ToolReply(status="unreachable", outcome={"error": repr(exc)})
+        self.on_position("after:dispatch", None)
+        return self.record_evidence(intent.operation_id, intent.attempt_id, reply)
+
+    def record_evidence(self, operation_id: str, attempt_id: str, reply: ToolReply,
+                        source: str = "reply") -> TrajectoryRecord:
+        """Append a ToolResult (and usage evidence when given) for an attempt."""
+        payloads: list[Payload] = [ToolResult(
+            operation_id=operation_id, attempt_id=attempt_id, status=reply.status, job_handle=reply.job_handle,
+            outcome=reply.outcome, observation_complete=reply.observation_complete, evidence=reply.evidence,
+            source=source)]
+        for p in payloads:
+            self._append(p)
+        op = self.record.operations.get(operation_id)
+        if reply.charged_usd is not None and op and op.reservation_id:
+            settled = op.status == "established"
+            self._append(BudgetSettled(reservation_id=op.reservation_id, subject_id=operation_id,
+                                       actual_usd=reply.charged_usd, final=settled,
+                                       evidence=f"{source}:{reply.status}"))
+        return self.record
+
+    # --- model calls -------------------------------------------------------------------------------
+    def run_model(self, call: ModelCall, transport: ModelTransport) -> ModelReply:
+        """ContextBuilt and its reservation durable before the request leaves (§11.3.2)."""
+        ctx = ContextBuilt(invocation_id=call.invocation_id, model=call.model, delivered_input=call.delivered_input,
+                           delivered_input_sha256=hashlib.sha256(call.delivered_input.encode()).hexdigest(),
+                           request_config=call.request_config)
+        epoch = self.record.control_epoch
+        self._admit(call.invocation_id, "model", call.grant_id, call.model, call.cost_bound_usd, ctx)
+        self._recheck(call.invocation_id, epoch)
+        reply = transport(ctx)
+        self.on_position("after:dispatch", None)
+        self._append(ModelReplied(invocation_id=call.invocation_id, status=reply.status, reply=reply.reply,
+                                  proposal=reply.proposal, input_tokens=reply.input_tokens,
+                                  output_tokens=reply.output_tokens))
+        self._append(BudgetSettled(reservation_id=f"res-{call.invocation_id}", subject_id=call.invocation_id,
+                                   actual_usd=reply.charged_usd, final=reply.status == "complete",
+                                   evidence="provider usage"))
+        return reply
+
+
+# ------------------------------------------------------------------------------------------------
+# crash positions (eq. 1, table 3)
+# ------------------------------------------------------------------------------------------------
+
+Conclusion = Literal["not_dispatched", "in_doubt", "established"]
+
+
+def conclude(record: TrajectoryRecord, operation_id: str, prefix_complete: bool) -> tuple[Conclusion, str]:
+    """What recovery may conclude about one operation from a folded surviving prefix (table 3).
+
+    Absence of an intent proves non-dispatch only when the prefix is complete and authoritative;
+    otherwise the operation is in doubt.
+    """
+    op = record.operations.get(operation_id)
+    has_intent = op is not None and any(a.intent_sequence is not None for a in op.attempts.values())
+    if not has_intent:
+        if prefix_complete:
+            return "not_dispatched", ("no durable intent in a complete authoritative prefix: this attempt was "
+                                      "not dispatched through the gate; reconsider the proposal under current "
+                                      "admission, do not dispatch automatically")
+        return "in_doubt", ("no intent in an incomplete prefix proves nothing: the intent may exist in the part "
+                            "not read")
+    if op.status == "established":
+        return "established", f"durable intent plus complete outcome evidence ({(op.outcome or {}).get('status')})"
+    last = op.attempts[op.current_attempt_id].last_result_status if op.current_attempt_id else None
+    return "in_doubt", ("durable intent without adequate outcome evidence"
+                        + (f" (last evidence: {last})" if last else "") + "; keep identity, liability and owner")
+
+
+@dataclass(frozen=True)
+class CrashPosition:
+    """One crash position of eq. 1 and what recovery may conclude there (table 3)."""
+
+    position: str
+    after_sequence_number: int
+    prefix_complete: bool
+    surviving_sequence_number: int
+    operation_id: str
+    conclusion: Conclusion
+    dispatched: bool          # ground truth from the recorded run: had the request left?
+    sound: bool               # the conclusion never claims less than what is true
+    reason: str
+    other_operations: dict[str, str]
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+def _dispatch_after(events: Sequence[Event]) -> dict[str, int]:
+    """For each operation, the sequence number of its intent: dispatch happens right after it."""
+    out: dict[str, int] = {}
+    for ev in events:
+        if isinstance(ev.payload, ToolIntent):
+            out.setdefault(ev.payload.operation_id, ev.sequence_number)
+        elif isinstance(ev.payload, ContextBuilt):
+            out.setdefault(ev.payload.invocation_id, ev.sequence_number)
+    return out
+
+
+def crash_positions(events: Sequence[Event], operation_id: str | None = None,
+                    lag_events: int = 1) -> list[CrashPosition]:
+    """Classify every crash position of a recorded trajectory (eq. 1, table 3).
+
+    Positions are: before the first event; during each intent append with its acknowledgment
+    lost (the intent landed, or did not); after each event; and after each dispatch action (which
+    eq. 1 places after the intent and before any evidence). For each, the surviving log is folded
+    twice: as a complete authoritative prefix, and as an incomplete one (a reader lagging by
+    ``lag_events`` events, e.g. an asynchronous replica).
+
+    Args:
+        events: the recorded trajectory, in sequence order.
+        operation_id: the tool operation to classify (default: the first tool operation logged).
+        lag_events: how far behind the incomplete reader is (≥ 1).
+
+    Returns:
+        One :class:`CrashPosition` per (position, completeness), in position order.
+    """
+    events = list(events)
+    if not events:
+        return []
+    dispatch_after = _dispatch_after(events)
+    if operation_id is None:
+        tool_ops = [ev.payload.operation_id for ev in events if isinstance(ev.payload, ToolIntent)]
+        if not tool_ops:
+            raise KernelError("the trajectory logs no ToolIntent; name an operation with operation_id")
+        operation_id = tool_ops[0]
+    traj = events[0].trajectory_id
+    intents = {seq: op for op, seq in dispatch_after.items()}
+
+    # (label, surviving prefix length n, dispatched?) ; dispatched = the op's request has left
+    op_intent = dispatch_after.get(operation_id)
+    positions: list[tuple[str, int, bool]] = [("before the first event", 0, False)]
+    for i, ev in enumerate(events, start=1):
+        left = op_intent is not None and i > op_intent   # dispatch of op followed its intent
+        if ev.sequence_number in intents:
+            positions.append((f"during {ev.event_type} append for {intents[ev.sequence_number]}, "
+                              "acknowledgment lost, intent did not land", i - 1, left and op_intent < i - 1))
+            positions.append((f"during {ev.event_type} append for {intents[ev.sequence_number]}, "
+                              "acknowledgment lost, intent landed", i, left))
+        positions.append((f"after {ev.event_type} (sequence {ev.sequence_number})", i, left))
+        if ev.sequence_number in intents:
+            positions.append((f"after dispatch of {intents[ev.sequence_number]} (before evidence)", i,
+                              op_intent is not None and i >= op_intent))
+    out: list[CrashPosition] = []
+    for label, n, dispatched in positions:
+        for complete in (True, False):
+            seen = n if complete else max(n - lag_events, 0)
+            rec = fold(initial_record(traj), events[:seen])
+            concl, why = conclude(rec, operation_id, complete)
+            others = {k: conclude(rec, k, complete)[0] for k in dispatch_after if k != operation_id}
+            sound = not (concl == "not_dispatched" and dispatched)
+            out.append(CrashPosition(label, n, complete, seen, operation_id, concl, dispatched, sound, why, others))
+    return out

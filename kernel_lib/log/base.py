@@ -1,0 +1,265 @@
+"""The log store interface, acknowledgment tiers and failure domains (§11.3.1 table 2, §11.8.4).
+
+A store appends events and acknowledges them at a *tier*. Each tier declares the *failure
+domains* its acknowledgment survives. A trajectory declares the failure domain it must survive;
+:func:`choose_tier` picks the cheapest tier of a store that survives it, or refuses the pair with
+:class:`~kernel_lib.errors.AcknowledgmentTooWeakError` naming both.
+
+Every store enforces the append contract of §11.8.4 in :meth:`LogStore.append_batch`:
+
+* per-trajectory ``sequence_number`` is gapless (the next append must be ``head + 1``);
+* an identical retry of an event id (same canonical bytes) is acknowledged without a second copy;
+* a different event under an existing event id raises ConflictingDuplicateError (split brain);
+* an append whose ``owner_epoch`` is older than the newest the store has seen for that
+  trajectory raises StaleOwnerError (fencing at the log, §11.5.1).
+"""
+
+from __future__ import annotations
+
+import enum
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Iterator, Sequence
+
+from ..errors import (
+    AcknowledgmentTooWeakError,
+    ConflictingDuplicateError,
+    SequenceGapError,
+    StaleOwnerError,
+    StoreError,
+    TierNotOfferedError,
+)
+from ..events import Event
+
+
+class FailureDomain(enum.IntEnum):
+    """Failures a durability promise must survive, weakest first (§11.2, §11.3.1 table 2).
+
+    The tiers nest: surviving a stronger failure implies surviving every weaker one.
+    """
+
+    NONE = 0            #: nothing: the process keeps running (only for demonstrations)
+    PROCESS_CRASH = 1   #: the worker process dies; host, kernel page cache and volume intact
+    HOST_CRASH = 2      #: power loss or host crash; the volume survives
+    VOLUME_LOSS = 3     #: the worker's volume is permanently lost
+
+    @property
+    def label(self) -> str:
+        return self.name.lower()
+
+    @classmethod
+    def parse(cls, text: "str | FailureDomain") -> "FailureDomain":
+        if isinstance(text, FailureDomain):
+            return text
+        try:
+            return cls[str(text).upper().replace("-", "_")]
+        except KeyError:
+            raise StoreError(f"unknown failure domain {text!r}; choose one of "
+                             f"{[d.label for d in cls]}") from None
+
+
+class AckTier(enum.Enum):
+    """Acknowledgment tiers (§11.3.1, table 2) and the strongest failure each survives."""
+
+    MEMORY = ("memory", FailureDomain.NONE)               #: queued in the runtime's own memory
+    WRITE = ("write", FailureDomain.PROCESS_CRASH)        #: returned write(): kernel page cache
+    FDATASYNC = ("fdatasync", FailureDomain.HOST_CRASH)   #: returned fdatasync()/fsync()
+    QUORUM = ("quorum", FailureDomain.VOLUME_LOSS)        #: replicated store, off-volume quorum
+
+    def __init__(self, label: str, survives_up_to: FailureDomain):
+        self.label = label
+        self.survives_up_to = survives_up_to
+
+    @property
+    def survives(self) -> frozenset[FailureDomain]:
+        """Every failure domain this acknowledgment survives."""
+        return frozenset(d for d in FailureDomain if d <= self.survives_up_to)
+
+    def covers(self, domain: FailureDomain) -> bool:
+        return domain <= self.survives_up_to
+
+    @classmethod
+    def parse(cls, text: "str | AckTier") -> "AckTier":
+        if isinstance(text, AckTier):
+            return text
+        for t in cls:
+            if t.label == str(text).lower():
+                return t
+        raise StoreError(f"unknown acknowledgment tier {text!r}; choose one of {[t.label for t in cls]}")
+
+
+@dataclass(frozen=True, slots=True)
+class AppendOutcome:
+    """The acknowledgment of one event: where it is and at which tier; ``duplicate`` if it
+    was an identical retry of an event the store already held."""
+
+    event_id: str
+    trajectory_id: str
+    sequence_number: int
+    tier: AckTier
+    duplicate: bool = False
+
+
+@dataclass
+class RecoveryReport:
+    """What a store found and repaired when it opened (e.g. a torn tail it trimmed)."""
+
+    store: str
+    events_recovered: int = 0
+    torn_tail_trimmed: bool = False
+    bytes_trimmed: int = 0
+    trimmed_at: str | None = None   # "segment-file:offset"
+    details: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return {
+            "store": self.store, "events_recovered": self.events_recovered,
+            "torn_tail_trimmed": self.torn_tail_trimmed, "bytes_trimmed": self.bytes_trimmed,
+            "trimmed_at": self.trimmed_at, "details": list(self.details),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class StoredRef:
+    """What a store remembers about an event id: where it is and its digest."""
+
+    trajectory_id: str
+    sequence_number: int
+    digest: str
+
+
+def check_append(
+    event: Event,
+    existing: StoredRef | None,
+    existing_bytes: "bytes | None",
+    head: int,
+    fence: int,
+) -> bool:
+    """Decide one append under the §11.8.4 contract. Shared by every store.
+
+    Args:
+        event: the event to append.
+        existing: what the store holds under ``event.event_id`` (None if nothing).
+        existing_bytes: the stored canonical bytes of that event, if the store has them at hand
+            (compared instead of the digest when given).
+        head: the trajectory's last sequence number (0 when empty).
+        fence: the newest owner_epoch the store has seen for the trajectory.
+
+    Returns:
+        True if the event is an identical retry (acknowledge, do not store again); False if it
+        must be stored.
+
+    Raises:
+        ConflictingDuplicateError, StaleOwnerError, SequenceGapError.
+    """
+    if existing is not None:
+        same = (existing_bytes == event.canonical) if existing_bytes is not None else (existing.digest == event.digest)
+        if same:
+            return True
+        raise ConflictingDuplicateError(
+            f"event id {event.event_id} already holds a different event "
+            f"(stored {existing.trajectory_id}#{existing.sequence_number} digest {existing.digest[:12]}, "
+            f"new {event.trajectory_id}#{event.sequence_number} digest {event.digest[:12]}): "
+            "integrity violation or split brain; refusing to drop or overwrite either"
+        )
+    if event.owner_epoch < fence:
+        raise StaleOwnerError(
+            f"append to {event.trajectory_id} stamped owner_epoch={event.owner_epoch}, but the log has "
+            f"seen owner_epoch={fence}: the writer no longer owns the trajectory (event {event.event_id})"
+        )
+    if event.sequence_number != head + 1:
+        raise SequenceGapError(
+            f"append to {event.trajectory_id} has sequence_number={event.sequence_number}, expected "
+            f"{head + 1} (sequence numbers are gapless; event {event.event_id})"
+        )
+    return False
+
+
+class LogStore(ABC):
+    """One interface over every log store. Stores are thread-safe for appends.
+
+    Subclasses set ``name`` and ``offered_tiers``, and implement the abstract methods.
+    """
+
+    name: str = "store"
+    offered_tiers: tuple[AckTier, ...] = ()
+    recovery: RecoveryReport
+
+    # --- appends ------------------------------------------------------------------------------
+    @abstractmethod
+    def append_batch(self, events: Sequence[Event], tier: AckTier) -> list["AppendOutcome | StoreError"]:
+        """Append ``events`` in order and make them durable at ``tier`` with one flush.
+
+        Each event is decided independently under :func:`check_append` (earlier events of the
+        batch count), so one bad event yields its error in the returned list without failing the
+        others. Nothing is acknowledged before the flush returns.
+
+        Raises:
+            TierNotOfferedError: the store cannot honour ``tier``.
+            StoreFailedError: the flush itself failed; no event of the batch is acknowledged.
+        """
+
+    def append(self, event: Event, tier: AckTier) -> AppendOutcome:
+        """Append one event; raise its error instead of returning it. See :meth:`append_batch`."""
+        (out,) = self.append_batch([event], tier)
+        if isinstance(out, Exception):
+            raise out
+        return out
+
+    # --- reads --------------------------------------------------------------------------------
+    @abstractmethod
+    def read(self, trajectory_id: str, start: int = 1, stop: int | None = None) -> Iterator[Event]:
+        """Events of one trajectory with ``start <= sequence_number <= stop``, in order."""
+
+    @abstractmethod
+    def head(self, trajectory_id: str) -> int:
+        """Last sequence number of the trajectory (0 if it has no events)."""
+
+    @abstractmethod
+    def fence(self, trajectory_id: str) -> int:
+        """Newest owner_epoch this store has seen for the trajectory (0 if none)."""
+
+    @abstractmethod
+    def install_fence(self, trajectory_id: str, owner_epoch: int) -> None:
+        """Record a new ownership generation durably, so older owners' appends are rejected.
+
+        Raises StaleOwnerError if ``owner_epoch`` is older than the current fence.
+        """
+
+    @abstractmethod
+    def trajectories(self) -> list[str]:
+        """Ids of every trajectory with at least one event, sorted."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """Release files and locks. Idempotent."""
+
+    # --- helpers ------------------------------------------------------------------------------
+    def check_tier(self, tier: AckTier) -> None:
+        if tier not in self.offered_tiers:
+            raise TierNotOfferedError(
+                f"store {self.name!r} offers {[t.label for t in self.offered_tiers]}, not {tier.label!r}")
+
+    def strongest_tier(self) -> AckTier:
+        return max(self.offered_tiers, key=lambda t: t.survives_up_to)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def choose_tier(store: LogStore, must_survive: FailureDomain) -> AckTier:
+    """The cheapest tier ``store`` offers whose acknowledgment survives ``must_survive``.
+
+    Raises:
+        AcknowledgmentTooWeakError: no offered tier survives it; the message names the store's
+            strongest acknowledgment, what that survives, and the failure domain required.
+    """
+    fitting = [t for t in store.offered_tiers if t.covers(must_survive)]
+    if not fitting:
+        best = store.strongest_tier()
+        survives = ", ".join(d.label for d in sorted(best.survives) if d) or "no failure at all"
+        raise AcknowledgmentTooWeakError(store.name, best.label, survives, must_survive.label)
+    return min(fitting, key=lambda t: t.survives_up_to)

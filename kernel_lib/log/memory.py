@@ -1,0 +1,81 @@
+"""Volatile in-memory log store: what a worker that keeps its log in its own memory has.
+
+Its only tier is :attr:`AckTier.MEMORY`, which survives no failure at all (§11.3.1, table 2:
+"an event queued only in the runtime's own memory"). It exists to show what is lost, and as a
+fast store for simulation and tests. Opening a trajectory that must survive even a process crash
+on it is refused.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Iterator, Sequence
+
+from ..errors import StaleOwnerError, StoreClosedError, StoreError
+from ..events import Event
+from .base import AckTier, AppendOutcome, LogStore, RecoveryReport, StoredRef, check_append
+
+
+class MemoryStore(LogStore):
+    """A log held in a Python list per trajectory; gone when the process is."""
+
+    name = "memory"
+    offered_tiers = (AckTier.MEMORY,)
+
+    def __init__(self) -> None:
+        self._events: dict[str, list[Event]] = {}
+        self._ids: dict[str, StoredRef] = {}
+        self._fences: dict[str, int] = {}
+        self._lock = threading.Lock()
+        self._closed = False
+        self.recovery = RecoveryReport(store=self.name)
+
+    def append_batch(self, events: Sequence[Event], tier: AckTier) -> list["AppendOutcome | StoreError"]:
+        self.check_tier(tier)
+        out: list[AppendOutcome | StoreError] = []
+        with self._lock:
+            if self._closed:
+                raise StoreClosedError("memory store is closed")
+            for ev in events:
+                log = self._events.setdefault(ev.trajectory_id, [])
+                ref = self._ids.get(ev.event_id)
+                try:
+                    dup = check_append(ev, ref, None, len(log), self._fences.get(ev.trajectory_id, 0))
+                except StoreError as exc:
+                    out.append(exc)
+                    continue
+                if dup:
+                    out.append(AppendOutcome(ev.event_id, ref.trajectory_id, ref.sequence_number, tier, True))
+                    continue
+                log.append(ev)
+                self._ids[ev.event_id] = StoredRef(ev.trajectory_id, ev.sequence_number, ev.digest)
+                if ev.owner_epoch > self._fences.get(ev.trajectory_id, 0):
+                    self._fences[ev.trajectory_id] = ev.owner_epoch
+                out.append(AppendOutcome(ev.event_id, ev.trajectory_id, ev.sequence_number, tier))
+        return out
+
+    def read(self, trajectory_id: str, start: int = 1, stop: int | None = None) -> Iterator[Event]:
+        with self._lock:
+            log = list(self._events.get(trajectory_id, ()))
+        hi = len(log) if stop is None else min(stop, len(log))
+        return iter(log[max(start, 1) - 1:hi])
+
+    def head(self, trajectory_id: str) -> int:
+        return len(self._events.get(trajectory_id, ()))
+
+    def fence(self, trajectory_id: str) -> int:
+        return self._fences.get(trajectory_id, 0)
+
+    def install_fence(self, trajectory_id: str, owner_epoch: int) -> None:
+        with self._lock:
+            cur = self._fences.get(trajectory_id, 0)
+            if owner_epoch < cur:
+                raise StaleOwnerError(f"cannot install owner_epoch={owner_epoch} on {trajectory_id}: "
+                                      f"the log has seen owner_epoch={cur}")
+            self._fences[trajectory_id] = owner_epoch
+
+    def trajectories(self) -> list[str]:
+        return sorted(t for t, evs in self._events.items() if evs)
+
+    def close(self) -> None:
+        self._closed = True

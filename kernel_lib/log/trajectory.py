@@ -1,0 +1,97 @@
+"""A trajectory's handle on a log store: envelope stamping and the declared failure domain.
+
+:class:`TrajectoryLog` is what the dispatch gate writes through. It binds one trajectory to one
+store, picks the acknowledgment tier from the failure domain the trajectory must survive
+(refusing a store that is too weak, §11.3.1), and stamps each payload with the envelope of
+§11.2.2: the next gapless ``sequence_number``, an event id, the writer's ``owner_epoch`` and the
+current ``control_epoch``.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Iterator, Sequence
+
+from ..errors import StoreError
+from ..events import Event, Payload, Provenance
+from .base import AckTier, FailureDomain, LogStore, choose_tier
+from .group_commit import GroupCommitter
+
+
+def default_event_id(trajectory_id: str, owner_epoch: int, sequence_number: int) -> str:
+    """Deterministic event id: the same logical append retried gets the same id (and so is
+    deduplicated by the store), a different owner's append at that position does not."""
+    return f"{trajectory_id}/e{owner_epoch}/{sequence_number}"
+
+
+class TrajectoryLog:
+    """Append and read one trajectory's events.
+
+    Args:
+        store: the log store.
+        trajectory_id: which trajectory.
+        must_survive: the failure domain the trajectory declares (default: host crash).
+        owner_epoch: the writer's ownership generation, stamped on every append.
+        control_epoch: the current control epoch (the gate advances it on ControlChanged).
+        provenance: tenant and issuer stamped on every append.
+        event_id: ``(trajectory_id, owner_epoch, sequence_number) -> event id``.
+        committer: optional :class:`GroupCommitter` over the same store and tier.
+
+    Raises:
+        AcknowledgmentTooWeakError: ``store`` cannot acknowledge at a tier surviving ``must_survive``.
+    """
+
+    def __init__(self, store: LogStore, trajectory_id: str, *,
+                 must_survive: FailureDomain | str = FailureDomain.HOST_CRASH, owner_epoch: int = 0,
+                 control_epoch: int = 0, provenance: Provenance = Provenance("default", "kernel_lib"),
+                 event_id: Callable[[str, int, int], str] = default_event_id,
+                 committer: GroupCommitter | None = None):
+        self.store = store
+        self.trajectory_id = trajectory_id
+        self.must_survive = FailureDomain.parse(must_survive)
+        self.tier: AckTier = choose_tier(store, self.must_survive)
+        if committer is not None and (committer.store is not store or committer.tier is not self.tier):
+            raise StoreError("the group committer must use the same store and tier as the trajectory")
+        self.owner_epoch = owner_epoch
+        self.control_epoch = control_epoch
+        self.provenance = provenance
+        self._event_id = event_id
+        self._committer = committer
+        self._head = store.head(trajectory_id)
+
+    @property
+    def head(self) -> int:
+        """Sequence number of the last event this handle knows is in the log."""
+        return self._head
+
+    def stamp(self, payload: Payload, sequence_number: int, *, event_id: str | None = None) -> Event:
+        """Wrap ``payload`` in this trajectory's envelope at ``sequence_number`` (no append)."""
+        return Event.create(
+            trajectory_id=self.trajectory_id,
+            event_id=event_id or self._event_id(self.trajectory_id, self.owner_epoch, sequence_number),
+            sequence_number=sequence_number, payload=payload, owner_epoch=self.owner_epoch,
+            control_epoch=self.control_epoch, provenance=self.provenance)
+
+    def append(self, payload: Payload, *, event_id: str | None = None) -> Event:
+        """Append one payload and return its event once durable at :attr:`tier`."""
+        return self.append_many([payload], event_ids=[event_id])[0]
+
+    def append_many(self, payloads: Sequence[Payload], *, event_ids: Sequence[str | None] | None = None) -> list[Event]:
+        """Append several payloads with one acknowledgment (a logical batch, §11.2.2).
+
+        Returns the events once all are durable at :attr:`tier`. Raises the store's error for the
+        first event refused (the store's contract: gap, conflicting duplicate, stale owner).
+        """
+        ids = list(event_ids) if event_ids is not None else [None] * len(payloads)
+        events = [self.stamp(p, self._head + i + 1, event_id=ids[i]) for i, p in enumerate(payloads)]
+        if self._committer is not None and len(events) == 1:
+            self._committer.append(events[0])
+        else:
+            for res in self.store.append_batch(events, self.tier):
+                if isinstance(res, Exception):
+                    raise res
+        self._head += len(events)
+        return events
+
+    def events(self, start: int = 1, stop: int | None = None) -> Iterator[Event]:
+        """Read this trajectory's events back from the store."""
+        return self.store.read(self.trajectory_id, start, stop)

@@ -1,0 +1,375 @@
+"""The trajectory record and its fold (§11.2.1, §11.5.3).
+
+``fold(record_0, events)`` applies events in order with a pure, versioned reducer: it calls no
+model and no tool, reads no clock, and never invents an outcome. An operation with a durable
+intent and no adequate evidence folds to ``in_doubt`` with its reservation held; only a
+``ToolResult`` that is ``completed`` or ``failed`` with a complete observation establishes it
+(§11.3.3, table 3). A model invocation whose ``ContextBuilt`` is logged without a
+``ModelReplied`` is in doubt too, but only for its charge (§11.3.2).
+
+The record is plain data (dataclasses) and :meth:`TrajectoryRecord.to_dict` gives a JSON view;
+:func:`fold` never mutates its input record.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+from dataclasses import asdict, dataclass, field
+from typing import Any, Iterable, Literal
+
+from .errors import FoldError
+from .events import (
+    REDUCER_VERSION, ApprovalRequested, ApprovalResolved, Authorized, BudgetReserved, BudgetSettled,
+    Checkpoint, Compacted, CompensationIssued, ContextBuilt, ControlChanged, Event, ModelReplied,
+    PlanChanged, QuarantineChanged, RuntimeInput, TaskStarted, ToolIntent, ToolResult,
+    WatchdogIntervened,
+)
+
+#: Reducer versions this build can fold. An event stamped with another version is refused.
+SUPPORTED_REDUCER_VERSIONS = frozenset({1})
+
+OperationStatus = Literal["proposed", "admitted", "denied", "in_doubt", "established"]
+
+#: ToolResult statuses that settle an attempt when the observation is complete.
+SETTLING_STATUSES = frozenset({"completed", "failed"})
+
+_EPS = 1e-9
+
+
+@dataclass
+class Attempt:
+    """One transport attempt of an operation."""
+
+    attempt_id: str
+    intent_sequence: int | None = None
+    job_handle: str | None = None
+    last_result_status: str | None = None
+    last_result_sequence: int | None = None
+    late: bool = False   # evidence stamped with an older control_epoch than the record's
+
+
+@dataclass
+class Operation:
+    """A row of the operation table: one logical tool operation or model invocation."""
+
+    operation_id: str
+    kind: Literal["tool", "model"]
+    status: OperationStatus = "proposed"
+    tool: str | None = None
+    arguments: dict[str, Any] = field(default_factory=dict)
+    input_ref: str | None = None
+    repeat_contract: str | None = None
+    authorization_ref: str | None = None
+    reservation_id: str | None = None
+    attempts: dict[str, Attempt] = field(default_factory=dict)
+    current_attempt_id: str | None = None
+    outcome: dict[str, Any] | None = None
+    evidence: dict[str, str] | None = None
+    intent_missing: bool = False   # evidence arrived for an operation with no logged intent
+
+    @property
+    def job_handle(self) -> str | None:
+        a = self.attempts.get(self.current_attempt_id or "")
+        return a.job_handle if a else None
+
+
+@dataclass
+class Reservation:
+    """A budget reservation: its bound and what settlements verified so far (USD)."""
+
+    reservation_id: str
+    subject_id: str
+    amount_usd: float
+    settled_usd: float = 0.0
+    released: bool = False
+
+    @property
+    def outstanding_usd(self) -> float:
+        """Liability still held: the bound minus verified usage, or 0 once finally settled."""
+        return 0.0 if self.released else max(self.amount_usd - self.settled_usd, 0.0)
+
+
+@dataclass
+class Budget:
+    """Budgets as §11.5.3 rebuilds them, not a remaining-balance scalar (USD)."""
+
+    ceiling_usd: float = 0.0
+    finalization_reserve_usd: float = 0.0
+    actual_consumption_usd: float = 0.0
+    reservations: dict[str, Reservation] = field(default_factory=dict)
+
+    @property
+    def outstanding_reservations_usd(self) -> float:
+        return sum(r.outstanding_usd for r in self.reservations.values())
+
+    @property
+    def available_usd(self) -> float:
+        """What a new step could still reserve: ceiling − consumption − outstanding − reserve (§11.5.4)."""
+        return (self.ceiling_usd - self.actual_consumption_usd - self.outstanding_reservations_usd
+                - self.finalization_reserve_usd)
+
+
+@dataclass
+class Approval:
+    approval_id: str
+    held_operation_id: str
+    held_attempt_id: str
+    reviewer: str
+    expires_unix_s: float | None
+    status: Literal["pending", "approved", "refused", "withdrawn", "expired"] = "pending"
+
+
+@dataclass
+class TrajectoryRecord:
+    """The control record a worker rebuilds by folding the log.
+
+    ``last_sequence_number`` is the log position folded so far (0 for the base record);
+    ``prefix_sha256`` chains the digests of every folded event, so two folds of the same prefix
+    agree on it and any difference in the prefix changes it.
+    """
+
+    trajectory_id: str
+    last_sequence_number: int = 0
+    prefix_sha256: str = hashlib.sha256(b"").hexdigest()
+    reducer_version: int = REDUCER_VERSION
+    owner_epoch: int = 0
+    control_epoch: int = 0
+    control_state: str = "NOT_STARTED"
+    task: dict[str, Any] | None = None
+    operations: dict[str, Operation] = field(default_factory=dict)
+    budget: Budget = field(default_factory=Budget)
+    approvals: dict[str, Approval] = field(default_factory=dict)
+    plan_revision: int = 0
+    plan_steps: list[dict[str, Any]] = field(default_factory=list)
+    decisions: dict[str, dict[str, Any]] = field(default_factory=dict)
+    runtime_inputs: list[dict[str, Any]] = field(default_factory=list)
+    compactions: list[dict[str, Any]] = field(default_factory=list)
+    checkpoints: list[dict[str, Any]] = field(default_factory=list)
+    recovery_records: list[dict[str, Any]] = field(default_factory=list)
+
+    # --- views -----------------------------------------------------------------------------------
+    def in_doubt(self) -> list[str]:
+        """Ids of operations whose outcome the record cannot settle, in log order."""
+        return [k for k, op in self.operations.items() if op.status == "in_doubt"]
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-compatible view, with derived budget figures included."""
+        d = asdict(self)
+        d["budget"]["outstanding_reservations_usd"] = self.budget.outstanding_reservations_usd
+        d["budget"]["available_usd"] = self.budget.available_usd
+        d["budget"]["outstanding_reservations"] = {
+            k: r.outstanding_usd for k, r in self.budget.reservations.items() if r.outstanding_usd > _EPS}
+        for k, op in self.operations.items():
+            d["operations"][k]["attempt_id"] = op.current_attempt_id
+            d["operations"][k]["job_handle"] = op.job_handle
+        d["in_doubt"] = self.in_doubt()
+        return d
+
+
+def initial_record(trajectory_id: str) -> TrajectoryRecord:
+    """record_0: the empty base record of a trajectory."""
+    return TrajectoryRecord(trajectory_id=trajectory_id)
+
+
+# ------------------------------------------------------------------------------------------------
+# the reducer
+# ------------------------------------------------------------------------------------------------
+
+
+def fold(record_0: TrajectoryRecord, events: Iterable[Event]) -> TrajectoryRecord:
+    """Fold ``events`` over ``record_0`` (§11.2.1): apply(...apply(record_0, e1)..., ej).
+
+    ``record_0`` is not modified. Events must belong to the record's trajectory and continue its
+    sequence without a gap.
+
+    Raises:
+        FoldError: another trajectory's event, a sequence gap or repeat, or an event stamped with
+            a reducer version this build does not support.
+    """
+    rec = copy.deepcopy(record_0)
+    for ev in events:
+        _apply_in_place(rec, ev)
+    return rec
+
+
+def apply(record: TrajectoryRecord, event: Event) -> TrajectoryRecord:
+    """One reducer step; returns a new record (``record`` is not modified)."""
+    return fold(record, [event])
+
+
+def _op(rec: TrajectoryRecord, op_id: str, kind: Literal["tool", "model"]) -> Operation:
+    op = rec.operations.get(op_id)
+    if op is None:
+        op = rec.operations[op_id] = Operation(operation_id=op_id, kind=kind)
+    return op
+
+
+def _apply_in_place(rec: TrajectoryRecord, ev: Event) -> None:
+    if ev.trajectory_id != rec.trajectory_id:
+        raise FoldError(f"event {ev.event_id} belongs to {ev.trajectory_id}, not {rec.trajectory_id}")
+    if ev.sequence_number != rec.last_sequence_number + 1:
+        raise FoldError(f"event {ev.event_id} has sequence_number {ev.sequence_number}; the record is at "
+                        f"{rec.last_sequence_number}, so the next must be {rec.last_sequence_number + 1}")
+    if ev.reducer_version not in SUPPORTED_REDUCER_VERSIONS:
+        raise FoldError(f"event {ev.event_id} was written under reducer version {ev.reducer_version}; this "
+                        f"build folds {sorted(SUPPORTED_REDUCER_VERSIONS)}")
+    p = ev.payload
+    handler = _HANDLERS.get(type(p))
+    if handler is None:  # a registered family this reducer version does not interpret
+        rec.recovery_records.append({"sequence_number": ev.sequence_number, "event_type": ev.event_type,
+                                     "payload": p.model_dump(mode="json")})
+    else:
+        handler(rec, ev, p)
+    rec.owner_epoch = max(rec.owner_epoch, ev.owner_epoch)
+    rec.last_sequence_number = ev.sequence_number
+    rec.prefix_sha256 = hashlib.sha256((rec.prefix_sha256 + ev.digest).encode()).hexdigest()
+
+
+def _task_started(rec: TrajectoryRecord, ev: Event, p: TaskStarted) -> None:
+    rec.task = p.model_dump(mode="json")
+    rec.control_state = "RUNNING"
+    rec.budget.ceiling_usd = p.budget_ceiling_usd
+    rec.budget.finalization_reserve_usd = p.finalization_reserve_usd
+
+
+def _context_built(rec: TrajectoryRecord, ev: Event, p: ContextBuilt) -> None:
+    op = _op(rec, p.invocation_id, "model")
+    op.tool = p.model
+    op.input_ref = p.delivered_input_sha256
+    att = op.attempts.setdefault(p.invocation_id, Attempt(p.invocation_id))
+    att.intent_sequence = ev.sequence_number
+    op.current_attempt_id = p.invocation_id
+    op.status = "in_doubt"   # the request may have left; only a ModelReplied settles it
+
+
+def _model_replied(rec: TrajectoryRecord, ev: Event, p: ModelReplied) -> None:
+    op = _op(rec, p.invocation_id, "model")
+    att = op.attempts.setdefault(p.invocation_id, Attempt(p.invocation_id))
+    att.last_result_status, att.last_result_sequence = p.status, ev.sequence_number
+    if att.intent_sequence is None:
+        op.intent_missing = True
+    if p.status == "complete":
+        op.status = "established"
+        op.outcome = {"reply": p.reply, "proposal": p.proposal, "input_tokens": p.input_tokens,
+                      "output_tokens": p.output_tokens}
+    # partial or error replies leave the charge in doubt until usage evidence settles it
+
+
+def _authorized(rec: TrajectoryRecord, ev: Event, p: Authorized) -> None:
+    rec.decisions[p.decision_id] = {"subject_id": p.subject_id, "decision": p.decision,
+                                    "policy_version": p.policy_version, "grant_id": p.grant_id,
+                                    "sequence_number": ev.sequence_number}
+    op = _op(rec, p.subject_id, p.subject_kind)
+    op.authorization_ref = p.decision_id
+    if op.status in ("proposed", "admitted", "denied"):
+        op.status = "denied" if p.decision == "deny" else ("admitted" if op.reservation_id else "proposed")
+
+
+def _budget_reserved(rec: TrajectoryRecord, ev: Event, p: BudgetReserved) -> None:
+    rec.budget.reservations[p.reservation_id] = Reservation(p.reservation_id, p.subject_id, p.amount_usd)
+    op = rec.operations.get(p.subject_id)
+    if op is not None:
+        op.reservation_id = p.reservation_id
+        auth = rec.decisions.get(op.authorization_ref or "")
+        if op.status == "proposed" and auth and auth["decision"] == "allow":
+            op.status = "admitted"
+
+
+def _budget_settled(rec: TrajectoryRecord, ev: Event, p: BudgetSettled) -> None:
+    r = rec.budget.reservations.get(p.reservation_id)
+    if r is None:   # usage evidence without a reservation: count it, hold nothing
+        rec.budget.actual_consumption_usd += p.actual_usd
+        return
+    r.settled_usd += p.actual_usd
+    rec.budget.actual_consumption_usd += p.actual_usd
+    if p.final:
+        r.released = True
+
+
+def _tool_intent(rec: TrajectoryRecord, ev: Event, p: ToolIntent) -> None:
+    op = _op(rec, p.operation_id, "tool")
+    op.tool, op.arguments, op.input_ref = p.tool, dict(p.arguments), p.input_ref
+    op.repeat_contract = p.repeat_contract
+    op.authorization_ref = p.authorization_ref
+    op.reservation_id = p.reservation_ref
+    att = op.attempts.setdefault(p.attempt_id, Attempt(p.attempt_id))
+    att.intent_sequence = ev.sequence_number
+    op.current_attempt_id = p.attempt_id
+    op.status = "in_doubt"   # possible dispatch: nothing but evidence settles it
+    op.outcome = None
+
+
+def _tool_result(rec: TrajectoryRecord, ev: Event, p: ToolResult) -> None:
+    op = _op(rec, p.operation_id, "tool")
+    att = op.attempts.setdefault(p.attempt_id, Attempt(p.attempt_id))
+    if att.intent_sequence is None:
+        op.intent_missing = True
+    att.last_result_status, att.last_result_sequence = p.status, ev.sequence_number
+    att.late = ev.control_epoch < rec.control_epoch
+    if p.job_handle:
+        att.job_handle = p.job_handle
+    if op.status == "established":
+        return   # later evidence never un-settles an established outcome; it is kept on the attempt
+    if p.status in SETTLING_STATUSES and p.observation_complete:
+        op.status = "established"
+        op.outcome = {"status": p.status, **(p.outcome or {})}
+        op.evidence = p.evidence
+        op.current_attempt_id = p.attempt_id
+    elif att.intent_sequence is not None or op.intent_missing:
+        op.status = "in_doubt"   # accepted / running / timeout / partial / unreachable
+
+
+def _control_changed(rec: TrajectoryRecord, ev: Event, p: ControlChanged) -> None:
+    rec.control_state = p.to_state
+    if p.bump_control_epoch:
+        rec.control_epoch = max(rec.control_epoch, ev.control_epoch) + 1
+
+
+def _plan_changed(rec: TrajectoryRecord, ev: Event, p: PlanChanged) -> None:
+    rec.plan_revision, rec.plan_steps = p.plan_revision, [dict(s) for s in p.steps]
+
+
+def _approval_requested(rec: TrajectoryRecord, ev: Event, p: ApprovalRequested) -> None:
+    rec.approvals[p.approval_id] = Approval(p.approval_id, p.held_operation_id, p.held_attempt_id,
+                                            p.reviewer, p.expires_unix_s)
+    if rec.control_state == "RUNNING":
+        rec.control_state = "AWAITING_APPROVAL"
+
+
+def _approval_resolved(rec: TrajectoryRecord, ev: Event, p: ApprovalResolved) -> None:
+    a = rec.approvals.get(p.approval_id)
+    if a is None:
+        raise FoldError(f"event {ev.event_id} resolves unknown approval {p.approval_id}")
+    a.status = p.decision
+    if rec.control_state == "AWAITING_APPROVAL" and not any(x.status == "pending" for x in rec.approvals.values()):
+        rec.control_state = "RUNNING"
+
+
+def _compacted(rec: TrajectoryRecord, ev: Event, p: Compacted) -> None:
+    rec.compactions.append({"sequence_number": ev.sequence_number, **p.model_dump(mode="json")})
+
+
+def _runtime_input(rec: TrajectoryRecord, ev: Event, p: RuntimeInput) -> None:
+    rec.runtime_inputs.append({"sequence_number": ev.sequence_number, "kind": p.kind, "name": p.name,
+                               "value": p.value})
+
+
+def _checkpoint(rec: TrajectoryRecord, ev: Event, p: Checkpoint) -> None:
+    rec.checkpoints.append({"sequence_number": ev.sequence_number, **p.model_dump(mode="json")})
+
+
+def _recovery(rec: TrajectoryRecord, ev: Event, p: Any) -> None:
+    rec.recovery_records.append({"sequence_number": ev.sequence_number, "event_type": ev.event_type,
+                                 **p.model_dump(mode="json")})
+
+
+_HANDLERS = {
+    TaskStarted: _task_started, ContextBuilt: _context_built, ModelReplied: _model_replied,
+    Authorized: _authorized, BudgetReserved: _budget_reserved, BudgetSettled: _budget_settled,
+    ToolIntent: _tool_intent, ToolResult: _tool_result, ControlChanged: _control_changed,
+    PlanChanged: _plan_changed, ApprovalRequested: _approval_requested,
+    ApprovalResolved: _approval_resolved, Compacted: _compacted, RuntimeInput: _runtime_input,
+    Checkpoint: _checkpoint, CompensationIssued: _recovery, QuarantineChanged: _recovery,
+    WatchdogIntervened: _recovery,
+}
