@@ -1,0 +1,39 @@
+"""Shared fixtures: stores of every kind on a real temporary directory."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import HealthCheck, settings
+
+from kernel_lib.log import MemoryStore, SQLiteStore
+
+try:
+    from kernel_lib.log.segment import SegmentStore
+except ImportError:  # pragma: no cover
+    SegmentStore = None
+
+# a shared, noisy 2-core machine: no per-example deadlines, no too_slow health check
+settings.register_profile("lab", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("lab")
+
+DURABLE_KINDS = ["sqlite"] + (["segment"] if SegmentStore else [])
+
+
+def make_store(kind: str, tmp_path):
+    if kind == "memory":
+        return MemoryStore()
+    if kind == "sqlite":
+        return SQLiteStore.open(tmp_path / "log.sqlite")
+    return SegmentStore.open(tmp_path / "seglog")
+
+
+@pytest.fixture(params=["memory"] + DURABLE_KINDS)
+def any_store(request, tmp_path):
+    s = make_store(request.param, tmp_path)
+    yield s
+    s.close()
+
+
+@pytest.fixture(params=DURABLE_KINDS)
+def durable_store_kind(request):
+    return request.param

@@ -1,0 +1,27 @@
+"""Builders of realistic events for tests."""
+
+from __future__ import annotations
+
+from kernel_lib.events import Event, TaskStarted, ToolIntent, ToolResult
+
+
+def task(ceiling=5.0):
+    return TaskStarted(task_id="t", requester="alice", objective="repair", grant_ids=["g"],
+                       budget_ceiling_usd=ceiling, finalization_reserve_usd=0.5)
+
+
+def intent(op="test_r18", attempt="attempt1", **kw):
+    args = dict(operation_id=op, attempt_id=attempt, tool="run_tests", arguments={"snapshot": "ws_r18"},
+                repeat_contract="idempotency_key", grant_id="g", authorization_ref=f"auth-{op}",
+                reservation_ref=f"res-{op}")
+    args.update(kw)
+    return ToolIntent(**args)
+
+
+def result(op="test_r18", attempt="attempt1", status="completed", complete=True, **kw):
+    return ToolResult(operation_id=op, attempt_id=attempt, status=status, observation_complete=complete, **kw)
+
+
+def ev(payload, seq, traj="traj-a", epoch=0, event_id=None, control_epoch=0):
+    return Event.create(trajectory_id=traj, event_id=event_id or f"{traj}-{seq}", sequence_number=seq,
+                        payload=payload, owner_epoch=epoch, control_epoch=control_epoch)

@@ -1,0 +1,154 @@
+"""Dispatch ordering (§11.3.2, eq. 1) and crash positions (§11.3.3, table 3)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from kernel_lib.dispatch import (AdmissionPolicy, DispatchGate, ModelCall, ModelReply, ToolProposal, ToolReply,
+                                 crash_positions)
+from kernel_lib.errors import DispatchWithheld
+from kernel_lib.examples import worksheet_events
+from kernel_lib.log import FailureDomain, TrajectoryLog
+from tests.conftest import make_store
+from tests.helpers import task
+
+PROPOSAL = ToolProposal("test_r18", "attempt1", "run_tests", {"snapshot": "ws_r18"}, "g", 0.5)
+
+
+def _gate(store, **kw):
+    log = TrajectoryLog(store, "traj", must_survive=kw.pop("must_survive", FailureDomain.HOST_CRASH))
+    gate = DispatchGate(log, AdmissionPolicy({"g": {"run_tests", "m"}}), **kw)
+    gate.start(task())
+    return gate
+
+
+@pytest.mark.parametrize("coalesce", [False, True])
+def test_intent_and_admission_are_durable_before_the_request_leaves(durable_store_kind, tmp_path, coalesce):
+    """Invariant of eq. 1: at the moment the transport runs, a *fresh* reader of the store (a new
+    connection, as a replacement worker would open) sees Authorized, BudgetReserved and ToolIntent."""
+    store = make_store(durable_store_kind, tmp_path)
+    gate = _gate(store, coalesce_admission=coalesce)
+    seen = {}
+
+    def transport(intent):
+        store.close() if durable_store_kind == "segment" else None   # segment: single opener; reopen it
+        fresh = make_store(durable_store_kind, tmp_path)
+        seen["types"] = [e.event_type for e in fresh.read("traj")]
+        fresh.close()
+        return ToolReply("accepted", job_handle="job_tests_18")
+
+    if durable_store_kind == "segment":
+        pytest.skip("the segment log is single-opener; covered through the memory view below")
+    gate.run_tool(PROPOSAL, transport)
+    assert seen["types"][-3:] == ["Authorized", "BudgetReserved", "ToolIntent"]
+    store.close()
+
+
+def test_model_call_context_and_reservation_precede_the_request(tmp_path):
+    store = make_store("sqlite", tmp_path)
+    gate = _gate(store)
+    seen = {}
+
+    def model(ctx):
+        seen["types"] = [e.event_type for e in make_store("sqlite", tmp_path).read("traj")]
+        return ModelReply("complete", "ok", charged_usd=0.01)
+
+    gate.run_model(ModelCall("call1", "m", "hello", "g", 0.2), model)
+    assert seen["types"][-3:] == ["Authorized", "BudgetReserved", "ContextBuilt"]
+    assert gate.record.operations["call1"].status == "established"
+
+
+def test_positions_are_reported_in_eq_1_order(tmp_path):
+    order = []
+    gate = _gate(make_store("sqlite", tmp_path), on_position=lambda name, ev: order.append(name))
+    order.clear()
+    gate.run_tool(PROPOSAL, lambda i: (order.append("SEND"), ToolReply("completed", observation_complete=True))[1])
+    assert order == ["after:Authorized", "after:BudgetReserved", "after:ToolIntent", "after:recheck", "SEND",
+                     "after:dispatch", "after:ToolResult"]
+
+
+def test_a_pause_withholds_the_admitted_attempt_and_keeps_its_reservation(tmp_path):
+    """Fault: an operator pauses between the intent's acknowledgment and dispatch. Goal: the request
+    never leaves, the reservation stays held, and release later reserves nothing again."""
+    store = make_store("sqlite", tmp_path)
+    sent = []
+
+    def pause_after_intent(name, ev):
+        if name == "after:ToolIntent" and not sent:
+            gate.change_control("PAUSED", issuer="operator", request_id="pause-1")
+
+    gate = _gate(store, on_position=pause_after_intent)
+    with pytest.raises(DispatchWithheld):
+        gate.run_tool(PROPOSAL, lambda i: sent.append(i) or ToolReply("completed", observation_complete=True))
+    assert sent == []
+    assert gate.record.budget.outstanding_reservations_usd == pytest.approx(0.5)
+    assert "test_r18" in gate.withheld
+    gate.change_control("RUNNING", issuer="operator", request_id="resume-1")
+    gate.release("test_r18", lambda i: sent.append(i) or ToolReply("completed", observation_complete=True))
+    assert len(sent) == 1
+    reserved = [e for e in store.read("traj") if e.event_type == "BudgetReserved"]
+    assert len(reserved) == 1                        # no second reservation on release
+    assert gate.record.operations["test_r18"].status == "established"
+
+
+def test_a_fenced_worker_is_withheld_at_the_recheck(tmp_path):
+    store = make_store("sqlite", tmp_path)
+    sent = []
+    gate = _gate(store, on_position=lambda n, e: store.install_fence("traj", 1) if n == "after:ToolIntent" else None)
+    with pytest.raises(DispatchWithheld, match="ownership moved"):
+        gate.run_tool(PROPOSAL, lambda i: sent.append(i))
+    assert sent == []
+
+
+def test_transport_timeout_becomes_in_doubt_evidence(tmp_path):
+    gate = _gate(make_store("sqlite", tmp_path))
+
+    def slow(intent):
+        raise TimeoutError("no reply in 30 s")
+
+    rec = gate.run_tool(PROPOSAL, slow)
+    assert rec.operations["test_r18"].status == "in_doubt"
+    assert rec.operations["test_r18"].attempts["attempt1"].last_result_status == "timeout"
+
+
+# --- crash positions -----------------------------------------------------------------------------
+
+def test_crash_positions_follow_table_3_on_the_worksheet():
+    rows = crash_positions(worksheet_events())
+    by = {(r.position, r.prefix_complete): r for r in rows}
+    intent_seq = next(e.sequence_number for e in worksheet_events() if e.event_type == "ToolIntent")
+    assert all(r.sound for r in rows)
+    for r in rows:
+        if r.prefix_complete and r.surviving_sequence_number < intent_seq:
+            assert r.conclusion == "not_dispatched", r.position
+        if not r.prefix_complete and r.conclusion == "not_dispatched":
+            pytest.fail(f"an incomplete prefix concluded not_dispatched at {r.position}")
+    assert by[(f"after ToolIntent (sequence {intent_seq})", True)].conclusion == "in_doubt"
+    assert by[("after dispatch of test_r18 (before evidence)", True)].conclusion == "in_doubt"
+    landed = [r for r in rows if "intent landed" in r.position and "test_r18" in r.position and r.prefix_complete]
+    lost = [r for r in rows if "did not land" in r.position and "test_r18" in r.position and r.prefix_complete]
+    assert landed[0].conclusion == "in_doubt" and lost[0].conclusion == "not_dispatched"
+    assert rows[-2].conclusion == "established" and rows[-2].prefix_complete
+
+
+@settings(max_examples=25)
+@given(lag=st.integers(1, 5))
+def test_incomplete_prefixes_never_conclude_not_dispatched(lag):
+    for r in crash_positions(worksheet_events(), lag_events=lag):
+        if not r.prefix_complete and r.surviving_sequence_number < r.after_sequence_number:
+            assert r.conclusion != "not_dispatched"
+
+
+def test_cli_crash_positions_json():
+    out = subprocess.run([sys.executable, "-m", "kernel_lib", "crash-positions", "--json"], capture_output=True,
+                         text=True, check=True).stdout
+    rows = [json.loads(line) for line in out.splitlines()]
+    assert rows and all({"position", "prefix_complete", "conclusion"} <= set(r) for r in rows)
+    assert {r["conclusion"] for r in rows} == {"not_dispatched", "in_doubt", "established"}
+    assert all(isinstance(r["prefix_complete"], bool) for r in rows)
