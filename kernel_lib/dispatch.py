@@ -114,6 +114,19 @@ class AdmissionPolicy:
 # ------------------------------------------------------------------------------------------------
 
 ToolTransport = Callable[[ToolIntent], ToolReply]
+
+#: Endpoint repeat contracts under which an in-doubt operation may get another attempt (§11.3.3).
+REPEAT_SAFE_CONTRACTS = frozenset({"idempotent", "idempotency_key", "read_only"})
+
+
+def decision_id(subject_id: str, attempt_id: str | None = None) -> str:
+    """Id of the Authorized decision for an attempt (or a model invocation)."""
+    return f"auth-{subject_id}" + (f"/{attempt_id}" if attempt_id else "")
+
+
+def reservation_id(subject_id: str, attempt_id: str | None = None) -> str:
+    """Id of the BudgetReserved reservation for an attempt (or a model invocation)."""
+    return f"res-{subject_id}" + (f"/{attempt_id}" if attempt_id else "")
 ModelTransport = Callable[[ContextBuilt], ModelReply]
 
 
@@ -164,14 +177,20 @@ class DispatchGate:
 
     # --- admission ---------------------------------------------------------------------------------
     def _admit(self, subject_id: str, kind: str, grant_id: str, subject: str, bound_usd: float,
-               then: Payload | None) -> list[Event]:
+               then: Payload | None, attempt_id: str | None = None,
+               repeat_contract: str | None = None) -> list[Event]:
         rec = self.record
         if rec.control_state != "RUNNING":
             raise AdmissionDenied(f"{subject_id}: trajectory is {rec.control_state}, not RUNNING")
         op = rec.operations.get(subject_id)
         if op is not None and op.status in ("in_doubt", "established"):
-            raise AdmissionDenied(f"{subject_id} already has a durable intent ({op.status}); a new attempt "
-                                  "needs settlement first or a new operation id")
+            if kind == "model" or attempt_id in op.attempts:
+                raise AdmissionDenied(f"{subject_id} already has a durable intent ({op.status}); a retry needs "
+                                      "a fresh identity (a new attempt id, or a new invocation id for a model call)")
+            if op.status == "in_doubt" and repeat_contract not in REPEAT_SAFE_CONTRACTS:
+                raise AdmissionDenied(
+                    f"{subject_id} is in doubt and its endpoint contract is {repeat_contract!r}: settle it "
+                    f"first (reconciliation), only {sorted(REPEAT_SAFE_CONTRACTS)} license another attempt")
         ok, why = self.policy.authorize(rec, grant_id, subject)
         b = rec.budget
         if ok and (b.actual_consumption_usd + b.outstanding_reservations_usd + bound_usd
@@ -179,13 +198,13 @@ class DispatchGate:
             ok, why = False, (f"bounded liability {bound_usd:.4f} USD does not fit: consumption "
                               f"{b.actual_consumption_usd:.4f} + outstanding {b.outstanding_reservations_usd:.4f} "
                               f"+ reserve {b.finalization_reserve_usd:.4f} > ceiling {b.ceiling_usd:.4f}")
-        auth = Authorized(decision_id=f"auth-{subject_id}", subject_id=subject_id, subject_kind=kind,
+        auth = Authorized(decision_id=decision_id(subject_id, attempt_id), subject_id=subject_id, subject_kind=kind,
                           policy_version=self.policy.policy_version, grant_id=grant_id,
                           decision="allow" if ok else "deny", reason=why)
         if not ok:
             self._append(auth)
             raise AdmissionDenied(f"{subject_id}: {why}")
-        res = BudgetReserved(reservation_id=f"res-{subject_id}", subject_id=subject_id, amount_usd=bound_usd,
+        res = BudgetReserved(reservation_id=reservation_id(subject_id, attempt_id), subject_id=subject_id, amount_usd=bound_usd,
                              policy_version=self.policy.policy_version)
         if self.coalesce_admission and then is not None:
             return self._append(auth, res, then)
@@ -217,11 +236,12 @@ class DispatchGate:
         intent = ToolIntent(operation_id=proposal.operation_id, attempt_id=proposal.attempt_id,
                             tool=proposal.tool, arguments=proposal.arguments, input_ref=proposal.input_ref,
                             revision=proposal.revision, repeat_contract=proposal.repeat_contract,
-                            grant_id=proposal.grant_id, authorization_ref=f"auth-{proposal.operation_id}",
-                            reservation_ref=f"res-{proposal.operation_id}")
+                            grant_id=proposal.grant_id,
+                            authorization_ref=decision_id(proposal.operation_id, proposal.attempt_id),
+                            reservation_ref=reservation_id(proposal.operation_id, proposal.attempt_id))
         epoch = self.record.control_epoch
         self._admit(proposal.operation_id, "tool", proposal.grant_id, proposal.tool, proposal.cost_bound_usd,
-                    intent)
+                    intent, proposal.attempt_id, proposal.repeat_contract)
         return self._release(intent, transport, epoch)
 
     def release(self, operation_id: str, transport: ToolTransport) -> TrajectoryRecord:
@@ -278,7 +298,7 @@ class DispatchGate:
         self._append(ModelReplied(invocation_id=call.invocation_id, status=reply.status, reply=reply.reply,
                                   proposal=reply.proposal, input_tokens=reply.input_tokens,
                                   output_tokens=reply.output_tokens))
-        self._append(BudgetSettled(reservation_id=f"res-{call.invocation_id}", subject_id=call.invocation_id,
+        self._append(BudgetSettled(reservation_id=reservation_id(call.invocation_id), subject_id=call.invocation_id,
                                    actual_usd=reply.charged_usd, final=reply.status == "complete",
                                    evidence="provider usage"))
         return reply

@@ -152,3 +152,28 @@ def test_cli_crash_positions_json():
     assert rows and all({"position", "prefix_complete", "conclusion"} <= set(r) for r in rows)
     assert {r["conclusion"] for r in rows} == {"not_dispatched", "in_doubt", "established"}
     assert all(isinstance(r["prefix_complete"], bool) for r in rows)
+
+
+@pytest.mark.parametrize("contract, allowed", [("at_most_once", False), ("unsafe", False),
+                                               ("idempotency_key", True), ("read_only", True)])
+def test_only_the_endpoint_contract_licenses_another_attempt_of_an_in_doubt_operation(tmp_path, contract, allowed):
+    """Fault: attempt1 timed out (in doubt). Goal: a second attempt is admitted only when the endpoint's
+    repeat contract makes the repeat safe (settlement before retry, §11.3.3)."""
+    from kernel_lib.errors import AdmissionDenied
+    gate = _gate(make_store("sqlite", tmp_path))
+    p1 = ToolProposal("op", "attempt1", "run_tests", {}, "g", 0.5, repeat_contract=contract)
+
+    def timeout(i):
+        raise TimeoutError()
+
+    gate.run_tool(p1, timeout)
+    with pytest.raises(AdmissionDenied, match="fresh identity"):
+        gate.run_tool(p1, timeout)                     # the same attempt id is never reused
+    p2 = ToolProposal("op", "attempt2", "run_tests", {}, "g", 0.5, repeat_contract=contract)
+    if allowed:
+        rec = gate.run_tool(p2, lambda i: ToolReply("completed", observation_complete=True, charged_usd=0.1))
+        assert rec.operations["op"].status == "established"
+        assert rec.budget.outstanding_reservations_usd == pytest.approx(0.5)   # attempt1's liability still held
+    else:
+        with pytest.raises(AdmissionDenied, match="settle it first"):
+            gate.run_tool(p2, timeout)

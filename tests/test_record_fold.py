@@ -126,5 +126,5 @@ def test_admission_refuses_what_the_budget_cannot_cover():
     with pytest.raises(AdmissionDenied, match="does not fit"):
         gate.run_tool(ToolProposal("op", "a1", "run_tests", {}, "g", 0.6), lambda _: ToolReply("completed"))
     assert [e.event_type for e in store.read("t")][-1] == "Authorized"   # the denial is on the record
-    assert gate.record.decisions["auth-op"]["decision"] == "deny"
+    assert gate.record.decisions["auth-op/a1"]["decision"] == "deny"
     assert gate.record.budget.outstanding_reservations_usd == 0

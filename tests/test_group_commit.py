@@ -1,0 +1,118 @@
+"""Group commit (§11.3.4, eq. 2): coalesced flushes, no early acknowledgment, separated wait terms."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from kernel_lib.errors import ConfigError, SequenceGapError, StoreFailedError
+from kernel_lib.log import AckTier, GroupCommitter, MemoryStore, SQLiteStore, TrajectoryLog
+from tests.helpers import ev, intent, task
+
+
+class SlowDurableStore(MemoryStore):
+    """A memory store whose flush takes ``flush_s`` and records when each event became durable."""
+
+    def __init__(self, flush_s=0.01, fail=False):
+        super().__init__()
+        self.flush_s, self.fail = flush_s, fail
+        self.durable: set[str] = set()
+        self.flushes = 0
+
+    def append_batch(self, events, tier):
+        out = super().append_batch(events, tier)
+        time.sleep(self.flush_s)
+        if self.fail:
+            raise StoreFailedError("injected flush failure")
+        self.flushes += 1
+        self.durable.update(e.event_id for e in events)
+        return out
+
+
+def _writers(committer, n_writers, per_writer, check=None):
+    errors, acks = [], []
+
+    def writer(w):
+        for i in range(1, per_writer + 1):
+            e = ev(intent(op=f"op{w}-{i}"), i, traj=f"traj{w}")
+            try:
+                t0 = time.perf_counter()
+                ack = committer.append(e)
+                total = time.perf_counter() - t0
+                if check:
+                    check(e, ack)
+                acks.append((ack, total))
+            except Exception as exc:   # pragma: no cover - surfaced below
+                errors.append(exc)
+
+    threads = [threading.Thread(target=writer, args=(w,)) for w in range(n_writers)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    return acks
+
+
+def test_concurrent_appends_share_flushes_and_nothing_is_acknowledged_before_its_flush():
+    store = SlowDurableStore(flush_s=0.01)
+    early = []
+    with GroupCommitter(store, AckTier.MEMORY, flush_timer_s=0.002, batch_cap=64) as gc:
+        acks = _writers(gc, 8, 5, check=lambda e, ack: e.event_id in store.durable or early.append(e.event_id))
+    assert early == []                                   # every ack came after its batch was durable
+    assert len(acks) == 40 and store.flushes < 40        # coalesced
+    assert max(gc.stats.batch_sizes) > 1
+    for t in range(8):
+        assert [e.sequence_number for e in store.read(f"traj{t}")] == [1, 2, 3, 4, 5]
+
+
+def test_eq_2_terms_are_measured_separately_and_add_up():
+    store = SlowDurableStore(flush_s=0.02)
+    with GroupCommitter(store, AckTier.MEMORY, flush_timer_s=0.005, batch_cap=4) as gc:
+        acks = _writers(gc, 4, 3)
+    for ack, total in acks:
+        assert ack.storage_s >= 0.02 * 0.9                   # every member waits the whole flush
+        assert ack.queue_wait_s >= 0
+        assert ack.wait_s <= total + 1e-3                    # eq. 2: wait = ack time - arrival
+    assert all(b <= 4 for b in gc.stats.batch_sizes)        # batch cap honoured
+
+
+def test_flush_timer_bounds_the_wait_of_a_lonely_event():
+    store = SlowDurableStore(flush_s=0.0)
+    with GroupCommitter(store, AckTier.MEMORY, flush_timer_s=0.05, batch_cap=64) as gc:
+        ack = gc.append(ev(task(), 1))
+    assert 0.04 <= ack.queue_wait_s < 0.5
+
+
+def test_a_failed_flush_acknowledges_nobody():
+    store = SlowDurableStore(fail=True)
+    with GroupCommitter(store, AckTier.MEMORY, flush_timer_s=0.001) as gc:
+        fut = gc.submit(ev(task(), 1))
+        with pytest.raises(StoreFailedError):
+            fut.result(5)
+
+
+def test_per_event_errors_reach_only_their_writer():
+    store = MemoryStore()
+    with GroupCommitter(store, AckTier.MEMORY, flush_timer_s=0.01) as gc:
+        good, bad = gc.submit(ev(task(), 1)), gc.submit(ev(task(), 7, traj="traj-b"))
+        assert good.result(5).outcome.sequence_number == 1
+        with pytest.raises(SequenceGapError):
+            bad.result(5)
+
+
+def test_trajectory_log_through_group_commit_on_sqlite(tmp_path):
+    store = SQLiteStore.open(tmp_path / "g.sqlite")
+    with GroupCommitter(store, AckTier.FDATASYNC, flush_timer_s=0.001) as gc:
+        log = TrajectoryLog(store, "t", committer=gc)
+        log.append(task())
+        log.append(intent())
+    assert [e.event_type for e in store.read("t")] == ["TaskStarted", "ToolIntent"]
+
+
+@pytest.mark.parametrize("kw", [{"flush_timer_s": -1}, {"batch_cap": 0}])
+def test_bad_parameters_are_refused(kw):
+    with pytest.raises(ConfigError):
+        GroupCommitter(MemoryStore(), AckTier.MEMORY, **kw)

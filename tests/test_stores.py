@@ -1,0 +1,228 @@
+"""The append contract of §11.8.4 and the tier/failure-domain pairing of §11.3.1, on every store."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import threading
+import time
+
+import pytest
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
+
+from kernel_lib.errors import (AcknowledgmentTooWeakError, ConflictingDuplicateError, SequenceGapError,
+                               StaleOwnerError, TierNotOfferedError)
+from kernel_lib.log import (AckTier, FailureDomain, GroupCommitter, MemoryStore, SQLiteStore, TrajectoryLog,
+                            choose_tier)
+from tests.conftest import make_store
+from tests.helpers import ev, intent, result, task
+
+
+def tier_of(store):
+    return store.strongest_tier()
+
+
+def test_identical_retry_is_acknowledged_without_a_second_copy(any_store):
+    t = tier_of(any_store)
+    e = ev(task(), 1)
+    first = any_store.append(e, t)
+    again = any_store.append(e, t)
+    assert not first.duplicate and again.duplicate and again.sequence_number == 1
+    assert [x.event_id for x in any_store.read("traj-a")] == [e.event_id]
+    assert any_store.head("traj-a") == 1
+
+
+def test_conflicting_duplicate_is_an_integrity_error_and_nothing_is_overwritten(any_store):
+    """Fault: a retried batch carries a timeout ToolResult under an event id the store holds with the
+    success evidence (§11.8.4). Invariant: the stored success survives; the conflict is raised."""
+    t = tier_of(any_store)
+    any_store.append_batch([ev(task(), 1), ev(intent(), 2)], t)
+    success = ev(result(status="completed"), 3, event_id="res-1")
+    any_store.append(success, t)
+    timeout = ev(result(status="timeout", complete=False), 3, event_id="res-1")
+    with pytest.raises(ConflictingDuplicateError, match="split brain"):
+        any_store.append(timeout, t)
+    stored = list(any_store.read("traj-a"))
+    assert stored[-1].canonical == success.canonical and len(stored) == 3
+
+
+def test_gapless_sequence_numbers(any_store):
+    t = tier_of(any_store)
+    with pytest.raises(SequenceGapError):
+        any_store.append(ev(task(), 2), t)
+    any_store.append(ev(task(), 1), t)
+    with pytest.raises(SequenceGapError):
+        any_store.append(ev(intent(), 1, event_id="other"), t)   # position taken by another event
+    with pytest.raises(SequenceGapError):
+        any_store.append(ev(intent(), 3), t)
+    assert any_store.head("traj-a") == 1
+
+
+def test_stale_owner_is_fenced_at_the_log(any_store):
+    t = tier_of(any_store)
+    any_store.append(ev(task(), 1, epoch=1), t)
+    with pytest.raises(StaleOwnerError, match="owner_epoch=0"):
+        any_store.append(ev(intent(), 2, epoch=0), t)
+    any_store.install_fence("traj-a", 2)
+    with pytest.raises(StaleOwnerError):
+        any_store.append(ev(intent(), 2, epoch=1), t)
+    with pytest.raises(StaleOwnerError):
+        any_store.install_fence("traj-a", 1)
+    assert any_store.append(ev(intent(), 2, epoch=2), t).sequence_number == 2
+
+
+def test_batch_outcomes_are_per_event(any_store):
+    t = tier_of(any_store)
+    out = any_store.append_batch([ev(task(), 1), ev(intent(), 5), ev(intent(), 2)], t)
+    assert not isinstance(out[0], Exception) and isinstance(out[1], SequenceGapError)
+    assert out[2].sequence_number == 2
+
+
+def test_tiers_declare_failure_domains_and_weak_stores_are_refused(tmp_path):
+    assert AckTier.WRITE.survives == {FailureDomain.NONE, FailureDomain.PROCESS_CRASH}
+    assert AckTier.FDATASYNC.covers(FailureDomain.HOST_CRASH) and not AckTier.FDATASYNC.covers(FailureDomain.VOLUME_LOSS)
+    sq = SQLiteStore.open(tmp_path / "x.sqlite")
+    assert choose_tier(sq, FailureDomain.PROCESS_CRASH) is AckTier.WRITE
+    assert choose_tier(sq, FailureDomain.HOST_CRASH) is AckTier.FDATASYNC
+    with pytest.raises(AcknowledgmentTooWeakError) as ei:
+        TrajectoryLog(sq, "t", must_survive=FailureDomain.VOLUME_LOSS)
+    msg = str(ei.value)
+    assert "'sqlite'" in msg and "fdatasync" in msg and "volume_loss" in msg
+    with pytest.raises(AcknowledgmentTooWeakError, match="memory.*process_crash"):
+        TrajectoryLog(MemoryStore(), "t", must_survive="process_crash")
+    with pytest.raises(TierNotOfferedError):
+        sq.append(ev(task(), 1), AckTier.QUORUM)
+
+
+def test_memory_store_shows_what_is_lost():
+    """A process-local log is gone with the process: a second store (the replacement worker's) is empty."""
+    a = MemoryStore()
+    TrajectoryLog(a, "t", must_survive="none").append(task())
+    assert a.head("t") == 1 and MemoryStore().head("t") == 0
+
+
+def _zombie_append(path, q):
+    store = SQLiteStore.open(path)
+    try:
+        store.append(ev(intent(), 2, epoch=1), AckTier.FDATASYNC)
+        q.put("appended")
+    except StaleOwnerError as exc:
+        q.put(f"fenced: {exc}")
+
+
+def test_sqlite_fences_a_zombie_in_another_process(tmp_path):
+    """Fault: the old owner (another process, epoch 1) appends after a new owner installed epoch 2.
+    Goal: the log itself rejects it (§11.5.1)."""
+    path = tmp_path / "log.sqlite"
+    s = SQLiteStore.open(path)
+    s.append(ev(task(), 1, epoch=1), AckTier.FDATASYNC)
+    s.install_fence("traj-a", 2)
+    q = mp.get_context("spawn").Queue()
+    p = mp.get_context("spawn").Process(target=_zombie_append, args=(str(path), q))
+    p.start()
+    p.join(60)
+    assert q.get(timeout=5).startswith("fenced")
+    assert s.head("traj-a") == 1
+
+
+def test_durable_stores_keep_everything_across_reopen(durable_store_kind, tmp_path):
+    s = make_store(durable_store_kind, tmp_path)
+    events = [ev(task(), 1), ev(intent(), 2), ev(result(), 3)]
+    s.append_batch(events, AckTier.FDATASYNC)
+    s.install_fence("traj-a", 4)
+    s.close()
+    s2 = make_store(durable_store_kind, tmp_path)
+    assert [e.canonical for e in s2.read("traj-a")] == [e.canonical for e in events]
+    assert s2.fence("traj-a") == 4 and s2.trajectories() == ["traj-a"]
+    with pytest.raises(StaleOwnerError):
+        s2.append(ev(task(), 4, epoch=3), AckTier.FDATASYNC)
+    s2.close()
+
+
+# --- a stateful model of the contract ----------------------------------------------------------
+
+class ContractMachine(RuleBasedStateMachine):
+    """Random appends, retries, conflicts, stale owners and fences against a plain model."""
+
+    kind = "memory"
+
+    @initialize()
+    def setup(self):
+        import tempfile
+        self.dir = tempfile.mkdtemp()
+        from pathlib import Path
+        self.store = make_store(self.kind, Path(self.dir))
+        self.tier = self.store.strongest_tier()
+        self.model: dict[str, list] = {"a": [], "b": []}
+        self.fences = {"a": 0, "b": 0}
+        self.n = 0
+
+    def teardown(self):
+        if hasattr(self, "store"):
+            self.store.close()
+
+    def _new(self, traj, epoch, seq=None):
+        self.n += 1
+        seq = seq or len(self.model[traj]) + 1
+        return ev(result(op=f"op{self.n}"), seq, traj=traj, epoch=epoch, event_id=f"id{self.n}")
+
+    @rule(traj=st.sampled_from("ab"), bump=st.integers(0, 1))
+    def append_new(self, traj, bump):
+        e = self._new(traj, self.fences[traj] + bump)
+        self.store.append(e, self.tier)
+        self.model[traj].append(e)
+        self.fences[traj] = max(self.fences[traj], e.owner_epoch)
+
+    @rule(traj=st.sampled_from("ab"), data=st.data())
+    def retry_identical(self, traj, data):
+        if self.model[traj]:
+            e = data.draw(st.sampled_from(self.model[traj]))
+            assert self.store.append(e, self.tier).duplicate
+
+    @rule(traj=st.sampled_from("ab"), data=st.data())
+    def conflicting_duplicate(self, traj, data):
+        if self.model[traj]:
+            old = data.draw(st.sampled_from(self.model[traj]))
+            bad = ev(result(op="other", status="timeout"), old.sequence_number, traj=traj,
+                     epoch=old.owner_epoch, event_id=old.event_id)
+            with pytest.raises(ConflictingDuplicateError):
+                self.store.append(bad, self.tier)
+
+    @rule(traj=st.sampled_from("ab"))
+    def stale_owner(self, traj):
+        if self.fences[traj] > 0:
+            with pytest.raises(StaleOwnerError):
+                self.store.append(self._new(traj, self.fences[traj] - 1), self.tier)
+
+    @rule(traj=st.sampled_from("ab"))
+    def install_fence(self, traj):
+        self.fences[traj] += 1
+        self.store.install_fence(f"{traj}", self.fences[traj])
+
+    @rule(traj=st.sampled_from("ab"), skip=st.integers(2, 4))
+    def gap(self, traj, skip):
+        with pytest.raises(SequenceGapError):
+            self.store.append(self._new(traj, self.fences[traj], len(self.model[traj]) + skip), self.tier)
+
+    @invariant()
+    def store_matches_model(self):
+        if not hasattr(self, "store"):
+            return
+        for traj, evs in self.model.items():
+            assert [e.canonical for e in self.store.read(traj)] == [e.canonical for e in evs]
+            assert self.store.head(traj) == len(evs)
+            assert self.store.fence(traj) == self.fences[traj]
+
+
+class MemoryContract(ContractMachine):
+    kind = "memory"
+
+
+class SQLiteContract(ContractMachine):
+    kind = "sqlite"
+
+
+TestMemoryContract = MemoryContract.TestCase
+TestSQLiteContract = SQLiteContract.TestCase
+TestSQLiteContract.settings = settings(max_examples=15, stateful_step_count=15)
