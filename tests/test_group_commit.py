@@ -81,9 +81,21 @@ def test_eq_2_terms_are_measured_separately_and_add_up():
 
 def test_flush_timer_bounds_the_wait_of_a_lonely_event():
     store = SlowDurableStore(flush_s=0.0)
-    with GroupCommitter(store, AckTier.MEMORY, flush_timer_s=0.05, batch_cap=64) as gc:
+    with GroupCommitter(store, AckTier.MEMORY, flush_timer_s=0.05, batch_cap=64, adaptive=False) as gc:
         ack = gc.append(ev(task(), 1))
     assert 0.04 <= ack.queue_wait_s < 0.5
+    # adaptive close: a lone writer is not made to wait out the timer
+    with GroupCommitter(MemoryStore(), AckTier.MEMORY, flush_timer_s=0.5, batch_cap=64) as gc:
+        acks = [gc.append(ev(intent(op=f"o{i}"), i)) for i in range(1, 4)]
+    assert all(a.queue_wait_s < 0.25 for a in acks)
+
+
+def test_batch_cap_holds_even_when_writers_outrun_the_flusher():
+    store = SlowDurableStore(flush_s=0.02)
+    with GroupCommitter(store, AckTier.MEMORY, flush_timer_s=0.001, batch_cap=3) as gc:
+        tickets = [gc.submit(ev(intent(op=f"o{i}"), i)) for i in range(1, 11)]
+        assert [t.result(5).outcome.sequence_number for t in tickets] == list(range(1, 11))
+    assert max(gc.stats.batch_sizes) <= 3 and sum(gc.stats.batch_sizes) == 10
 
 
 def test_a_failed_flush_acknowledges_nobody():

@@ -1,10 +1,17 @@
 """Group commit: many writers, one durable flush (§11.3.4, eq. 2).
 
 Writers call :meth:`GroupCommitter.append` (blocking) or :meth:`GroupCommitter.submit` (a
-future). A flusher thread gathers queued events into a batch and hands the batch to the store's
-``append_batch`` at the committer's tier: one write and one barrier for the whole batch. A batch
-is closed when it reaches ``batch_cap`` events or when its first arrival has waited
-``flush_timer_s``, whichever comes first. No writer is released before its batch's flush returned.
+ticket). Events join the *open batch*; a flusher thread closes it and hands it to the store's
+``append_batch`` at the committer's tier: one write and one barrier for the whole batch. No
+writer is released before its batch's flush returned.
+
+When is the open batch closed? At the first of:
+
+* it holds ``batch_cap`` events;
+* its first arrival has waited ``flush_timer_s`` (the flush timer bounds the aggregation delay);
+* it holds an event from every writer thread active in the last two flushes (adaptive close: in
+  steady state the same writers come back after every acknowledgment, so waiting longer only
+  adds queueing delay, and a lone writer is flushed at once instead of waiting out the timer).
 
 For every event the committer measures the two terms of eq. 2 separately:
 
@@ -21,7 +28,6 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
-from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -47,11 +53,61 @@ class GroupAck:
 
 @dataclass
 class FlushStats:
-    """Per-flush record: size, storage time (s). Appended by the flusher thread."""
+    """Per-flush sizes and storage times (s), and every acknowledgment, kept by the flusher."""
 
     batch_sizes: list[int] = field(default_factory=list)
     storage_s: list[float] = field(default_factory=list)
     acks: list[GroupAck] = field(default_factory=list)
+
+
+class _Batch:
+    """The events of one flush and their writers' tickets."""
+
+    __slots__ = ("events", "arrivals", "tickets", "results", "error")
+
+    def __init__(self) -> None:
+        self.events: list[Event] = []
+        self.arrivals: list[float] = []
+        self.tickets: list[Ticket] = []
+        self.results: list[GroupAck | StoreError] = []
+        self.error: BaseException | None = None
+
+
+class Ticket:
+    """A queued event's claim on its acknowledgment.
+
+    Each ticket holds its own lock, taken at creation and released by the flusher once the batch
+    is durable: a waiting writer wakes without contending for any lock shared with the others.
+    """
+
+    __slots__ = ("_batch", "_index", "_lock", "_done")
+
+    def __init__(self, batch: _Batch, index: int):
+        self._batch, self._index = batch, index
+        self._lock = threading.Lock()
+        self._lock.acquire()
+        self._done = False
+
+    def _release(self) -> None:
+        self._done = True
+        self._lock.release()
+
+    def done(self) -> bool:
+        return self._done
+
+    def result(self, timeout: float | None = None) -> GroupAck:
+        """Block until the event's batch is durable. Raises the store's error for this event,
+        StoreError if the whole flush failed, TimeoutError if ``timeout`` (s) passed first."""
+        if not self._done:
+            if not self._lock.acquire(timeout=-1 if timeout is None else timeout):
+                raise TimeoutError("group commit acknowledgment not received in time")
+            self._lock.release()   # let a second result() call through
+        if self._batch.error is not None:
+            raise self._batch.error
+        res = self._batch.results[self._index]
+        if isinstance(res, Exception):
+            raise res
+        return res
 
 
 class GroupCommitter:
@@ -62,36 +118,55 @@ class GroupCommitter:
         tier: acknowledgment tier of every flush (must be offered by ``store``).
         flush_timer_s: longest the first event of a batch waits for company (≥ 0).
         batch_cap: most events per flush (≥ 1).
+        adaptive: also close a batch once it is as large as the previous one (see module doc).
         clock: monotonic clock in seconds (injectable for tests).
+        keep_stats: keep every acknowledgment in :attr:`stats` (for measurement).
 
     Raises:
         ConfigError: a parameter out of range. TierNotOfferedError: tier not offered by store.
     """
 
     def __init__(self, store: LogStore, tier: AckTier, *, flush_timer_s: float = 0.001, batch_cap: int = 64,
-                 clock: Callable[[], float] = time.perf_counter, keep_stats: bool = True):
+                 adaptive: bool = True, clock: Callable[[], float] = time.perf_counter, keep_stats: bool = True):
         if flush_timer_s < 0 or batch_cap < 1:
             raise ConfigError(f"need flush_timer_s >= 0 and batch_cap >= 1, got {flush_timer_s}, {batch_cap}")
         store.check_tier(tier)
         self.store, self.tier = store, tier
-        self.flush_timer_s, self.batch_cap = flush_timer_s, batch_cap
+        self.flush_timer_s, self.batch_cap, self.adaptive = flush_timer_s, batch_cap, adaptive
         self._clock = clock
-        self._queue: deque[tuple[Event, float, Future]] = deque()
         self._cv = threading.Condition()
+        self._batches: deque[_Batch] = deque()   # the first is the open batch; later ones are full
+        self._writers: dict[int, int] = {}   # writer thread id -> number of the flush it last joined
+        self._flush_no = 0
         self._closed = False
         self.stats = FlushStats() if keep_stats else None
         self._thread = threading.Thread(target=self._run, name="group-commit", daemon=True)
         self._thread.start()
 
-    def submit(self, event: Event) -> "Future[GroupAck]":
-        """Queue ``event``; the future resolves to a :class:`GroupAck` or raises the store's error."""
-        fut: Future = Future()
+    def submit(self, event: Event) -> Ticket:
+        """Put ``event`` in the open batch; the ticket yields its :class:`GroupAck`."""
         with self._cv:
             if self._closed:
                 raise StoreClosedError("group committer is closed")
-            self._queue.append((event, self._clock(), fut))
-            self._cv.notify()
-        return fut
+            if not self._batches or len(self._batches[-1].events) >= self.batch_cap:
+                self._batches.append(_Batch())
+            b = self._batches[-1]
+            b.events.append(event)
+            b.arrivals.append(self._clock())
+            self._writers[threading.get_ident()] = self._flush_no
+            n = len(b.events)
+            ticket = Ticket(b, n - 1)
+            b.tickets.append(ticket)
+            if n == 1 or n >= self._target() or n >= self.batch_cap:
+                self._cv.notify()
+        return ticket
+
+    def _target(self) -> int:
+        """Adaptive close size: writer threads seen in this or the previous flush (caller holds the lock)."""
+        if not self.adaptive:
+            return self.batch_cap
+        recent = self._flush_no - 1
+        return sum(1 for last in self._writers.values() if last >= recent)
 
     def append(self, event: Event) -> GroupAck:
         """Queue ``event`` and block until its batch is durable. Raises the store's error for it."""
@@ -100,41 +175,49 @@ class GroupCommitter:
     def _run(self) -> None:
         while True:
             with self._cv:
-                while not self._queue and not self._closed:
+                while not self._batches and not self._closed:
                     self._cv.wait()
-                if not self._queue and self._closed:
-                    return
-                deadline = self._queue[0][1] + self.flush_timer_s
-                while len(self._queue) < self.batch_cap and not self._closed:
+                if not self._batches:
+                    return   # closed and drained
+                b = self._batches[0]
+                # the timer bounds the delay the committer adds, not time spent behind the last flush
+                deadline = max(b.arrivals[0], self._clock() if len(b.events) < self._target() else 0.0) \
+                    + self.flush_timer_s
+                while not self._closed:
+                    n = len(b.events)
+                    if n >= self.batch_cap or n >= self._target():
+                        break
                     left = deadline - self._clock()
                     if left <= 0:
                         break
                     self._cv.wait(left)
-                n = min(len(self._queue), self.batch_cap)
-                batch = [self._queue.popleft() for _ in range(n)]
-            self._flush(batch)
+                self._batches.popleft()
+                self._flush_no += 1
+                if len(self._writers) > 4 * self.batch_cap:   # forget writers long gone
+                    self._writers = {k: v for k, v in self._writers.items() if v >= self._flush_no - 2}
+            self._flush(b)
 
-    def _flush(self, batch: list[tuple[Event, float, Future]]) -> None:
+    def _flush(self, batch: _Batch) -> None:
         start = self._clock()
         try:
-            results = self.store.append_batch([b[0] for b in batch], self.tier)
-        except BaseException as exc:  # the flush failed: nobody in the batch is acknowledged
-            for _, _, fut in batch:
-                fut.set_exception(exc if isinstance(exc, StoreError) else StoreError(f"flush failed: {exc!r}"))
+            results = self.store.append_batch(batch.events, self.tier)
+        except BaseException as exc:   # the flush failed: nobody in the batch is acknowledged
+            batch.error = exc if isinstance(exc, StoreError) else StoreError(f"flush failed: {exc!r}")
+            for t in batch.tickets:
+                t._release()
             return
-        done = self._clock()
-        storage = done - start
+        storage = self._clock() - start
+        size = len(batch.events)
+        out: list[GroupAck | StoreError] = []
+        for arrived, res in zip(batch.arrivals, results):
+            out.append(res if isinstance(res, Exception) else GroupAck(res, start - arrived, storage, size))
+        batch.results = out
         if self.stats is not None:
-            self.stats.batch_sizes.append(len(batch))
+            self.stats.batch_sizes.append(size)
             self.stats.storage_s.append(storage)
-        for (ev, arrived, fut), res in zip(batch, results):
-            if isinstance(res, Exception):
-                fut.set_exception(res)
-                continue
-            ack = GroupAck(res, start - arrived, storage, len(batch))
-            if self.stats is not None:
-                self.stats.acks.append(ack)
-            fut.set_result(ack)
+            self.stats.acks.extend(a for a in out if isinstance(a, GroupAck))
+        for t in batch.tickets:
+            t._release()
 
     def close(self) -> None:
         """Flush what is queued, then stop the flusher thread. Idempotent."""

@@ -2,8 +2,10 @@
 
 One database file in WAL mode. Tables::
 
-    events(trajectory_id, sequence_number, event_id UNIQUE, digest, body)   -- body = canonical bytes
-    fences(trajectory_id PRIMARY KEY, owner_epoch)                          -- newest owner_epoch seen
+    events(position, trajectory_id, sequence_number, event_id UNIQUE, digest, body)
+        -- body = canonical bytes; UNIQUE (trajectory_id, sequence_number)
+    fences(trajectory_id PRIMARY KEY, owner_epoch)    -- newest owner_epoch seen
+    sync_marker(n)                                    -- bumped to force a WAL sync (see below)
 
 Acknowledgment tiers:
 
@@ -32,18 +34,27 @@ from .base import AckTier, AppendOutcome, LogStore, RecoveryReport, StoredRef, c
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS events (
+    position        INTEGER PRIMARY KEY,   -- rowid: appends land on the rightmost leaf
     trajectory_id   TEXT    NOT NULL,
     sequence_number INTEGER NOT NULL,
     event_id        TEXT    NOT NULL UNIQUE,
     digest          TEXT    NOT NULL,
     body            BLOB    NOT NULL,
-    PRIMARY KEY (trajectory_id, sequence_number)
-) WITHOUT ROWID;
+    UNIQUE (trajectory_id, sequence_number)
+);
 CREATE TABLE IF NOT EXISTS fences (
     trajectory_id TEXT PRIMARY KEY,
     owner_epoch   INTEGER NOT NULL
 ) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS sync_marker (
+    id INTEGER PRIMARY KEY CHECK (id = 1),
+    n  INTEGER NOT NULL
+);
+INSERT OR IGNORE INTO sync_marker VALUES (1, 0);
 """
+
+#: Version of the table layout, kept in ``PRAGMA user_version``.
+LAYOUT_VERSION = 1
 
 _SYNC = {AckTier.WRITE: "OFF", AckTier.FDATASYNC: "FULL"}
 
@@ -63,11 +74,21 @@ class SQLiteStore(LogStore):
             self._db = sqlite3.connect(str(self.path), isolation_level=None, check_same_thread=False,
                                        timeout=busy_timeout_s)
             self._db.execute("PRAGMA journal_mode=WAL")
+            version = self._db.execute("PRAGMA user_version").fetchone()[0]
+            if version not in (0, LAYOUT_VERSION):
+                raise StoreError(f"{self.path} is a log of layout version {version}; this build reads "
+                                 f"version {LAYOUT_VERSION}")
+            if version == 0 and self._db.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]:
+                raise StoreError(f"{self.path} is an SQLite database but not a kernel_lib log")
             self._db.executescript(_SCHEMA)
+            self._db.execute(f"PRAGMA user_version={LAYOUT_VERSION}")
             n = self._db.execute("SELECT count(*) FROM events").fetchone()[0]
         except sqlite3.DatabaseError as exc:
             raise StoreError(f"cannot open SQLite log {self.path}: {exc}") from exc
         self._sync: str | None = None
+        self._heads: dict[str, int] = {}
+        self._fences: dict[str, int] = {}
+        self._data_version: int | None = None
         self._lock = threading.Lock()
         self._closed = False
         self._failed: str | None = None
@@ -89,6 +110,44 @@ class SQLiteStore(LogStore):
         if self._failed:
             raise StoreFailedError(f"SQLite log {self.path} failed earlier ({self._failed}); reopen it")
 
+    def _lookup(self, event_id: str) -> tuple[StoredRef, bytes] | tuple[None, None]:
+        row = self._db.execute("SELECT trajectory_id, sequence_number, digest, body FROM events WHERE event_id=?",
+                               (event_id,)).fetchone()
+        return (StoredRef(row[0], row[1], row[2]), bytes(row[3])) if row else (None, None)
+
+    def _refresh_cache(self) -> None:
+        """Drop cached heads and fences if another connection committed since we last looked."""
+        version = self._db.execute("PRAGMA data_version").fetchone()[0]
+        if version != self._data_version:
+            self._heads.clear()
+            self._fences.clear()
+            self._data_version = version
+
+    def _head_fence(self, t: str) -> tuple[int, int]:
+        if t not in self._heads:
+            db = self._db
+            self._heads[t] = db.execute("SELECT coalesce(max(sequence_number), 0) FROM events WHERE trajectory_id=?",
+                                        (t,)).fetchone()[0]
+            row = db.execute("SELECT owner_epoch FROM fences WHERE trajectory_id=?", (t,)).fetchone()
+            self._fences[t] = row[0] if row else 0
+        return self._heads[t], self._fences[t]
+
+    def _decide(self, ev: Event) -> bool:
+        """Insert ``ev`` if new (True), or return False for an identical retry; raise its error."""
+        head, fence = self._head_fence(ev.trajectory_id)
+        if ev.owner_epoch >= fence and ev.sequence_number == head + 1:
+            try:
+                self._db.execute("INSERT INTO events (trajectory_id, sequence_number, event_id, digest, body) "
+                                 "VALUES (?,?,?,?,?)",
+                                 (ev.trajectory_id, ev.sequence_number, ev.event_id, ev.digest, ev.canonical))
+                return True
+            except sqlite3.IntegrityError:
+                pass   # the event id exists: a retry or a conflict, decided below
+        ref, body = self._lookup(ev.event_id)
+        if check_append(ev, ref, body, head, fence):
+            return False
+        raise StoreError(f"internal: {ev.event_id} neither new nor a retry")  # pragma: no cover
+
     def append_batch(self, events: Sequence[Event], tier: AckTier) -> list["AppendOutcome | StoreError"]:
         self.check_tier(tier)
         out: list[AppendOutcome | StoreError] = []
@@ -96,42 +155,40 @@ class SQLiteStore(LogStore):
             self._usable()
             db = self._db
             self._set_tier(tier)
-            heads: dict[str, int] = {}
-            fences: dict[str, int] = {}
+            inserted, retried = 0, 0
             try:
                 db.execute("BEGIN IMMEDIATE")
+                self._refresh_cache()
                 for ev in events:
                     t = ev.trajectory_id
-                    if t not in heads:
-                        heads[t] = db.execute("SELECT coalesce(max(sequence_number), 0) FROM events "
-                                              "WHERE trajectory_id=?", (t,)).fetchone()[0]
-                        row = db.execute("SELECT owner_epoch FROM fences WHERE trajectory_id=?", (t,)).fetchone()
-                        fences[t] = row[0] if row else 0
-                    row = db.execute("SELECT trajectory_id, sequence_number, digest, body FROM events "
-                                     "WHERE event_id=?", (ev.event_id,)).fetchone()
-                    ref = StoredRef(row[0], row[1], row[2]) if row else None
                     try:
-                        dup = check_append(ev, ref, bytes(row[3]) if row else None, heads[t], fences[t])
+                        new = self._decide(ev)
                     except StoreError as exc:
                         out.append(exc)
                         continue
-                    if dup:
+                    if not new:
+                        ref, _ = self._lookup(ev.event_id)
                         out.append(AppendOutcome(ev.event_id, ref.trajectory_id, ref.sequence_number, tier, True))
+                        retried += 1
                         continue
-                    db.execute("INSERT INTO events VALUES (?,?,?,?,?)",
-                               (t, ev.sequence_number, ev.event_id, ev.digest, ev.canonical))
-                    heads[t] = ev.sequence_number
-                    if ev.owner_epoch > fences[t]:
-                        fences[t] = ev.owner_epoch
+                    inserted += 1
+                    self._heads[t] = ev.sequence_number
+                    if ev.owner_epoch > self._fences[t]:
+                        self._fences[t] = ev.owner_epoch
                         db.execute("INSERT INTO fences VALUES (?,?) ON CONFLICT(trajectory_id) "
                                    "DO UPDATE SET owner_epoch=excluded.owner_epoch", (t, ev.owner_epoch))
                     out.append(AppendOutcome(ev.event_id, t, ev.sequence_number, tier))
+                if retried and not inserted and tier is AckTier.FDATASYNC:
+                    db.execute("UPDATE sync_marker SET n = n + 1 WHERE id = 1")
                 db.execute("COMMIT")
+                self._data_version = db.execute("PRAGMA data_version").fetchone()[0]
             except sqlite3.Error as exc:
                 try:
                     db.execute("ROLLBACK")
                 except sqlite3.Error:
                     pass
+                self._heads.clear()
+                self._fences.clear()
                 self._failed = str(exc)
                 raise StoreFailedError(f"SQLite append to {self.path} failed: {exc}; nothing in this "
                                        "batch is acknowledged") from exc
@@ -171,6 +228,8 @@ class SQLiteStore(LogStore):
                 db.execute("INSERT INTO fences VALUES (?,?) ON CONFLICT(trajectory_id) "
                            "DO UPDATE SET owner_epoch=excluded.owner_epoch", (trajectory_id, owner_epoch))
                 db.execute("COMMIT")
+                self._fences.pop(trajectory_id, None)
+                self._heads.pop(trajectory_id, None)
             except BaseException:
                 db.execute("ROLLBACK")
                 raise

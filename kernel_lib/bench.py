@@ -1,0 +1,862 @@
+"""``bench append``: what a durable acknowledgment costs on this machine (§11.3.1, §11.3.4).
+
+Every figure is measured in one run, in one temporary directory, on one disk, so the numbers
+can be compared with each other (and only with each other: they are this machine's, today).
+
+1. **Per-append latency** of each log store at each acknowledgment tier it offers, for the
+   same pre-built events, against a raw baseline of the same bytes: ``os.write`` appending to a
+   file (what the ``write`` tier promises: process crash) and ``os.write`` + ``os.fdatasync``
+   (what the ``fdatasync`` tier promises: host crash, volume intact). Median and p99 in µs and
+   the ratios store / baseline. Contenders are measured in interleaved rounds after a warm-up,
+   so machine noise falls on all of them alike.
+2. **Group commit vs single flush** with 1, 4 and 16 writer threads, each writing its own
+   trajectory at the ``fdatasync`` tier: events/s when every writer flushes for itself, events/s
+   through :class:`~kernel_lib.log.GroupCommitter`, their ratio, the mean batch size and the
+   mean eq. 2 terms (``queue_wait_s``, ``storage_s``) from the committer's statistics.
+3. **Per-step time of a durable step**, ours and the peers' (DBOS on its SQLite system
+   database, LangGraph with ``SqliteSaver`` and ``durability="sync"``), each with and without
+   durability, so that *durability overhead* = durable − non-durable per step. Per-step time is
+   the slope between runs of 1 and 1 + S steps, which removes each system's fixed per-run cost
+   (workflow/thread start, task start). For each peer the SQLite ``journal_mode`` and
+   ``synchronous`` of its own connection are read back, which says whether its step
+   acknowledgment is fsync-durable at all.
+4. **Targets**, each marked pass/fail.
+
+Run it as ``python -m kernel_lib bench append`` (or ``python -m kernel_lib.bench append``);
+:func:`run_append_bench` is the same benchmark as a function returning a dict.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import gc
+import importlib.util
+import json
+import math
+import os
+import platform
+import shutil
+import sqlite3
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable, Sequence
+
+from tqdm import tqdm
+
+from .errors import KernelError
+from .events import Event, TaskStarted, ToolIntent, ToolResult
+from .log import AckTier, FailureDomain, GroupCommitter, LogStore, TrajectoryLog, choose_tier, open_store
+
+#: Writer counts of figure 2.
+WRITER_COUNTS = (1, 4, 16)
+#: Targets (figure 4).
+TARGET_FDATASYNC_RATIO = 1.5     # store@fdatasync median ≤ 1.5 × raw write+fdatasync median
+TARGET_OVERHEAD_RATIO = 0.2      # our per-step durability overhead ≤ 0.2 × the faster peer's
+TARGET_GROUP_SPEEDUP = 5.0       # group commit ≥ 5 × single flush at 16 writers
+#: Default flush timer of the group committer in figure 2 (s).
+DEFAULT_FLUSH_TIMER_S = 0.0005
+DEFAULT_BATCH_CAP = 64
+_BASELINE_OF_TIER = {"memory": "raw_write", "write": "raw_write", "fdatasync": "raw_write_fdatasync"}
+
+
+@dataclass(frozen=True)
+class BenchPlan:
+    """How much to measure. ``quick`` is for tests and smoke runs (well under 20 s)."""
+
+    iterations: int = 2000          # figure 1: measured appends per contender
+    warmup: int = 100               # figure 1: discarded appends per contender, before the rounds
+    rounds: int = 10                # interleaving rounds (figures 1 and 3)
+    group_events: int = 960         # figure 2: events per (store, writers, mode) and round
+    group_rounds: int = 3           # figure 2: rounds alternating single flush and group commit
+    step_count: int = 20            # figure 3: S, the extra steps of the long run
+    step_runs: int = 20             # figure 3: measured runs per contender
+    step_warmup: int = 2
+
+    @classmethod
+    def make(cls, iterations: int | None = None, quick: bool = False) -> "BenchPlan":
+        if quick:
+            base = cls(iterations=60, warmup=10, rounds=3, group_events=128, group_rounds=1,
+                       step_count=5, step_runs=3, step_warmup=1)
+        else:
+            base = cls()
+        if iterations is None:
+            return base
+        if iterations < 1:
+            raise KernelError(f"--iterations must be >= 1, got {iterations}")
+        scale = iterations / base.iterations
+        return cls(iterations=iterations, warmup=max(1, round(base.warmup * scale)),
+                   rounds=max(1, min(base.rounds, iterations)),
+                   group_events=max(16, round(base.group_events * scale)), group_rounds=base.group_rounds,
+                   step_count=base.step_count, step_runs=max(2, round(base.step_runs * scale)),
+                   step_warmup=base.step_warmup)
+
+
+# ------------------------------------------------------------------------------------------------
+# the one timing helper, and the interleaving built on it
+# ------------------------------------------------------------------------------------------------
+
+
+def _time_each(fn: Callable[[Any], object], args: Iterable[Any]) -> list[float]:
+    """Call ``fn(a)`` for each ``a`` in ``args``; return each call's wall time (s, perf_counter)."""
+    out: list[float] = []
+    clock = time.perf_counter
+    for a in args:
+        t0 = clock()
+        fn(a)
+        out.append(clock() - t0)
+    return out
+
+
+@dataclass
+class _Contender:
+    """Something measured call by call: ``op(item)`` on pre-built ``items``, consumed in order."""
+
+    key: str
+    op: Callable[[Any], object]
+    items: Sequence[Any]
+    samples: list[float] = field(default_factory=list)
+    pos: int = 0
+
+    def take(self, n: int) -> Sequence[Any]:
+        chunk = self.items[self.pos:self.pos + n]
+        if len(chunk) < n:
+            raise KernelError(f"benchmark contender {self.key} ran out of pre-built items")
+        self.pos += n
+        return chunk
+
+
+def _interleaved(contenders: Sequence[_Contender], warmup: int, per_round: int, rounds: int,
+                 tick: Callable[[], None]) -> None:
+    """Warm every contender up, then measure ``per_round`` calls of each per round.
+
+    The order rotates every round (and reverses every other round), so no contender always runs
+    first or right after the same neighbour; noise spreads over all of them.
+    """
+    for c in contenders:
+        _time_each(c.op, c.take(warmup))
+    tick()
+    n = len(contenders)
+    for r in range(rounds):
+        order = [contenders[(i + r) % n] for i in range(n)]
+        if r % 2:
+            order.reverse()
+        gc.collect()
+        for c in order:
+            c.samples.extend(_time_each(c.op, c.take(per_round)))
+        tick()
+
+
+def _summary(samples_s: Sequence[float]) -> dict[str, float]:
+    """Median, p99 (nearest rank) and mean of samples in seconds, reported in µs."""
+    s = sorted(samples_s)
+    p99 = s[max(0, math.ceil(0.99 * len(s)) - 1)]
+    return {"median_us": statistics.median(s) * 1e6, "p99_us": p99 * 1e6,
+            "mean_us": statistics.fmean(s) * 1e6, "n": len(s)}
+
+
+# ------------------------------------------------------------------------------------------------
+# machine and filesystem
+# ------------------------------------------------------------------------------------------------
+
+
+def _filesystem(path: Path) -> dict[str, Any]:
+    """Mount point, filesystem type and device holding ``path`` (from /proc/self/mountinfo)."""
+    real = os.path.realpath(path)
+    best: dict[str, Any] = {"mount_point": None, "fs_type": "unknown", "device": None}
+    try:
+        with open("/proc/self/mountinfo") as f:
+            for line in f:
+                left, _, right = line.partition(" - ")
+                mnt = left.split()[4].replace("\\040", " ")
+                fs_type, device = (right.split() + ["", ""])[:2]
+                inside = real == mnt or real.startswith(mnt.rstrip("/") + "/")
+                if inside and len(mnt) >= len(best["mount_point"] or ""):
+                    best = {"mount_point": mnt, "fs_type": fs_type, "device": device}
+    except OSError:
+        pass
+    if best["fs_type"] in ("tmpfs", "ramfs"):
+        best["warning"] = (f"{real} is on {best['fs_type']}: fdatasync is a no-op there, so the "
+                           "fdatasync figures do not measure a disk; pass --dir on a real disk")
+    return best
+
+
+def _machine(tmp: Path) -> dict[str, Any]:
+    return {"cpu_count": os.cpu_count(), "python": sys.version.split()[0],
+            "implementation": platform.python_implementation(), "platform": platform.platform(),
+            "sqlite_version": sqlite3.sqlite_version, "tmp_dir": str(tmp), "filesystem": _filesystem(tmp)}
+
+
+# ------------------------------------------------------------------------------------------------
+# events and stores
+# ------------------------------------------------------------------------------------------------
+
+_ARGS_PAD = "r18-" * 40   # makes the event a realistic ~0.7 kB intent
+
+
+def _intent(i: int) -> ToolIntent:
+    return ToolIntent(operation_id=f"test_r18-{i:07d}", attempt_id="attempt1", tool="run_tests",
+                      arguments={"workspace": "ws_r18", "check": "test_r18", "note": _ARGS_PAD},
+                      input_ref="ws_r18", repeat_contract="idempotency_key", grant_id="grant-ci",
+                      authorization_ref=f"auth-test_r18-{i:07d}", reservation_ref=f"res-test_r18-{i:07d}")
+
+
+def _events(trajectory_id: str, n: int) -> list[Event]:
+    """``n`` pre-built intent events of one trajectory, sequence numbers 1..n."""
+    return [Event.create(trajectory_id=trajectory_id, event_id=f"{trajectory_id}/e0/{s}", sequence_number=s,
+                         payload=_intent(s)) for s in range(1, n + 1)]
+
+
+def _store_kinds() -> tuple[list[str], dict[str, str]]:
+    """Store kinds this build can open, and why any other is skipped."""
+    kinds, skipped = ["memory", "sqlite"], {}
+    try:
+        from .log.segment import SegmentStore  # noqa: F401  (written concurrently; may be absent)
+        kinds.append("segment")
+    except Exception as exc:  # ImportError, or a half-written module
+        skipped["segment"] = f"kernel_lib.log.segment is not importable ({type(exc).__name__}: {exc})"
+    return kinds, skipped
+
+
+def _offered_tiers(kind: str, tmp: Path) -> tuple[AckTier, ...]:
+    store = open_store(kind, None if kind == "memory" else tmp / f"probe-{kind}")
+    try:
+        return tuple(store.offered_tiers)
+    finally:
+        store.close()
+
+
+class _Stores:
+    """Opens stores under the temp dir, one fresh path each, and closes them all at the end."""
+
+    def __init__(self, tmp: Path):
+        self.tmp, self.opened, self.n = tmp, [], 0
+
+    def open(self, kind: str, label: str) -> LogStore:
+        self.n += 1
+        path = None if kind == "memory" else self.tmp / f"{label}-{self.n}-{kind}"
+        store = open_store(kind, path)
+        self.opened.append(store)
+        return store
+
+    def close(self) -> None:
+        for s in self.opened:
+            with contextlib.suppress(Exception):
+                s.close()
+
+
+def _sqlite_durability(journal_mode: str, synchronous: int) -> dict[str, Any]:
+    """Whether a SQLite commit under these PRAGMAs survives power loss (sqlite.org/pragma.html)."""
+    jm = str(journal_mode).lower()
+    names = {0: "OFF", 1: "NORMAL", 2: "FULL", 3: "EXTRA"}
+    if synchronous >= 2:
+        durable, why = True, ("each commit syncs the WAL" if jm == "wal" else "each commit syncs the journal "
+                              "and the database file") + " before it returns"
+    elif synchronous == 1 and jm != "wal":
+        durable, why = True, "NORMAL in rollback mode syncs at the critical moments (older filesystems: rare risk)"
+    elif synchronous == 1:
+        durable, why = False, "WAL + NORMAL syncs only at checkpoints: the last commits vanish on power loss"
+    else:
+        durable, why = False, "synchronous=OFF never syncs: commits survive a process crash only"
+    return {"journal_mode": jm, "synchronous": synchronous, "synchronous_name": names.get(synchronous, "?"),
+            "fsync_durable": durable, "why": why}
+
+
+def _pragmas(conn: Any) -> dict[str, Any]:
+    """Read journal_mode and synchronous off a DB-API SQLite connection."""
+    jm = conn.execute("PRAGMA journal_mode").fetchone()[0]
+    sync = conn.execute("PRAGMA synchronous").fetchone()[0]
+    return _sqlite_durability(jm, int(sync))
+
+
+def _our_durability(store: LogStore, tier: AckTier) -> dict[str, Any]:
+    db = getattr(store, "_db", None)
+    if isinstance(db, sqlite3.Connection):
+        with contextlib.suppress(Exception):
+            return {**_pragmas(db), "tier": tier.label}
+    return {"tier": tier.label, "fsync_durable": tier.covers(FailureDomain.HOST_CRASH),
+            "why": f"acknowledged at the {tier.label} tier, which survives "
+                   f"{tier.survives_up_to.label.replace('_', ' ')}"}
+
+
+# ------------------------------------------------------------------------------------------------
+# figure 1: per-append latency
+# ------------------------------------------------------------------------------------------------
+
+
+def _figure_append_latency(tmp: Path, kinds: list[str], plan: BenchPlan, stores: _Stores,
+                           tick: Callable[[], None]) -> dict[str, Any]:
+    per_round = math.ceil(plan.iterations / plan.rounds)
+    events = _events("bench-append", plan.warmup + per_round * plan.rounds)
+    fds: list[int] = []
+
+    def raw(sync: bool) -> Callable[[Event], None]:
+        fd = os.open(tmp / f"raw-{'fdatasync' if sync else 'write'}.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        fds.append(fd)
+        if sync:
+            return lambda ev: (os.write(fd, ev.canonical), os.fdatasync(fd))
+        return lambda ev: os.write(fd, ev.canonical)
+
+    contenders = [_Contender("raw_write", raw(False), events), _Contender("raw_write_fdatasync", raw(True), events)]
+    for kind in kinds:
+        for tier in _offered_tiers(kind, tmp):
+            store = stores.open(kind, f"append-{tier.label}")
+            contenders.append(_Contender(f"{kind}@{tier.label}", lambda ev, s=store, t=tier: s.append(ev, t), events))
+    try:
+        _interleaved(contenders, plan.warmup, per_round, plan.rounds, tick)
+    finally:
+        for fd in fds:
+            os.close(fd)
+    figs = {c.key: _summary(c.samples) for c in contenders}
+    baselines = {k: figs.pop(k) for k in ("raw_write", "raw_write_fdatasync")}
+    out_stores: dict[str, dict[str, Any]] = {}
+    for key, fig in figs.items():
+        kind, tier = key.split("@")
+        base = _BASELINE_OF_TIER.get(tier)
+        if base is not None:
+            fig.update(baseline=base, ratio_median=fig["median_us"] / baselines[base]["median_us"],
+                       ratio_p99=fig["p99_us"] / baselines[base]["p99_us"])
+        out_stores.setdefault(kind, {})[tier] = fig
+    return {"event_bytes": round(statistics.fmean(len(e.canonical) for e in events)), "warmup": plan.warmup,
+            "rounds": plan.rounds, "baselines": baselines, "stores": out_stores}
+
+
+# ------------------------------------------------------------------------------------------------
+# figure 2: group commit vs single flush
+# ------------------------------------------------------------------------------------------------
+
+
+def _concurrently(workers: Sequence[Callable[[], None]]) -> float:
+    """Start one thread per worker, release them together, return the wall time until all end."""
+    barrier = threading.Barrier(len(workers) + 1)
+    errors: list[BaseException] = []
+
+    def body(w: Callable[[], None]) -> None:
+        barrier.wait()
+        try:
+            w()
+        except BaseException as exc:  # re-raised in the caller
+            errors.append(exc)
+
+    threads = [threading.Thread(target=body, args=(w,), name=f"bench-writer-{i}") for i, w in enumerate(workers)]
+    for t in threads:
+        t.start()
+
+    def release_and_join(_: object) -> None:
+        barrier.wait()
+        for t in threads:
+            t.join()
+
+    (elapsed,) = _time_each(release_and_join, [None])
+    if errors:
+        raise errors[0]
+    return elapsed
+
+
+def _figure_group_commit(kinds: list[str], plan: BenchPlan, stores: _Stores, flush_timer_s: float,
+                         batch_cap: int, tick: Callable[[], None]) -> dict[str, Any]:
+    tier = AckTier.FDATASYNC
+    out: dict[str, list[dict[str, Any]]] = {}
+    for kind in kinds:
+        rows = []
+        for writers in WRITER_COUNTS:
+            per_writer = max(1, plan.group_events // writers)
+            store = stores.open(kind, f"group-w{writers}")
+            evs = {(mode, w): _events(f"gc-{mode}-w{writers}-{w:02d}", per_writer * plan.group_rounds)
+                   for mode in ("single", "group") for w in range(writers)}
+            committer = GroupCommitter(store, tier, flush_timer_s=flush_timer_s, batch_cap=batch_cap)
+            append = {"single": lambda ev: store.append(ev, tier), "group": committer.append}
+            elapsed = {"single": 0.0, "group": 0.0}
+            try:
+                for r in range(plan.group_rounds):
+                    for mode in (("single", "group") if r % 2 == 0 else ("group", "single")):
+                        gc.collect()
+                        chunk = slice(r * per_writer, (r + 1) * per_writer)
+                        elapsed[mode] += _concurrently(
+                            [lambda f=append[mode], e=evs[(mode, w)][chunk]: [f(x) for x in e] for w in range(writers)])
+                    tick()
+            finally:
+                committer.close()
+            n = per_writer * writers * plan.group_rounds
+            stats = committer.stats
+            acks = stats.acks
+            rows.append({
+                "writers": writers, "events": n,
+                "single_flush_events_per_s": n / elapsed["single"],
+                "group_commit_events_per_s": n / elapsed["group"],
+                "speedup": elapsed["single"] / elapsed["group"],
+                "flushes": len(stats.batch_sizes),
+                "mean_batch_size": statistics.fmean(stats.batch_sizes),
+                "max_batch_size": max(stats.batch_sizes),
+                "mean_queue_wait_s": statistics.fmean(a.queue_wait_s for a in acks),
+                "mean_storage_s": statistics.fmean(a.storage_s for a in acks),
+                "mean_wait_s": statistics.fmean(a.wait_s for a in acks),
+                "amortized_storage_per_event_s": sum(stats.storage_s) / len(acks),
+            })
+        out[kind] = rows
+    return {"tier": tier.label, "flush_timer_s": flush_timer_s, "batch_cap": batch_cap,
+            "rounds": plan.group_rounds, "stores": out}
+
+
+# ------------------------------------------------------------------------------------------------
+# figure 3: per-step durability overhead, ours and the peers'
+# ------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class _StepSystem:
+    """A system whose run of ``n`` steps can be timed with and without durability.
+
+    ``run(durable, n, run_id)`` performs one run (a fresh trajectory, workflow or thread).
+    """
+
+    name: str
+    run: Callable[[bool, int, str], None]
+    durability: Callable[[], dict[str, Any]]   # read after the runs, off the system's own connection
+    notes: list[str] = field(default_factory=list)
+    close: Callable[[], None] = lambda: None
+
+
+def _our_step_system(kind: str, stores: _Stores) -> _StepSystem:
+    """Our durable step: the dispatch gate's durable path (or its two appends, without the gate)."""
+    durable_store = stores.open(kind, "steps-durable")
+    memory_store = stores.open("memory", "steps-memory")
+    try:
+        from .dispatch import AdmissionPolicy, DispatchGate, ToolProposal, ToolReply
+    except Exception as exc:
+        DispatchGate = None  # noqa: N806
+        how = (f"TrajectoryLog: ToolIntent append, no-op dispatch, ToolResult append (kernel_lib.dispatch "
+               f"unavailable: {type(exc).__name__}: {exc})")
+    else:
+        policy = AdmissionPolicy(grants={"grant-ci": {"noop"}})
+        reply = ToolReply(status="completed", outcome={"passed": True}, observation_complete=True)
+        how = ("DispatchGate.run_tool with coalesce_admission=True: [Authorized, BudgetReserved, ToolIntent] "
+               "as one durable batch, dispatch-time recheck, no-op dispatch, ToolResult durable")
+
+    def run(durable: bool, n: int, run_id: str) -> None:
+        store = durable_store if durable else memory_store
+        log = TrajectoryLog(store, f"step-{run_id}",
+                            must_survive=FailureDomain.HOST_CRASH if durable else FailureDomain.NONE)
+        if DispatchGate is None:
+            for i in range(n):
+                log.append(_intent(i))
+                log.append(ToolResult(operation_id=f"test_r18-{i:07d}", attempt_id="attempt1", status="completed",
+                                      outcome={"passed": True}, observation_complete=True))
+            return
+        gate = DispatchGate(log, policy, coalesce_admission=True)
+        gate.start(TaskStarted(task_id=run_id, requester="bench", objective="bench", grant_ids=["grant-ci"],
+                               budget_ceiling_usd=1.0))
+        for i in range(n):
+            gate.run_tool(ToolProposal(operation_id=f"op-{i}", attempt_id="attempt1", tool="noop",
+                                       arguments={"i": i}, grant_id="grant-ci", cost_bound_usd=0.0),
+                          lambda intent: reply)
+
+    tier = choose_tier(durable_store, FailureDomain.HOST_CRASH)
+    return _StepSystem(f"ours/{kind}", run, lambda: _our_durability(durable_store, tier),
+                       notes=[how, "non-durable: the same step on MemoryStore (tier memory)"])
+
+
+def _langgraph_system(tmp: Path) -> _StepSystem:
+    from typing import TypedDict
+
+    from langgraph.checkpoint.sqlite import SqliteSaver
+    from langgraph.graph import END, START, StateGraph
+
+    class State(TypedDict):
+        i: int
+
+    conn = sqlite3.connect(str(tmp / "langgraph.sqlite"), check_same_thread=False)
+    saver = SqliteSaver(conn)
+    saver.setup()
+    graphs: dict[tuple[bool, int], Any] = {}
+
+    def graph(durable: bool, n: int) -> Any:
+        if (durable, n) not in graphs:
+            g = StateGraph(State)
+            prev = START
+            for k in range(n):
+                g.add_node(f"n{k}", lambda s: {"i": s["i"] + 1})
+                g.add_edge(prev, f"n{k}")
+                prev = f"n{k}"
+            g.add_edge(prev, END)
+            graphs[(durable, n)] = g.compile(checkpointer=saver if durable else None)
+        return graphs[(durable, n)]
+
+    def run(durable: bool, n: int, run_id: str) -> None:
+        kw = {"durability": "sync"} if durable else {}
+        graph(durable, n).invoke({"i": 0}, config={"configurable": {"thread_id": run_id}}, **kw)
+
+    return _StepSystem("langgraph", run, lambda: _pragmas(conn), close=conn.close, notes=[
+        "durable: chain of no-op nodes compiled with SqliteSaver, invoke(durability='sync'), fresh thread_id",
+        "non-durable: the same graph compiled without a checkpointer",
+        "PRAGMAs read on the SqliteSaver's own connection after setup()"])
+
+
+def _dbos_system(tmp: Path) -> _StepSystem:
+    import dbos._dbos as dbos_core
+    from dbos import DBOS
+
+    if dbos_core._dbos_global_instance is not None:
+        raise KernelError("a DBOS instance already exists in this process; not replacing it")
+    DBOS(config={"name": "kernel-lib-bench", "system_database_url": f"sqlite:///{tmp / 'dbos.sqlite'}",
+                 "log_level": "WARNING"})
+    try:
+        @DBOS.step()
+        def noop_step(i: int) -> int:
+            return i
+
+        def body(n: int) -> int:
+            for i in range(n):
+                noop_step(i)
+            return n
+
+        workflow = DBOS.workflow()(body)
+        DBOS.launch()
+    except BaseException:
+        DBOS.destroy(destroy_registry=True)
+        raise
+
+    def run(durable: bool, n: int, run_id: str) -> None:
+        (workflow if durable else body)(n)
+
+    def durability() -> dict[str, Any]:
+        import sqlalchemy as sa
+        with dbos_core._dbos_global_instance._sys_db.engine.connect() as c:
+            return _sqlite_durability(c.execute(sa.text("PRAGMA journal_mode")).scalar(),
+                                      int(c.execute(sa.text("PRAGMA synchronous")).scalar()))
+
+    return _StepSystem("dbos", run, durability, close=lambda: DBOS.destroy(destroy_registry=True), notes=[
+        "durable: @DBOS.workflow running n @DBOS.step no-op steps, SQLite system database in the temp dir",
+        "non-durable: DBOS cannot run a workflow without its system database; measured instead the same "
+        "workflow body as a plain function, whose @DBOS.step calls then run as plain functions "
+        "(DBOS's behaviour outside a workflow)",
+        "PRAGMAs read on a connection of DBOS's own system-database engine (DBOS sets neither)"])
+
+
+def _peer_factories(tmp: Path) -> dict[str, tuple[Callable[[], _StepSystem], str | None]]:
+    """Each peer's constructor, or None with the reason it cannot run."""
+    need = {"langgraph": ("langgraph", "langgraph.checkpoint.sqlite"), "dbos": ("dbos",)}
+    out = {}
+    for name, factory in (("langgraph", lambda: _langgraph_system(tmp)), ("dbos", lambda: _dbos_system(tmp))):
+        missing = []
+        for mod in need[name]:
+            try:
+                found = importlib.util.find_spec(mod) is not None
+            except (ImportError, ValueError):
+                found = False
+            if not found:
+                missing.append(mod)
+        out[name] = (factory, f"not installed ({', '.join(missing)}); `make peers` installs it" if missing else None)
+    return out
+
+
+def _figure_steps(systems: list[_StepSystem], plan: BenchPlan, tick: Callable[[], None]) -> dict[str, Any]:
+    lo, hi = 1, 1 + plan.step_count
+    contenders = []
+    for sys_ in systems:
+        for durable in (True, False):
+            for n in (lo, hi):
+                key = f"{sys_.name}|{'durable' if durable else 'plain'}|{n}"
+                runs = [f"{key}|{i}".replace("|", "-").replace("/", "-")
+                        for i in range(plan.step_warmup + plan.step_runs)]
+                contenders.append(_Contender(key, lambda rid, s=sys_, d=durable, k=n: s.run(d, k, rid), runs))
+    per_round = math.ceil(plan.step_runs / plan.rounds)
+    rounds = math.ceil(plan.step_runs / per_round)
+    _interleaved(contenders, plan.step_warmup, per_round, rounds, tick)
+    med = {c.key: statistics.median(c.samples) for c in contenders}
+    out = {}
+    for sys_ in systems:
+        per_step = {mode: (med[f"{sys_.name}|{mode}|{hi}"] - med[f"{sys_.name}|{mode}|{lo}"]) / (hi - lo) * 1e6
+                    for mode in ("durable", "plain")}
+        out[sys_.name] = {
+            "durable_step_us": per_step["durable"], "non_durable_step_us": per_step["plain"],
+            "durability_overhead_us": per_step["durable"] - per_step["plain"],
+            "run_us": {f"{mode}_{n}_steps": med[f"{sys_.name}|{mode}|{n}"] * 1e6
+                       for mode in ("durable", "plain") for n in (lo, hi)},
+            "durability": sys_.durability(), "notes": sys_.notes}
+    return {"steps_short_run": lo, "steps_long_run": hi, "runs": per_round * rounds, "systems": out,
+            "note": "all systems' runs are interleaved in the same rounds; DBOS stays launched throughout, so "
+                    "its background threads add the same noise to every system"}
+
+
+def _compare_to_peers(steps: dict[str, Any]) -> dict[str, Any]:
+    systems = steps["systems"]
+    peers = {k: v for k, v in systems.items() if not k.startswith("ours/")}
+    ours = {k: v for k, v in systems.items() if k.startswith("ours/")}
+    out: dict[str, Any] = {}
+    for metric in ("durable_step_us", "durability_overhead_us"):
+        if not peers:
+            break
+        best = min(peers, key=lambda k: peers[k][metric])
+        out[metric] = {"faster_peer": best, "faster_peer_us": peers[best][metric],
+                       "ours_over_faster_peer": {k: v[metric] / peers[best][metric] for k, v in ours.items()}}
+    return out
+
+
+# ------------------------------------------------------------------------------------------------
+# targets
+# ------------------------------------------------------------------------------------------------
+
+
+def _targets(result: dict[str, Any]) -> list[dict[str, Any]]:
+    out = []
+    for kind, tiers in result["append_latency"]["stores"].items():
+        fig = tiers.get("fdatasync")
+        if fig:
+            out.append({"figure": 1, "name": f"{kind}@fdatasync append median / raw write+fdatasync median",
+                        "measured": fig["ratio_median"], "limit": f"<= {TARGET_FDATASYNC_RATIO}",
+                        "passed": fig["ratio_median"] <= TARGET_FDATASYNC_RATIO})
+    for kind, rows in result["group_commit"]["stores"].items():
+        row = next(r for r in rows if r["writers"] == max(WRITER_COUNTS))
+        out.append({"figure": 2, "name": f"{kind}: group commit / single flush events/s at {row['writers']} writers",
+                    "measured": row["speedup"], "limit": f">= {TARGET_GROUP_SPEEDUP}",
+                    "passed": row["speedup"] >= TARGET_GROUP_SPEEDUP})
+    cmp_ = (result.get("per_step") or {}).get("comparison") or {}
+    over = cmp_.get("durability_overhead_us")
+    if over:
+        for ours, ratio in over["ours_over_faster_peer"].items():
+            out.append({"figure": 3, "name": f"{ours} per-step durability overhead / {over['faster_peer']}'s",
+                        "measured": ratio, "limit": f"<= {TARGET_OVERHEAD_RATIO}",
+                        "passed": ratio <= TARGET_OVERHEAD_RATIO})
+    else:
+        out.append({"figure": 3, "name": "per-step durability overhead / faster peer's", "measured": None,
+                    "limit": f"<= {TARGET_OVERHEAD_RATIO}", "passed": None,
+                    "detail": "not evaluated: no peer was measured"})
+    return out
+
+
+# ------------------------------------------------------------------------------------------------
+# the benchmark
+# ------------------------------------------------------------------------------------------------
+
+
+def run_append_bench(*, dir: str | os.PathLike | None = None, iterations: int | None = None, quick: bool = False,
+                     peers: bool = True, flush_timer_s: float = DEFAULT_FLUSH_TIMER_S,
+                     batch_cap: int = DEFAULT_BATCH_CAP, progress: bool | None = None) -> dict[str, Any]:
+    """Run every figure of ``bench append`` once, in one temporary directory, and return them.
+
+    Args:
+        dir: parent of the temporary directory (default: the current directory, so the figures
+            are measured on the project's filesystem, not on a RAM disk). Removed afterwards.
+        iterations: measured appends per contender in figure 1 (the other figures scale with it).
+        quick: few iterations (tests, smoke runs).
+        peers: measure DBOS and LangGraph when importable.
+        flush_timer_s: the group committer's flush timer in figure 2 (s).
+        batch_cap: the group committer's batch cap in figure 2.
+        progress: show a tqdm bar on stderr (default: when stderr is a terminal).
+
+    Returns:
+        ``{"machine", "config", "append_latency", "group_commit", "per_step", "targets"}``;
+        latencies in µs, throughput in events/s, eq. 2 terms in s. See the module docstring.
+
+    Raises:
+        KernelError: a parameter out of range; StoreError from a store that fails.
+    """
+    plan = BenchPlan.make(iterations, quick)
+    if flush_timer_s < 0 or batch_cap < 1:
+        raise KernelError(f"need flush timer >= 0 and batch cap >= 1, got {flush_timer_s} s, {batch_cap}")
+    parent = Path(dir) if dir is not None else Path.cwd()
+    parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix="bench-append-", dir=parent))
+    stores = _Stores(tmp)
+    systems: list[_StepSystem] = []
+    bar = None
+    try:
+        kinds, skipped_stores = _store_kinds()
+        durable_kinds = [k for k in kinds if k != "memory"]
+        peer_factories = _peer_factories(tmp) if peers else {}
+        units = (1 + plan.rounds) + len(durable_kinds) * len(WRITER_COUNTS) * plan.group_rounds + (1 + plan.rounds)
+        bar = tqdm(total=units, unit="round", file=sys.stderr, leave=False,
+                   disable=not (sys.stderr.isatty() if progress is None else progress))
+        tick = lambda: bar.update(1)  # noqa: E731
+        result: dict[str, Any] = {"machine": _machine(tmp)}
+        result["config"] = {"quick": quick, **dataclasses.asdict(plan),
+                            "peers_requested": peers, "stores": kinds, "skipped_stores": skipped_stores}
+        bar.set_description("per-append latency")
+        result["append_latency"] = _figure_append_latency(tmp, kinds, plan, stores, tick)
+        bar.set_description("group commit")
+        result["group_commit"] = _figure_group_commit(durable_kinds, plan, stores, flush_timer_s, batch_cap, tick)
+        bar.set_description("per-step overhead")
+        skipped_peers = {}
+        with contextlib.redirect_stdout(sys.stderr):   # keep --json output clean of peers' prints
+            systems += [_our_step_system(k, stores) for k in durable_kinds]
+            for name, (factory, why_not) in peer_factories.items():
+                if why_not:
+                    skipped_peers[name] = why_not
+                    continue
+                try:
+                    systems.append(factory())
+                except Exception as exc:
+                    skipped_peers[name] = f"could not start: {type(exc).__name__}: {exc}"
+            steps = _figure_steps(systems, plan, tick)
+        if not peers:
+            skipped_peers = {"dbos": "--no-peers", "langgraph": "--no-peers"}
+        steps["skipped_peers"] = skipped_peers
+        steps["comparison"] = _compare_to_peers(steps)
+        result["per_step"] = steps
+        result["targets"] = _targets(result)
+        return result
+    finally:
+        if bar is not None:
+            bar.close()
+        for s in systems:
+            with contextlib.suppress(Exception), contextlib.redirect_stdout(sys.stderr):
+                s.close()
+        stores.close()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+# ------------------------------------------------------------------------------------------------
+# output
+# ------------------------------------------------------------------------------------------------
+
+
+def _fmt(x: float | None, nd: int = 1) -> str:
+    return "-" if x is None else f"{x:,.{nd}f}"
+
+
+def _table(rows: list[list[str]], header: list[str]) -> str:
+    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
+    line = lambda r: "  ".join(str(c).rjust(w) if i else str(c).ljust(w) for i, (c, w) in enumerate(zip(r, widths)))  # noqa: E731
+    return "\n".join([line(header), line(["-" * w for w in widths]), *map(line, rows)])
+
+
+def format_report(r: dict[str, Any]) -> str:
+    """The readable form of :func:`run_append_bench`'s result."""
+    m, fs = r["machine"], r["machine"]["filesystem"]
+    out = [f"bench append: {m['cpu_count']} CPUs, Python {m['python']}, SQLite {m['sqlite_version']}, "
+           f"{fs['fs_type']} on {fs['device']} (mounted at {fs['mount_point']}); temp dir removed after the run"]
+    if fs.get("warning"):
+        out.append(f"WARNING: {fs['warning']}")
+    al = r["append_latency"]
+    out += ["", f"1. Per-append latency, {al['event_bytes']} B events, {r['config']['iterations']} appends per "
+                f"contender in {al['rounds']} interleaved rounds after {al['warmup']} warm-up appends"]
+    rows = [[k, "", _fmt(v["median_us"]), _fmt(v["p99_us"]), "", ""] for k, v in al["baselines"].items()]
+    for kind, tiers in al["stores"].items():
+        for tier, v in tiers.items():
+            rows.append([f"{kind}@{tier}", v.get("baseline", "-"), _fmt(v["median_us"]), _fmt(v["p99_us"]),
+                         _fmt(v.get("ratio_median"), 2), _fmt(v.get("ratio_p99"), 2)])
+    out.append(_table(rows, ["contender", "baseline", "median µs", "p99 µs", "× base (median)", "× base (p99)"]))
+    for k, why in r["config"]["skipped_stores"].items():
+        out.append(f"  skipped {k}: {why}")
+    gc_ = r["group_commit"]
+    out += ["", f"2. Group commit vs single flush at the {gc_['tier']} tier (flush timer "
+                f"{gc_['flush_timer_s'] * 1e3:g} ms, batch cap {gc_['batch_cap']}; each writer its own trajectory)"]
+    rows = []
+    for kind, rs in gc_["stores"].items():
+        for x in rs:
+            rows.append([kind, str(x["writers"]), _fmt(x["single_flush_events_per_s"], 0),
+                         _fmt(x["group_commit_events_per_s"], 0), _fmt(x["speedup"], 2), _fmt(x["mean_batch_size"], 2),
+                         _fmt(x["mean_queue_wait_s"] * 1e6, 0), _fmt(x["mean_storage_s"] * 1e6, 0),
+                         _fmt(x["amortized_storage_per_event_s"] * 1e6, 0)])
+    out.append(_table(rows, ["store", "writers", "single ev/s", "group ev/s", "× single", "mean batch",
+                             "queue_wait µs", "storage µs", "storage/event µs"]))
+    ps = r["per_step"]
+    out += ["", f"3. Per-step time (slope between runs of {ps['steps_short_run']} and {ps['steps_long_run']} "
+                f"steps, median of {ps['runs']} runs each, interleaved)"]
+    rows = []
+    for name, s in ps["systems"].items():
+        d = s["durability"]
+        ack = (f"{d['journal_mode']}/synchronous={d['synchronous_name']}" if "journal_mode" in d else d.get("tier", "?"))
+        rows.append([name, _fmt(s["durable_step_us"]), _fmt(s["non_durable_step_us"]),
+                     _fmt(s["durability_overhead_us"]), ack, "yes" if d.get("fsync_durable") else "NO"])
+    out.append(_table(rows, ["system", "durable µs/step", "non-durable µs/step", "overhead µs/step",
+                             "acknowledgment", "fsync-durable"]))
+    for name, s in ps["systems"].items():
+        out.append(f"  {name}: " + "; ".join([*s["notes"], s["durability"].get("why", "")]))
+    out.append(f"  note: {ps['note']}")
+    for name, why in ps["skipped_peers"].items():
+        out.append(f"  skipped {name}: {why}")
+    for metric, label in (("durable_step_us", "per-step time"), ("durability_overhead_us", "per-step durability overhead")):
+        c = ps["comparison"].get(metric)
+        if c:
+            ratios = ", ".join(f"{k} {v:.2f}×" for k, v in c["ours_over_faster_peer"].items())
+            out.append(f"  {label}: faster peer {c['faster_peer']} ({_fmt(c['faster_peer_us'])} µs); ours / it: {ratios}")
+    out += ["", "4. Targets"]
+    rows = [[str(t["figure"]), t["name"], _fmt(t["measured"], 2), t["limit"],
+             {True: "PASS", False: "FAIL", None: "n/a"}[t["passed"]]] for t in r["targets"]]
+    out.append(_table(rows, ["fig", "target", "measured", "limit", "result"]))
+    return "\n".join(out)
+
+
+_HELP = """\
+Measure, in one run on one disk, what a durable acknowledgment costs here (§11.3.1, §11.3.4).
+
+figures:
+  1  per-append latency (median, p99, µs) of each store at each tier it offers, for the same
+     pre-built events, and the same bytes appended raw: os.write (baseline of the write tier:
+     survives a process crash) and os.write+os.fdatasync (baseline of the fdatasync tier:
+     survives a host crash). Ratios = store / baseline. Interleaved rounds after a warm-up.
+  2  events/s of 1, 4 and 16 writer threads (own trajectory each, fdatasync tier) flushing
+     every event themselves ("single") vs through the GroupCommitter ("group"); the ratio,
+     the mean batch size and the eq. 2 terms: queue_wait (flush start - arrival) and storage
+     (ack - flush start), and storage per event (storage / batch size).
+  3  per-step time of a durable step and of the same step without durability, as the slope
+     between runs of 1 and 1+S steps; overhead = durable - non-durable. Ours: the dispatch
+     gate's durable path (intent durable, no-op dispatch, result durable) on each durable store
+     vs on MemoryStore. Peers, when installed: DBOS (@DBOS.step in a @DBOS.workflow, SQLite
+     system database) and LangGraph (SqliteSaver, durability="sync"). The SQLite journal_mode
+     and synchronous of every system's connection are read back: is its step fsync-durable?
+  4  targets: fdatasync append <= 1.5x raw write+fdatasync; our per-step durability overhead
+     <= 0.2x the faster peer's; group commit >= 5x single flush at 16 writers.
+
+The temporary directory is created under --dir (default: the current directory, so the disk is
+the project's, not a RAM disk) and removed afterwards. Numbers are this machine's, today.
+"""
+
+
+def _cmd_append(args: argparse.Namespace) -> int:
+    try:
+        result = run_append_bench(dir=args.dir, iterations=args.iterations, quick=args.quick,
+                                  peers=not args.no_peers, flush_timer_s=args.flush_timer_ms / 1e3,
+                                  batch_cap=args.batch_cap)
+    except KernelError as exc:
+        print(f"bench append: {exc}", file=sys.stderr)
+        return 2
+    print(json.dumps(result, indent=2) if args.json else format_report(result))
+    return 0
+
+
+def add_cli(subparsers: "argparse._SubParsersAction") -> argparse.ArgumentParser:
+    """Register ``bench`` (with sub-subcommand ``append``) on a CLI's subparsers.
+
+    The ``append`` parser sets ``func`` to a callable ``(args) -> exit code``.
+    """
+    bench = subparsers.add_parser("bench", help="measure this machine's durability costs",
+                                  description="Benchmarks measured on this machine.")
+    sub = bench.add_subparsers(dest="bench_command", metavar="{append}", required=True)
+    p = sub.add_parser("append", help="append latency, group commit and per-step overhead vs peers",
+                       description=_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
+    p.add_argument("--dir", metavar="PATH", help="create the temporary directory under PATH (default: the current "
+                                                 "directory); use a directory on the disk you want measured")
+    p.add_argument("--iterations", type=int, metavar="N",
+                   help="measured appends per contender in figure 1 (default 2000; --quick 60); "
+                        "figures 2 and 3 scale with it")
+    p.add_argument("--quick", action="store_true", help="few iterations: a smoke run of a few seconds")
+    p.add_argument("--no-peers", action="store_true", help="skip DBOS and LangGraph even if installed")
+    p.add_argument("--flush-timer-ms", type=float, default=DEFAULT_FLUSH_TIMER_S * 1e3, metavar="MS",
+                   help=f"group committer flush timer for figure 2 (default {DEFAULT_FLUSH_TIMER_S * 1e3:g} ms)")
+    p.add_argument("--batch-cap", type=int, default=DEFAULT_BATCH_CAP, metavar="N",
+                   help=f"group committer batch cap for figure 2 (default {DEFAULT_BATCH_CAP}, the committer's own)")
+    p.set_defaults(func=_cmd_append)
+    return bench
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m kernel_lib.bench append ...`` (same as ``python -m kernel_lib bench append ...``)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = argparse.ArgumentParser(prog="python -m kernel_lib")
+    add_cli(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(argv if argv[:1] == ["bench"] else ["bench", *argv])
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
