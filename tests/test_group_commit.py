@@ -128,3 +128,55 @@ def test_trajectory_log_through_group_commit_on_sqlite(tmp_path):
 def test_bad_parameters_are_refused(kw):
     with pytest.raises(ConfigError):
         GroupCommitter(MemoryStore(), AckTier.MEMORY, **kw)
+
+
+# --- asyncio writers --------------------------------------------------------------------------
+
+def test_async_committer_coalesces_tasks_and_never_acknowledges_early():
+    import asyncio
+
+    from kernel_lib.log import AsyncGroupCommitter
+
+    store = SlowDurableStore(flush_s=0.01)
+    early = []
+
+    async def main():
+        async with AsyncGroupCommitter(store, AckTier.MEMORY, flush_timer_s=0.002) as gc:
+            async def writer(w):
+                for i in range(1, 6):
+                    e = ev(intent(op=f"op{w}-{i}"), i, traj=f"traj{w}")
+                    ack = await gc.append(e)
+                    if e.event_id not in store.durable:
+                        early.append(e.event_id)
+                    assert ack.storage_s >= 0.009 and ack.queue_wait_s >= 0
+            await asyncio.gather(*(writer(w) for w in range(8)))
+            bad = gc.append(ev(task(), 9, traj="traj0"))
+            with pytest.raises(SequenceGapError):
+                await bad
+            return gc
+
+    gc = asyncio.run(main())
+    assert early == [] and store.flushes < 40 and max(gc.stats.batch_sizes) > 1
+    assert all(b <= 64 for b in gc.stats.batch_sizes)
+    for t in range(8):
+        assert [e.sequence_number for e in store.read(f"traj{t}")] == [1, 2, 3, 4, 5]
+
+
+def test_async_committer_failed_flush_acknowledges_nobody():
+    import asyncio
+
+    from kernel_lib.log import AsyncGroupCommitter
+
+    async def main():
+        async with AsyncGroupCommitter(SlowDurableStore(fail=True), AckTier.MEMORY, offload=False) as gc:
+            with pytest.raises(StoreFailedError):
+                await gc.append_many([ev(task(), 1), ev(intent(), 2)])
+
+    asyncio.run(main())
+
+
+def test_submit_many_puts_a_logical_batch_in_one_flush():
+    store = SlowDurableStore(flush_s=0.0)
+    with GroupCommitter(store, AckTier.MEMORY, flush_timer_s=0.001) as gc:
+        acks = gc.append_many([ev(task(), 1), ev(intent(), 2), ev(intent(op="b"), 3)])
+    assert {a.batch_size for a in acks} == {3} and store.flushes == 1

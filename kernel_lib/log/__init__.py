@@ -20,7 +20,7 @@ import os
 from ..errors import StoreError
 from .base import (AckTier, AppendOutcome, FailureDomain, LogStore, RecoveryReport, StoredRef,
                    check_append, choose_tier)
-from .group_commit import GroupAck, GroupCommitter
+from .group_commit import AsyncGroupCommitter, GroupAck, GroupCommitter
 from .memory import MemoryStore
 from .sqlite import SQLiteStore
 from .trajectory import TrajectoryLog, default_event_id
@@ -47,6 +47,6 @@ def open_store(kind: str = "sqlite", path: str | os.PathLike | None = None, **kw
 
 __all__ = [
     "AckTier", "AppendOutcome", "FailureDomain", "LogStore", "RecoveryReport", "StoredRef",
-    "check_append", "choose_tier", "GroupAck", "GroupCommitter", "MemoryStore", "SQLiteStore",
+    "check_append", "choose_tier", "AsyncGroupCommitter", "GroupAck", "GroupCommitter", "MemoryStore", "SQLiteStore",
     "TrajectoryLog", "default_event_id", "open_store", "STORE_KINDS",
 ]

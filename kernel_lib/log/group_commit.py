@@ -18,13 +18,19 @@ For every event the committer measures the two terms of eq. 2 separately:
 * ``queue_wait_s`` = flush start − arrival (queueing and aggregation), and
 * ``storage_s`` = durable acknowledgment − flush start (the shared storage operation),
 
-so ``queue_wait_s + storage_s`` is the event's whole wait. ``storage_s / batch_size`` is the
+so ``queue_wait_s + storage_s`` is the event's whole wait.
+
+Two committers share this policy: :class:`GroupCommitter` for writer *threads* (each waiting
+writer is an OS thread; on a small VM every wake-up is a thread hand-off of tens of µs), and
+:class:`AsyncGroupCommitter` for writer *tasks* on one asyncio loop (an async agent runtime),
+where waiting costs a future and only the flush itself leaves the loop. ``storage_s / batch_size`` is the
 amortized storage cost per event; it shrinks with the batch while every member still waits the
 whole flush.
 """
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from collections import deque
@@ -110,15 +116,71 @@ class Ticket:
         return res
 
 
-class GroupCommitter:
-    """Coalesce concurrent appends into shared flushes.
+class _CommitterCore:
+    """Batch-closing policy, statistics and acknowledgments shared by both committers."""
+
+    def __init__(self, store: LogStore, tier: AckTier, flush_timer_s: float, batch_cap: int, adaptive: bool,
+                 clock: Callable[[], float], keep_stats: bool):
+        if flush_timer_s < 0 or batch_cap < 1:
+            raise ConfigError(f"need flush_timer_s >= 0 and batch_cap >= 1, got {flush_timer_s}, {batch_cap}")
+        store.check_tier(tier)
+        self.store, self.tier = store, tier
+        self.flush_timer_s, self.batch_cap, self.adaptive = flush_timer_s, batch_cap, adaptive
+        self._clock = clock
+        self._writers: dict[object, int] = {}   # writer (thread id or task) -> flush it last joined
+        self._flush_no = 0
+        self._closed = False
+        self.stats = FlushStats() if keep_stats else None
+
+    def _target(self) -> int:
+        """Adaptive close size: writers seen in this or the previous flush."""
+        if not self.adaptive:
+            return self.batch_cap
+        recent = self._flush_no - 1
+        return sum(1 for last in self._writers.values() if last >= recent)
+
+    def _joined(self, writer: object, n: int) -> bool:
+        """Note a writer's arrival; True if the flusher should look at the open batch now."""
+        self._writers[writer] = self._flush_no
+        return n == 1 or n >= self.batch_cap or n >= self._target()
+
+    def _deadline(self, first_arrival: float, n: int) -> float:
+        # the timer bounds the delay the committer adds, not time spent behind the last flush
+        return max(first_arrival, self._clock() if n < self._target() else 0.0) + self.flush_timer_s
+
+    def _due(self, n: int) -> bool:
+        return n >= self.batch_cap or n >= self._target()
+
+    def _closed_batch(self) -> None:
+        self._flush_no += 1
+        if len(self._writers) > 4 * self.batch_cap:   # forget writers long gone
+            self._writers = {k: v for k, v in self._writers.items() if v >= self._flush_no - 2}
+
+    def _acks(self, arrivals: list[float], results: list, start: float, storage: float) -> list:
+        size = len(arrivals)
+        out = [res if isinstance(res, Exception) else GroupAck(res, start - arrived, storage, size)
+               for arrived, res in zip(arrivals, results)]
+        if self.stats is not None:
+            self.stats.batch_sizes.append(size)
+            self.stats.storage_s.append(storage)
+            self.stats.acks.extend(a for a in out if isinstance(a, GroupAck))
+        return out
+
+    @staticmethod
+    def _as_store_error(exc: BaseException) -> StoreError:
+        return exc if isinstance(exc, StoreError) else StoreError(f"flush failed: {exc!r}")
+
+
+class GroupCommitter(_CommitterCore):
+    """Coalesce appends from concurrent writer threads into shared flushes.
 
     Args:
         store: any :class:`LogStore`.
         tier: acknowledgment tier of every flush (must be offered by ``store``).
         flush_timer_s: longest the first event of a batch waits for company (≥ 0).
-        batch_cap: most events per flush (≥ 1).
-        adaptive: also close a batch once it is as large as the previous one (see module doc).
+        batch_cap: most events per flush (≥ 1); a single :meth:`submit_many` larger than the cap
+            gets a flush of its own.
+        adaptive: also close a batch once every recently active writer is in it (module doc).
         clock: monotonic clock in seconds (injectable for tests).
         keep_stats: keep every acknowledgment in :attr:`stats` (for measurement).
 
@@ -128,49 +190,43 @@ class GroupCommitter:
 
     def __init__(self, store: LogStore, tier: AckTier, *, flush_timer_s: float = 0.001, batch_cap: int = 64,
                  adaptive: bool = True, clock: Callable[[], float] = time.perf_counter, keep_stats: bool = True):
-        if flush_timer_s < 0 or batch_cap < 1:
-            raise ConfigError(f"need flush_timer_s >= 0 and batch_cap >= 1, got {flush_timer_s}, {batch_cap}")
-        store.check_tier(tier)
-        self.store, self.tier = store, tier
-        self.flush_timer_s, self.batch_cap, self.adaptive = flush_timer_s, batch_cap, adaptive
-        self._clock = clock
+        super().__init__(store, tier, flush_timer_s, batch_cap, adaptive, clock, keep_stats)
         self._cv = threading.Condition()
         self._batches: deque[_Batch] = deque()   # the first is the open batch; later ones are full
-        self._writers: dict[int, int] = {}   # writer thread id -> number of the flush it last joined
-        self._flush_no = 0
-        self._closed = False
-        self.stats = FlushStats() if keep_stats else None
         self._thread = threading.Thread(target=self._run, name="group-commit", daemon=True)
         self._thread.start()
 
     def submit(self, event: Event) -> Ticket:
         """Put ``event`` in the open batch; the ticket yields its :class:`GroupAck`."""
+        return self.submit_many([event])[0]
+
+    def submit_many(self, events: list[Event]) -> list[Ticket]:
+        """Put ``events`` in one batch together (in order), so one flush acknowledges them all."""
         with self._cv:
             if self._closed:
                 raise StoreClosedError("group committer is closed")
-            if not self._batches or len(self._batches[-1].events) >= self.batch_cap:
+            if not self._batches or len(self._batches[-1].events) + len(events) > self.batch_cap:
                 self._batches.append(_Batch())
             b = self._batches[-1]
-            b.events.append(event)
-            b.arrivals.append(self._clock())
-            self._writers[threading.get_ident()] = self._flush_no
-            n = len(b.events)
-            ticket = Ticket(b, n - 1)
-            b.tickets.append(ticket)
-            if n == 1 or n >= self._target() or n >= self.batch_cap:
+            now = self._clock()
+            tickets = []
+            for ev in events:
+                b.events.append(ev)
+                b.arrivals.append(now)
+                t = Ticket(b, len(b.events) - 1)
+                b.tickets.append(t)
+                tickets.append(t)
+            if self._joined(threading.get_ident(), len(b.events)):
                 self._cv.notify()
-        return ticket
-
-    def _target(self) -> int:
-        """Adaptive close size: writer threads seen in this or the previous flush (caller holds the lock)."""
-        if not self.adaptive:
-            return self.batch_cap
-        recent = self._flush_no - 1
-        return sum(1 for last in self._writers.values() if last >= recent)
+        return tickets
 
     def append(self, event: Event) -> GroupAck:
         """Queue ``event`` and block until its batch is durable. Raises the store's error for it."""
         return self.submit(event).result()
+
+    def append_many(self, events: list[Event]) -> list[GroupAck]:
+        """Queue ``events`` in one batch and block until it is durable; raises the first error."""
+        return [t.result() for t in self.submit_many(events)]
 
     def _run(self) -> None:
         while True:
@@ -180,21 +236,14 @@ class GroupCommitter:
                 if not self._batches:
                     return   # closed and drained
                 b = self._batches[0]
-                # the timer bounds the delay the committer adds, not time spent behind the last flush
-                deadline = max(b.arrivals[0], self._clock() if len(b.events) < self._target() else 0.0) \
-                    + self.flush_timer_s
-                while not self._closed:
-                    n = len(b.events)
-                    if n >= self.batch_cap or n >= self._target():
-                        break
+                deadline = self._deadline(b.arrivals[0], len(b.events))
+                while not self._closed and len(self._batches) == 1 and not self._due(len(b.events)):
                     left = deadline - self._clock()
                     if left <= 0:
                         break
                     self._cv.wait(left)
                 self._batches.popleft()
-                self._flush_no += 1
-                if len(self._writers) > 4 * self.batch_cap:   # forget writers long gone
-                    self._writers = {k: v for k, v in self._writers.items() if v >= self._flush_no - 2}
+                self._closed_batch()
             self._flush(b)
 
     def _flush(self, batch: _Batch) -> None:
@@ -202,20 +251,9 @@ class GroupCommitter:
         try:
             results = self.store.append_batch(batch.events, self.tier)
         except BaseException as exc:   # the flush failed: nobody in the batch is acknowledged
-            batch.error = exc if isinstance(exc, StoreError) else StoreError(f"flush failed: {exc!r}")
-            for t in batch.tickets:
-                t._release()
-            return
-        storage = self._clock() - start
-        size = len(batch.events)
-        out: list[GroupAck | StoreError] = []
-        for arrived, res in zip(batch.arrivals, results):
-            out.append(res if isinstance(res, Exception) else GroupAck(res, start - arrived, storage, size))
-        batch.results = out
-        if self.stats is not None:
-            self.stats.batch_sizes.append(size)
-            self.stats.storage_s.append(storage)
-            self.stats.acks.extend(a for a in out if isinstance(a, GroupAck))
+            batch.error = self._as_store_error(exc)
+        else:
+            batch.results = self._acks(batch.arrivals, results, start, self._clock() - start)
         for t in batch.tickets:
             t._release()
 
@@ -231,3 +269,103 @@ class GroupCommitter:
 
     def __exit__(self, *exc):
         self.close()
+
+
+class AsyncGroupCommitter(_CommitterCore):
+    """Coalesce appends from concurrent asyncio tasks into shared flushes.
+
+    Same arguments and policy as :class:`GroupCommitter`; writers are tasks on one event loop.
+    With ``offload=True`` (default) each flush runs in a worker thread so the loop stays
+    responsive while the barrier is in progress; ``offload=False`` flushes on the loop itself.
+    Create it inside the running loop; close it with ``await committer.aclose()``.
+    """
+
+    def __init__(self, store: LogStore, tier: AckTier, *, flush_timer_s: float = 0.001, batch_cap: int = 64,
+                 adaptive: bool = True, offload: bool = True, clock: Callable[[], float] = time.perf_counter,
+                 keep_stats: bool = True):
+        super().__init__(store, tier, flush_timer_s, batch_cap, adaptive, clock, keep_stats)
+        self.offload = offload
+        self._loop = asyncio.get_running_loop()
+        self._batches: deque[tuple[list[Event], list[float], list[asyncio.Future]]] = deque()
+        self._wake = asyncio.Event()
+        self._task = self._loop.create_task(self._run())
+
+    async def append(self, event: Event) -> GroupAck:
+        """Queue ``event``; return once its batch is durable. Raises the store's error for it."""
+        return (await self.append_many([event]))[0]
+
+    async def append_many(self, events: list[Event]) -> list[GroupAck]:
+        """Queue ``events`` in one batch; return once it is durable. Raises the first error."""
+        if self._closed:
+            raise StoreClosedError("group committer is closed")
+        if not self._batches or len(self._batches[-1][0]) + len(events) > self.batch_cap:
+            self._batches.append(([], [], []))
+        evs, arrivals, futs = self._batches[-1]
+        now = self._clock()
+        mine = []
+        for ev in events:
+            evs.append(ev)
+            arrivals.append(now)
+            fut = self._loop.create_future()
+            futs.append(fut)
+            mine.append(fut)
+        if self._joined(asyncio.current_task(), len(evs)):
+            self._wake.set()
+        results = await asyncio.gather(*mine, return_exceptions=True)
+        for r in results:
+            if isinstance(r, BaseException):
+                raise r
+        return results
+
+    async def _run(self) -> None:
+        while True:
+            if not self._batches:
+                if self._closed:
+                    return
+                self._wake.clear()
+                await self._wake.wait()
+                continue
+            evs, arrivals, futs = self._batches[0]
+            deadline = self._deadline(arrivals[0], len(evs))
+            while not self._closed and len(self._batches) == 1 and not self._due(len(evs)):
+                left = deadline - self._clock()
+                if left <= 0:
+                    break
+                self._wake.clear()
+                try:
+                    await asyncio.wait_for(self._wake.wait(), left)
+                except TimeoutError:
+                    break
+            self._batches.popleft()
+            self._closed_batch()
+            start = self._clock()
+            try:
+                if self.offload:
+                    results = await asyncio.to_thread(self.store.append_batch, evs, self.tier)
+                else:
+                    results = self.store.append_batch(evs, self.tier)
+            except BaseException as exc:   # nobody in the batch is acknowledged
+                err = self._as_store_error(exc)
+                for f in futs:
+                    if not f.done():
+                        f.set_exception(err)
+                continue
+            for f, a in zip(futs, self._acks(arrivals, results, start, self._clock() - start)):
+                if f.done():
+                    continue   # the writer was cancelled; its event is durable all the same
+                if isinstance(a, Exception):
+                    f.set_exception(a)
+                else:
+                    f.set_result(a)
+
+    async def aclose(self) -> None:
+        """Flush what is queued, then stop the flusher task. Idempotent."""
+        self._closed = True
+        self._wake.set()
+        await self._task
+
+    async def __aenter__(self):
+        return self
+
+    async def __aexit__(self, *exc):
+        await self.aclose()

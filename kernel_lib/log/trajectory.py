@@ -83,8 +83,8 @@ class TrajectoryLog:
         """
         ids = list(event_ids) if event_ids is not None else [None] * len(payloads)
         events = [self.stamp(p, self._head + i + 1, event_id=ids[i]) for i, p in enumerate(payloads)]
-        if self._committer is not None and len(events) == 1:
-            self._committer.append(events[0])
+        if self._committer is not None:
+            self._committer.append_many(events)
         else:
             for res in self.store.append_batch(events, self.tier):
                 if isinstance(res, Exception):
