@@ -30,23 +30,28 @@ def _gate(store, **kw):
 
 @pytest.mark.parametrize("coalesce", [False, True])
 def test_intent_and_admission_are_durable_before_the_request_leaves(durable_store_kind, tmp_path, coalesce):
-    """Invariant of eq. 1: at the moment the transport runs, a *fresh* reader of the store (a new
-    connection, as a replacement worker would open) sees Authorized, BudgetReserved and ToolIntent."""
+    """Invariant of eq. 1: at the moment the transport runs, the store already holds Authorized,
+    BudgetReserved and ToolIntent, acknowledged at the fdatasync tier. For SQLite the check reads
+    through a fresh connection, as a replacement worker would; the segment log admits one opener,
+    so there the check reads the store's acknowledged content and its synced watermark."""
     store = make_store(durable_store_kind, tmp_path)
     gate = _gate(store, coalesce_admission=coalesce)
+    assert gate.log.tier.label == "fdatasync"
     seen = {}
 
     def transport(intent):
-        store.close() if durable_store_kind == "segment" else None   # segment: single opener; reopen it
-        fresh = make_store(durable_store_kind, tmp_path)
-        seen["types"] = [e.event_type for e in fresh.read("traj")]
-        fresh.close()
+        if durable_store_kind == "sqlite":
+            fresh = make_store("sqlite", tmp_path)
+            seen["types"] = [e.event_type for e in fresh.read("traj")]
+            fresh.close()
+        else:
+            seen["types"] = [e.event_type for e in store.read("traj")]
+            seen["synced"] = store.synced_watermark == store.end_position
         return ToolReply("accepted", job_handle="job_tests_18")
 
-    if durable_store_kind == "segment":
-        pytest.skip("the segment log is single-opener; covered through the memory view below")
     gate.run_tool(PROPOSAL, transport)
     assert seen["types"][-3:] == ["Authorized", "BudgetReserved", "ToolIntent"]
+    assert seen.get("synced", True)
     store.close()
 
 

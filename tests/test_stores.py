@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import multiprocessing as mp
-import threading
-import time
 
 import pytest
 from hypothesis import settings
@@ -13,7 +11,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 
 from kernel_lib.errors import (AcknowledgmentTooWeakError, ConflictingDuplicateError, SequenceGapError,
                                StaleOwnerError, TierNotOfferedError)
-from kernel_lib.log import (AckTier, FailureDomain, GroupCommitter, MemoryStore, SQLiteStore, TrajectoryLog,
+from kernel_lib.log import (AckTier, FailureDomain, MemoryStore, SQLiteStore, TrajectoryLog,
                             choose_tier)
 from tests.conftest import make_store
 from tests.helpers import ev, intent, result, task

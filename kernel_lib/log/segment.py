@@ -95,18 +95,16 @@ from dataclasses import dataclass
 from typing import Iterator, Sequence
 
 import crc32c as _crc32c
-from pydantic import ValidationError
 
 from ..errors import (
     ConfigError,
     CorruptLogError,
-    MalformedEventError,
     StaleOwnerError,
     StoreClosedError,
     StoreError,
     StoreFailedError,
 )
-from ..events import Event, Provenance, payload_class
+from ..events import Event, decode_stored
 from .base import AckTier, AppendOutcome, LogStore, RecoveryReport, StoredRef, check_append
 from .fs import DirLock, FileHandle, FileSystem, OsFileSystem
 
@@ -208,29 +206,6 @@ def _fence_fields(body: bytes) -> tuple[str, int]:
     except UnicodeDecodeError as exc:
         raise ValueError(f"fence trajectory id is not UTF-8: {exc}") from None
     return tid, epoch
-
-
-def _decode_stored(body: bytes) -> Event:
-    """Decode the canonical bytes of a stored EVENT record.
-
-    The frame's CRC proves these are the exact bytes the append path took from an
-    :class:`Event`'s ``canonical``, so re-encoding them to prove canonical form (what
-    :func:`kernel_lib.events.decode` does, ~4x the cost) adds nothing; the payload is still
-    validated against its registered schema.
-
-    Raises UnknownEventTypeError, UnknownSchemaVersionError, MalformedEventError.
-    """
-    d = json.loads(body)
-    eid = d["event_id"]
-    cls = payload_class(d["event_type"], d["schema_version"], event_id=eid)
-    try:
-        payload = cls.model_validate(d["payload"])
-    except ValidationError as exc:
-        raise MalformedEventError(f"stored payload invalid: {exc.errors()[0].get('msg')}", event_id=eid,
-                                  event_type=d["event_type"]) from exc
-    return Event(d["trajectory_id"], eid, d["sequence_number"], d["event_type"], d["schema_version"],
-                 d["reducer_version"], d["owner_epoch"], d["control_epoch"], Provenance(**d["provenance"]),
-                 payload, body, hashlib.sha256(body).hexdigest())
 
 
 class SegmentStore(LogStore):
@@ -575,7 +550,7 @@ class SegmentStore(LogStore):
             rows = self._bytes.get(trajectory_id, [])
             hi = len(rows) if stop is None else max(0, min(stop, len(rows)))
             chunk = rows[max(start, 1) - 1:hi]
-        return (_decode_stored(b) for b in chunk)
+        return (decode_stored(b) for b in chunk)
 
     def head(self, trajectory_id: str) -> int:
         with self._lock:

@@ -29,7 +29,8 @@ from pathlib import Path
 from typing import Iterator, Sequence
 
 from ..errors import StaleOwnerError, StoreClosedError, StoreError, StoreFailedError
-from ..events import Event, decode
+from ..errors import CorruptLogError
+from ..events import Event, decode_stored, digest
 from .base import AckTier, AppendOutcome, LogStore, RecoveryReport, StoredRef, check_append
 
 _SCHEMA = """
@@ -199,9 +200,15 @@ class SQLiteStore(LogStore):
             if self._closed:
                 raise StoreClosedError(f"SQLite log {self.path} is closed")
             rows = self._db.execute(
-                "SELECT body FROM events WHERE trajectory_id=? AND sequence_number>=? AND sequence_number<=? "
+                "SELECT body, digest, sequence_number FROM events WHERE trajectory_id=? AND sequence_number>=? AND sequence_number<=? "
                 "ORDER BY sequence_number", (trajectory_id, start, stop if stop is not None else 2**62)).fetchall()
-        return (decode(bytes(r[0])) for r in rows)
+        return (self._checked(trajectory_id, bytes(r[0]), r[1], r[2]) for r in rows)
+
+    def _checked(self, trajectory_id: str, body: bytes, stored_digest: str, seq: int) -> Event:
+        """Decode a stored event after checking its bytes against the digest stored with them."""
+        if digest(body) != stored_digest:
+            raise CorruptLogError(f"{self.path}: stored bytes of {trajectory_id}#{seq} do not match their digest")
+        return decode_stored(body)
 
     def head(self, trajectory_id: str) -> int:
         with self._lock:
