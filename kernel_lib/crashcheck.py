@@ -50,7 +50,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Sequence
 
-from .errors import CorruptLogError, KernelError
+from .errors import ConfigError, CorruptLogError, KernelError
 from .events import (
     Authorized,
     BudgetReserved,
@@ -586,13 +586,19 @@ def run(seed: int = 0, max_states: int | None = None, progress: bool = False,
         store_cls: the store under test (a subclass, e.g. a deliberately broken one).
 
     Returns:
-        A :class:`CrashCheckReport`. Raises KeyError naming an unknown workload.
+        A :class:`CrashCheckReport`.
+
+    Raises:
+        ConfigError: an unknown workload, or ``max_states`` < 1.
     """
+    if max_states is not None and (isinstance(max_states, bool) or not isinstance(max_states, int)
+                                   or max_states < 1):
+        raise ConfigError(f"max_states must be an integer >= 1 (or None for all), got {max_states!r}")
     t0 = time.perf_counter()
     names = list(workloads) if workloads else list(WORKLOADS)
     unknown = [n for n in names if n not in WORKLOADS]
     if unknown:
-        raise KeyError(f"unknown workload(s) {unknown}; choose from {list(WORKLOADS)}")
+        raise ConfigError(f"unknown workload(s) {unknown}; choose from {list(WORKLOADS)}")
     report = CrashCheckReport(seed=seed)
     jobs: list[tuple[_Recorded, CrashState]] = []
     for name in names:
@@ -683,10 +689,7 @@ def _description() -> str:
 
 def _cmd_crashcheck(args: argparse.Namespace) -> int:
     progress = not args.json and sys.stderr.isatty()
-    try:
-        report = run(seed=args.seed, max_states=args.max_states, progress=progress, workloads=args.workload)
-    except KeyError as exc:
-        raise KernelError(str(exc.args[0])) from None
+    report = run(seed=args.seed, max_states=args.max_states, progress=progress, workloads=args.workload)
     if args.json:
         print(json.dumps(report.to_dict(), sort_keys=True))
     else:

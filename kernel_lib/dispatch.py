@@ -25,13 +25,14 @@ crash at each position, following table 3 and the completeness rule.
 from __future__ import annotations
 
 import hashlib
+import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Literal, Sequence
 
-from .errors import AdmissionDenied, DispatchWithheld, KernelError
+from .errors import AdmissionDenied, ConfigError, DispatchWithheld, KernelError, MalformedEventError
 from .events import (
     Authorized, BudgetReserved, BudgetSettled, ContextBuilt, ControlChanged, Event, ModelReplied,
-    Payload, TaskStarted, ToolIntent, ToolResult,
+    Payload, TaskStarted, ToolIntent, ToolResult, redact_secrets,
 )
 from .log.trajectory import TrajectoryLog
 from .record import TrajectoryRecord, _apply_in_place, fold, initial_record
@@ -39,6 +40,12 @@ from .record import TrajectoryRecord, _apply_in_place, fold, initial_record
 # ------------------------------------------------------------------------------------------------
 # proposals and replies
 # ------------------------------------------------------------------------------------------------
+
+
+def _check_bound(subject: str, bound_usd: Any) -> None:
+    if isinstance(bound_usd, bool) or not isinstance(bound_usd, (int, float)) or not math.isfinite(bound_usd) \
+            or bound_usd < 0:
+        raise ConfigError(f"{subject}: cost_bound_usd must be a finite number >= 0, got {bound_usd!r}")
 
 
 @dataclass(frozen=True)
@@ -57,6 +64,9 @@ class ToolProposal:
     repeat_contract: str = "idempotency_key"
     input_ref: str | None = None
     revision: str | None = None
+
+    def __post_init__(self) -> None:
+        _check_bound(self.operation_id, self.cost_bound_usd)
 
 
 @dataclass(frozen=True)
@@ -81,6 +91,9 @@ class ModelCall:
     grant_id: str
     cost_bound_usd: float
     request_config: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        _check_bound(self.invocation_id, self.cost_bound_usd)
 
 
 @dataclass(frozen=True)
@@ -159,9 +172,10 @@ class DispatchGate:
     # --- appends ---------------------------------------------------------------------------------
     def _append(self, *payloads: Payload) -> list[Event]:
         events = self.log.append_many(list(payloads))
-        for ev in events:
+        for ev in events:   # fold the whole batch before any callback can append more
             _apply_in_place(self.record, ev)
-            self.log.control_epoch = self.record.control_epoch
+        self.log.control_epoch = self.record.control_epoch
+        for ev in events:
             self.on_position(f"after:{ev.event_type}", ev)
         return events
 
@@ -187,10 +201,16 @@ class DispatchGate:
             if kind == "model" or attempt_id in op.attempts:
                 raise AdmissionDenied(f"{subject_id} already has a durable intent ({op.status}); a retry needs "
                                       "a fresh identity (a new attempt id, or a new invocation id for a model call)")
-            if op.status == "in_doubt" and repeat_contract not in REPEAT_SAFE_CONTRACTS:
+            if op.status == "established":
+                raise AdmissionDenied(f"{subject_id} is established (its outcome is recorded); running it again is "
+                                      "a new operation with its own operation id")
+            if op.repeat_contract not in REPEAT_SAFE_CONTRACTS:   # the contract recorded with the intent
                 raise AdmissionDenied(
-                    f"{subject_id} is in doubt and its endpoint contract is {repeat_contract!r}: settle it "
+                    f"{subject_id} is in doubt and its endpoint contract is {op.repeat_contract!r}: settle it "
                     f"first (reconciliation), only {sorted(REPEAT_SAFE_CONTRACTS)} license another attempt")
+            if repeat_contract != op.repeat_contract:
+                raise AdmissionDenied(f"{subject_id}: a new attempt must keep the recorded repeat contract "
+                                      f"{op.repeat_contract!r}, not {repeat_contract!r}")
         ok, why = self.policy.authorize(rec, grant_id, subject)
         b = rec.budget
         if ok and (b.actual_consumption_usd + b.outstanding_reservations_usd + bound_usd
@@ -269,13 +289,23 @@ class DispatchGate:
 
     def record_evidence(self, operation_id: str, attempt_id: str, reply: ToolReply,
                         source: str = "reply") -> TrajectoryRecord:
-        """Append a ToolResult (and usage evidence when given) for an attempt."""
-        payloads: list[Payload] = [ToolResult(
+        """Append a ToolResult (and usage evidence when given) for an attempt.
+
+        Evidence is what the endpoint sent, so credential-looking fields in it are redacted (and
+        listed under ``outcome.redacted_fields``) rather than refused: the log keeps the evidence
+        and never the secret. A reply that is not a :class:`ToolReply` is recorded as incomplete
+        evidence (the request did leave), so the attempt stays in doubt.
+        """
+        if not isinstance(reply, ToolReply):
+            reply = ToolReply(status="partial", outcome={"error": f"transport returned {type(reply).__name__}, "
+                                                                  "not a ToolReply"})
+        outcome, hidden = redact_secrets(reply.outcome)
+        evidence, hidden_ev = redact_secrets(reply.evidence)
+        if hidden or hidden_ev:
+            outcome = {**(outcome or {}), "redacted_fields": hidden + [f"evidence.{h}" for h in hidden_ev]}
+        self._append(ToolResult(
             operation_id=operation_id, attempt_id=attempt_id, status=reply.status, job_handle=reply.job_handle,
-            outcome=reply.outcome, observation_complete=reply.observation_complete, evidence=reply.evidence,
-            source=source)]
-        for p in payloads:
-            self._append(p)
+            outcome=outcome, observation_complete=reply.observation_complete, evidence=evidence, source=source))
         op = self.record.operations.get(operation_id)
         if reply.charged_usd is not None and op and op.reservation_id:
             settled = op.status == "established"
@@ -287,16 +317,24 @@ class DispatchGate:
     # --- model calls -------------------------------------------------------------------------------
     def run_model(self, call: ModelCall, transport: ModelTransport) -> ModelReply:
         """ContextBuilt and its reservation durable before the request leaves (§11.3.2)."""
+        try:
+            sha = hashlib.sha256(call.delivered_input.encode()).hexdigest()
+        except UnicodeEncodeError:
+            raise MalformedEventError("the model call's delivered input is not valid UTF-8 (lone surrogate)",
+                                      event_type="ContextBuilt") from None
         ctx = ContextBuilt(invocation_id=call.invocation_id, model=call.model, delivered_input=call.delivered_input,
-                           delivered_input_sha256=hashlib.sha256(call.delivered_input.encode()).hexdigest(),
-                           request_config=call.request_config)
+                           delivered_input_sha256=sha, request_config=call.request_config)
         epoch = self.record.control_epoch
         self._admit(call.invocation_id, "model", call.grant_id, call.model, call.cost_bound_usd, ctx)
         self._recheck(call.invocation_id, epoch)
         reply = transport(ctx)
         self.on_position("after:dispatch", None)
-        self._append(ModelReplied(invocation_id=call.invocation_id, status=reply.status, reply=reply.reply,
-                                  proposal=reply.proposal, input_tokens=reply.input_tokens,
+        if not isinstance(reply, ModelReply):
+            reply = ModelReply(status="error", reply=f"transport returned {type(reply).__name__}, not a ModelReply")
+        text, _ = redact_secrets(reply.reply)
+        proposal, _ = redact_secrets(reply.proposal)
+        self._append(ModelReplied(invocation_id=call.invocation_id, status=reply.status, reply=text,
+                                  proposal=proposal, input_tokens=reply.input_tokens,
                                   output_tokens=reply.output_tokens))
         self._append(BudgetSettled(reservation_id=reservation_id(call.invocation_id), subject_id=call.invocation_id,
                                    actual_usd=reply.charged_usd, final=reply.status == "complete",
@@ -373,6 +411,9 @@ def crash_positions(events: Sequence[Event], operation_id: str | None = None,
     twice: as a complete authoritative prefix, and as an incomplete one (a reader lagging by
     ``lag_events`` events, e.g. an asynchronous replica).
 
+    The log is folded once, incrementally; the conclusion for every prefix length is computed
+    as the fold passes it, so the cost is linear in events × operations.
+
     Args:
         events: the recorded trajectory, in sequence order.
         operation_id: the tool operation to classify (default: the first tool operation logged).
@@ -380,7 +421,13 @@ def crash_positions(events: Sequence[Event], operation_id: str | None = None,
 
     Returns:
         One :class:`CrashPosition` per (position, completeness), in position order.
+
+    Raises:
+        ConfigError: ``lag_events`` < 1. KernelError: no such operation in the log (or no
+        ToolIntent at all when ``operation_id`` is None). FoldError: the events do not fold.
     """
+    if isinstance(lag_events, bool) or not isinstance(lag_events, int) or lag_events < 1:
+        raise ConfigError(f"lag_events must be an integer >= 1, got {lag_events!r}")
     events = list(events)
     if not events:
         return []
@@ -388,10 +435,24 @@ def crash_positions(events: Sequence[Event], operation_id: str | None = None,
     if operation_id is None:
         tool_ops = [ev.payload.operation_id for ev in events if isinstance(ev.payload, ToolIntent)]
         if not tool_ops:
-            raise KernelError("the trajectory logs no ToolIntent; name an operation with operation_id")
+            raise KernelError("the trajectory logs no ToolIntent; name the operation to classify (--operation)")
         operation_id = tool_ops[0]
-    traj = events[0].trajectory_id
+    elif operation_id not in dispatch_after and not any(
+            getattr(ev.payload, "operation_id", None) == operation_id
+            or getattr(ev.payload, "subject_id", None) == operation_id for ev in events):
+        raise KernelError(f"operation {operation_id!r} does not occur in the log; operations with an intent: "
+                          f"{sorted(dispatch_after)[:10]}")
     intents = {seq: op for op, seq in dispatch_after.items()}
+    others = [k for k in dispatch_after if k != operation_id]
+
+    # conclusions for every surviving prefix length n = 0..N, complete and incomplete
+    rec = initial_record(events[0].trajectory_id)
+    table: list[dict[bool, tuple[Conclusion, str, dict[str, str]]]] = []
+    for n in range(len(events) + 1):
+        if n:
+            _apply_in_place(rec, events[n - 1])
+        table.append({c: (*conclude(rec, operation_id, c), {k: conclude(rec, k, c)[0] for k in others})
+                      for c in (True, False)})
 
     # (label, surviving prefix length n, dispatched?) ; dispatched = the op's request has left
     op_intent = dispatch_after.get(operation_id)
@@ -411,9 +472,7 @@ def crash_positions(events: Sequence[Event], operation_id: str | None = None,
     for label, n, dispatched in positions:
         for complete in (True, False):
             seen = n if complete else max(n - lag_events, 0)
-            rec = fold(initial_record(traj), events[:seen])
-            concl, why = conclude(rec, operation_id, complete)
-            others = {k: conclude(rec, k, complete)[0] for k in dispatch_after if k != operation_id}
+            concl, why, other = table[seen][complete]
             sound = not (concl == "not_dispatched" and dispatched)
-            out.append(CrashPosition(label, n, complete, seen, operation_id, concl, dispatched, sound, why, others))
+            out.append(CrashPosition(label, n, complete, seen, operation_id, concl, dispatched, sound, why, other))
     return out

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import re
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
@@ -43,31 +44,106 @@ JSONValue = Any
 # payload records
 # ------------------------------------------------------------------------------------------------
 
-_SECRET_KEYS = {
-    "secret", "password", "passwd", "apikey", "token", "accesstoken", "authtoken", "bearertoken",
-    "authorization", "credential", "credentials", "privatekey", "secretkey", "accesskey",
-    "clientsecret", "sessiontoken", "refreshtoken",
-}
-_SECRET_VALUE = re.compile(r"^(Bearer\s+\S+|sk-[A-Za-z0-9_\-]{16,}|ghp_[A-Za-z0-9]{20,}|AKIA[0-9A-Z]{16}|-----BEGIN [A-Z ]*PRIVATE KEY-----)")
+#: Largest magnitude a number in an event may have: RFC 8785 numbers are IEEE doubles, and a
+#: value at or beyond 2**53 would not read back as the same JSON integer.
+JSON_SAFE_MAX = 2**53 - 1
+#: Deepest nesting of lists/objects a payload may use.
+JSON_MAX_DEPTH = 64
+
+# key names (lower-cased, letters only) that name a credential, by substring or by suffix
+_SECRET_KEY_PARTS = ("apikey", "secret", "password", "passwd", "privatekey", "accesskey", "credential",
+                     "authorization", "bearer", "jwt", "cookie", "sessionid")
+_SECRET_KEY_SUFFIXES = ("token",)
+_SECRET_IN_TEXT = re.compile(
+    r"(Bearer\s+[A-Za-z0-9._~+/=-]{8,}|sk-[A-Za-z0-9_\-]{16,}|gh[pousr]_[A-Za-z0-9]{20,}|AKIA[0-9A-Z]{16}"
+    r"|eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]*|-----BEGIN [A-Z ]*PRIVATE KEY-----)")
 
 
-def _find_secret(value: Any, path: str = "") -> str | None:
-    """Return the path of the first field that looks like a credential, or None."""
+def _secret_key(k: str) -> bool:
+    n = re.sub(r"[^a-z]", "", k.lower())
+    return any(p in n for p in _SECRET_KEY_PARTS) or n.endswith(_SECRET_KEY_SUFFIXES) or n == "auth"
+
+
+def _walk_secrets(value: Any, path: str, hits: list[str], redact: bool) -> Any:
+    if isinstance(value, dict):
+        out = {}
+        for k, v in value.items():
+            p = f"{path}.{k}" if path else str(k)
+            if isinstance(k, str) and _secret_key(k) and v not in (None, "", [], {}) and not _redacted(v):
+                hits.append(p)
+                out[k] = f"[redacted:{hashlib.sha256(repr(v).encode()).hexdigest()[:12]}]" if redact else v
+            else:
+                out[k] = _walk_secrets(v, p, hits, redact)
+        return out
+    if isinstance(value, list):
+        return [_walk_secrets(v, f"{path}[{i}]", hits, redact) for i, v in enumerate(value)]
+    if isinstance(value, str) and _SECRET_IN_TEXT.search(value):
+        hits.append(path or "<value>")
+        return _SECRET_IN_TEXT.sub(lambda m: f"[redacted:{hashlib.sha256(m.group().encode()).hexdigest()[:12]}]",
+                                   value) if redact else value
+    return value
+
+
+def _redacted(v: Any) -> bool:
+    return isinstance(v, str) and v.startswith("[redacted:") and v.endswith("]")
+
+
+def find_secrets(value: Any) -> list[str]:
+    """Paths of every field in JSON-like ``value`` that looks like a credential (by key or text)."""
+    hits: list[str] = []
+    _walk_secrets(value, "", hits, False)
+    return hits
+
+
+def redact_secrets(value: Any) -> tuple[Any, list[str]]:
+    """A copy of JSON-like ``value`` with credential-looking fields and text replaced by
+    ``[redacted:<sha256 prefix>]``, and the paths redacted. Used for *evidence* (tool outcomes,
+    model replies), which the runtime does not control: the evidence is kept, the secret is not."""
+    hits: list[str] = []
+    return _walk_secrets(value, "", hits, True), hits
+
+
+def check_json(value: Any, path: str = "payload", depth: int = 0) -> None:
+    """Raise ValueError unless ``value`` is plain JSON data that encodes canonically and reads
+    back identically: None, bool, int or finite float with magnitude ≤ :data:`JSON_SAFE_MAX`,
+    UTF-8-encodable str, list, or dict with str keys; at most :data:`JSON_MAX_DEPTH` levels."""
+    if depth > JSON_MAX_DEPTH:
+        raise ValueError(f"{path}: nested deeper than {JSON_MAX_DEPTH} levels")
+    if value is None or isinstance(value, bool):
+        return
+    if isinstance(value, int):
+        if abs(value) > JSON_SAFE_MAX:
+            raise ValueError(f"{path}: {value} is outside ±(2**53 - 1), the range that survives canonical JSON; "
+                             "store it as a string")
+        return
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise ValueError(f"{path}: {value} is not a finite number (JSON has no NaN or infinity)")
+        if abs(value) > JSON_SAFE_MAX:
+            raise ValueError(f"{path}: {value} is outside ±(2**53 - 1), the range that survives canonical JSON; "
+                             "store it as a string")
+        return
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            raise ValueError(f"{path}: text holds a lone surrogate and is not valid UTF-8") from None
+        return
+    if isinstance(value, list):
+        for i, v in enumerate(value):
+            check_json(v, f"{path}[{i}]", depth + 1)
+        return
     if isinstance(value, dict):
         for k, v in value.items():
-            if re.sub(r"[^a-z]", "", str(k).lower()) in _SECRET_KEYS:
-                return f"{path}.{k}" if path else str(k)
-            hit = _find_secret(v, f"{path}.{k}" if path else str(k))
-            if hit:
-                return hit
-    elif isinstance(value, (list, tuple)):
-        for i, v in enumerate(value):
-            hit = _find_secret(v, f"{path}[{i}]")
-            if hit:
-                return hit
-    elif isinstance(value, str) and _SECRET_VALUE.match(value):
-        return path or "<value>"
-    return None
+            if not isinstance(k, str):
+                raise ValueError(f"{path}: key {k!r} is not a string")
+            check_json(k, f"{path} key", depth + 1)
+            check_json(v, f"{path}.{k}", depth + 1)
+        return
+    if isinstance(value, BaseModel):
+        return
+    raise ValueError(f"{path}: {type(value).__name__} is not JSON data (use lists, dicts with str keys, "
+                     "str, numbers, bool, None)")
 
 
 class Payload(BaseModel):
@@ -83,13 +159,21 @@ class Payload(BaseModel):
     event_type: ClassVar[str]
     schema_version: ClassVar[int]
 
+    @model_validator(mode="before")
+    @classmethod
+    def _plain_json(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            check_json(data, cls.event_type)
+        return data
+
     @model_validator(mode="after")
     def _no_secrets(self) -> "Payload":
-        hit = _find_secret(self.model_dump(mode="json"))
-        if hit:
+        # the record's own field names are the schema's, not data: scan their values only
+        hits = [h for v in self.model_dump(mode="json").values() for h in find_secrets(v)]
+        if hits:
             raise ValueError(
-                f"field {hit!r} looks like a credential; events must reference a capability grant "
-                "(grant_id), never hold a secret"
+                f"field {hits[0]!r} looks like a credential; events reference a capability grant "
+                "(grant_id) and never hold a secret (evidence can be passed through redact_secrets)"
             )
         return self
 
@@ -535,11 +619,18 @@ def decode(data: bytes) -> Event:
             schema, or bytes that are not the canonical encoding of what they hold.
         UnknownEventTypeError, UnknownSchemaVersionError: the type/version is not registered.
     """
+    data = _as_bytes(data)
     try:
         d = json.loads(data)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise MalformedEventError(f"event is not valid UTF-8 JSON: {exc}") from exc
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        raise MalformedEventError(f"event is not valid UTF-8 JSON: {str(exc)[:200]}") from None
     return from_dict(d, expect_canonical=data)
+
+
+def _as_bytes(data: Any) -> bytes:
+    if isinstance(data, (bytes, bytearray, memoryview)):
+        return bytes(data)
+    raise MalformedEventError(f"an encoded event must be bytes, got {type(data).__name__}")
 
 
 def from_dict(d: Any, *, expect_canonical: bytes | None = None) -> Event:
@@ -582,10 +673,11 @@ def decode_stored(data: bytes) -> Event:
 
     Raises: as :func:`decode`.
     """
+    data = _as_bytes(data)
     try:
         d = json.loads(data)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise MalformedEventError(f"stored event is not valid UTF-8 JSON: {exc}") from exc
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        raise MalformedEventError(f"stored event is not valid UTF-8 JSON: {str(exc)[:200]}") from None
     if not isinstance(d, dict) or set(d) != set(_ENVELOPE_KEYS):
         raise MalformedEventError("stored event does not have the envelope's keys")
     event_id = d["event_id"] if isinstance(d["event_id"], str) else None

@@ -46,7 +46,13 @@ class Attempt:
     job_handle: str | None = None
     last_result_status: str | None = None
     last_result_sequence: int | None = None
+    established: bool = False   # complete completed/failed evidence recorded for this attempt
     late: bool = False   # evidence stamped with an older control_epoch than the record's
+
+    @property
+    def in_doubt(self) -> bool:
+        """An intent is logged and no adequate evidence settles it."""
+        return self.intent_sequence is not None and not self.established
 
 
 @dataclass
@@ -88,6 +94,11 @@ class Reservation:
     def outstanding_usd(self) -> float:
         """Liability still held: the bound minus verified usage, or 0 once finally settled."""
         return 0.0 if self.released else max(self.amount_usd - self.settled_usd, 0.0)
+
+    @property
+    def overrun_usd(self) -> float:
+        """Verified usage beyond the reservation bound (a real overcharge, kept visible)."""
+        return max(self.settled_usd - self.amount_usd, 0.0)
 
 
 @dataclass
@@ -153,6 +164,12 @@ class TrajectoryRecord:
         """Ids of operations whose outcome the record cannot settle, in log order."""
         return [k for k, op in self.operations.items() if op.status == "in_doubt"]
 
+    def attempts_in_doubt(self) -> list[tuple[str, str]]:
+        """(operation id, attempt id) of every attempt with an intent and no adequate evidence,
+        including extra attempts of an operation another attempt already established (their
+        effects and charges are still unknown)."""
+        return [(k, a.attempt_id) for k, op in self.operations.items() for a in op.attempts.values() if a.in_doubt]
+
     def to_dict(self) -> dict[str, Any]:
         """JSON-compatible view, with derived budget figures included."""
         d = asdict(self)
@@ -164,6 +181,8 @@ class TrajectoryRecord:
             d["operations"][k]["attempt_id"] = op.current_attempt_id
             d["operations"][k]["job_handle"] = op.job_handle
         d["in_doubt"] = self.in_doubt()
+        d["attempts_in_doubt"] = [list(x) for x in self.attempts_in_doubt()]
+        d["budget"]["overruns"] = {k: r.overrun_usd for k, r in self.budget.reservations.items() if r.overrun_usd > _EPS}
         return d
 
 
@@ -198,11 +217,23 @@ def apply(record: TrajectoryRecord, event: Event) -> TrajectoryRecord:
     return fold(record, [event])
 
 
-def _op(rec: TrajectoryRecord, op_id: str, kind: Literal["tool", "model"]) -> Operation:
+def _op(rec: TrajectoryRecord, op_id: str, kind: Literal["tool", "model"], ev: Event) -> Operation:
     op = rec.operations.get(op_id)
     if op is None:
         op = rec.operations[op_id] = Operation(operation_id=op_id, kind=kind)
+    elif op.kind != kind:
+        raise FoldError(f"event {ev.event_id} ({ev.event_type}) names {op_id!r} as a {kind} call, but the log "
+                        f"already uses that id for a {op.kind} call")
     return op
+
+
+def _settle_status(op: Operation) -> None:
+    """Operation status from its attempts: established if any attempt is, else in doubt if any
+    attempt has an intent; admission statuses are left alone otherwise."""
+    if any(a.established for a in op.attempts.values()):
+        op.status = "established"
+    elif any(a.intent_sequence is not None for a in op.attempts.values()) or op.intent_missing:
+        op.status = "in_doubt"
 
 
 def _apply_in_place(rec: TrajectoryRecord, ev: Event) -> None:
@@ -227,6 +258,8 @@ def _apply_in_place(rec: TrajectoryRecord, ev: Event) -> None:
 
 
 def _task_started(rec: TrajectoryRecord, ev: Event, p: TaskStarted) -> None:
+    if rec.task is not None:
+        raise FoldError(f"event {ev.event_id}: a second TaskStarted (the task started at an earlier event)")
     rec.task = p.model_dump(mode="json")
     rec.control_state = "RUNNING"
     rec.budget.ceiling_usd = p.budget_ceiling_usd
@@ -234,39 +267,46 @@ def _task_started(rec: TrajectoryRecord, ev: Event, p: TaskStarted) -> None:
 
 
 def _context_built(rec: TrajectoryRecord, ev: Event, p: ContextBuilt) -> None:
-    op = _op(rec, p.invocation_id, "model")
+    op = _op(rec, p.invocation_id, "model", ev)
+    if p.invocation_id in op.attempts and op.attempts[p.invocation_id].intent_sequence is not None:
+        raise FoldError(f"event {ev.event_id}: invocation {p.invocation_id} was already built; a retry needs a "
+                        "fresh invocation id")
     op.tool = p.model
     op.input_ref = p.delivered_input_sha256
     att = op.attempts.setdefault(p.invocation_id, Attempt(p.invocation_id))
     att.intent_sequence = ev.sequence_number
     op.current_attempt_id = p.invocation_id
-    op.status = "in_doubt"   # the request may have left; only a ModelReplied settles it
+    _settle_status(op)   # in doubt: the request may have left; only a ModelReplied settles it
 
 
 def _model_replied(rec: TrajectoryRecord, ev: Event, p: ModelReplied) -> None:
-    op = _op(rec, p.invocation_id, "model")
+    op = _op(rec, p.invocation_id, "model", ev)
     att = op.attempts.setdefault(p.invocation_id, Attempt(p.invocation_id))
     att.last_result_status, att.last_result_sequence = p.status, ev.sequence_number
     if att.intent_sequence is None:
         op.intent_missing = True
-    if p.status == "complete":
-        op.status = "established"
+    if p.status == "complete" and not att.established:
+        att.established = True
         op.outcome = {"reply": p.reply, "proposal": p.proposal, "input_tokens": p.input_tokens,
                       "output_tokens": p.output_tokens}
     # partial or error replies leave the charge in doubt until usage evidence settles it
+    _settle_status(op)
 
 
 def _authorized(rec: TrajectoryRecord, ev: Event, p: Authorized) -> None:
     rec.decisions[p.decision_id] = {"subject_id": p.subject_id, "decision": p.decision,
                                     "policy_version": p.policy_version, "grant_id": p.grant_id,
                                     "sequence_number": ev.sequence_number}
-    op = _op(rec, p.subject_id, p.subject_kind)
+    op = _op(rec, p.subject_id, p.subject_kind, ev)
     op.authorization_ref = p.decision_id
     if op.status in ("proposed", "admitted", "denied"):
         op.status = "denied" if p.decision == "deny" else ("admitted" if op.reservation_id else "proposed")
 
 
 def _budget_reserved(rec: TrajectoryRecord, ev: Event, p: BudgetReserved) -> None:
+    if p.reservation_id in rec.budget.reservations:
+        raise FoldError(f"event {ev.event_id}: reservation {p.reservation_id} already exists; a reservation "
+                        "is never replaced (that would change the liability it holds)")
     rec.budget.reservations[p.reservation_id] = Reservation(p.reservation_id, p.subject_id, p.amount_usd)
     op = rec.operations.get(p.subject_id)
     if op is not None:
@@ -281,6 +321,8 @@ def _budget_settled(rec: TrajectoryRecord, ev: Event, p: BudgetSettled) -> None:
     if r is None:   # usage evidence without a reservation: count it, hold nothing
         rec.budget.actual_consumption_usd += p.actual_usd
         return
+    if r.released:
+        raise FoldError(f"event {ev.event_id}: reservation {p.reservation_id} was already finally settled")
     r.settled_usd += p.actual_usd
     rec.budget.actual_consumption_usd += p.actual_usd
     if p.final:
@@ -288,39 +330,49 @@ def _budget_settled(rec: TrajectoryRecord, ev: Event, p: BudgetSettled) -> None:
 
 
 def _tool_intent(rec: TrajectoryRecord, ev: Event, p: ToolIntent) -> None:
-    op = _op(rec, p.operation_id, "tool")
+    op = _op(rec, p.operation_id, "tool", ev)
+    if p.attempt_id in op.attempts and op.attempts[p.attempt_id].intent_sequence is not None:
+        raise FoldError(f"event {ev.event_id}: attempt {p.attempt_id} of {p.operation_id} already has an intent; "
+                        "a new transport attempt needs a new attempt id")
     op.tool, op.arguments, op.input_ref = p.tool, dict(p.arguments), p.input_ref
     op.repeat_contract = p.repeat_contract
     op.authorization_ref = p.authorization_ref
     op.reservation_id = p.reservation_ref
     att = op.attempts.setdefault(p.attempt_id, Attempt(p.attempt_id))
     att.intent_sequence = ev.sequence_number
-    op.current_attempt_id = p.attempt_id
-    op.status = "in_doubt"   # possible dispatch: nothing but evidence settles it
-    op.outcome = None
+    if op.status != "established":
+        op.current_attempt_id = p.attempt_id
+    _settle_status(op)   # possible dispatch: nothing but evidence settles this attempt
 
 
 def _tool_result(rec: TrajectoryRecord, ev: Event, p: ToolResult) -> None:
-    op = _op(rec, p.operation_id, "tool")
+    op = _op(rec, p.operation_id, "tool", ev)
     att = op.attempts.setdefault(p.attempt_id, Attempt(p.attempt_id))
     if att.intent_sequence is None:
-        op.intent_missing = True
+        op.intent_missing = True   # evidence of an effect whose intent was never logged (phantom)
     att.last_result_status, att.last_result_sequence = p.status, ev.sequence_number
     att.late = ev.control_epoch < rec.control_epoch
     if p.job_handle:
         att.job_handle = p.job_handle
-    if op.status == "established":
-        return   # later evidence never un-settles an established outcome; it is kept on the attempt
+    if att.established:
+        return   # later evidence never un-settles an established attempt
     if p.status in SETTLING_STATUSES and p.observation_complete:
-        op.status = "established"
-        op.outcome = {"status": p.status, **(p.outcome or {})}
-        op.evidence = p.evidence
-        op.current_attempt_id = p.attempt_id
-    elif att.intent_sequence is not None or op.intent_missing:
-        op.status = "in_doubt"   # accepted / running / timeout / partial / unreachable
+        att.established = True
+        if op.status != "established":   # the first established attempt gives the outcome
+            op.outcome = {"status": p.status, **(p.outcome or {})}
+            op.evidence = p.evidence
+            op.current_attempt_id = p.attempt_id
+    _settle_status(op)   # accepted / running / timeout / partial / unreachable leave it in doubt
+
+
+TERMINAL_STATES = frozenset({"COMPLETED", "CANCELLED", "FAILED"})
 
 
 def _control_changed(rec: TrajectoryRecord, ev: Event, p: ControlChanged) -> None:
+    if rec.control_state in TERMINAL_STATES:
+        raise FoldError(f"event {ev.event_id}: {rec.control_state} is terminal; no transition to {p.to_state}")
+    if rec.task is None:
+        raise FoldError(f"event {ev.event_id}: a control transition before TaskStarted")
     rec.control_state = p.to_state
     if p.bump_control_epoch:
         rec.control_epoch = max(rec.control_epoch, ev.control_epoch) + 1

@@ -182,3 +182,69 @@ def test_only_the_endpoint_contract_licenses_another_attempt_of_an_in_doubt_oper
     else:
         with pytest.raises(AdmissionDenied, match="settle it first"):
             gate.run_tool(p2, timeout)
+
+
+def test_the_recorded_contract_not_the_new_proposal_licenses_a_repeat(tmp_path):
+    from kernel_lib.errors import AdmissionDenied
+    gate = _gate(make_store("sqlite", tmp_path))
+
+    def timeout(i):
+        raise TimeoutError()
+
+    gate.run_tool(ToolProposal("op", "a1", "run_tests", {}, "g", 0.1, repeat_contract="at_most_once"), timeout)
+    with pytest.raises(AdmissionDenied, match="at_most_once"):
+        gate.run_tool(ToolProposal("op", "a2", "run_tests", {}, "g", 0.1, repeat_contract="idempotent"), timeout)
+    gate.run_tool(ToolProposal("done", "a1", "run_tests", {}, "g", 0.1),
+                  lambda i: ToolReply("completed", observation_complete=True))
+    with pytest.raises(AdmissionDenied, match="established"):
+        gate.run_tool(ToolProposal("done", "a2", "run_tests", {}, "g", 0.1), timeout)
+
+
+def test_a_callback_that_appends_inside_a_coalesced_batch_does_not_wedge_the_gate(tmp_path):
+    paused = []
+
+    def pause_once(name, ev):
+        if name == "after:BudgetReserved" and not paused:
+            paused.append(1)
+            gate.change_control("PAUSED", issuer="op", request_id="p1")
+
+    gate = _gate(make_store("sqlite", tmp_path), coalesce_admission=True, on_position=pause_once)
+    with pytest.raises(DispatchWithheld):
+        gate.run_tool(PROPOSAL, lambda i: ToolReply("completed", observation_complete=True))
+    assert gate.record.last_sequence_number == gate.log.head
+    gate.change_control("RUNNING", issuer="op", request_id="r1")
+    assert gate.release("test_r18", lambda i: ToolReply("completed", observation_complete=True)
+                        ).operations["test_r18"].status == "established"
+
+
+def test_secrets_in_evidence_are_redacted_not_lost(tmp_path):
+    store = make_store("sqlite", tmp_path)
+    gate = _gate(store)
+    rec = gate.run_tool(PROPOSAL, lambda i: ToolReply("completed", observation_complete=True,
+                                                     outcome={"passed": 3, "token": "s3cr3t-value"}))
+    op = rec.operations["test_r18"]
+    assert op.status == "established" and op.outcome["passed"] == 3 and op.outcome["redacted_fields"] == ["token"]
+    assert b"s3cr3t-value" not in b"".join(e.canonical for e in store.read("traj"))
+
+
+@pytest.mark.parametrize("garbage", [None, "ok", {"status": "completed"}])
+def test_a_garbage_reply_is_incomplete_evidence(tmp_path, garbage):
+    rec = _gate(make_store("sqlite", tmp_path)).run_tool(PROPOSAL, lambda i: garbage)
+    assert rec.operations["test_r18"].status == "in_doubt"
+    assert rec.operations["test_r18"].attempts["attempt1"].last_result_status == "partial"
+
+
+@pytest.mark.parametrize("bound", [-1.0, float("nan"), float("inf"), "5", True])
+def test_bad_cost_bounds_are_config_errors(bound):
+    from kernel_lib.errors import ConfigError
+    with pytest.raises(ConfigError):
+        ToolProposal("op", "a1", "run_tests", {}, "g", bound)
+
+
+def test_crash_positions_refuse_unknown_operations_and_bad_lags():
+    from kernel_lib.errors import ConfigError, KernelError
+    with pytest.raises(KernelError, match="does not occur"):
+        crash_positions(worksheet_events(), "nope")
+    for lag in (0, -3):
+        with pytest.raises(ConfigError):
+            crash_positions(worksheet_events(), lag_events=lag)

@@ -42,8 +42,16 @@ def test_encoding_is_canonical_and_roundtrips(args, seq, epoch):
 
 
 def test_values_outside_the_canonical_json_domain_are_a_typed_error():
-    with pytest.raises(MalformedEventError, match="canonically encode"):
-        ev(intent(arguments={"n": 2**60}), 1)
+    for bad in ({"n": 2**60}, {"n": 1e17}, {"n": float("nan")}, {"n": float("inf")}, {"s": {1, 2}},
+                {1: "a", "1": "b"}, {"t": "\ud800"}, {"b": b"bytes"}):
+        with pytest.raises(ValueError):
+            intent(arguments=bad)
+    deep = cur = {}
+    for _ in range(100):
+        cur["x"] = {}
+        cur = cur["x"]
+    with pytest.raises(ValueError, match="deeper"):
+        intent(arguments=deep)
 
 
 def test_digest_changes_with_any_field():
@@ -96,11 +104,22 @@ def test_non_canonical_bytes_are_refused():
 
 
 @pytest.mark.parametrize("args", [{"api_key": "x"}, {"headers": {"Authorization": "y"}},
-                                  {"cmd": "Bearer abc.def"}, {"env": [{"password": "p"}]}])
+                                  {"cmd": "curl -H 'Bearer abcdefgh12345'"}, {"env": [{"password": "p"}]},
+                                  {"x-api-key": "k"}, {"aws_secret_access_key": "k"}, {"GITHUB_TOKEN": "k"},
+                                  {"note": "key sk-abcdefghijklmnopqrstu inside text"},
+                                  {"jwt_like": "eyJhbGciOiJIUzI1.eyJzdWIiOiIxMjM0.sig"}])
 def test_an_intent_never_holds_a_secret(args):
     with pytest.raises(ValueError, match="credential"):
         intent(arguments=args)
-    assert intent(arguments={"input_tokens": 5}).grant_id == "g"   # ordinary keys are fine
+    assert intent(arguments={"input_tokens": 5, "max_tokens": 9}).grant_id == "g"   # ordinary keys are fine
+
+
+def test_redaction_keeps_evidence_and_drops_the_secret():
+    outcome = {"token": "abc", "log": "auth: Bearer abcdefgh12345 ok", "passed": 3}
+    clean, paths = E.redact_secrets(outcome)
+    assert paths == ["token", "log"] and clean["passed"] == 3
+    assert "abcdefgh12345" not in str(clean) and clean["token"].startswith("[redacted:")
+    assert E.find_secrets(clean) == []
 
 
 def test_registering_a_new_family_needs_no_envelope_change():

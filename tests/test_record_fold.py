@@ -127,3 +127,51 @@ def test_admission_refuses_what_the_budget_cannot_cover():
     assert [e.event_type for e in store.read("t")][-1] == "Authorized"   # the denial is on the record
     assert gate.record.decisions["auth-op/a1"]["decision"] == "deny"
     assert gate.record.budget.outstanding_reservations_usd == 0
+
+
+# --- invalid logs are refused, not silently folded (adversarial findings) -----------------------
+
+from kernel_lib.events import BudgetSettled, ContextBuilt, ControlChanged, ModelReplied  # noqa: E402
+
+
+def _res(rid="r1", amt=1.0, subj="test_r18"):
+    return BudgetReserved(reservation_id=rid, subject_id=subj, amount_usd=amt)
+
+
+@pytest.mark.parametrize("name, tail", [
+    ("second TaskStarted", [task(ceiling=1e9)]),
+    ("terminal then running", [ControlChanged(request_id="c", issuer="op", to_state="COMPLETED"),
+                               ControlChanged(request_id="r", issuer="op", to_state="RUNNING")]),
+    ("reservation replaced", [_res(amt=5.0), _res(amt=0.1)]),
+    ("double final settlement", [_res(), BudgetSettled(reservation_id="r1", subject_id="test_r18", actual_usd=1.0,
+                                                       final=True),
+                                 BudgetSettled(reservation_id="r1", subject_id="test_r18", actual_usd=1.0, final=True)]),
+    ("tool id reused for a model call", [intent(), ModelReplied(invocation_id="test_r18", status="complete")]),
+    ("same attempt intended twice", [intent(), intent()]),
+])
+def test_invalid_logs_raise_fold_errors(name, tail):
+    evs = [ev(p, i) for i, p in enumerate([task()] + tail, start=1)]
+    with pytest.raises(FoldError):
+        fold(initial_record("traj-a"), evs)
+
+
+def test_an_extra_attempt_stays_visible_when_another_is_established():
+    """Fault: attempt2 was dispatched, then attempt1's completion arrived. Invariant: the operation's
+    outcome is established, but attempt2's effect and charge are still in doubt and must be listed."""
+    evs = [ev(p, i) for i, p in enumerate([task(), intent(attempt="a1"), intent(attempt="a2"),
+                                           result(attempt="a1", status="completed"),
+                                           intent(attempt="a3")], start=1)]
+    rec = fold(initial_record("traj-a"), evs)
+    op = rec.operations["test_r18"]
+    assert op.status == "established" and op.outcome["status"] == "completed" and op.current_attempt_id == "a1"
+    assert rec.attempts_in_doubt() == [("test_r18", "a2"), ("test_r18", "a3")]
+    assert rec.to_dict()["attempts_in_doubt"] == [["test_r18", "a2"], ["test_r18", "a3"]]
+
+
+def test_over_settlement_is_kept_visible():
+    evs = [ev(p, i) for i, p in enumerate([task(ceiling=10), _res(amt=1.0),
+                                           BudgetSettled(reservation_id="r1", subject_id="test_r18", actual_usd=3.0,
+                                                         final=True)], start=1)]
+    d = fold(initial_record("traj-a"), evs).to_dict()
+    assert d["budget"]["overruns"] == {"r1": pytest.approx(2.0)}
+    assert d["budget"]["actual_consumption_usd"] == pytest.approx(3.0)
