@@ -18,19 +18,25 @@ from .errors import KernelError
 from .events import Event, decode, registered_types
 
 
-def load_events(path: str | None, trajectory_id: str | None = None) -> list[Event]:
-    """Events of one trajectory from a JSONL file of canonical events, a SQLite log file, or a
-    segment-log directory; the built-in worksheet example when ``path`` is None.
+JSONL_SUFFIXES = (".jsonl", ".ndjson")
 
-    Raises KernelError (typed) for a missing path, a malformed line, or an ambiguous trajectory.
+
+def load_events(path: str | None, trajectory_id: str | None = None) -> list[Event]:
+    """Events of one trajectory from a JSON-lines file of canonical events (``.jsonl``/``.ndjson``),
+    a SQLite log file, or a segment-log directory; the built-in worksheet example when ``path`` is
+    None. Stores are opened read-only: inspecting a log never changes it (a torn tail is reported
+    on stderr, not trimmed).
+
+    Raises KernelError (typed) for a missing path, a malformed line, a file that is not a log,
+    an empty log, or an ambiguous trajectory.
     """
     if path is None:
         from .examples import worksheet_events
         return worksheet_events()
     p = Path(path)
-    if not p.exists():
-        raise KernelError(f"no such log: {path}")
-    if p.is_file() and p.suffix == ".jsonl":
+    if not path or not p.exists():
+        raise KernelError(f"no such log: {path!r}")
+    if p.is_file() and p.suffix.lower() in JSONL_SUFFIXES:
         out = []
         for i, line in enumerate(p.read_bytes().splitlines(), start=1):
             if line.strip():
@@ -38,20 +44,52 @@ def load_events(path: str | None, trajectory_id: str | None = None) -> list[Even
                     out.append(decode(line))
                 except KernelError as exc:
                     raise type(exc)(f"{path}:{i}: {exc}") from exc
+        trajs = sorted({e.trajectory_id for e in out})
+        if trajectory_id is None and len(trajs) > 1:
+            raise KernelError(f"{path} holds {len(trajs)} trajectories {trajs[:5]}; name one with --trajectory")
         if trajectory_id:
             out = [e for e in out if e.trajectory_id == trajectory_id]
+        if not out:
+            raise KernelError(f"{path} holds no events" + (f" for trajectory {trajectory_id!r}" if trajectory_id else ""))
         return out
     from .log import open_store
-    store = open_store("segment" if p.is_dir() else "sqlite", p)
+    store = open_store("segment" if p.is_dir() else "sqlite", p, read_only=True)
     try:
+        rep = store.recovery
+        for line in rep.notes():
+            print(f"note: {path}: {line}", file=sys.stderr)
         trajs = store.trajectories()
+        if not trajs:
+            raise KernelError(f"{path} is a {store.name} log with no events")
         if trajectory_id is None:
             if len(trajs) != 1:
                 raise KernelError(f"{path} holds {len(trajs)} trajectories {trajs[:5]}; name one with --trajectory")
             trajectory_id = trajs[0]
+        elif trajectory_id not in trajs:
+            raise KernelError(f"{path} has no trajectory {trajectory_id!r}; it holds {trajs[:5]}")
         return list(store.read(trajectory_id))
     finally:
         store.close()
+
+
+def _positive_int(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {v}")
+    return v
+
+
+def _non_negative_int(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {v}")
+    return v
 
 
 def _cmd_crash_positions(args: argparse.Namespace) -> int:
@@ -117,7 +155,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--log", help=log_help)
     p.add_argument("--trajectory", help="trajectory id when the log holds several")
     p.add_argument("--operation", help="tool operation id to classify (default: the first ToolIntent's)")
-    p.add_argument("--lag", type=int, default=1, help="events the incomplete reader lags behind (default 1)")
+    p.add_argument("--lag", type=_positive_int, default=1, help="events the incomplete reader lags behind (default 1)")
     p.add_argument("--json", action="store_true", help="one JSON object per crash position (JSON lines)")
     p.set_defaults(func=_cmd_crash_positions)
 
@@ -127,7 +165,7 @@ def build_parser() -> argparse.ArgumentParser:
                                    "intent lacks adequate evidence), budgets, approvals, control state.")
     p.add_argument("--log", help=log_help)
     p.add_argument("--trajectory", help="trajectory id when the log holds several")
-    p.add_argument("--position", type=int, help="fold only events 1..N")
+    p.add_argument("--position", type=_non_negative_int, help="fold only events 1..N")
     p.add_argument("--json", action="store_true", help="compact JSON")
     p.set_defaults(func=_cmd_fold)
 
@@ -143,13 +181,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", help="file to write (default: stdout)")
     p.set_defaults(func=_cmd_example)
 
-    for mod in ("crashcheck", "bench"):
-        try:
-            m = __import__(f"kernel_lib.{mod}", fromlist=["add_cli"])
-        except ImportError as exc:  # pragma: no cover - a module missing from a partial checkout
-            print(f"note: kernel_lib.{mod} unavailable: {exc}", file=sys.stderr)
-            continue
-        m.add_cli(sub)
+    from . import bench, crashcheck
+    crashcheck.add_cli(sub)
+    bench.add_cli(sub)
     return ap
 
 
@@ -163,6 +197,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(args.func(args) or 0)
     except KernelError as exc:
         print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:   # a path the user gave: missing directory, permissions, a directory for a file
+        print(f"error: {exc.strerror or exc}: {exc.filename or ''}".rstrip(": "), file=sys.stderr)
         return 2
     except BrokenPipeError:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

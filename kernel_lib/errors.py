@@ -112,3 +112,14 @@ class DispatchWithheld(KernelError):
 
 class ConfigError(KernelError):
     """A parameter is out of range or inconsistent."""
+
+
+class StoreBusyError(StoreError):
+    """Another connection held the store's lock past the busy timeout (SQLITE_BUSY/LOCKED).
+
+    Transient and retryable: nothing of the call was applied, and the store stays usable.
+    """
+
+
+class StoreReadOnlyError(StoreError):
+    """An append or a fence was attempted on a store opened with ``read_only=True``."""

@@ -8,7 +8,13 @@ import time
 import pytest
 
 from kernel_lib.errors import ConfigError, SequenceGapError, StoreFailedError
-from kernel_lib.log import AckTier, GroupCommitter, MemoryStore, SQLiteStore, TrajectoryLog
+from kernel_lib.log import (
+    AckTier,
+    GroupCommitter,
+    MemoryStore,
+    SQLiteStore,
+    TrajectoryLog,
+)
 from tests.helpers import ev, intent, task
 
 
@@ -180,3 +186,32 @@ def test_submit_many_puts_a_logical_batch_in_one_flush():
     with GroupCommitter(store, AckTier.MEMORY, flush_timer_s=0.001) as gc:
         acks = gc.append_many([ev(task(), 1), ev(intent(), 2), ev(intent(op="b"), 3)])
     assert {a.batch_size for a in acks} == {3} and store.flushes == 1
+
+
+@pytest.mark.parametrize("kw", [{"flush_timer_s": float("nan")}, {"flush_timer_s": float("inf")},
+                                {"flush_timer_s": "0.1"}, {"flush_timer_s": True}, {"batch_cap": 2.5},
+                                {"batch_cap": float("nan")}])
+def test_non_finite_or_mistyped_parameters_are_refused(kw):
+    """Repro /tmp/breaker/p_gc_nan.py: a NaN flush timer was accepted and the flusher never flushed."""
+    import asyncio
+
+    from kernel_lib.log import AsyncGroupCommitter
+
+    with pytest.raises(ConfigError):
+        GroupCommitter(MemoryStore(), AckTier.MEMORY, **kw)
+
+    async def main():
+        with pytest.raises(ConfigError):
+            AsyncGroupCommitter(MemoryStore(), AckTier.MEMORY, **kw)
+
+    asyncio.run(main())
+
+
+def test_committer_parses_a_tier_label_and_refuses_non_events_at_submit():
+    from kernel_lib.errors import StoreError
+
+    with GroupCommitter(MemoryStore(), "memory", flush_timer_s=0.001) as gc:
+        assert gc.tier is AckTier.MEMORY
+        with pytest.raises(StoreError, match="Event"):
+            gc.submit({"not": "an event"})
+        assert gc.append(ev(task(), 1)).outcome.sequence_number == 1

@@ -1,6 +1,7 @@
 """Log stores behind one interface, acknowledgment tiers, group commit (§11.2–11.3, §11.8.4).
 
-``open_store(kind, path)`` opens one of the three stores:
+``open_store(kind, path, read_only=False)`` opens one of the three stores (``read_only=True``
+inspects a durable log without changing anything on disk):
 
 ==========  ======================================  =========================================
 kind        what it is                              tiers (failure domain survived)
@@ -18,8 +19,21 @@ from __future__ import annotations
 import os
 
 from ..errors import StoreError
-from .base import (AckTier, AppendOutcome, FailureDomain, LogStore, RecoveryReport, StoredRef,
-                   check_append, choose_tier)
+from .base import (
+    MAX_OWNER_EPOCH,
+    AckTier,
+    AppendOutcome,
+    FailureDomain,
+    LogStore,
+    RecoveryReport,
+    StoredRef,
+    check_append,
+    check_events,
+    check_fence_args,
+    choose_tier,
+    parse_tier,
+    read_bounds,
+)
 from .group_commit import AsyncGroupCommitter, GroupAck, GroupCommitter
 from .memory import MemoryStore
 from .sqlite import SQLiteStore
@@ -28,25 +42,40 @@ from .trajectory import TrajectoryLog, default_event_id
 STORE_KINDS = ("sqlite", "segment", "memory")
 
 
-def open_store(kind: str = "sqlite", path: str | os.PathLike | None = None, **kw) -> LogStore:
+def open_store(kind: str = "sqlite", path: str | os.PathLike | None = None, *, read_only: bool = False,
+               **kw) -> LogStore:
     """Open a store by kind. ``path`` is the SQLite file or the segment directory.
 
-    Raises StoreError for an unknown kind or a missing path.
+    Args:
+        kind: one of :data:`STORE_KINDS`.
+        path: the SQLite file or segment-log directory (not used for ``memory``).
+        read_only: open without changing anything on disk and without needing write permission
+            (:class:`SQLiteStore` / :class:`~kernel_lib.log.segment.SegmentStore`): a torn segment
+            tail is reported in ``store.recovery`` (see :meth:`RecoveryReport.notes`), not trimmed;
+            appends and fences raise StoreReadOnlyError.
+        kw: passed to the store's ``open`` (e.g. ``busy_timeout_s``, ``segment_bytes``, ``fs``).
+
+    Raises:
+        StoreError: an unknown kind, a missing path, ``read_only`` for the memory store (it has
+            nothing to read), or the store's own open errors (e.g. not a kernel_lib log).
     """
     if kind == "memory":
+        if read_only:
+            raise StoreError("a memory store cannot be opened read-only: it starts empty, there is nothing to read")
         return MemoryStore()
     if path is None:
         raise StoreError(f"store kind {kind!r} needs a path")
     if kind == "sqlite":
-        return SQLiteStore.open(path, **kw)
+        return SQLiteStore.open(path, read_only=read_only, **kw)
     if kind == "segment":
         from .segment import SegmentStore
-        return SegmentStore.open(path, **kw)
+        return SegmentStore.open(path, read_only=read_only, **kw)
     raise StoreError(f"unknown store kind {kind!r}; choose one of {list(STORE_KINDS)}")
 
 
 __all__ = [
     "AckTier", "AppendOutcome", "FailureDomain", "LogStore", "RecoveryReport", "StoredRef",
-    "check_append", "choose_tier", "AsyncGroupCommitter", "GroupAck", "GroupCommitter", "MemoryStore", "SQLiteStore",
+    "check_append", "check_events", "check_fence_args", "choose_tier", "parse_tier", "read_bounds",
+    "MAX_OWNER_EPOCH", "AsyncGroupCommitter", "GroupAck", "GroupCommitter", "MemoryStore", "SQLiteStore",
     "TrajectoryLog", "default_event_id", "open_store", "STORE_KINDS",
 ]

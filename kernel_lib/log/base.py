@@ -12,14 +12,25 @@ Every store enforces the append contract of §11.8.4 in :meth:`LogStore.append_b
 * a different event under an existing event id raises ConflictingDuplicateError (split brain);
 * an append whose ``owner_epoch`` is older than the newest the store has seen for that
   trajectory raises StaleOwnerError (fencing at the log, §11.5.1).
+
+Arguments are checked the same way by every store, with the helpers below: :func:`parse_tier`
+(an :class:`AckTier` or its label), :func:`check_events` (batch members must be
+:class:`~kernel_lib.events.Event`), :func:`check_fence_args` (an int ``0 <= owner_epoch < 2**63``
+and a non-empty trajectory id) and :func:`read_bounds` (``start < 1`` reads from 1, ``stop < start``
+reads nothing).
+
+A durable store opened with ``read_only=True`` changes nothing on disk: it reports what it found
+in :attr:`LogStore.recovery` (a torn tail is reported, not trimmed) and refuses appends and
+fences with :class:`~kernel_lib.errors.StoreReadOnlyError`.
 """
 
 from __future__ import annotations
 
 import enum
+import operator
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Iterator, Sequence
+from typing import Iterable, Iterator, Sequence
 
 from ..errors import (
     AcknowledgmentTooWeakError,
@@ -102,7 +113,23 @@ class AppendOutcome:
 
 @dataclass
 class RecoveryReport:
-    """What a store found and repaired when it opened (e.g. a torn tail it trimmed)."""
+    """What a store found (and, opened read-write, repaired) when it opened.
+
+    Fields:
+        store: the store's kind (``"segment"``, ``"sqlite"``, ``"memory"``).
+        path: the segment directory or SQLite file (None for memory).
+        read_only: opened with ``read_only=True``: nothing was changed on disk.
+        events_recovered: events readable after open. trajectories: trajectories among them.
+        torn_tail_found: open found a torn (or never synced) tail after the last valid record.
+        torn_tail_at: where it starts, ``"<segment-file>:<byte offset>"``.
+        torn_tail_bytes: bytes from there to the end of the log (the last segment file included).
+        torn_tail_reason: why the frame there is not valid (short header, CRC mismatch, ...).
+        torn_tail_trimmed: open cut the torn tail off (read-write only; a read-only open leaves it
+            on disk and reads only the valid prefix).
+        bytes_trimmed, trimmed_at: what was cut and where (``"<segment-file>:<byte offset>"``).
+        details: one human-readable line per finding or repair (empty when the log was clean);
+            :meth:`notes` returns them.
+    """
 
     store: str
     events_recovered: int = 0
@@ -110,10 +137,24 @@ class RecoveryReport:
     bytes_trimmed: int = 0
     trimmed_at: str | None = None   # "segment-file:offset"
     details: list[str] = field(default_factory=list)
+    path: str | None = None
+    read_only: bool = False
+    trajectories: int = 0
+    torn_tail_found: bool = False
+    torn_tail_at: str | None = None   # "segment-file:offset"
+    torn_tail_bytes: int = 0
+    torn_tail_reason: str | None = None
+
+    def notes(self) -> list[str]:
+        """Human-readable findings a reader of the log should see (empty when it was clean)."""
+        return list(self.details)
 
     def to_dict(self) -> dict:
         return {
-            "store": self.store, "events_recovered": self.events_recovered,
+            "store": self.store, "path": self.path, "read_only": self.read_only,
+            "events_recovered": self.events_recovered, "trajectories": self.trajectories,
+            "torn_tail_found": self.torn_tail_found, "torn_tail_at": self.torn_tail_at,
+            "torn_tail_bytes": self.torn_tail_bytes, "torn_tail_reason": self.torn_tail_reason,
             "torn_tail_trimmed": self.torn_tail_trimmed, "bytes_trimmed": self.bytes_trimmed,
             "trimmed_at": self.trimmed_at, "details": list(self.details),
         }
@@ -126,6 +167,79 @@ class StoredRef:
     trajectory_id: str
     sequence_number: int
     digest: str
+
+
+#: Largest owner_epoch a fence may carry: every store keeps it in a signed 64-bit integer.
+MAX_OWNER_EPOCH = 2**63 - 1
+
+
+def parse_tier(tier: "AckTier | str") -> AckTier:
+    """``tier`` as an :class:`AckTier`; a label (``"fdatasync"``, any case) is parsed.
+
+    Raises:
+        TierNotOfferedError: not a tier nor the label of one.
+    """
+    if isinstance(tier, AckTier):
+        return tier
+    if isinstance(tier, str):
+        try:
+            return AckTier.parse(tier)
+        except StoreError:
+            pass
+    raise TierNotOfferedError(f"{tier!r} is not an acknowledgment tier; choose one of {[t.label for t in AckTier]}")
+
+
+def check_events(events: Iterable[Event]) -> list[Event]:
+    """The batch as a list, after checking that every member is an :class:`Event`.
+
+    Raises:
+        StoreError: a member is not an Event (nothing of the batch is appended).
+    """
+    try:
+        batch = list(events)
+    except TypeError:
+        raise StoreError(f"append_batch takes a sequence of Event objects, got {type(events).__name__}") from None
+    for i, e in enumerate(batch):
+        if not isinstance(e, Event):
+            raise StoreError(f"append_batch takes Event objects; batch member {i} is a {type(e).__name__} "
+                             "(nothing of this batch was appended)")
+    return batch
+
+
+def check_fence_args(trajectory_id: str, owner_epoch: int) -> None:
+    """Check the arguments of :meth:`LogStore.install_fence`.
+
+    Raises:
+        StoreError: ``trajectory_id`` is not a non-empty string, or ``owner_epoch`` is not an int
+            (bool excluded) with ``0 <= owner_epoch <= MAX_OWNER_EPOCH``.
+    """
+    if not isinstance(trajectory_id, str) or not trajectory_id:
+        raise StoreError(f"install_fence needs a non-empty trajectory id, got {trajectory_id!r}")
+    if type(owner_epoch) is not int or not 0 <= owner_epoch <= MAX_OWNER_EPOCH:
+        raise StoreError(f"install_fence needs an int owner_epoch with 0 <= owner_epoch < 2**63, got "
+                         f"{owner_epoch!r} for {trajectory_id!r}")
+
+
+def _index(value: object, name: str) -> int:
+    if isinstance(value, bool):
+        raise StoreError(f"read() {name} must be an int, got {value!r}")
+    try:
+        return operator.index(value)
+    except TypeError:
+        raise StoreError(f"read() {name} must be an int, got {value!r}") from None
+
+
+def read_bounds(start: int, stop: "int | None") -> tuple[int, "int | None"]:
+    """Normalize :meth:`LogStore.read` bounds to ``(lo, hi)``, both inclusive.
+
+    ``start < 1`` is read as 1; ``hi`` is None when ``stop`` is None (to the head). The range is
+    empty when ``hi < lo`` (e.g. ``stop < start`` or ``stop < 1``).
+
+    Raises:
+        StoreError: ``start`` or ``stop`` is not an int.
+    """
+    lo = max(_index(start, "start"), 1)
+    return lo, (None if stop is None else _index(stop, "stop"))
 
 
 def check_append(
@@ -178,12 +292,18 @@ def check_append(
 class LogStore(ABC):
     """One interface over every log store. Stores are thread-safe for appends.
 
-    Subclasses set ``name`` and ``offered_tiers``, and implement the abstract methods.
+    Subclasses set ``name`` and ``offered_tiers``, and implement the abstract methods. After
+    :meth:`close`, every method but ``close`` raises StoreClosedError.
+
+    Attributes:
+        recovery: what open found (:class:`RecoveryReport`).
+        read_only: opened with ``read_only=True`` (appends and fences raise StoreReadOnlyError).
     """
 
     name: str = "store"
     offered_tiers: tuple[AckTier, ...] = ()
     recovery: RecoveryReport
+    read_only: bool = False
 
     # --- appends ------------------------------------------------------------------------------
     @abstractmethod
@@ -192,11 +312,14 @@ class LogStore(ABC):
 
         Each event is decided independently under :func:`check_append` (earlier events of the
         batch count), so one bad event yields its error in the returned list without failing the
-        others. Nothing is acknowledged before the flush returns.
+        others. Nothing is acknowledged before the flush returns. ``tier`` may be an
+        :class:`AckTier` or its label.
 
         Raises:
-            TierNotOfferedError: the store cannot honour ``tier``.
+            TierNotOfferedError: the store cannot honour ``tier`` (or it is not a tier).
+            StoreError: a batch member is not an Event (checked before anything is written).
             StoreFailedError: the flush itself failed; no event of the batch is acknowledged.
+            StoreReadOnlyError, StoreClosedError: opened read-only, or closed.
         """
 
     def append(self, event: Event, tier: AckTier) -> AppendOutcome:
@@ -209,7 +332,11 @@ class LogStore(ABC):
     # --- reads --------------------------------------------------------------------------------
     @abstractmethod
     def read(self, trajectory_id: str, start: int = 1, stop: int | None = None) -> Iterator[Event]:
-        """Events of one trajectory with ``start <= sequence_number <= stop``, in order."""
+        """Events of one trajectory with ``start <= sequence_number <= stop``, in order.
+
+        Bounds as :func:`read_bounds`: ``start < 1`` reads from 1, ``stop=None`` to the head,
+        ``stop < start`` nothing. Raises StoreError for non-int bounds.
+        """
 
     @abstractmethod
     def head(self, trajectory_id: str) -> int:
@@ -223,7 +350,10 @@ class LogStore(ABC):
     def install_fence(self, trajectory_id: str, owner_epoch: int) -> None:
         """Record a new ownership generation durably, so older owners' appends are rejected.
 
-        Raises StaleOwnerError if ``owner_epoch`` is older than the current fence.
+        Raises:
+            StaleOwnerError: ``owner_epoch`` is older than the current fence.
+            StoreError: bad arguments (see :func:`check_fence_args`).
+            StoreReadOnlyError, StoreClosedError: opened read-only, or closed.
         """
 
     @abstractmethod
@@ -235,10 +365,13 @@ class LogStore(ABC):
         """Release files and locks. Idempotent."""
 
     # --- helpers ------------------------------------------------------------------------------
-    def check_tier(self, tier: AckTier) -> None:
+    def check_tier(self, tier: "AckTier | str") -> AckTier:
+        """``tier`` parsed (see :func:`parse_tier`); raises TierNotOfferedError unless offered."""
+        tier = parse_tier(tier)
         if tier not in self.offered_tiers:
             raise TierNotOfferedError(
                 f"store {self.name!r} offers {[t.label for t in self.offered_tiers]}, not {tier.label!r}")
+        return tier
 
     def strongest_tier(self) -> AckTier:
         return max(self.offered_tiers, key=lambda t: t.survives_up_to)

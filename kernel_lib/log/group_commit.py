@@ -31,6 +31,7 @@ whole flush.
 from __future__ import annotations
 
 import asyncio
+import math
 import threading
 import time
 from collections import deque
@@ -39,7 +40,7 @@ from typing import Callable
 
 from ..errors import ConfigError, StoreClosedError, StoreError
 from ..events import Event
-from .base import AckTier, AppendOutcome, LogStore
+from .base import AckTier, AppendOutcome, LogStore, check_events
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,10 +122,13 @@ class _CommitterCore:
 
     def __init__(self, store: LogStore, tier: AckTier, flush_timer_s: float, batch_cap: int, adaptive: bool,
                  clock: Callable[[], float], keep_stats: bool):
-        if flush_timer_s < 0 or batch_cap < 1:
-            raise ConfigError(f"need flush_timer_s >= 0 and batch_cap >= 1, got {flush_timer_s}, {batch_cap}")
-        store.check_tier(tier)
-        self.store, self.tier = store, tier
+        timer_ok = (isinstance(flush_timer_s, (int, float)) and not isinstance(flush_timer_s, bool)
+                    and math.isfinite(flush_timer_s) and flush_timer_s >= 0)
+        cap_ok = isinstance(batch_cap, int) and not isinstance(batch_cap, bool) and batch_cap >= 1
+        if not (timer_ok and cap_ok):
+            raise ConfigError(f"need a finite flush_timer_s >= 0 (seconds) and an int batch_cap >= 1, got "
+                              f"{flush_timer_s!r}, {batch_cap!r}")
+        self.store, self.tier = store, store.check_tier(tier)
         self.flush_timer_s, self.batch_cap, self.adaptive = flush_timer_s, batch_cap, adaptive
         self._clock = clock
         self._writers: dict[object, int] = {}   # writer (thread id or task) -> flush it last joined
@@ -168,7 +172,14 @@ class _CommitterCore:
 
     @staticmethod
     def _as_store_error(exc: BaseException) -> StoreError:
-        return exc if isinstance(exc, StoreError) else StoreError(f"flush failed: {exc!r}")
+        """``exc`` if it is a StoreError, else a StoreError caused by it. The committer keeps
+        running; a store whose write was interrupted has marked itself failed, so a retry of the
+        batch gets StoreFailedError instead of writing it twice."""
+        if isinstance(exc, StoreError):
+            return exc
+        err = StoreError(f"flush failed: {exc!r}; nothing in this batch is acknowledged")
+        err.__cause__ = exc
+        return err
 
 
 class GroupCommitter(_CommitterCore):
@@ -176,16 +187,22 @@ class GroupCommitter(_CommitterCore):
 
     Args:
         store: any :class:`LogStore`.
-        tier: acknowledgment tier of every flush (must be offered by ``store``).
-        flush_timer_s: longest the first event of a batch waits for company (≥ 0).
-        batch_cap: most events per flush (≥ 1); a single :meth:`submit_many` larger than the cap
-            gets a flush of its own.
+        tier: acknowledgment tier of every flush (an :class:`AckTier` or its label; must be
+            offered by ``store``).
+        flush_timer_s: longest the first event of a batch waits for company (finite, ≥ 0).
+        batch_cap: most events per flush (an int ≥ 1); a single :meth:`submit_many` larger than
+            the cap gets a flush of its own.
         adaptive: also close a batch once every recently active writer is in it (module doc).
         clock: monotonic clock in seconds (injectable for tests).
         keep_stats: keep every acknowledgment in :attr:`stats` (for measurement).
 
     Raises:
-        ConfigError: a parameter out of range. TierNotOfferedError: tier not offered by store.
+        ConfigError: a parameter out of range, NaN or infinite. TierNotOfferedError: tier not
+            offered by store.
+
+    If ``append_batch`` raises, every writer of that batch gets the error (a non-StoreError, e.g.
+    KeyboardInterrupt raised inside the store, wrapped in a StoreError) and the committer keeps
+    running.
     """
 
     def __init__(self, store: LogStore, tier: AckTier, *, flush_timer_s: float = 0.001, batch_cap: int = 64,
@@ -201,7 +218,12 @@ class GroupCommitter(_CommitterCore):
         return self.submit_many([event])[0]
 
     def submit_many(self, events: list[Event]) -> list[Ticket]:
-        """Put ``events`` in one batch together (in order), so one flush acknowledges them all."""
+        """Put ``events`` in one batch together (in order), so one flush acknowledges them all.
+
+        Raises StoreError at once if a member is not an Event (it never joins a batch, so it
+        cannot fail other writers' flush), StoreClosedError after close.
+        """
+        events = check_events(events)
         with self._cv:
             if self._closed:
                 raise StoreClosedError("group committer is closed")
@@ -295,7 +317,9 @@ class AsyncGroupCommitter(_CommitterCore):
         return (await self.append_many([event]))[0]
 
     async def append_many(self, events: list[Event]) -> list[GroupAck]:
-        """Queue ``events`` in one batch; return once it is durable. Raises the first error."""
+        """Queue ``events`` in one batch; return once it is durable. Raises the first error
+        (StoreError at once for a member that is not an Event)."""
+        events = check_events(events)
         if self._closed:
             raise StoreClosedError("group committer is closed")
         if not self._batches or len(self._batches[-1][0]) + len(events) > self.batch_cap:

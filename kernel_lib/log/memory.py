@@ -3,7 +3,7 @@
 Its only tier is :attr:`AckTier.MEMORY`, which survives no failure at all (§11.3.1, table 2:
 "an event queued only in the runtime's own memory"). It exists to show what is lost, and as a
 fast store for simulation and tests. Opening a trajectory that must survive even a process crash
-on it is refused.
+on it is refused. Arguments are checked with the same helpers as the durable stores (§11.8.4).
 """
 
 from __future__ import annotations
@@ -13,7 +13,17 @@ from typing import Iterator, Sequence
 
 from ..errors import StaleOwnerError, StoreClosedError, StoreError
 from ..events import Event
-from .base import AckTier, AppendOutcome, LogStore, RecoveryReport, StoredRef, check_append
+from .base import (
+    AckTier,
+    AppendOutcome,
+    LogStore,
+    RecoveryReport,
+    StoredRef,
+    check_append,
+    check_events,
+    check_fence_args,
+    read_bounds,
+)
 
 
 class MemoryStore(LogStore):
@@ -30,12 +40,18 @@ class MemoryStore(LogStore):
         self._closed = False
         self.recovery = RecoveryReport(store=self.name)
 
-    def append_batch(self, events: Sequence[Event], tier: AckTier) -> list["AppendOutcome | StoreError"]:
-        self.check_tier(tier)
+    def _open(self) -> None:
+        if self._closed:
+            raise StoreClosedError("memory store is closed")
+
+    def append_batch(self, events: Sequence[Event], tier: "AckTier | str") -> list["AppendOutcome | StoreError"]:
+        """See :meth:`LogStore.append_batch`. Raises TierNotOfferedError, StoreError (a member
+        that is not an Event), StoreClosedError."""
+        tier = self.check_tier(tier)
+        events = check_events(events)
         out: list[AppendOutcome | StoreError] = []
         with self._lock:
-            if self._closed:
-                raise StoreClosedError("memory store is closed")
+            self._open()
             for ev in events:
                 log = self._events.setdefault(ev.trajectory_id, [])
                 ref = self._ids.get(ev.event_id)
@@ -55,19 +71,28 @@ class MemoryStore(LogStore):
         return out
 
     def read(self, trajectory_id: str, start: int = 1, stop: int | None = None) -> Iterator[Event]:
+        lo, hi = read_bounds(start, stop)
         with self._lock:
-            log = list(self._events.get(trajectory_id, ()))
-        hi = len(log) if stop is None else min(stop, len(log))
-        return iter(log[max(start, 1) - 1:hi])
+            self._open()
+            log = self._events.get(trajectory_id, ())
+            end = len(log) if hi is None else min(hi, len(log))
+            chunk = list(log[lo - 1:end]) if end >= lo else []
+        return iter(chunk)
 
     def head(self, trajectory_id: str) -> int:
-        return len(self._events.get(trajectory_id, ()))
+        with self._lock:
+            self._open()
+            return len(self._events.get(trajectory_id, ()))
 
     def fence(self, trajectory_id: str) -> int:
-        return self._fences.get(trajectory_id, 0)
+        with self._lock:
+            self._open()
+            return self._fences.get(trajectory_id, 0)
 
     def install_fence(self, trajectory_id: str, owner_epoch: int) -> None:
+        check_fence_args(trajectory_id, owner_epoch)
         with self._lock:
+            self._open()
             cur = self._fences.get(trajectory_id, 0)
             if owner_epoch < cur:
                 raise StaleOwnerError(f"cannot install owner_epoch={owner_epoch} on {trajectory_id}: "
@@ -75,7 +100,9 @@ class MemoryStore(LogStore):
             self._fences[trajectory_id] = owner_epoch
 
     def trajectories(self) -> list[str]:
-        return sorted(t for t, evs in self._events.items() if evs)
+        with self._lock:
+            self._open()
+            return sorted(t for t, evs in self._events.items() if evs)
 
     def close(self) -> None:
         self._closed = True

@@ -76,6 +76,32 @@ event ids and owner_epochs that never fall below a fence; a violation is a Corru
 Payloads are validated against their registered schema when :meth:`SegmentStore.read` decodes
 them, not at open.
 
+Only the envelope fields the index needs (trajectory_id, event_id, sequence_number,
+owner_epoch) are taken from a body at open. A CRC-valid body nested too deeply for the JSON
+decoder is read with a non-recursive scanner that skips the nested values, so open never raises
+RecursionError: a valid envelope is indexed (its :meth:`~SegmentStore.read` raises
+MalformedEventError), anything else is "a body that does not parse" as above.
+
+Read-only opening
+-----------------
+
+``SegmentStore.open(directory, read_only=True)`` changes nothing on disk and needs no write
+permission: it only lists the directory and reads the segment files (``O_RDONLY``), takes no
+lock (a writer may hold it), and creates no LOCK or segment file; a directory without a segment
+file is refused. The scan and the rule above are the same, but a torn tail is only *reported*
+(:attr:`RecoveryReport.torn_tail_found`, ``torn_tail_at``, ``torn_tail_bytes``,
+``torn_tail_reason``) and left on disk; reads return the valid prefix before it. Damage before the
+tail is still CorruptLogError. If the files grew while they were read (a live writer), the scan
+is repeated before damage is called corruption. Appends and fences raise StoreReadOnlyError.
+
+Interrupted appends
+-------------------
+
+If a write, fdatasync or roll raises anything (an OSError, KeyboardInterrupt, a bug in a
+:class:`FileSystem`), the store is marked failed: the bytes on disk may hold the batch or part of
+it, so every later append or fence raises StoreFailedError until the log is reopened (and
+recovered). An OSError is raised as StoreFailedError; anything else is re-raised as it is.
+
 What the rule cannot see: damage inside the *last* synced records, with no later record to
 vouch for them, looks exactly like a torn write. It is trimmed and reported in ``recovery``
 (never returned as a different event), so a caller that must not lose an FDATASYNC
@@ -87,6 +113,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import json.decoder
 import os
 import re
 import struct
@@ -99,13 +126,25 @@ import crc32c as _crc32c
 from ..errors import (
     ConfigError,
     CorruptLogError,
+    MalformedEventError,
     StaleOwnerError,
     StoreClosedError,
     StoreError,
     StoreFailedError,
+    StoreReadOnlyError,
 )
 from ..events import Event, decode_stored
-from .base import AckTier, AppendOutcome, LogStore, RecoveryReport, StoredRef, check_append
+from .base import (
+    AckTier,
+    AppendOutcome,
+    LogStore,
+    RecoveryReport,
+    StoredRef,
+    check_append,
+    check_events,
+    check_fence_args,
+    read_bounds,
+)
 from .fs import DirLock, FileHandle, FileSystem, OsFileSystem
 
 MAGIC = b"\xf7DAL"
@@ -183,11 +222,17 @@ def _parse_frame(data: bytes, offset: int, segment: int) -> "_Frame | str":
 
 
 def _event_fields(body: bytes) -> tuple[str, str, int, int]:
-    """The envelope fields the index needs. Raises ValueError if the body is not an envelope."""
+    """The envelope fields the index needs. Raises ValueError if the body is not an envelope.
+
+    Parses the body with :func:`json.loads`; if it nests too deeply for that, falls back to
+    :func:`_top_level_fields`, which reads the top-level scalars without descending.
+    """
     try:
         d = json.loads(body)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ValueError(f"not UTF-8 JSON: {exc}") from None
+    except RecursionError:
+        d = _top_level_fields(body)
     if not isinstance(d, dict):
         raise ValueError("not a JSON object")
     tid, eid, seq, epoch = (d.get(k) for k in ("trajectory_id", "event_id", "sequence_number", "owner_epoch"))
@@ -195,6 +240,74 @@ def _event_fields(body: bytes) -> tuple[str, str, int, int]:
             and type(seq) is int and seq >= 1 and type(epoch) is int and epoch >= 0):
         raise ValueError("envelope fields trajectory_id/event_id/sequence_number/owner_epoch missing or invalid")
     return tid, eid, seq, epoch
+
+
+_WS = re.compile(r"[ \t\n\r]*")
+_NESTED_TOKEN = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{}]', re.DOTALL)
+_SCALAR = json.JSONDecoder()
+_NESTED = object()   # stands for a skipped nested value
+
+
+def _skip_nested(s: str, i: int) -> int:
+    """End of the array/object starting at ``s[i]``, found without recursion (strings skipped)."""
+    depth = 0
+    for m in _NESTED_TOKEN.finditer(s, i):
+        tok = m.group()
+        if tok in "[{":
+            depth += 1
+        elif tok in "]}":
+            depth -= 1
+            if depth == 0:
+                return m.end()
+    raise ValueError("unterminated array or object")
+
+
+def _top_level_fields(body: bytes) -> dict:
+    """The top-level members of a JSON object body; nested values are skipped (not parsed).
+
+    Raises ValueError if the body is not a JSON object at the top level.
+    """
+    try:
+        s = body.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"not UTF-8: {exc}") from None
+    out: dict = {}
+    try:
+        i = _WS.match(s, 0).end()
+        if s[i] != "{":
+            raise ValueError("not a JSON object")
+        i = _WS.match(s, i + 1).end()
+        if s[i] == "}":
+            i += 1
+        else:
+            while True:
+                if s[i] != '"':
+                    raise ValueError(f"expected a key at {i}")
+                key, i = json.decoder.scanstring(s, i + 1)
+                i = _WS.match(s, i).end()
+                if s[i] != ":":
+                    raise ValueError(f"expected ':' at {i}")
+                i = _WS.match(s, i + 1).end()
+                if s[i] in "[{":
+                    value, i = _NESTED, _skip_nested(s, i)
+                else:
+                    value, i = _SCALAR.raw_decode(s, i)
+                out[key] = value
+                i = _WS.match(s, i).end()
+                if s[i] == ",":
+                    i = _WS.match(s, i + 1).end()
+                    continue
+                if s[i] != "}":
+                    raise ValueError(f"expected ',' or '}}' at {i}")
+                i += 1
+                break
+    except IndexError:
+        raise ValueError("truncated JSON object") from None
+    except RecursionError:   # pragma: no cover - scalars do not nest
+        raise ValueError("JSON nests too deeply") from None
+    if _WS.match(s, i).end() != len(s):
+        raise ValueError("data after the JSON object")
+    return out
 
 
 def _fence_fields(body: bytes) -> tuple[str, int]:
@@ -217,17 +330,20 @@ class SegmentStore(LogStore):
 
     Attributes:
         recovery: what open found and repaired (:class:`RecoveryReport`).
+        read_only: opened with ``read_only=True`` (module docstring, "Read-only opening").
         directory: the log directory. fs: the :class:`FileSystem` every operation goes through.
     """
 
     name = "segment"
     offered_tiers = (AckTier.WRITE, AckTier.FDATASYNC)
 
-    def __init__(self, directory: str, fs: FileSystem, segment_bytes: int, dir_lock: DirLock):
+    def __init__(self, directory: str, fs: FileSystem, segment_bytes: int, dir_lock: DirLock,
+                 read_only: bool = False):
         """Private: use :meth:`open`."""
         self.directory = str(directory)
         self.fs = fs
         self.segment_bytes = segment_bytes
+        self.read_only = read_only
         self._dir_lock = dir_lock
         self._lock = threading.RLock()
         self._bytes: dict[str, list[bytes]] = {}
@@ -239,42 +355,58 @@ class SegmentStore(LogStore):
         self._synced: Position = (1, 0)     # synced watermark: everything before it is durable
         self._failed: str | None = None
         self._closed = False
-        self.recovery = RecoveryReport(store=self.name)
+        self.recovery = RecoveryReport(store=self.name, path=self.directory, read_only=read_only)
 
     # --- opening and recovery ------------------------------------------------------------------
     @classmethod
     def open(cls, directory: "str | os.PathLike[str]", fs: FileSystem | None = None,
-             segment_bytes: int = DEFAULT_SEGMENT_BYTES) -> "SegmentStore":
-        """Open (creating if needed) the segment log in ``directory`` and recover it.
+             segment_bytes: int = DEFAULT_SEGMENT_BYTES, read_only: bool = False) -> "SegmentStore":
+        """Open the segment log in ``directory`` and recover it (read-write: creating it if needed).
 
         Args:
-            directory: the log directory; created (and its parent fsynced) if missing.
+            directory: the log directory; created (and its parent fsynced) if missing, unless
+                ``read_only``.
             fs: the file-system seam (default :class:`OsFileSystem`).
-            segment_bytes: size at which a new segment file is started (≥ 256 bytes).
+            segment_bytes: size at which a new segment file is started (an int ≥ 256 bytes).
+            read_only: change nothing on disk (module docstring, "Read-only opening").
 
         Returns:
-            The store, with :attr:`recovery` describing any torn tail trimmed.
+            The store, with :attr:`recovery` describing any torn tail trimmed (read-write) or
+            found and left in place (read-only).
 
         Raises:
-            ConfigError: ``segment_bytes`` too small.
-            StoreError: another opener holds the directory lock, or a record was written by a
-                newer format.
+            ConfigError: ``segment_bytes`` not an int ≥ 256.
+            StoreError: another opener holds the directory lock (read-write only), a record was
+                written by a newer format, or (read-only) the directory is missing or holds no
+                segment file ("not a segment log").
             CorruptLogError: damage before the tail (named file and offset), or events that do
                 not form gapless per-trajectory sequences. Nothing on disk is changed.
             StoreError: the file system failed while opening (the OSError is chained).
         """
-        if segment_bytes < MIN_SEGMENT_BYTES:
-            raise ConfigError(f"segment_bytes must be >= {MIN_SEGMENT_BYTES}, got {segment_bytes}")
+        if isinstance(segment_bytes, bool) or not isinstance(segment_bytes, int) or segment_bytes < MIN_SEGMENT_BYTES:
+            raise ConfigError(f"segment_bytes must be an int >= {MIN_SEGMENT_BYTES}, got {segment_bytes!r}")
         fs = fs if fs is not None else OsFileSystem()
         directory = os.fspath(directory)
         try:
-            if not fs.exists(directory):
-                fs.makedirs(directory)
-                fs.fsync_dir(os.path.dirname(os.path.normpath(directory)) or ".")
-            lock = fs.lock_dir(directory)
+            if read_only:
+                if not fs.exists(directory):
+                    raise StoreError(f"no segment log at {directory}: the directory does not exist")
+                try:
+                    names = fs.listdir(directory)
+                except NotADirectoryError:
+                    raise StoreError(f"{directory} is not a segment log: it is not a directory") from None
+                if not any(_SEGMENT_NAME.match(n) for n in names):
+                    raise StoreError(f"{directory} is not a segment log: it holds no {segment_name(1)}-style "
+                                     "segment file")
+                lock = DirLock()   # no lock: a writer may hold it; we only read
+            else:
+                if not fs.exists(directory):
+                    fs.makedirs(directory)
+                    fs.fsync_dir(os.path.dirname(os.path.normpath(directory)) or ".")
+                lock = fs.lock_dir(directory)
         except OSError as exc:
             raise StoreError(f"cannot open segment log {directory}: {exc}") from exc
-        store = cls(directory, fs, segment_bytes, lock)
+        store = cls(directory, fs, segment_bytes, lock, read_only=read_only)
         try:
             store._recover()
         except OSError as exc:
@@ -288,7 +420,12 @@ class SegmentStore(LogStore):
     def _path(self, number: int) -> str:
         return os.path.join(self.directory, segment_name(number))
 
-    def _recover(self) -> None:
+    def _scan(self) -> tuple[list[int], dict[int, bytes], list[_Frame], "tuple[int, int, str] | None"]:
+        """Read the segments in order up to the first bad frame.
+
+        Returns (segment numbers, their contents read so far, the valid frames, the damage
+        (segment, offset, reason) or None).
+        """
         fs = self.fs
         numbers = sorted(int(m.group(1)) for n in fs.listdir(self.directory)
                          if (m := _SEGMENT_NAME.match(n)))
@@ -314,25 +451,63 @@ class SegmentStore(LogStore):
                 off = fr.end
             if damage:
                 break
+        return numbers, datas, frames, damage
 
+    def _grew(self, numbers: list[int], datas: dict[int, bytes]) -> bool:
+        """True if segments appeared or grew since they were read (a live writer)."""
+        now = sorted(int(m.group(1)) for n in self.fs.listdir(self.directory) if (m := _SEGMENT_NAME.match(n)))
+        if now != numbers:
+            return True
+        return any(self.fs.size(self._path(n)) != len(d) for n, d in datas.items())
+
+    def _recover(self) -> None:
+        fs = self.fs
+        attempts = 3 if self.read_only else 1
+        for attempt in range(attempts):
+            numbers, datas, frames, damage = self._scan()
+            try:
+                if damage is not None:
+                    self._classify_damage(damage, numbers, datas)
+                self._build_index(frames)
+            except CorruptLogError:
+                # read-only beside a live writer: what looked like damage may be a write in flight
+                if attempt + 1 < attempts and self._grew(numbers, datas):
+                    self._bytes.clear()
+                    self._ids.clear()
+                    self._fences.clear()
+                    continue
+                raise
+            break
+        rep = self.recovery
+        rep.trajectories = sum(1 for rows in self._bytes.values() if rows)
+        rep.events_recovered = len(self._ids)
+        tail_bytes = 0
         if damage is not None:
-            self._classify_damage(damage, numbers, datas)
-        self._build_index(frames)
+            dseg, doff, reason = damage
+            later = [n for n in numbers if n > dseg]
+            tail_bytes = sum(len(datas[n]) if n in datas else fs.size(self._path(n)) for n in later)
+            if dseg in datas:
+                tail_bytes += len(datas[dseg]) - doff
+            rep.torn_tail_found = True
+            rep.torn_tail_at = f"{segment_name(dseg)}:{doff}"
+            rep.torn_tail_bytes = tail_bytes
+            rep.torn_tail_reason = reason
+        if self.read_only:
+            self._adopt_read_only(numbers, datas, frames, damage)
+            return
 
         # --- everything checked: now (and only now) repair the files ---------------------------
         if damage is not None:
             dseg, doff, reason = damage
             later = [n for n in numbers if n > dseg]
-            trimmed = sum(len(datas[n]) if n in datas else fs.size(self._path(n)) for n in later)
             for n in reversed(later):
                 fs.remove(self._path(n))
-                self.recovery.details.append(f"removed {segment_name(n)} (after the torn tail)")
+                rep.details.append(f"removed {segment_name(n)} (after the torn tail)")
             if later:
                 fs.fsync_dir(self.directory)
             if dseg in datas:
                 self._segment = dseg
                 h = self._handle = fs.open_file(self._path(dseg))
-                trimmed += len(datas[dseg]) - doff
                 fs.truncate(h, doff)
                 self._size = doff
             elif dseg > 1:  # the missing segment itself: continue in the one before it
@@ -343,12 +518,12 @@ class SegmentStore(LogStore):
                 self._segment = 1
                 self._handle = fs.open_file(self._path(1), create=True)
                 self._size = 0
-            where = f"{segment_name(dseg)}:{doff}"
-            self.recovery.torn_tail_trimmed = True
-            self.recovery.bytes_trimmed = trimmed
-            self.recovery.trimmed_at = where
-            self.recovery.details.insert(0, f"trimmed a torn tail at {where} ({reason}): {trimmed} bytes; "
-                                            "no later record claims it was synced")
+            where = rep.torn_tail_at
+            rep.torn_tail_trimmed = True
+            rep.bytes_trimmed = tail_bytes
+            rep.trimmed_at = where
+            rep.details.insert(0, f"trimmed a torn tail at {where} ({reason}): {tail_bytes} bytes; "
+                                  "no later record claims it was synced")
         elif numbers:
             self._segment = numbers[-1]
             self._handle = fs.open_file(self._path(self._segment))
@@ -361,7 +536,29 @@ class SegmentStore(LogStore):
         fs.fdatasync(self._handle)
         fs.fsync_dir(self.directory)
         self._synced = (self._segment, self._size)
-        self.recovery.events_recovered = len(self._ids)
+
+    def _adopt_read_only(self, numbers: list[int], datas: dict[int, bytes], frames: list[_Frame],
+                         damage: "tuple[int, int, str] | None") -> None:
+        """Read-only: take the valid prefix as the log and report (not trim) what follows it."""
+        if not numbers:   # the segment files went away after open listed them
+            raise StoreError(f"{self.directory} is not a segment log (any more): it holds no segment file")
+        if damage is not None:
+            dseg, doff, reason = damage
+            if dseg in datas:
+                self._segment, self._size = dseg, doff
+            elif dseg > 1:
+                self._segment, self._size = dseg - 1, len(datas[dseg - 1])
+            else:
+                self._segment, self._size = 1, 0
+            rep = self.recovery
+            rep.details.insert(0, f"torn tail at {rep.torn_tail_at} ({reason}): {rep.torn_tail_bytes} bytes after "
+                                  "the last valid record were not read and were left on disk (read-only open; a "
+                                  "read-write open trims them, or a live writer may still be writing them)")
+        else:
+            self._segment = numbers[-1]
+            self._size = len(datas[self._segment])
+        # the newest watermark any valid record claims: everything before it is known durable
+        self._synced = max((fr.synced_watermark for fr in frames), default=(1, 0))
 
     def _classify_damage(self, damage: tuple[int, int, str], numbers: list[int], datas: dict[int, bytes]) -> None:
         """Raise CorruptLogError if a later valid frame claims a synced watermark past the damage."""
@@ -412,17 +609,32 @@ class SegmentStore(LogStore):
             self._fences[tid] = max(fence, epoch)
 
     # --- appends -------------------------------------------------------------------------------
-    def _usable(self) -> None:
+    def _open_for_reads(self) -> None:
         if self._closed:
             raise StoreClosedError(f"segment log {self.directory} is closed")
+
+    def _usable(self) -> None:
+        self._open_for_reads()
+        if self.read_only:
+            raise StoreReadOnlyError(f"segment log {self.directory} was opened read-only; it takes no appends "
+                                     "or fences")
         if self._failed:
             raise StoreFailedError(f"segment log {self.directory} failed earlier ({self._failed}); its tail "
                                    "is unknown, reopen it to recover")
 
-    def _fail(self, exc: OSError, what: str) -> StoreFailedError:
-        self._failed = f"{what}: {exc}"
-        return StoreFailedError(f"segment log {self.directory}: {what} failed ({exc}); nothing in this call is "
+    def _fail(self, exc: BaseException, what: str) -> StoreFailedError:
+        """Mark the store failed by ``exc`` during ``what``; return the StoreFailedError to raise."""
+        cause = str(exc) if isinstance(exc, OSError) else f"interrupted by {exc!r}"
+        self._failed = f"{what}: {cause}"
+        return StoreFailedError(f"segment log {self.directory}: {what} failed ({cause}); nothing in this call is "
                                 "acknowledged and the store refuses appends until reopened")
+
+    def _failing(self, exc: BaseException, what: str) -> None:
+        """Mark the store failed and raise: StoreFailedError for an OSError, else ``exc`` itself."""
+        err = self._fail(exc, what)
+        if isinstance(exc, OSError):
+            raise err from exc
+        raise exc
 
     def _roll(self) -> None:
         """Start the next segment: sync the old one, create the new one, make its entry durable."""
@@ -452,7 +664,7 @@ class SegmentStore(LogStore):
         self.fs.pwrite(self._handle, self._size, buf)
         self._size += total
 
-    def append_batch(self, events: Sequence[Event], tier: AckTier) -> list["AppendOutcome | StoreError"]:
+    def append_batch(self, events: Sequence[Event], tier: "AckTier | str") -> list["AppendOutcome | StoreError"]:
         """Append ``events`` with one write and, at ``FDATASYNC``, one fdatasync (§11.8.4).
 
         Returns one :class:`AppendOutcome` or error per event, in order (see
@@ -460,11 +672,15 @@ class SegmentStore(LogStore):
         the stored copy durable if it was only written.
 
         Raises:
-            TierNotOfferedError: ``tier`` is not WRITE or FDATASYNC.
+            TierNotOfferedError: ``tier`` is not WRITE or FDATASYNC (or their labels).
+            StoreError: a batch member is not an Event (nothing is written).
             StoreFailedError: the write or fdatasync failed now or earlier (reopen to recover).
-            StoreClosedError: the store was closed.
+            StoreReadOnlyError, StoreClosedError: opened read-only, or closed.
+            Anything else raised by the write, the roll or the fdatasync (KeyboardInterrupt, ...)
+            is re-raised after the store was marked failed.
         """
-        self.check_tier(tier)
+        tier = self.check_tier(tier)
+        events = check_events(events)
         with self._lock:
             self._usable()
             out: list[AppendOutcome | StoreError] = []
@@ -496,82 +712,100 @@ class SegmentStore(LogStore):
                 accepted.append(ev)
                 out.append(AppendOutcome(ev.event_id, t, ev.sequence_number, tier))
             acknowledged = any(isinstance(o, AppendOutcome) for o in out)
+            stage = "write"
             try:
                 if accepted:
                     self._write_records([(KIND_EVENT, ev.canonical) for ev in accepted])
-            except OSError as exc:
-                raise self._fail(exc, "write") from exc
-            try:
+                stage = "fdatasync"
                 if tier is AckTier.FDATASYNC and acknowledged and self._synced < (self._segment, self._size):
                     self._sync()
-            except OSError as exc:
-                raise self._fail(exc, "fdatasync") from exc
-            for ev in accepted:
-                self._bytes.setdefault(ev.trajectory_id, []).append(ev.canonical)
-                self._ids[ev.event_id] = new_ids[ev.event_id][0]
-                self._fences[ev.trajectory_id] = max(self._fences.get(ev.trajectory_id, 0), ev.owner_epoch)
+                stage = "index update"
+                for ev in accepted:
+                    self._bytes.setdefault(ev.trajectory_id, []).append(ev.canonical)
+                    self._ids[ev.event_id] = new_ids[ev.event_id][0]
+                    self._fences[ev.trajectory_id] = max(self._fences.get(ev.trajectory_id, 0), ev.owner_epoch)
+            except BaseException as exc:  # noqa: BLE001 - re-raised; the tail is unknown, no retry may write it again
+                self._failing(exc, stage)
             return out
 
     def install_fence(self, trajectory_id: str, owner_epoch: int) -> None:
         """Write a FENCE record and fdatasync it before returning (§11.5.1 fencing at the log).
 
         Raises:
+            StoreError: bad arguments (:func:`~kernel_lib.log.base.check_fence_args`).
             StaleOwnerError: ``owner_epoch`` is older than the trajectory's current fence.
-            StoreFailedError, StoreClosedError: as for :meth:`append_batch`.
+            StoreFailedError, StoreReadOnlyError, StoreClosedError: as for :meth:`append_batch`
+            (an interrupt during the write or fdatasync likewise fails the store).
         """
-        if type(owner_epoch) is not int or owner_epoch < 0 or not trajectory_id:
-            raise StoreError(f"install_fence needs a trajectory id and an owner_epoch >= 0, got "
-                             f"{trajectory_id!r}, {owner_epoch!r}")
+        check_fence_args(trajectory_id, owner_epoch)
         with self._lock:
             self._usable()
             cur = self._fences.get(trajectory_id, 0)
             if owner_epoch < cur:
                 raise StaleOwnerError(f"cannot install owner_epoch={owner_epoch} on {trajectory_id}: "
                                       f"the log has seen owner_epoch={cur}")
+            stage = "write"
             try:
                 self._write_records([(KIND_FENCE, _EPOCH.pack(owner_epoch) + trajectory_id.encode("utf-8"))])
-            except OSError as exc:
-                raise self._fail(exc, "write") from exc
-            try:
+                stage = "fdatasync"
                 self._sync()
-            except OSError as exc:
-                raise self._fail(exc, "fdatasync") from exc
-            self._fences[trajectory_id] = owner_epoch
+                self._fences[trajectory_id] = owner_epoch
+            except BaseException as exc:  # noqa: BLE001 - re-raised by _failing
+                self._failing(exc, stage)
 
     # --- reads ---------------------------------------------------------------------------------
     def read(self, trajectory_id: str, start: int = 1, stop: int | None = None) -> Iterator[Event]:
         """Events of one trajectory with ``start <= sequence_number <= stop``, decoded lazily.
 
-        Raises StoreClosedError after close; decoding raises the typed event errors.
+        Bounds as :func:`~kernel_lib.log.base.read_bounds`. Raises StoreClosedError after close,
+        StoreError for non-int bounds; decoding raises the typed event errors (MalformedEventError
+        for a body nested too deeply), and CorruptLogError if a body decodes to an event other
+        than the one indexed at that position.
         """
+        lo, hi = read_bounds(start, stop)
         with self._lock:
-            if self._closed:
-                raise StoreClosedError(f"segment log {self.directory} is closed")
+            self._open_for_reads()
             rows = self._bytes.get(trajectory_id, [])
-            hi = len(rows) if stop is None else max(0, min(stop, len(rows)))
-            chunk = rows[max(start, 1) - 1:hi]
-        return (decode_stored(b) for b in chunk)
+            end = len(rows) if hi is None else min(hi, len(rows))
+            chunk = rows[lo - 1:end] if end >= lo else []
+        return (self._decoded(trajectory_id, lo + i, b) for i, b in enumerate(chunk))
+
+    def _decoded(self, trajectory_id: str, seq: int, body: bytes) -> Event:
+        try:
+            ev = decode_stored(body)
+        except RecursionError:
+            raise MalformedEventError(f"segment log {self.directory}: stored event {trajectory_id}#{seq} nests too "
+                                      "deeply to decode") from None
+        if ev.trajectory_id != trajectory_id or ev.sequence_number != seq:
+            raise CorruptLogError(f"segment log {self.directory}: the record indexed as {trajectory_id}#{seq} "
+                                  f"decodes to {ev.trajectory_id}#{ev.sequence_number}")
+        return ev
 
     def head(self, trajectory_id: str) -> int:
         with self._lock:
+            self._open_for_reads()
             return len(self._bytes.get(trajectory_id, ()))
 
     def fence(self, trajectory_id: str) -> int:
         with self._lock:
+            self._open_for_reads()
             return self._fences.get(trajectory_id, 0)
 
     def trajectories(self) -> list[str]:
         with self._lock:
+            self._open_for_reads()
             return sorted(t for t, rows in self._bytes.items() if rows)
 
     @property
     def synced_watermark(self) -> Position:
-        """(segment number, byte offset) before which every byte is known durable."""
+        """(segment number, byte offset) before which every byte is known durable (read-only:
+        the newest watermark a valid record claims)."""
         return self._synced
 
     @property
     def end_position(self) -> Position:
-        """(segment number, byte offset) where the next record will be written."""
+        """(segment number, byte offset) where the next record will be written (read-only: the
+        end of the valid prefix)."""
         return (self._segment, self._size)
 
     def segment_paths(self) -> list[str]:
@@ -580,12 +814,14 @@ class SegmentStore(LogStore):
 
     # --- closing -------------------------------------------------------------------------------
     def _release_files(self) -> None:
-        if self._handle is not None:
-            try:
-                self.fs.close(self._handle)
-            finally:
-                self._handle = None
-        self._dir_lock.release()
+        try:
+            if self._handle is not None:
+                try:
+                    self.fs.close(self._handle)
+                finally:
+                    self._handle = None
+        finally:
+            self._dir_lock.release()
 
     def close(self) -> None:
         """Close the current segment and release the directory lock. Idempotent."""
@@ -595,5 +831,5 @@ class SegmentStore(LogStore):
                 self._release_files()
 
     def __repr__(self) -> str:
-        return (f"<SegmentStore {self.directory} segment={self._segment} size={self._size} "
-                f"synced={self._synced} events={len(self._ids)}>")
+        return (f"<SegmentStore {self.directory}{' read-only' if self.read_only else ''} segment={self._segment} "
+                f"size={self._size} synced={self._synced} events={len(self._ids)}>")

@@ -7,6 +7,9 @@ One database file in WAL mode. Tables::
     fences(trajectory_id PRIMARY KEY, owner_epoch)    -- newest owner_epoch seen
     sync_marker(n)                                    -- bumped to force a WAL sync (see below)
 
+``PRAGMA user_version`` holds :data:`LAYOUT_VERSION`. A database that is not this layout (another
+application's tables, another version) is refused with StoreError and left as it was.
+
 Acknowledgment tiers:
 
 * ``WRITE``: ``PRAGMA synchronous=OFF``; the commit returns once SQLite has handed the WAL frames
@@ -18,20 +21,63 @@ Every batch is one ``BEGIN IMMEDIATE`` transaction in which the §11.8.4 contrac
 against the database itself (not a per-process cache), so a second process holding a stale
 ``owner_epoch`` (a zombie worker, §11.5.1) is rejected by the log even though it has its own
 connection.
+
+Errors inside a batch or a fence:
+
+* another connection holds the write lock past ``busy_timeout_s`` (SQLITE_BUSY / SQLITE_LOCKED):
+  the transaction is rolled back and :class:`~kernel_lib.errors.StoreBusyError` raised; nothing
+  was applied and the store stays usable (retry);
+* any other SQLite error (I/O, disk full, corruption): rolled back, the store is marked failed
+  and :class:`~kernel_lib.errors.StoreFailedError` raised now and on every later append;
+* anything else (KeyboardInterrupt, a bug): rolled back, the per-connection caches are reset,
+  and the exception is re-raised. A retry is safe: the contract is checked against the database.
+
+Reads check what they return: each row's bytes against its stored digest, the decoded event's
+trajectory, position and id against the row's, and that positions are contiguous from ``start``;
+a mismatch raises :class:`~kernel_lib.errors.CorruptLogError` naming trajectory and position.
+
+Read-only opening (``read_only=True``) changes nothing on disk: it connects through a
+``file:...?mode=ro`` URI, runs no schema or PRAGMA write (no WAL switch), and needs no write
+permission. When no ``-wal`` file exists (the log was closed cleanly and no writer is connected)
+it adds ``immutable=1`` so that SQLite creates no ``-wal``/``-shm`` file, and switches to a plain
+``mode=ro`` connection as soon as a writer's ``-wal`` appears. (A reader beside a writer shares the
+writer's ``-shm`` index; only a ``-wal`` left without its ``-shm`` makes SQLite create one, or fail
+with StoreError where it cannot.)
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sqlite3
 import threading
+import urllib.parse
 from pathlib import Path
 from typing import Iterator, Sequence
 
-from ..errors import StaleOwnerError, StoreClosedError, StoreError, StoreFailedError
-from ..errors import CorruptLogError
+from ..errors import (
+    CorruptLogError,
+    MalformedEventError,
+    StaleOwnerError,
+    StoreBusyError,
+    StoreClosedError,
+    StoreError,
+    StoreFailedError,
+    StoreReadOnlyError,
+)
 from ..events import Event, decode_stored, digest
-from .base import AckTier, AppendOutcome, LogStore, RecoveryReport, StoredRef, check_append
+from .base import (
+    MAX_OWNER_EPOCH,
+    AckTier,
+    AppendOutcome,
+    LogStore,
+    RecoveryReport,
+    StoredRef,
+    check_append,
+    check_events,
+    check_fence_args,
+    read_bounds,
+)
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS events (
@@ -57,35 +103,54 @@ INSERT OR IGNORE INTO sync_marker VALUES (1, 0);
 #: Version of the table layout, kept in ``PRAGMA user_version``.
 LAYOUT_VERSION = 1
 
+#: Columns each table of the layout must have (checked at open).
+_LAYOUT_COLUMNS = {
+    "events": {"position", "trajectory_id", "sequence_number", "event_id", "digest", "body"},
+    "fences": {"trajectory_id", "owner_epoch"},
+    "sync_marker": {"id", "n"},
+}
+
 _SYNC = {AckTier.WRITE: "OFF", AckTier.FDATASYNC: "FULL"}
+
+
+def _is_busy(exc: BaseException) -> bool:
+    """True for SQLITE_BUSY / SQLITE_LOCKED (and their extended codes): another connection holds a lock."""
+    if not isinstance(exc, sqlite3.OperationalError):
+        return False
+    name = getattr(exc, "sqlite_errorname", None)
+    if name:
+        return name.startswith(("SQLITE_BUSY", "SQLITE_LOCKED"))
+    return str(exc).startswith(("database is locked", "database table is locked"))
+
+
+def _is_corrupt(exc: BaseException) -> bool:
+    name = getattr(exc, "sqlite_errorname", None) or ""
+    return name.startswith(("SQLITE_CORRUPT", "SQLITE_NOTADB"))
 
 
 class SQLiteStore(LogStore):
     """The default store. ``SQLiteStore.open(path)`` creates the file if needed.
 
-    Raises StoreError if the file is not a database of this layout.
+    Args:
+        path: the database file.
+        busy_timeout_s: how long a statement waits for another connection's lock (seconds).
+        read_only: open without changing anything on disk (module docstring); appends and fences
+            raise StoreReadOnlyError. The file must exist and be a kernel_lib log.
+
+    Raises:
+        StoreError: the file is not a database of this layout (nothing is changed), or cannot
+            be opened (read-only: it does not exist). StoreBusyError: locked past the timeout.
     """
 
     name = "sqlite"
     offered_tiers = (AckTier.WRITE, AckTier.FDATASYNC)
 
-    def __init__(self, path: str | os.PathLike, *, busy_timeout_s: float = 5.0):
+    def __init__(self, path: str | os.PathLike, *, busy_timeout_s: float = 5.0, read_only: bool = False):
         self.path = Path(path)
-        try:
-            self._db = sqlite3.connect(str(self.path), isolation_level=None, check_same_thread=False,
-                                       timeout=busy_timeout_s)
-            self._db.execute("PRAGMA journal_mode=WAL")
-            version = self._db.execute("PRAGMA user_version").fetchone()[0]
-            if version not in (0, LAYOUT_VERSION):
-                raise StoreError(f"{self.path} is a log of layout version {version}; this build reads "
-                                 f"version {LAYOUT_VERSION}")
-            if version == 0 and self._db.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]:
-                raise StoreError(f"{self.path} is an SQLite database but not a kernel_lib log")
-            self._db.executescript(_SCHEMA)
-            self._db.execute(f"PRAGMA user_version={LAYOUT_VERSION}")
-            n = self._db.execute("SELECT count(*) FROM events").fetchone()[0]
-        except sqlite3.DatabaseError as exc:
-            raise StoreError(f"cannot open SQLite log {self.path}: {exc}") from exc
+        self.read_only = bool(read_only)
+        self._timeout = busy_timeout_s
+        self._wal_path = str(self.path) + "-wal"
+        self._immutable = False
         self._sync: str | None = None
         self._heads: dict[str, int] = {}
         self._fences: dict[str, int] = {}
@@ -93,23 +158,182 @@ class SQLiteStore(LogStore):
         self._lock = threading.Lock()
         self._closed = False
         self._failed: str | None = None
-        self.recovery = RecoveryReport(store=self.name, events_recovered=n)
+        self.recovery = RecoveryReport(store=self.name, path=str(self.path), read_only=self.read_only)
+        self._db: sqlite3.Connection | None = None
+        try:
+            if self.read_only:
+                self._open_read_only()
+            else:
+                self._open_read_write()
+            self._survey()
+        except sqlite3.Error as exc:
+            self._close_quietly()
+            if _is_busy(exc):
+                raise StoreBusyError(f"cannot open SQLite log {self.path}: {exc} (another connection holds "
+                                     "its lock; retry)") from exc
+            raise StoreError(f"cannot open SQLite log {self.path}: {exc}") from exc
+        except BaseException:
+            self._close_quietly()
+            raise
 
     @classmethod
-    def open(cls, path: str | os.PathLike, **kw) -> "SQLiteStore":
-        return cls(path, **kw)
+    def open(cls, path: str | os.PathLike, *, busy_timeout_s: float = 5.0, read_only: bool = False) -> "SQLiteStore":
+        """Open (read-write: creating if needed) the log at ``path``. See :class:`SQLiteStore`."""
+        return cls(path, busy_timeout_s=busy_timeout_s, read_only=read_only)
 
+    # --- opening -------------------------------------------------------------------------------
+    def _connect(self, target: str, *, uri: bool = False) -> sqlite3.Connection:
+        return sqlite3.connect(target, uri=uri, isolation_level=None, check_same_thread=False,
+                               timeout=self._timeout)
+
+    def _open_read_write(self) -> None:
+        self._db = db = self._connect(str(self.path))
+        fresh = self._check_layout(db)   # before anything is written: a foreign file stays untouched
+        db.execute("PRAGMA journal_mode=WAL")
+        if fresh:
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                if self._check_layout(db):   # again, under the write lock: another opener may have won
+                    for stmt in _SCHEMA.split(";"):
+                        if stmt.strip():
+                            db.execute(stmt)
+                    db.execute(f"PRAGMA user_version={LAYOUT_VERSION}")
+                db.execute("COMMIT")
+            except BaseException:
+                if db.in_transaction:
+                    db.execute("ROLLBACK")
+                raise
+        elif db.execute("SELECT count(*) FROM sync_marker WHERE id = 1").fetchone()[0] == 0:
+            db.execute("INSERT OR IGNORE INTO sync_marker VALUES (1, 0)")   # needed by retry-only syncs
+
+    def _open_read_only(self) -> None:
+        if not self.path.exists():
+            raise StoreError(f"no SQLite log at {self.path}: the file does not exist")
+        if not self.path.is_file():
+            raise StoreError(f"{self.path} is not a file, so not an SQLite log")
+        self._db = self._connect_read_only()
+        if self._check_layout(self._db):
+            raise StoreError(f"{self.path} is an empty SQLite database, not a kernel_lib log")
+
+    def _connect_read_only(self) -> sqlite3.Connection:
+        """A ``mode=ro`` connection; ``immutable=1`` too while no ``-wal`` file exists."""
+        self._immutable = not os.path.exists(self._wal_path)
+        uri = "file:" + urllib.parse.quote(str(self.path.resolve())) + "?mode=ro"
+        if self._immutable:
+            uri += "&immutable=1"
+        return self._connect(uri, uri=True)
+
+    def _check_layout(self, db: sqlite3.Connection) -> bool:
+        """Check that ``db`` is a kernel_lib log. Returns True if it is empty (a new file).
+
+        Raises StoreError naming what was found instead.
+        """
+        version = db.execute("PRAGMA user_version").fetchone()[0]
+        tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        objects = db.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]
+        if version == 0:
+            if objects:
+                raise StoreError(f"{self.path} is an SQLite database but not a kernel_lib log (it holds tables "
+                                 f"{sorted(tables)[:5]} and no kernel_lib layout version); refusing to touch it")
+            return True
+        if version != LAYOUT_VERSION:
+            raise StoreError(f"{self.path} is a log of layout version {version} (or another application's "
+                             f"database); this build reads version {LAYOUT_VERSION}")
+        for table, cols in _LAYOUT_COLUMNS.items():
+            have = {r[1] for r in db.execute(f"PRAGMA table_info({table})")} if table in tables else set()
+            if not cols <= have:
+                raise StoreError(f"{self.path} has user_version {version} but no kernel_lib {table!r} table "
+                                 f"(missing columns {sorted(cols - have)}): not a kernel_lib log; refusing to touch it")
+        return False
+
+    def _survey(self) -> None:
+        """Fill :attr:`recovery`: events, trajectories, and trajectories whose rows have gaps."""
+        rep = self.recovery
+        rows = self._db.execute("SELECT trajectory_id, count(*), min(sequence_number), max(sequence_number) "
+                                "FROM events GROUP BY trajectory_id ORDER BY trajectory_id").fetchall()
+        rep.events_recovered = sum(r[1] for r in rows)
+        rep.trajectories = len(rows)
+        for tid, n, lo, hi in rows:
+            if lo != 1 or n != hi:
+                first_missing = 1 if lo != 1 else self._first_gap(tid)
+                rep.details.append(f"trajectory {tid!r} stores {n} events but its head is #{hi}: #{first_missing} "
+                                   "(at least) is missing; reading it raises CorruptLogError")
+
+    def _first_gap(self, tid: str) -> int:
+        row = self._db.execute(
+            "SELECT a.sequence_number + 1 FROM events a WHERE a.trajectory_id=? AND NOT EXISTS "
+            "(SELECT 1 FROM events b WHERE b.trajectory_id=a.trajectory_id AND b.sequence_number=a.sequence_number+1) "
+            "ORDER BY a.sequence_number LIMIT 1", (tid,)).fetchone()
+        return row[0] if row else 0
+
+    # --- state checks ----------------------------------------------------------------------------
+    def _close_quietly(self) -> None:
+        if self._db is not None:
+            with contextlib.suppress(Exception):
+                self._db.close()
+            self._db = None
+
+    def _usable(self) -> None:
+        if self._closed:
+            raise StoreClosedError(f"SQLite log {self.path} is closed")
+        if self.read_only:
+            raise StoreReadOnlyError(f"SQLite log {self.path} was opened read-only; it takes no appends or fences")
+        if self._failed:
+            raise StoreFailedError(f"SQLite log {self.path} failed earlier ({self._failed}); reopen it")
+
+    def _reader(self) -> sqlite3.Connection:
+        """The connection to read through (call under the lock)."""
+        if self._closed:
+            raise StoreClosedError(f"SQLite log {self.path} is closed")
+        if self._immutable and os.path.exists(self._wal_path):
+            # a writer arrived: an immutable connection would not see its WAL; its -wal and -shm
+            # exist now, so a plain read-only connection creates no file
+            old, self._db = self._db, self._connect_read_only()
+            old.close()
+        return self._db
+
+    @contextlib.contextmanager
+    def _reading(self, what: str):
+        """Turn SQLite errors raised by a read into typed errors."""
+        try:
+            yield
+        except sqlite3.Error as exc:
+            if _is_busy(exc):
+                raise StoreBusyError(f"SQLite log {self.path}: {what}: {exc} (retry)") from exc
+            if _is_corrupt(exc):
+                raise CorruptLogError(f"SQLite log {self.path}: {what}: {exc}") from exc
+            raise StoreError(f"SQLite log {self.path}: {what} failed: {exc}") from exc
+
+    def _abort(self) -> None:
+        """Roll back an open transaction and drop the caches; mark the store failed if that fails."""
+        db = self._db
+        self._heads.clear()
+        self._fences.clear()
+        self._data_version = None
+        try:
+            if db.in_transaction:
+                db.execute("ROLLBACK")
+        except sqlite3.Error as exc:
+            self._failed = self._failed or f"rollback failed: {exc}"
+        if db.in_transaction:
+            self._failed = self._failed or "a transaction could not be rolled back"
+
+    def _raise_sqlite(self, exc: sqlite3.Error, what: str) -> None:
+        """Roll back after ``exc`` and raise the typed error (busy: retryable; else: failed)."""
+        self._abort()
+        if _is_busy(exc) and not self._failed:
+            raise StoreBusyError(f"SQLite {what} on {self.path}: {exc}: another connection holds the write "
+                                 "lock; nothing was applied, retry") from exc
+        self._failed = self._failed or str(exc)
+        raise StoreFailedError(f"SQLite {what} on {self.path} failed: {exc}; nothing in this call is "
+                               "acknowledged and the store refuses appends until reopened") from exc
+
+    # --- appends ---------------------------------------------------------------------------------
     def _set_tier(self, tier: AckTier) -> None:
         mode = _SYNC[tier]
         if mode != self._sync:
             self._db.execute(f"PRAGMA synchronous={mode}")
             self._sync = mode
-
-    def _usable(self) -> None:
-        if self._closed:
-            raise StoreClosedError(f"SQLite log {self.path} is closed")
-        if self._failed:
-            raise StoreFailedError(f"SQLite log {self.path} failed earlier ({self._failed}); reopen it")
 
     def _lookup(self, event_id: str) -> tuple[StoredRef, bytes] | tuple[None, None]:
         row = self._db.execute("SELECT trajectory_id, sequence_number, digest, body FROM events WHERE event_id=?",
@@ -137,6 +361,9 @@ class SQLiteStore(LogStore):
         """Insert ``ev`` if new (True), or return False for an identical retry; raise its error."""
         head, fence = self._head_fence(ev.trajectory_id)
         if ev.owner_epoch >= fence and ev.sequence_number == head + 1:
+            if ev.owner_epoch > MAX_OWNER_EPOCH or ev.sequence_number > MAX_OWNER_EPOCH:
+                raise StoreError(f"event {ev.event_id}: owner_epoch and sequence_number must be < 2**63 "
+                                 "to be stored")
             try:
                 self._db.execute("INSERT INTO events (trajectory_id, sequence_number, event_id, digest, body) "
                                  "VALUES (?,?,?,?,?)",
@@ -149,15 +376,25 @@ class SQLiteStore(LogStore):
             return False
         raise StoreError(f"internal: {ev.event_id} neither new nor a retry")  # pragma: no cover
 
-    def append_batch(self, events: Sequence[Event], tier: AckTier) -> list["AppendOutcome | StoreError"]:
-        self.check_tier(tier)
+    def append_batch(self, events: Sequence[Event], tier: "AckTier | str") -> list["AppendOutcome | StoreError"]:
+        """Append ``events`` in one transaction, committed at ``tier`` (§11.8.4).
+
+        Raises:
+            TierNotOfferedError, StoreError (a member is not an Event): before anything is written.
+            StoreBusyError: another connection held the write lock past the timeout; retry.
+            StoreFailedError: an SQLite error now or earlier; reopen.
+            StoreReadOnlyError, StoreClosedError: opened read-only, or closed.
+            Anything else raised inside the transaction is re-raised after a rollback.
+        """
+        tier = self.check_tier(tier)
+        events = check_events(events)
         out: list[AppendOutcome | StoreError] = []
         with self._lock:
             self._usable()
             db = self._db
-            self._set_tier(tier)
             inserted, retried = 0, 0
             try:
+                self._set_tier(tier)
                 db.execute("BEGIN IMMEDIATE")
                 self._refresh_cache()
                 for ev in events:
@@ -184,49 +421,28 @@ class SQLiteStore(LogStore):
                 db.execute("COMMIT")
                 self._data_version = db.execute("PRAGMA data_version").fetchone()[0]
             except sqlite3.Error as exc:
-                try:
-                    db.execute("ROLLBACK")
-                except sqlite3.Error:
-                    pass
-                self._heads.clear()
-                self._fences.clear()
-                self._failed = str(exc)
-                raise StoreFailedError(f"SQLite append to {self.path} failed: {exc}; nothing in this "
-                                       "batch is acknowledged") from exc
+                self._raise_sqlite(exc, "append")
+            except BaseException:
+                self._abort()
+                raise
         return out
 
-    def read(self, trajectory_id: str, start: int = 1, stop: int | None = None) -> Iterator[Event]:
-        with self._lock:
-            if self._closed:
-                raise StoreClosedError(f"SQLite log {self.path} is closed")
-            rows = self._db.execute(
-                "SELECT body, digest, sequence_number FROM events WHERE trajectory_id=? AND sequence_number>=? AND sequence_number<=? "
-                "ORDER BY sequence_number", (trajectory_id, start, stop if stop is not None else 2**62)).fetchall()
-        return (self._checked(trajectory_id, bytes(r[0]), r[1], r[2]) for r in rows)
-
-    def _checked(self, trajectory_id: str, body: bytes, stored_digest: str, seq: int) -> Event:
-        """Decode a stored event after checking its bytes against the digest stored with them."""
-        if digest(body) != stored_digest:
-            raise CorruptLogError(f"{self.path}: stored bytes of {trajectory_id}#{seq} do not match their digest")
-        return decode_stored(body)
-
-    def head(self, trajectory_id: str) -> int:
-        with self._lock:
-            return self._db.execute("SELECT coalesce(max(sequence_number), 0) FROM events WHERE trajectory_id=?",
-                                    (trajectory_id,)).fetchone()[0]
-
-    def fence(self, trajectory_id: str) -> int:
-        with self._lock:
-            row = self._db.execute("SELECT owner_epoch FROM fences WHERE trajectory_id=?", (trajectory_id,)).fetchone()
-        return row[0] if row else 0
-
     def install_fence(self, trajectory_id: str, owner_epoch: int) -> None:
+        """Record ``owner_epoch`` for the trajectory in one FDATASYNC transaction (§11.5.1).
+
+        Raises:
+            StoreError: bad arguments (:func:`~kernel_lib.log.base.check_fence_args`).
+            StaleOwnerError: ``owner_epoch`` is older than the current fence.
+            StoreBusyError, StoreFailedError, StoreReadOnlyError, StoreClosedError: as
+            :meth:`append_batch`.
+        """
+        check_fence_args(trajectory_id, owner_epoch)
         with self._lock:
             self._usable()
-            self._set_tier(AckTier.FDATASYNC)
             db = self._db
-            db.execute("BEGIN IMMEDIATE")
             try:
+                self._set_tier(AckTier.FDATASYNC)
+                db.execute("BEGIN IMMEDIATE")
                 row = db.execute("SELECT owner_epoch FROM fences WHERE trajectory_id=?", (trajectory_id,)).fetchone()
                 cur = row[0] if row else 0
                 if owner_epoch < cur:
@@ -237,16 +453,78 @@ class SQLiteStore(LogStore):
                 db.execute("COMMIT")
                 self._fences.pop(trajectory_id, None)
                 self._heads.pop(trajectory_id, None)
+            except sqlite3.Error as exc:
+                self._raise_sqlite(exc, "install_fence")
             except BaseException:
-                db.execute("ROLLBACK")
+                self._abort()
                 raise
+
+    # --- reads -----------------------------------------------------------------------------------
+    def read(self, trajectory_id: str, start: int = 1, stop: int | None = None) -> Iterator[Event]:
+        """Events of one trajectory with ``start <= sequence_number <= stop``, decoded lazily.
+
+        Raises:
+            CorruptLogError: a position in the range is missing below the last stored one (now),
+                or a row's bytes do not match their digest or hold another event (while iterating).
+            StoreError: non-int bounds. StoreClosedError: after close. Decoding raises the typed
+                event errors.
+        """
+        lo, hi = read_bounds(start, stop)
+        hi = MAX_OWNER_EPOCH if hi is None else min(hi, MAX_OWNER_EPOCH)
+        with self._lock:
+            db = self._reader()
+            if hi < lo:
+                return iter(())
+            with self._reading(f"read {trajectory_id!r}"):
+                rows = db.execute(
+                    "SELECT sequence_number, event_id, digest, body FROM events WHERE trajectory_id=? "
+                    "AND sequence_number>=? AND sequence_number<=? ORDER BY sequence_number",
+                    (trajectory_id, lo, hi)).fetchall()
+        for i, row in enumerate(rows):
+            if row[0] != lo + i:
+                raise CorruptLogError(
+                    f"{self.path}: trajectory {trajectory_id!r} has no row for #{lo + i} but stores #{row[0]}: "
+                    "a row was deleted or altered; refusing to return a history with a gap")
+        return (self._checked(trajectory_id, seq, eid, bytes(body), dig) for seq, eid, dig, body in rows)
+
+    def _checked(self, trajectory_id: str, seq: int, event_id: str, body: bytes, stored_digest: str) -> Event:
+        """Decode a stored event after checking its bytes against the digest stored with them,
+        then check that it is the event the row says it is."""
+        where = f"{self.path}: row {trajectory_id!r}#{seq}"
+        if digest(body) != stored_digest:
+            raise CorruptLogError(f"{where}: stored bytes do not match their digest")
+        try:
+            ev = decode_stored(body)
+        except RecursionError:
+            raise MalformedEventError(f"{where}: stored event nests too deeply to decode",
+                                      event_id=event_id) from None
+        if (ev.trajectory_id, ev.sequence_number, ev.event_id) != (trajectory_id, seq, event_id):
+            raise CorruptLogError(f"{where} (event id {event_id}) holds event {ev.event_id} of "
+                                  f"{ev.trajectory_id!r}#{ev.sequence_number}: the row was altered")
+        return ev
+
+    def head(self, trajectory_id: str) -> int:
+        with self._lock:
+            db = self._reader()
+            with self._reading("head"):
+                return db.execute("SELECT coalesce(max(sequence_number), 0) FROM events WHERE trajectory_id=?",
+                                  (trajectory_id,)).fetchone()[0]
+
+    def fence(self, trajectory_id: str) -> int:
+        with self._lock:
+            db = self._reader()
+            with self._reading("fence"):
+                row = db.execute("SELECT owner_epoch FROM fences WHERE trajectory_id=?", (trajectory_id,)).fetchone()
+        return row[0] if row else 0
 
     def trajectories(self) -> list[str]:
         with self._lock:
-            return [r[0] for r in self._db.execute("SELECT DISTINCT trajectory_id FROM events ORDER BY 1")]
+            db = self._reader()
+            with self._reading("trajectories"):
+                return [r[0] for r in db.execute("SELECT DISTINCT trajectory_id FROM events ORDER BY 1")]
 
     def close(self) -> None:
         with self._lock:
             if not self._closed:
                 self._closed = True
-                self._db.close()
+                self._close_quietly()
