@@ -5,9 +5,7 @@ No timing thresholds here: the targets live in the benchmark's own output, not i
 
 from __future__ import annotations
 
-import json
 import math
-import sys
 
 import pytest
 
@@ -35,9 +33,35 @@ def parent(tmp_path_factory):
     return tmp_path_factory.mktemp("bench-parent")
 
 
+class _Progress:
+    """Stands in for tqdm: records the planned total and the rounds actually ticked."""
+
+    bars: list["_Progress"] = []
+
+    def __init__(self, total, **kw):
+        self.total, self.done = total, 0
+        self.bars.append(self)
+
+    def update(self, n):
+        self.done += n
+
+    def set_description(self, _):
+        pass
+
+    def close(self):
+        pass
+
+
 @pytest.fixture(scope="module")
 def result(parent):
-    return bench.run_append_bench(dir=parent, quick=True, peers=False, progress=False)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(bench, "tqdm", _Progress)
+        return bench.run_append_bench(dir=parent, quick=True, peers=False, progress=False)
+
+
+def test_progress_total_is_the_rounds_run(result):
+    (bar,) = _Progress.bars
+    assert bar.done == bar.total
 
 
 def test_machine_and_temp_dir_removed(result, parent):
@@ -67,82 +91,93 @@ def test_every_store_and_tier_with_ratios_from_its_medians(result):
             assert fig["ratio_p99"] == pytest.approx(fig["p99_us"] / base["p99_us"])
 
 
-def test_group_commit_for_1_4_16_writers(result):
+def test_group_commit_both_writer_models_for_1_4_16_writers(result):
     gc = result["group_commit"]
-    assert gc["tier"] == "fdatasync" and gc["flush_timer_s"] > 0
+    assert gc["tier"] == "fdatasync" and gc["flush_timer_s"] == bench.DEFAULT_FLUSH_TIMER_S == 0.001
+    assert set(gc["writer_models"]) == {"threads", "asyncio"}
     durable = set(_expected_tiers()) - {"memory"}
     assert set(gc["stores"]) == durable
-    for kind, rows in gc["stores"].items():
-        assert [r["writers"] for r in rows] == [1, 4, 16]
-        for r in rows:
-            for k in ("single_flush_events_per_s", "group_commit_events_per_s", "speedup",
-                      "mean_batch_size", "mean_storage_s", "amortized_storage_per_event_s"):
-                assert _positive_finite(r[k]), (kind, r["writers"], k)
-            assert r["mean_queue_wait_s"] >= 0
-            assert r["speedup"] == pytest.approx(r["group_commit_events_per_s"] / r["single_flush_events_per_s"])
-            assert r["mean_wait_s"] == pytest.approx(r["mean_queue_wait_s"] + r["mean_storage_s"])
-            assert r["flushes"] * r["mean_batch_size"] == pytest.approx(r["events"])
-        sixteen = rows[-1]
-        assert sixteen["mean_batch_size"] > 1, f"{kind}: 16 writers never shared a flush"
+    for kind, models in gc["stores"].items():
+        assert set(models) == {"threads", "asyncio"}, kind
+        for model, rows in models.items():
+            assert [r["writers"] for r in rows] == [1, 4, 16]
+            for r in rows:
+                where = (kind, model, r["writers"])
+                for k in ("single_flush_events_per_s", "group_commit_events_per_s", "speedup", "mean_batch_size",
+                          "mean_storage_s", "amortized_storage_per_event_s", "time_per_flush_s"):
+                    assert _positive_finite(r[k]), (*where, k)
+                assert r["mean_queue_wait_s"] >= 0
+                assert r["speedup"] == pytest.approx(r["group_commit_events_per_s"] / r["single_flush_events_per_s"])
+                assert r["mean_wait_s"] == pytest.approx(r["mean_queue_wait_s"] + r["mean_storage_s"])
+                # every measured event went through the committer exactly once, and nothing else did
+                per_writer = result["config"]["group_events"] // r["writers"]
+                assert r["events"] == per_writer * r["writers"] * gc["rounds"], where
+                assert r["flushes"] * r["mean_batch_size"] == pytest.approx(r["events"])
+                assert r["time_per_flush_s"] == pytest.approx(
+                    r["events"] / r["group_commit_events_per_s"] / r["flushes"])
+            assert rows[-1]["mean_batch_size"] > 1, f"{kind}/{model}: 16 writers never shared a flush"
 
 
-def test_per_step_ours_without_peers(result):
-    ps = result["per_step"]
-    assert set(ps["skipped_peers"]) == {"dbos", "langgraph"}
-    assert ps["comparison"] == {}
-    ours = {k for k in ps["systems"] if k.startswith("ours/")}
+def _check_step_figure(fig, trajectories):
+    assert fig["trajectories"] == trajectories
+    assert set(fig["skipped_peers"]) == {"dbos", "langgraph"}
+    assert fig["comparison"] == {}
+    ours = {k for k in fig["systems"] if k.startswith("ours/")}
     assert ours == {f"ours/{k}" for k in set(_expected_tiers()) - {"memory"}}
     for name in ours:
-        s = ps["systems"][name]
+        s = fig["systems"][name]
         assert s["durability_overhead_us"] == pytest.approx(s["durable_step_us"] - s["non_durable_step_us"])
         assert s["durability"]["fsync_durable"] is True
+        assert s["barriers_per_step"] == 2, "the gate's step: admission+intent batch, then the result"
+        assert set(s["run_us"]) == {f"{m}_{n}_steps" for m in ("durable", "plain")
+                                    for n in (fig["steps_short_run"], fig["steps_long_run"])}
         assert all(math.isfinite(v) for v in s["run_us"].values())
+        # per-step time is the slope between the two run lengths, per trajectory
+        slope = ((s["run_us"][f"durable_{fig['steps_long_run']}_steps"] - s["run_us"]["durable_1_steps"])
+                 / ((fig["steps_long_run"] - fig["steps_short_run"]) * trajectories))
+        assert s["durable_step_us"] == pytest.approx(slope)
+    return ours
 
 
-def test_our_step_without_the_dispatch_gate(tmp_path, monkeypatch):
-    """Without kernel_lib.dispatch, our step is the gate's durable path by hand: two appends."""
-    monkeypatch.setitem(sys.modules, "kernel_lib.dispatch", None)   # import now raises ImportError
-    stores = bench._Stores(tmp_path)
-    try:
-        system = bench._our_step_system("sqlite", stores)
-        assert "TrajectoryLog" in system.notes[0]
-        system.run(True, 3, "durable")
-        system.run(False, 3, "plain")
-        durable = stores.opened[0]
-        assert [e.event_type for e in durable.read("step-durable")] == ["ToolIntent", "ToolResult"] * 3
-        assert system.durability()["fsync_durable"] is True
-    finally:
-        stores.close()
+def test_per_step_of_one_trajectory_without_peers(result):
+    ps = result["per_step"]
+    for name in _check_step_figure(ps, 1):
+        assert "group_commit" not in ps["systems"][name]
+        assert "durable_cpu_us_per_step" not in ps["systems"][name]
 
 
-def test_targets_listed_with_pass_fail(result):
-    figures = {t["figure"] for t in result["targets"]}
-    assert figures == {1, 2, 3}
-    for t in result["targets"]:
-        assert t["passed"] in (True, False, None)
-        if t["figure"] == 3:
-            assert t["passed"] is None   # no peers measured: not evaluated
+def test_fleet_of_16_trajectories_through_one_committer(result):
+    fleet = result["fleet"]
+    assert result["config"]["fleet_size"] == bench.FLEET_SIZE == 16
+    assert fleet["runs"] == result["config"]["fleet_runs"]
+    for name in _check_step_figure(fleet, 16):
+        s = fleet["systems"][name]
+        assert s["durability_overhead_cpu_us"] == pytest.approx(
+            s["durable_cpu_us_per_step"] - s["non_durable_cpu_us_per_step"])
+        g = s["group_commit"]   # one committer served every durable run of the figure
+        assert g["flushes"] * g["mean_batch_size"] == pytest.approx(g["events"])
+        assert g["mean_batch_size"] > 1, f"{name}: 16 trajectories never shared a flush"
+        assert any("ONE" in n and "Committer" in n for n in s["notes"])
 
 
-def test_report_is_readable(result):
-    text = bench.format_report(result)
-    for heading in ("1. Per-append latency", "2. Group commit", "3. Per-step time", "4. Targets"):
-        assert heading in text
-    assert "skipped dbos: --no-peers" in text
-
-
-def test_cli_json_is_one_object(tmp_path, capsys):
-    assert bench.main(["append", "--quick", "--no-peers", "--json", "--dir", str(tmp_path)]) == 0
-    data = json.loads(capsys.readouterr().out)
-    assert set(data) == {"machine", "config", "append_latency", "group_commit", "per_step", "targets"}
-    assert list(tmp_path.iterdir()) == []
-
-
-def test_cli_help_and_bad_iterations(capsys):
-    with pytest.raises(SystemExit) as exc:
-        bench.main(["append", "--help"])
-    assert exc.value.code == 0
-    out = capsys.readouterr().out
-    for flag in ("--json", "--dir", "--iterations", "--quick", "--no-peers"):
-        assert flag in out
-    assert bench.main(["append", "--iterations", "0", "--no-peers"]) == 2
+def test_floor_and_overhead_targets_from_the_reported_figures():
+    """The floor ratio and the target rows are recomputed from a figure's own numbers."""
+    steps = {"systems": {
+        "ours/segment": {"durable_step_us": 900.0, "durability_overhead_us": 600.0, "barriers_per_step": 2.0},
+        "langgraph": {"durable_step_us": 1200.0, "durability_overhead_us": 1000.0},
+        "dbos": {"durable_step_us": 3000.0, "durability_overhead_us": 2900.0}}}
+    cmp_ = bench._compare_to_peers(steps, raw_fdatasync_us=250.0)
+    over = cmp_["durability_overhead_us"]
+    assert over["faster_peer"] == "langgraph"
+    assert over["ours_over_faster_peer"]["ours/segment"] == pytest.approx(0.6)
+    floor = over["floor"]
+    assert floor["target_us"] == pytest.approx(bench.TARGET_OVERHEAD_RATIO * 1000.0)
+    assert floor["one_barrier_ratio"] == pytest.approx(0.25)
+    assert floor["ours"]["ours/segment"] == pytest.approx({"barriers_per_step": 2.0, "floor_us": 500.0,
+                                                           "floor_ratio": 0.5})
+    (row,) = bench._overhead_targets(3, False, cmp_)
+    assert row["passed"] is False and row["floor_ratio"] == pytest.approx(0.5)
+    assert "unreachable for one trajectory" in row["detail"]
+    assert "floor" not in bench._compare_to_peers(steps)["durability_overhead_us"]   # fleet: no floor
+    (fleet_row,) = bench._overhead_targets(4, True, bench._compare_to_peers(steps))
+    assert "fleet" in fleet_row["name"] and "detail" not in fleet_row

@@ -215,3 +215,13 @@ def test_committer_parses_a_tier_label_and_refuses_non_events_at_submit():
         with pytest.raises(StoreError, match="Event"):
             gc.submit({"not": "an event"})
         assert gc.append(ev(task(), 1)).outcome.sequence_number == 1
+
+
+def test_a_multi_event_submit_into_an_idle_committer_is_flushed_by_the_timer():
+    """Regression: a batch opened by submit_many(2+ events) never woke the flusher when several
+    writers had been active, so the flush timer never started and the writer hung."""
+    store = SlowDurableStore(flush_s=0.0)
+    with GroupCommitter(store, AckTier.MEMORY, flush_timer_s=0.01) as gc:
+        _writers(gc, 3, 2)                                  # three recently active writers
+        tickets = gc.submit_many([ev(intent(op="x1"), 1, traj="lone"), ev(intent(op="x2"), 2, traj="lone")])
+        assert [t.result(timeout=2).outcome.sequence_number for t in tickets] == [1, 2]

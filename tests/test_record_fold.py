@@ -131,7 +131,7 @@ def test_admission_refuses_what_the_budget_cannot_cover():
 
 # --- invalid logs are refused, not silently folded (adversarial findings) -----------------------
 
-from kernel_lib.events import BudgetSettled, ContextBuilt, ControlChanged, ModelReplied  # noqa: E402
+from kernel_lib.events import BudgetSettled, ControlChanged, ModelReplied  # noqa: E402
 
 
 def _res(rid="r1", amt=1.0, subj="test_r18"):

@@ -143,10 +143,11 @@ class _CommitterCore:
         recent = self._flush_no - 1
         return sum(1 for last in self._writers.values() if last >= recent)
 
-    def _joined(self, writer: object, n: int) -> bool:
-        """Note a writer's arrival; True if the flusher should look at the open batch now."""
+    def _joined(self, writer: object, n: int, added: int) -> bool:
+        """Note a writer's arrival of ``added`` events, leaving ``n`` in the open batch; True if the
+        flusher should look at the batch now (it was empty, so its timer starts, or it is due)."""
         self._writers[writer] = self._flush_no
-        return n == 1 or n >= self.batch_cap or n >= self._target()
+        return n == added or n >= self.batch_cap or n >= self._target()
 
     def _deadline(self, first_arrival: float, n: int) -> float:
         # the timer bounds the delay the committer adds, not time spent behind the last flush
@@ -238,7 +239,7 @@ class GroupCommitter(_CommitterCore):
                 t = Ticket(b, len(b.events) - 1)
                 b.tickets.append(t)
                 tickets.append(t)
-            if self._joined(threading.get_ident(), len(b.events)):
+            if self._joined(threading.get_ident(), len(b.events), len(events)):
                 self._cv.notify()
         return tickets
 
@@ -333,7 +334,7 @@ class AsyncGroupCommitter(_CommitterCore):
             fut = self._loop.create_future()
             futs.append(fut)
             mine.append(fut)
-        if self._joined(asyncio.current_task(), len(evs)):
+        if self._joined(asyncio.current_task(), len(evs), len(events)):
             self._wake.set()
         results = await asyncio.gather(*mine, return_exceptions=True)
         for r in results:
