@@ -23,9 +23,11 @@ round), so machine noise falls on all of them alike.
      Single flush: each task calls ``store.append(ev, FDATASYNC)`` directly on the loop, so the
      flushes are serial, exactly one barrier per event, with no hand-off at all (the fastest
      single-flush baseline a loop has). Group: each task awaits
-     :meth:`AsyncGroupCommitter.append` with ``offload=True`` (each flush runs in a worker
-     thread so the loop keeps serving other tasks: the default a real async runtime would
-     use); a waiting writer costs a future, and only the flush leaves the loop.
+     :meth:`AsyncGroupCommitter.append` with its default ``offload=False``: the flush runs on
+     the loop, which stalls for one barrier while every writer of the batch waits on it anyway;
+     a waiting writer costs a future and there is no thread hand-off at all. (``offload=True``
+     runs each flush in a worker thread, for stores whose flush is long, at the price of one
+     hand-off per flush.)
 
    Reported per writer model: events/s of each mode, their ratio, the mean batch size, the
    mean eq. 2 terms (``queue_wait_s``, ``storage_s``) from the committer's statistics, and the
@@ -104,7 +106,7 @@ WRITER_COUNTS = (1, 4, 16)
 WRITER_MODELS = {
     "threads": "OS threads; single: store.append per event; group: GroupCommitter.append (flusher thread)",
     "asyncio": "tasks on one event loop; single: store.append per event on the loop (serial, one barrier "
-               "each); group: await AsyncGroupCommitter.append, offload=True (flush in a worker thread)",
+               "each); group: await AsyncGroupCommitter.append (default offload=False: the flush runs on the loop)",
 }
 #: Concurrent trajectories of figure 4.
 FLEET_SIZE = 16
@@ -488,7 +490,7 @@ class _TaskWriters:
         self.loop = asyncio.new_event_loop()
 
         async def make() -> AsyncGroupCommitter:   # the committer binds to the running loop
-            return AsyncGroupCommitter(store, tier, flush_timer_s=flush_timer_s, batch_cap=batch_cap, offload=True)
+            return AsyncGroupCommitter(store, tier, flush_timer_s=flush_timer_s, batch_cap=batch_cap)
 
         self.committer = self.loop.run_until_complete(make())
 
@@ -1097,8 +1099,8 @@ figures:
   2  events/s of 1, 4 and 16 writers (own trajectory each, fdatasync tier) flushing every event
      themselves ("single") vs through a group committer ("group"), for two writer models in the
      same interleaved rounds: "threads" (OS threads; GroupCommitter) and "asyncio" (tasks on one
-     loop; single = store.append on the loop, serial; group = AsyncGroupCommitter, flush
-     offloaded to a worker thread). The ratio, the mean batch size and the eq. 2 terms:
+     loop; single = store.append on the loop, serial; group = AsyncGroupCommitter, flush on
+     the loop). The ratio, the mean batch size and the eq. 2 terms:
      queue_wait (flush start - arrival), storage (ack - flush start), storage per event.
   3  per-step time of one trajectory's durable step and of the same step without durability,
      as the slope between runs of 1 and 1+S steps; overhead = durable - non-durable. Ours: the

@@ -138,7 +138,8 @@ def test_bad_parameters_are_refused(kw):
 
 # --- asyncio writers --------------------------------------------------------------------------
 
-def test_async_committer_coalesces_tasks_and_never_acknowledges_early():
+@pytest.mark.parametrize("offload", [False, True])
+def test_async_committer_coalesces_tasks_and_never_acknowledges_early(offload):
     import asyncio
 
     from kernel_lib.log import AsyncGroupCommitter
@@ -147,7 +148,7 @@ def test_async_committer_coalesces_tasks_and_never_acknowledges_early():
     early = []
 
     async def main():
-        async with AsyncGroupCommitter(store, AckTier.MEMORY, flush_timer_s=0.002) as gc:
+        async with AsyncGroupCommitter(store, AckTier.MEMORY, flush_timer_s=0.002, offload=offload) as gc:
             async def writer(w):
                 for i in range(1, 6):
                     e = ev(intent(op=f"op{w}-{i}"), i, traj=f"traj{w}")

@@ -298,13 +298,17 @@ class AsyncGroupCommitter(_CommitterCore):
     """Coalesce appends from concurrent asyncio tasks into shared flushes.
 
     Same arguments and policy as :class:`GroupCommitter`; writers are tasks on one event loop.
-    With ``offload=True`` (default) each flush runs in a worker thread so the loop stays
-    responsive while the barrier is in progress; ``offload=False`` flushes on the loop itself.
+    ``offload=False`` (default) runs each flush on the loop thread: the loop stalls for one
+    barrier (one write and one fdatasync, sub-millisecond on a local disk) while every writer in
+    the batch is waiting for it anyway, and no thread hand-off is paid (one costs tens of µs on
+    a small VM, a sizeable share of a flush cycle; see ``bench append`` figure 2).
+    ``offload=True`` runs each flush in a worker thread so other tasks keep running meanwhile:
+    the right choice when a flush can be long (a remote or replicated store).
     Create it inside the running loop; close it with ``await committer.aclose()``.
     """
 
     def __init__(self, store: LogStore, tier: AckTier, *, flush_timer_s: float = 0.001, batch_cap: int = 64,
-                 adaptive: bool = True, offload: bool = True, clock: Callable[[], float] = time.perf_counter,
+                 adaptive: bool = True, offload: bool = False, clock: Callable[[], float] = time.perf_counter,
                  keep_stats: bool = True):
         super().__init__(store, tier, flush_timer_s, batch_cap, adaptive, clock, keep_stats)
         self.offload = offload
