@@ -466,10 +466,18 @@ def test_segment_interrupt_during_install_fence_fails_the_store(tmp_path):
 
 
 class InterruptingSQLite(SQLiteStore):
-    """Raises ``exc`` while deciding the ``at``-th event of a batch (inside the transaction)."""
+    """Raises ``exc`` inside the batch's transaction: after the all-new fast path has inserted
+    its rows, or (when the fast path is not taken) while deciding the ``at``-th event."""
 
     interrupt_at: int | None = None
     exc: BaseException = KeyboardInterrupt("ctrl-c during batch")
+
+    def _insert_all_new(self, events, tier):
+        out = super()._insert_all_new(events, tier)
+        if self.interrupt_at is not None and out is not None:
+            self.interrupt_at = None
+            raise self.exc
+        return out
 
     def _decide(self, ev):
         if self.interrupt_at is not None:

@@ -224,3 +224,17 @@ class SQLiteContract(ContractMachine):
 TestMemoryContract = MemoryContract.TestCase
 TestSQLiteContract = SQLiteContract.TestCase
 TestSQLiteContract.settings = settings(max_examples=15, stateful_step_count=15)
+
+
+def test_mixed_batches_decide_every_event(any_store):
+    """A batch mixing new events, an identical retry, a conflict and an id repeated inside the batch
+    (SQLite's all-new fast path must fall back to deciding each one)."""
+    t = tier_of(any_store)
+    e1, e2 = ev(task(), 1), ev(intent(), 2)
+    any_store.append(e1, t)
+    out = any_store.append_batch([e1, e2, ev(intent(op="b"), 3, event_id=e2.event_id), ev(result(), 3)], t)
+    assert out[0].duplicate and not out[1].duplicate
+    assert isinstance(out[2], ConflictingDuplicateError)
+    assert out[3].sequence_number == 3
+    assert [e.canonical for e in any_store.read("traj-a")] == [e1.canonical, e2.canonical,
+                                                              ev(result(), 3).canonical]

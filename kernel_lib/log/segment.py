@@ -787,9 +787,9 @@ class SegmentStore(LogStore):
             return len(self._bytes.get(trajectory_id, ()))
 
     def fence(self, trajectory_id: str) -> int:
-        with self._lock:
-            self._open_for_reads()
-            return self._fences.get(trajectory_id, 0)
+        # one dict read is atomic: no need to queue behind a flush holding the append lock
+        self._open_for_reads()
+        return self._fences.get(trajectory_id, 0)
 
     def trajectories(self) -> list[str]:
         with self._lock:

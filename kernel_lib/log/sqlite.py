@@ -156,6 +156,8 @@ class SQLiteStore(LogStore):
         self._fences: dict[str, int] = {}
         self._data_version: int | None = None
         self._lock = threading.Lock()
+        self._fence_lock = threading.Lock()       # guards the fence reader, not the writer
+        self._fence_db: sqlite3.Connection | None = None
         self._closed = False
         self._failed: str | None = None
         self.recovery = RecoveryReport(store=self.name, path=str(self.path), read_only=self.read_only)
@@ -376,6 +378,42 @@ class SQLiteStore(LogStore):
             return False
         raise StoreError(f"internal: {ev.event_id} neither new nor a retry")  # pragma: no cover
 
+    def _insert_all_new(self, events: Sequence[Event], tier: AckTier) -> "list[AppendOutcome] | None":
+        """Fast path of a batch: if the cached heads and fences say every event is new and next in
+        line, insert them all with one ``executemany`` (few statements, so a flush does not keep
+        handing the GIL back and forth). Returns None, with nothing written, when any event needs
+        the per-event path (a retry, a conflict, a gap, a stale owner)."""
+        heads: dict[str, int] = {}
+        fences: dict[str, int] = {}
+        for ev in events:
+            t = ev.trajectory_id
+            if t not in heads:
+                heads[t], fences[t] = self._head_fence(t)
+            if (ev.owner_epoch < fences[t] or ev.sequence_number != heads[t] + 1
+                    or ev.owner_epoch > MAX_OWNER_EPOCH or ev.sequence_number > MAX_OWNER_EPOCH):
+                return None
+            heads[t] = ev.sequence_number
+            fences[t] = max(fences[t], ev.owner_epoch)
+        db = self._db
+        db.execute("SAVEPOINT all_new")
+        try:
+            db.executemany("INSERT INTO events (trajectory_id, sequence_number, event_id, digest, body) "
+                           "VALUES (?,?,?,?,?)",
+                           [(ev.trajectory_id, ev.sequence_number, ev.event_id, ev.digest, ev.canonical)
+                            for ev in events])
+        except sqlite3.IntegrityError:   # an event id already stored (or twice in the batch)
+            db.execute("ROLLBACK TO all_new")
+            db.execute("RELEASE all_new")
+            return None
+        db.execute("RELEASE all_new")
+        for t, f in fences.items():
+            if f > self._fences[t]:
+                db.execute("INSERT INTO fences VALUES (?,?) ON CONFLICT(trajectory_id) "
+                           "DO UPDATE SET owner_epoch=excluded.owner_epoch", (t, f))
+        self._heads.update(heads)
+        self._fences.update(fences)
+        return [AppendOutcome(ev.event_id, ev.trajectory_id, ev.sequence_number, tier) for ev in events]
+
     def append_batch(self, events: Sequence[Event], tier: "AckTier | str") -> list["AppendOutcome | StoreError"]:
         """Append ``events`` in one transaction, committed at ``tier`` (§11.8.4).
 
@@ -397,6 +435,10 @@ class SQLiteStore(LogStore):
                 self._set_tier(tier)
                 db.execute("BEGIN IMMEDIATE")
                 self._refresh_cache()
+                fast = self._insert_all_new(events, tier)
+                if fast is not None:   # the common case: every event new and next in line
+                    out = fast
+                    events = ()
                 for ev in events:
                     t = ev.trajectory_id
                     try:
@@ -418,8 +460,7 @@ class SQLiteStore(LogStore):
                     out.append(AppendOutcome(ev.event_id, t, ev.sequence_number, tier))
                 if retried and not inserted and tier is AckTier.FDATASYNC:
                     db.execute("UPDATE sync_marker SET n = n + 1 WHERE id = 1")
-                db.execute("COMMIT")
-                self._data_version = db.execute("PRAGMA data_version").fetchone()[0]
+                db.execute("COMMIT")   # our own commit leaves PRAGMA data_version unchanged
             except sqlite3.Error as exc:
                 self._raise_sqlite(exc, "append")
             except BaseException:
@@ -511,10 +552,26 @@ class SQLiteStore(LogStore):
                                   (trajectory_id,)).fetchone()[0]
 
     def fence(self, trajectory_id: str) -> int:
-        with self._lock:
-            db = self._reader()
+        """Newest owner_epoch committed for the trajectory, by any connection or process.
+
+        A read-write store reads it through a second connection of its own: a WAL reader sees the
+        last commit without waiting for the writer's lock, so the gate's dispatch-time recheck
+        never queues behind a flush in progress.
+        """
+        sql = "SELECT owner_epoch FROM fences WHERE trajectory_id=?"
+        if self.read_only:
+            with self._lock:
+                db = self._reader()
+                with self._reading("fence"):
+                    row = db.execute(sql, (trajectory_id,)).fetchone()
+            return row[0] if row else 0
+        with self._fence_lock:
+            if self._closed:
+                raise StoreClosedError(f"SQLite log {self.path} is closed")
             with self._reading("fence"):
-                row = db.execute("SELECT owner_epoch FROM fences WHERE trajectory_id=?", (trajectory_id,)).fetchone()
+                if self._fence_db is None:
+                    self._fence_db = self._connect(str(self.path))
+                row = self._fence_db.execute(sql, (trajectory_id,)).fetchone()
         return row[0] if row else 0
 
     def trajectories(self) -> list[str]:
@@ -524,7 +581,11 @@ class SQLiteStore(LogStore):
                 return [r[0] for r in db.execute("SELECT DISTINCT trajectory_id FROM events ORDER BY 1")]
 
     def close(self) -> None:
-        with self._lock:
+        with self._lock, self._fence_lock:
             if not self._closed:
                 self._closed = True
                 self._close_quietly()
+                if self._fence_db is not None:
+                    with contextlib.suppress(sqlite3.Error):
+                        self._fence_db.close()
+                    self._fence_db = None
