@@ -72,24 +72,17 @@ def load_events(path: str | None, trajectory_id: str | None = None) -> list[Even
         store.close()
 
 
-def _positive_int(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {v}")
-    return v
-
-
-def _non_negative_int(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if v < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {v}")
-    return v
+def _int_at_least(lo: int):
+    """argparse type: an integer >= ``lo``."""
+    def parse(text: str) -> int:
+        try:
+            v = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+        if v < lo:
+            raise argparse.ArgumentTypeError(f"must be >= {lo}, got {v}")
+        return v
+    return parse
 
 
 def _cmd_crash_positions(args: argparse.Namespace) -> int:
@@ -155,7 +148,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--log", help=log_help)
     p.add_argument("--trajectory", help="trajectory id when the log holds several")
     p.add_argument("--operation", help="tool operation id to classify (default: the first ToolIntent's)")
-    p.add_argument("--lag", type=_positive_int, default=1, help="events the incomplete reader lags behind (default 1)")
+    p.add_argument("--lag", type=_int_at_least(1), default=1, help="events the incomplete reader lags behind (default 1)")
     p.add_argument("--json", action="store_true", help="one JSON object per crash position (JSON lines)")
     p.set_defaults(func=_cmd_crash_positions)
 
@@ -165,7 +158,7 @@ def build_parser() -> argparse.ArgumentParser:
                                    "intent lacks adequate evidence), budgets, approvals, control state.")
     p.add_argument("--log", help=log_help)
     p.add_argument("--trajectory", help="trajectory id when the log holds several")
-    p.add_argument("--position", type=_non_negative_int, help="fold only events 1..N")
+    p.add_argument("--position", type=_int_at_least(0), help="fold only events 1..N")
     p.add_argument("--json", action="store_true", help="compact JSON")
     p.set_defaults(func=_cmd_fold)
 

@@ -645,14 +645,7 @@ def from_dict(d: Any, *, expect_canonical: bytes | None = None) -> Event:
             f"envelope keys wrong (missing {sorted(missing)}, unexpected {sorted(extra)})",
             event_id=event_id, event_type=d.get("event_type") if isinstance(d.get("event_type"), str) else None)
     _check_envelope(d, event_id)
-    cls = payload_class(d["event_type"], d["schema_version"], event_id=event_id)
-    try:
-        payload = cls.model_validate(d["payload"])
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        loc = ".".join(str(x) for x in first.get("loc", ())) or "payload"
-        raise MalformedEventError(f"payload invalid at {loc}: {first.get('msg')}", event_id=event_id,
-                                  event_type=d["event_type"]) from exc
+    payload = _payload_of(d, event_id)
     ev = Event.create(
         trajectory_id=d["trajectory_id"], event_id=d["event_id"], sequence_number=d["sequence_number"],
         payload=payload, owner_epoch=d["owner_epoch"], control_epoch=d["control_epoch"],
@@ -662,6 +655,18 @@ def from_dict(d: Any, *, expect_canonical: bytes | None = None) -> Event:
         raise MalformedEventError("event bytes are not in canonical form (RFC 8785)", event_id=event_id,
                                   event_type=d["event_type"])
     return ev
+
+
+def _payload_of(d: dict[str, Any], event_id: str | None) -> Payload:
+    """The envelope's payload validated against its registered record (typed errors)."""
+    cls = payload_class(d["event_type"], d["schema_version"], event_id=event_id)
+    try:
+        return cls.model_validate(d["payload"])
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        loc = ".".join(str(x) for x in first.get("loc", ())) or "payload"
+        raise MalformedEventError(f"payload invalid at {loc}: {first.get('msg')}", event_id=event_id,
+                                  event_type=d["event_type"]) from exc
 
 
 def decode_stored(data: bytes) -> Event:
@@ -682,14 +687,7 @@ def decode_stored(data: bytes) -> Event:
         raise MalformedEventError("stored event does not have the envelope's keys")
     event_id = d["event_id"] if isinstance(d["event_id"], str) else None
     _check_envelope(d, event_id)
-    cls = payload_class(d["event_type"], d["schema_version"], event_id=event_id)
-    try:
-        payload = cls.model_validate(d["payload"])
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        loc = ".".join(str(x) for x in first.get("loc", ())) or "payload"
-        raise MalformedEventError(f"stored payload invalid at {loc}: {first.get('msg')}", event_id=event_id,
-                                  event_type=d["event_type"]) from exc
+    payload = _payload_of(d, event_id)
     return Event(d["trajectory_id"], d["event_id"], d["sequence_number"], d["event_type"], d["schema_version"],
                  d["reducer_version"], d["owner_epoch"], d["control_epoch"], Provenance(**d["provenance"]),
                  payload, bytes(data), hashlib.sha256(data).hexdigest())
