@@ -93,29 +93,65 @@ def _cmd_crash_positions(args: argparse.Namespace) -> int:
         for r in rows:
             print(json.dumps(r.to_dict(), sort_keys=True))
     else:
+        print(f"operation classified: {rows[0].operation_id} (table 3); 'lagging' = a reader {args.lag} event(s) "
+              "behind, i.e. an incomplete prefix; 'request left' = whether the recorded run had dispatched it")
         w = max(len(r.position) for r in rows)
-        print(f"{'position':<{w}}  prefix      conclusion       dispatched")
+        print(f"{'crash position':<{w}}  prefix    conclusion      request left  why")
         for r in rows:
-            print(f"{r.position:<{w}}  {'complete' if r.prefix_complete else 'lagging ':<10}  "
-                  f"{r.conclusion:<15}  {'yes' if r.dispatched else 'no'}")
+            print(f"{r.position:<{w}}  {'complete' if r.prefix_complete else 'lagging':<8}  "
+                  f"{r.conclusion:<14}  {'yes' if r.dispatched else 'no':<12}  {r.reason.split(';')[0]}")
     return 0 if all(r.sound for r in rows) else 1
 
 
 def _cmd_fold(args: argparse.Namespace) -> int:
     from .record import fold, initial_record
     events = load_events(args.log, args.trajectory)
-    if not events:
-        raise KernelError("the log holds no events for that trajectory")
     if args.position is not None and not 0 <= args.position <= len(events):
         raise KernelError(f"--position must be between 0 and {len(events)}, got {args.position}")
     upto = events if args.position is None else events[:args.position]
     rec = fold(initial_record(events[0].trajectory_id), upto)
-    print(json.dumps(rec.to_dict(), indent=None if args.json else 2, sort_keys=True))
+    if args.json:
+        print(json.dumps(rec.to_dict(), sort_keys=True))
+        return 0
+    b = rec.budget
+    print(f"trajectory {rec.trajectory_id}: folded {rec.last_sequence_number} of {len(events)} events; "
+          f"control state {rec.control_state}, control_epoch {rec.control_epoch}, owner_epoch {rec.owner_epoch}")
+    print("operations:")
+    for op in rec.operations.values():
+        att = op.attempts.get(op.current_attempt_id or "")
+        extra = [f"attempt {op.current_attempt_id}"] if op.current_attempt_id else []
+        if op.job_handle:
+            extra.append(f"job {op.job_handle}")
+        if att and att.last_result_status:
+            extra.append(f"last evidence {att.last_result_status}")
+        if op.outcome and op.status == "established":
+            extra.append("outcome " + json.dumps(op.outcome, sort_keys=True)[:80])
+        print(f"  {op.operation_id:<20} {op.kind:<5} {op.status:<12} {', '.join(extra)}")
+    if rec.attempts_in_doubt():
+        print("attempts in doubt: " + ", ".join(f"{o}/{a}" for o, a in rec.attempts_in_doubt()))
+    held = {k: round(v, 9) for k, v in b.outstanding_reservations.items()}
+    print(f"budget (USD): ceiling {b.ceiling_usd:g}, consumed {b.actual_consumption_usd:.6g}, outstanding "
+          f"reservations {b.outstanding_reservations_usd:.6g} {held or ''}, finalization reserve "
+          f"{b.finalization_reserve_usd:g}, available {b.available_usd:.6g}")
+    if rec.approvals:
+        print("approvals: " + ", ".join(f"{a.approval_id} {a.status}" for a in rec.approvals.values()))
+    print("(--json prints the whole trajectory record)")
     return 0
 
 
 def _cmd_schema(args: argparse.Namespace) -> int:
-    print(json.dumps(registered_types(), indent=None if args.json else 2))
+    from .events import payload_class
+    families = {t: {str(v): list(payload_class(t, v).model_fields) for v in vs}
+                for t, vs in registered_types().items()}
+    if args.json:
+        print(json.dumps(families, sort_keys=True))
+        return 0
+    print("event envelope: trajectory_id, event_id, sequence_number, event_type, schema_version, reducer_version, "
+          "owner_epoch, control_epoch, provenance {tenant, issuer}, payload")
+    for t, versions in families.items():
+        for v, fields in versions.items():
+            doc = (payload_class(t, int(v)).__doc__ or "").strip().splitlines()[0]
+            print(f"\n{t} v{v}: {doc}\n  payload: {', '.join(fields)}")
     return 0
 
 
@@ -184,16 +220,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap = build_parser()
     args = ap.parse_args(argv)
     if not getattr(args, "func", None):
-        ap.print_help()
-        return 0
+        ap.print_help(sys.stderr)
+        return 2
     try:
         return int(args.func(args) or 0)
     except KernelError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except BrokenPipeError:   # output piped into head & co.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except OSError as exc:   # a path the user gave: missing directory, permissions, a directory for a file
         print(f"error: {exc.strerror or exc}: {exc.filename or ''}".rstrip(": "), file=sys.stderr)
         return 2
-    except BrokenPipeError:
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 0

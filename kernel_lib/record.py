@@ -111,6 +111,11 @@ class Budget:
     reservations: dict[str, Reservation] = field(default_factory=dict)
 
     @property
+    def outstanding_reservations(self) -> dict[str, float]:
+        """Reservation id → liability still held (USD), for reservations holding any."""
+        return {k: r.outstanding_usd for k, r in self.reservations.items() if r.outstanding_usd > _EPS}
+
+    @property
     def outstanding_reservations_usd(self) -> float:
         return sum(r.outstanding_usd for r in self.reservations.values())
 
@@ -171,19 +176,25 @@ class TrajectoryRecord:
         return [(k, a.attempt_id) for k, op in self.operations.items() for a in op.attempts.values() if a.in_doubt]
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-compatible view, with derived budget figures included."""
+        """JSON-compatible view, with derived budget figures included. Derived USD figures are
+        rounded to 1e-9 USD so binary float noise (3.9880000000000004) does not show."""
         d = asdict(self)
-        d["budget"]["outstanding_reservations_usd"] = self.budget.outstanding_reservations_usd
-        d["budget"]["available_usd"] = self.budget.available_usd
-        d["budget"]["outstanding_reservations"] = {
-            k: r.outstanding_usd for k, r in self.budget.reservations.items() if r.outstanding_usd > _EPS}
+        b = self.budget
+        d["budget"]["outstanding_reservations_usd"] = _usd(b.outstanding_reservations_usd)
+        d["budget"]["available_usd"] = _usd(b.available_usd)
+        d["budget"]["actual_consumption_usd"] = _usd(b.actual_consumption_usd)
+        d["budget"]["outstanding_reservations"] = {k: _usd(v) for k, v in b.outstanding_reservations.items()}
         for k, op in self.operations.items():
             d["operations"][k]["attempt_id"] = op.current_attempt_id
             d["operations"][k]["job_handle"] = op.job_handle
         d["in_doubt"] = self.in_doubt()
         d["attempts_in_doubt"] = [list(x) for x in self.attempts_in_doubt()]
-        d["budget"]["overruns"] = {k: r.overrun_usd for k, r in self.budget.reservations.items() if r.overrun_usd > _EPS}
+        d["budget"]["overruns"] = {k: _usd(r.overrun_usd) for k, r in b.reservations.items() if r.overrun_usd > _EPS}
         return d
+
+
+def _usd(x: float) -> float:
+    return round(x, 9)
 
 
 def initial_record(trajectory_id: str) -> TrajectoryRecord:

@@ -36,6 +36,7 @@ from .base import (
 )
 from .group_commit import AsyncGroupCommitter, GroupAck, GroupCommitter
 from .memory import MemoryStore
+from .segment import SegmentStore
 from .sqlite import SQLiteStore
 from .trajectory import TrajectoryLog, default_event_id
 
@@ -68,7 +69,6 @@ def open_store(kind: str = "sqlite", path: str | os.PathLike | None = None, *, r
     if kind == "sqlite":
         return SQLiteStore.open(path, read_only=read_only, **kw)
     if kind == "segment":
-        from .segment import SegmentStore
         return SegmentStore.open(path, read_only=read_only, **kw)
     raise StoreError(f"unknown store kind {kind!r}; choose one of {list(STORE_KINDS)}")
 
@@ -76,6 +76,6 @@ def open_store(kind: str = "sqlite", path: str | os.PathLike | None = None, *, r
 __all__ = [
     "AckTier", "AppendOutcome", "FailureDomain", "LogStore", "RecoveryReport", "StoredRef",
     "check_append", "check_events", "check_fence_args", "choose_tier", "parse_tier", "read_bounds",
-    "MAX_OWNER_EPOCH", "AsyncGroupCommitter", "GroupAck", "GroupCommitter", "MemoryStore", "SQLiteStore",
+    "MAX_OWNER_EPOCH", "AsyncGroupCommitter", "GroupAck", "GroupCommitter", "MemoryStore", "SegmentStore", "SQLiteStore",
     "TrajectoryLog", "default_event_id", "open_store", "STORE_KINDS",
 ]
