@@ -220,6 +220,13 @@ def check_fence_args(trajectory_id: str, owner_epoch: int) -> None:
                          f"{owner_epoch!r} for {trajectory_id!r}")
 
 
+def check_fence_not_older(trajectory_id: str, owner_epoch: int, current: int) -> None:
+    """Raise StaleOwnerError if ``owner_epoch`` is older than the fence ``current`` (§11.5.1)."""
+    if owner_epoch < current:
+        raise StaleOwnerError(f"cannot install owner_epoch={owner_epoch} on {trajectory_id}: "
+                              f"the log has seen owner_epoch={current}")
+
+
 def _index(value: object, name: str) -> int:
     if isinstance(value, bool):
         raise StoreError(f"read() {name} must be an int, got {value!r}")

@@ -11,7 +11,7 @@ from __future__ import annotations
 import threading
 from typing import Iterator, Sequence
 
-from ..errors import StaleOwnerError, StoreClosedError, StoreError
+from ..errors import StoreClosedError, StoreError
 from ..events import Event
 from .base import (
     AckTier,
@@ -22,6 +22,7 @@ from .base import (
     check_append,
     check_events,
     check_fence_args,
+    check_fence_not_older,
     read_bounds,
 )
 
@@ -94,9 +95,7 @@ class MemoryStore(LogStore):
         with self._lock:
             self._open()
             cur = self._fences.get(trajectory_id, 0)
-            if owner_epoch < cur:
-                raise StaleOwnerError(f"cannot install owner_epoch={owner_epoch} on {trajectory_id}: "
-                                      f"the log has seen owner_epoch={cur}")
+            check_fence_not_older(trajectory_id, owner_epoch, cur)
             self._fences[trajectory_id] = owner_epoch
 
     def trajectories(self) -> list[str]:

@@ -127,7 +127,6 @@ from ..errors import (
     ConfigError,
     CorruptLogError,
     MalformedEventError,
-    StaleOwnerError,
     StoreClosedError,
     StoreError,
     StoreFailedError,
@@ -143,6 +142,7 @@ from .base import (
     check_append,
     check_events,
     check_fence_args,
+    check_fence_not_older,
     read_bounds,
 )
 from .fs import DirLock, FileHandle, FileSystem, OsFileSystem
@@ -741,9 +741,7 @@ class SegmentStore(LogStore):
         with self._lock:
             self._usable()
             cur = self._fences.get(trajectory_id, 0)
-            if owner_epoch < cur:
-                raise StaleOwnerError(f"cannot install owner_epoch={owner_epoch} on {trajectory_id}: "
-                                      f"the log has seen owner_epoch={cur}")
+            check_fence_not_older(trajectory_id, owner_epoch, cur)
             stage = "write"
             try:
                 self._write_records([(KIND_FENCE, _EPOCH.pack(owner_epoch) + trajectory_id.encode("utf-8"))])

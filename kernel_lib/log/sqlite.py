@@ -58,7 +58,6 @@ from typing import Iterator, Sequence
 from ..errors import (
     CorruptLogError,
     MalformedEventError,
-    StaleOwnerError,
     StoreBusyError,
     StoreClosedError,
     StoreError,
@@ -76,6 +75,7 @@ from .base import (
     check_append,
     check_events,
     check_fence_args,
+    check_fence_not_older,
     read_bounds,
 )
 
@@ -486,9 +486,7 @@ class SQLiteStore(LogStore):
                 db.execute("BEGIN IMMEDIATE")
                 row = db.execute("SELECT owner_epoch FROM fences WHERE trajectory_id=?", (trajectory_id,)).fetchone()
                 cur = row[0] if row else 0
-                if owner_epoch < cur:
-                    raise StaleOwnerError(f"cannot install owner_epoch={owner_epoch} on {trajectory_id}: "
-                                          f"the log has seen owner_epoch={cur}")
+                check_fence_not_older(trajectory_id, owner_epoch, cur)
                 db.execute("INSERT INTO fences VALUES (?,?) ON CONFLICT(trajectory_id) "
                            "DO UPDATE SET owner_epoch=excluded.owner_epoch", (trajectory_id, owner_epoch))
                 db.execute("COMMIT")
