@@ -306,11 +306,13 @@ class DispatchGate:
         self._append(ToolResult(
             operation_id=operation_id, attempt_id=attempt_id, status=reply.status, job_handle=reply.job_handle,
             outcome=outcome, observation_complete=reply.observation_complete, evidence=evidence, source=source))
-        op = self.record.operations.get(operation_id)
-        if reply.charged_usd is not None and op and op.reservation_id:
-            settled = op.status == "established"
-            self._append(BudgetSettled(reservation_id=op.reservation_id, subject_id=operation_id,
-                                       actual_usd=reply.charged_usd, final=settled,
+        att = self.record.operations[operation_id].attempts[attempt_id]
+        res = self.record.budget.reservations.get(reservation_id(operation_id, attempt_id))
+        if reply.charged_usd is not None and res is not None and not res.released:
+            # usage evidence settles this attempt's own reservation; finally only once the attempt
+            # is established (a partial report leaves the unverified remainder held, §11.5.3)
+            self._append(BudgetSettled(reservation_id=res.reservation_id, subject_id=operation_id,
+                                       actual_usd=reply.charged_usd, final=att.established,
                                        evidence=f"{source}:{reply.status}"))
         return self.record
 

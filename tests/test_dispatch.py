@@ -248,3 +248,15 @@ def test_crash_positions_refuse_unknown_operations_and_bad_lags():
     for lag in (0, -3):
         with pytest.raises(ConfigError):
             crash_positions(worksheet_events(), lag_events=lag)
+
+
+def test_usage_evidence_settles_the_attempts_own_reservation_once(tmp_path):
+    """A late duplicate completion with a charge must not settle a released reservation again (that
+    would be an invalid log) nor settle another attempt's reservation."""
+    gate = _gate(make_store("sqlite", tmp_path))
+    done = ToolReply("completed", observation_complete=True, charged_usd=0.2)
+    gate.run_tool(ToolProposal("op", "a1", "run_tests", {}, "g", 0.5), lambda i: done)
+    gate.record_evidence("op", "a1", done)          # the same completion delivered twice
+    b = gate.record.budget
+    assert b.reservations["res-op/a1"].released and b.actual_consumption_usd == pytest.approx(0.2)
+    assert gate.record.last_sequence_number == gate.log.head
