@@ -928,7 +928,8 @@ def run_append_bench(*, dir: str | os.PathLike | None = None, iterations: int | 
     if flush_timer_s < 0 or batch_cap < 1:
         raise KernelError(f"need flush timer >= 0 and batch cap >= 1, got {flush_timer_s} s, {batch_cap}")
     parent = Path(dir) if dir is not None else Path.cwd()
-    parent.mkdir(parents=True, exist_ok=True)
+    if not parent.is_dir():
+        raise KernelError(f"--dir {str(parent)!r} is not an existing directory")
     tmp = Path(tempfile.mkdtemp(prefix="bench-append-", dir=parent))
     stores = _Stores(tmp)
     systems: list[_StepSystem] = []

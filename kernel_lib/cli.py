@@ -131,7 +131,7 @@ def _cmd_fold(args: argparse.Namespace) -> int:
         print("attempts in doubt: " + ", ".join(f"{o}/{a}" for o, a in rec.attempts_in_doubt()))
     held = {k: round(v, 9) for k, v in b.outstanding_reservations.items()}
     print(f"budget (USD): ceiling {b.ceiling_usd:g}, consumed {b.actual_consumption_usd:.6g}, outstanding "
-          f"reservations {b.outstanding_reservations_usd:.6g} {held or ''}, finalization reserve "
+          f"reservations {b.outstanding_reservations_usd:.6g}{' ' + str(held) if held else ''}, finalization reserve "
           f"{b.finalization_reserve_usd:g}, available {b.available_usd:.6g}")
     if rec.approvals:
         print("approvals: " + ", ".join(f"{a.approval_id} {a.status}" for a in rec.approvals.values()))

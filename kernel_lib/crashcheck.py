@@ -593,7 +593,7 @@ def run(seed: int = 0, max_states: int | None = None, progress: bool = False,
     """
     if max_states is not None and (isinstance(max_states, bool) or not isinstance(max_states, int)
                                    or max_states < 1):
-        raise ConfigError(f"max_states must be an integer >= 1 (or None for all), got {max_states!r}")
+        raise ConfigError(f"max_states (--max-states) must be an integer >= 1, got {max_states!r}")
     t0 = time.perf_counter()
     names = list(workloads) if workloads else list(WORKLOADS)
     unknown = [n for n in names if n not in WORKLOADS]

@@ -32,10 +32,10 @@ from typing import Any, Callable, Literal, Sequence
 from .errors import AdmissionDenied, ConfigError, DispatchWithheld, KernelError, MalformedEventError
 from .events import (
     Authorized, BudgetReserved, BudgetSettled, ContextBuilt, ControlChanged, Event, ModelReplied,
-    Payload, TaskStarted, ToolIntent, ToolResult, redact_secrets,
+    Payload, TaskStarted, ToolIntent, ToolResult, check_json, redact_secrets,
 )
 from .log.trajectory import TrajectoryLog
-from .record import TrajectoryRecord, _apply_in_place, fold, initial_record
+from .record import TERMINAL_STATES, TrajectoryRecord, _apply_in_place, fold, initial_record
 
 # ------------------------------------------------------------------------------------------------
 # proposals and replies
@@ -122,6 +122,36 @@ class AdmissionPolicy:
         return True, "allowed"
 
 
+def _usage(charged_usd: Any) -> bool:
+    """Is this a usable usage report (a finite number ≥ 0)? Anything else settles nothing."""
+    return (isinstance(charged_usd, (int, float)) and not isinstance(charged_usd, bool)
+            and math.isfinite(charged_usd) and 0 <= charged_usd <= 2**53)
+
+
+def _tool_result(operation_id: str, attempt_id: str, reply: ToolReply, source: str) -> ToolResult:
+    """The ToolResult recording ``reply``: credential-looking content redacted (listed under
+    ``outcome.redacted_fields``); content that cannot be stored as canonical JSON (or an unknown
+    status) replaced by a note, with the observation marked incomplete so the attempt stays in
+    doubt. Evidence that arrived is never dropped silently."""
+    try:
+        check_json({"outcome": reply.outcome, "evidence": reply.evidence, "job_handle": reply.job_handle})
+        outcome, hidden = redact_secrets(reply.outcome)
+        evidence, hidden_ev = redact_secrets(reply.evidence)
+        job_handle, hidden_job = redact_secrets(reply.job_handle)
+        hidden += [f"evidence.{h}" for h in hidden_ev] + (["job_handle"] if hidden_job else [])
+        if hidden:
+            outcome = {**(outcome if isinstance(outcome, dict) else {"value": outcome}), "redacted_fields": hidden}
+        return ToolResult(operation_id=operation_id, attempt_id=attempt_id, status=reply.status,
+                          job_handle=job_handle, outcome=outcome, observation_complete=reply.observation_complete,
+                          evidence=evidence, source=source)
+    except ValueError as exc:   # pydantic's ValidationError is a ValueError
+        why = str(exc).splitlines()[0][:200] if not hasattr(exc, "errors") else exc.errors()[0].get("msg", "")[:200]
+        status = reply.status if reply.status in ToolResult.model_fields["status"].annotation.__args__ else "partial"
+        return ToolResult(operation_id=operation_id, attempt_id=attempt_id, status=status,
+                          outcome={"error": f"the reply could not be stored as evidence: {redact_secrets(why)[0]}"},
+                          observation_complete=False, source=source)
+
+
 # ------------------------------------------------------------------------------------------------
 # the gate
 # ------------------------------------------------------------------------------------------------
@@ -180,12 +210,23 @@ class DispatchGate:
         return events
 
     def start(self, task: TaskStarted) -> Event:
-        """Append TaskStarted (the initial scope and accounting contract)."""
+        """Append TaskStarted (the initial scope and accounting contract).
+
+        Raises KernelError (before anything is appended) if the trajectory already started."""
+        if self.record.task is not None:
+            raise KernelError(f"{self.log.trajectory_id} already started (TaskStarted is in the log)")
         return self._append(task)[0]
 
     def change_control(self, to_state: str, *, issuer: str, request_id: str, reason: str = "",
                        bump_control_epoch: bool = True) -> Event:
-        """Append a ControlChanged (e.g. PAUSED); by default it advances control_epoch."""
+        """Append a ControlChanged (e.g. PAUSED); by default it advances control_epoch.
+
+        Raises KernelError (before anything is appended) before TaskStarted or from a terminal state."""
+        if self.record.task is None:
+            raise KernelError(f"{self.log.trajectory_id} has not started; no control transition yet")
+        if self.record.control_state in TERMINAL_STATES:
+            raise KernelError(f"{self.log.trajectory_id} is {self.record.control_state}, a terminal state; "
+                              f"no transition to {to_state}")
         return self._append(ControlChanged(request_id=request_id, issuer=issuer, to_state=to_state,
                                            bump_control_epoch=bump_control_epoch, reason=reason))[0]
 
@@ -211,6 +252,19 @@ class DispatchGate:
             if repeat_contract != op.repeat_contract:
                 raise AdmissionDenied(f"{subject_id}: a new attempt must keep the recorded repeat contract "
                                       f"{op.repeat_contract!r}, not {repeat_contract!r}")
+            if isinstance(then, ToolIntent) and (then.tool, dict(then.arguments), then.input_ref) != (
+                    op.tool, op.arguments, op.input_ref):
+                raise AdmissionDenied(f"{subject_id}: a new attempt must repeat the recorded operation (same tool, "
+                                      "arguments and input); a different request is a different operation id")
+        rid = reservation_id(subject_id, attempt_id)
+        held = rec.budget.reservations.get(rid)
+        if op is not None and op.status == "admitted" and held is not None and not held.released:
+            # admitted before a crash but never sent: keep its identity and reservation, reserve
+            # nothing again (§11.5.4); only the intent is still missing
+            if bound_usd > held.amount_usd + 1e-12:
+                raise AdmissionDenied(f"{subject_id}/{attempt_id} was admitted with a bound of {held.amount_usd} USD; "
+                                      f"a bound of {bound_usd} USD needs a new attempt id")
+            return self._append(then) if then is not None else []
         ok, why = self.policy.authorize(rec, grant_id, subject)
         b = rec.budget
         if ok and (b.actual_consumption_usd + b.outstanding_reservations_usd + bound_usd
@@ -299,20 +353,15 @@ class DispatchGate:
         if not isinstance(reply, ToolReply):
             reply = ToolReply(status="partial", outcome={"error": f"transport returned {type(reply).__name__}, "
                                                                   "not a ToolReply"})
-        outcome, hidden = redact_secrets(reply.outcome)
-        evidence, hidden_ev = redact_secrets(reply.evidence)
-        if hidden or hidden_ev:
-            outcome = {**(outcome or {}), "redacted_fields": hidden + [f"evidence.{h}" for h in hidden_ev]}
-        self._append(ToolResult(
-            operation_id=operation_id, attempt_id=attempt_id, status=reply.status, job_handle=reply.job_handle,
-            outcome=outcome, observation_complete=reply.observation_complete, evidence=evidence, source=source))
+        self._append(_tool_result(operation_id, attempt_id, reply, source))
         att = self.record.operations[operation_id].attempts[attempt_id]
         res = self.record.budget.reservations.get(reservation_id(operation_id, attempt_id))
-        if reply.charged_usd is not None and res is not None and not res.released:
+        charged = reply.charged_usd
+        if _usage(charged) and res is not None and not res.released:
             # usage evidence settles this attempt's own reservation; finally only once the attempt
             # is established (a partial report leaves the unverified remainder held, §11.5.3)
             self._append(BudgetSettled(reservation_id=res.reservation_id, subject_id=operation_id,
-                                       actual_usd=reply.charged_usd, final=att.established,
+                                       actual_usd=charged, final=att.established,
                                        evidence=f"{source}:{reply.status}"))
         return self.record
 
@@ -333,14 +382,20 @@ class DispatchGate:
         self.on_position("after:dispatch", None)
         if not isinstance(reply, ModelReply):
             reply = ModelReply(status="error", reply=f"transport returned {type(reply).__name__}, not a ModelReply")
-        text, _ = redact_secrets(reply.reply)
-        proposal, _ = redact_secrets(reply.proposal)
-        self._append(ModelReplied(invocation_id=call.invocation_id, status=reply.status, reply=text,
-                                  proposal=proposal, input_tokens=reply.input_tokens,
-                                  output_tokens=reply.output_tokens))
-        self._append(BudgetSettled(reservation_id=reservation_id(call.invocation_id), subject_id=call.invocation_id,
-                                   actual_usd=reply.charged_usd, final=reply.status == "complete",
-                                   evidence="provider usage"))
+        try:
+            check_json({"reply": reply.reply, "proposal": reply.proposal})
+            replied = ModelReplied(invocation_id=call.invocation_id, status=reply.status,
+                                   reply=redact_secrets(reply.reply)[0], proposal=redact_secrets(reply.proposal)[0],
+                                   input_tokens=reply.input_tokens, output_tokens=reply.output_tokens)
+        except ValueError as exc:   # keep the fact of a reply; its content could not be stored
+            why = exc.errors()[0].get("msg", "") if hasattr(exc, "errors") else str(exc)
+            replied = ModelReplied(invocation_id=call.invocation_id, status="error",
+                                   reply=f"the reply could not be stored: {why[:200]}")
+        self._append(replied)
+        if _usage(reply.charged_usd):
+            self._append(BudgetSettled(reservation_id=reservation_id(call.invocation_id),
+                                       subject_id=call.invocation_id, actual_usd=reply.charged_usd,
+                                       final=replied.status == "complete", evidence="provider usage"))
         return reply
 
 

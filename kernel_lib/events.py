@@ -50,42 +50,53 @@ JSON_SAFE_MAX = 2**53 - 1
 #: Deepest nesting of lists/objects a payload may use.
 JSON_MAX_DEPTH = 64
 
-# key names (lower-cased, letters only) that name a credential, by substring or by suffix
-_SECRET_KEY_PARTS = ("apikey", "secret", "password", "passwd", "privatekey", "accesskey", "credential",
-                     "authorization", "bearer", "jwt", "cookie", "sessionid")
-_SECRET_KEY_SUFFIXES = ("token",)
+# key names (lower-cased, letters only) that name a credential: by substring, or by ending
+_SECRET_KEY_PARTS = ("apikey", "secret", "password", "passwd", "privatekey", "accesskey", "credential", "bearer",
+                     "jwt", "cookie", "sessionid")
+_SECRET_KEY_ENDINGS = ("authorization", "accesstoken", "authtoken", "refreshtoken", "sessiontoken", "idtoken",
+                       "bearertoken", "apitoken", "oauthtoken", "githubtoken", "gitlabtoken", "slacktoken",
+                       "csrftoken", "xsrftoken")
+_SECRET_KEY_EXACT = ("token", "auth", "pass")
 _SECRET_IN_TEXT = re.compile(
-    r"(Bearer\s+[A-Za-z0-9._~+/=-]{8,}|sk-[A-Za-z0-9_\-]{16,}|gh[pousr]_[A-Za-z0-9]{20,}|AKIA[0-9A-Z]{16}"
-    r"|eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]*|-----BEGIN [A-Z ]*PRIVATE KEY-----)")
+    r"(?i:bearer|basic)\s+[A-Za-z0-9._~+/=-]{8,}"                          # Authorization header values
+    r"|-----BEGIN [A-Z0-9 ]*(?:PRIVATE KEY|KEY BLOCK)-----.*?(?:-----END [A-Z0-9 ]*-----|$)"  # PEM/PGP bodies
+    r"|(?:sk|rk|pk)[-_](?:live_|test_)?[A-Za-z0-9_\-]{16,}|gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,}"
+    r"|glpat-[A-Za-z0-9_\-]{16,}|xox[abposr]-[A-Za-z0-9-]{10,}|AIza[0-9A-Za-z_\-]{30,}|AKIA[0-9A-Z]{16}"
+    r"|eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]*"              # JWTs
+    r"|(?<=://)[^/\s:@]+:[^/\s@]+(?=@)"                                      # user:password@ in URLs
+    r"|(?i:(?:api[_-]?key|secret|password|passwd|token)\s*[=:]\s*)[^\s,;&\"']{4,}",  # KEY=value
+    re.S)
+_REDACTED = "[redacted]"
 
 
 def _secret_key(k: str) -> bool:
     n = re.sub(r"[^a-z]", "", k.lower())
-    return any(p in n for p in _SECRET_KEY_PARTS) or n.endswith(_SECRET_KEY_SUFFIXES) or n == "auth"
+    return (any(p in n for p in _SECRET_KEY_PARTS) or n.endswith(_SECRET_KEY_ENDINGS) or n in _SECRET_KEY_EXACT
+            or bool(_SECRET_IN_TEXT.search(k)))
 
 
-def _walk_secrets(value: Any, path: str, hits: list[str], redact: bool) -> Any:
+def _walk_secrets(value: Any, path: str, hits: list[str], redact: bool, depth: int = 0) -> Any:
+    if depth > JSON_MAX_DEPTH:
+        raise ValueError(f"{path or 'value'}: nested deeper than {JSON_MAX_DEPTH} levels")
     if isinstance(value, dict):
         out = {}
-        for k, v in value.items():
+        for i, (k, v) in enumerate(value.items()):
             p = f"{path}.{k}" if path else str(k)
-            if isinstance(k, str) and _secret_key(k) and v not in (None, "", [], {}) and not _redacted(v):
+            if isinstance(k, str) and _SECRET_IN_TEXT.search(k):   # the key itself is a credential
+                hits.append(f"{path}.<key {i}>" if path else f"<key {i}>")
+                out[f"{_REDACTED}#{i}" if redact else k] = _walk_secrets(v, p, hits, redact, depth + 1)
+            elif isinstance(k, str) and _secret_key(k) and v not in (None, "", [], {}) and v != _REDACTED:
                 hits.append(p)
-                out[k] = f"[redacted:{hashlib.sha256(repr(v).encode()).hexdigest()[:12]}]" if redact else v
+                out[k] = _REDACTED if redact else v
             else:
-                out[k] = _walk_secrets(v, p, hits, redact)
+                out[k] = _walk_secrets(v, p, hits, redact, depth + 1)
         return out
     if isinstance(value, list):
-        return [_walk_secrets(v, f"{path}[{i}]", hits, redact) for i, v in enumerate(value)]
+        return [_walk_secrets(v, f"{path}[{i}]", hits, redact, depth + 1) for i, v in enumerate(value)]
     if isinstance(value, str) and _SECRET_IN_TEXT.search(value):
         hits.append(path or "<value>")
-        return _SECRET_IN_TEXT.sub(lambda m: f"[redacted:{hashlib.sha256(m.group().encode()).hexdigest()[:12]}]",
-                                   value) if redact else value
+        return _SECRET_IN_TEXT.sub(_REDACTED, value) if redact else value
     return value
-
-
-def _redacted(v: Any) -> bool:
-    return isinstance(v, str) and v.startswith("[redacted:") and v.endswith("]")
 
 
 def find_secrets(value: Any) -> list[str]:
@@ -96,8 +107,8 @@ def find_secrets(value: Any) -> list[str]:
 
 
 def redact_secrets(value: Any) -> tuple[Any, list[str]]:
-    """A copy of JSON-like ``value`` with credential-looking fields and text replaced by
-    ``[redacted:<sha256 prefix>]``, and the paths redacted. Used for *evidence* (tool outcomes,
+    """A copy of JSON-like ``value`` with credential-looking fields, text and keys replaced by
+    ``[redacted]`` (nothing derived from the secret is kept), and the paths redacted. Used for *evidence* (tool outcomes,
     model replies), which the runtime does not control: the evidence is kept, the secret is not."""
     hits: list[str] = []
     return _walk_secrets(value, "", hits, True), hits

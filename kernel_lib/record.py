@@ -278,6 +278,7 @@ def _task_started(rec: TrajectoryRecord, ev: Event, p: TaskStarted) -> None:
 
 
 def _context_built(rec: TrajectoryRecord, ev: Event, p: ContextBuilt) -> None:
+    _not_terminal(rec, ev)
     op = _op(rec, p.invocation_id, "model", ev)
     if p.invocation_id in op.attempts and op.attempts[p.invocation_id].intent_sequence is not None:
         raise FoldError(f"event {ev.event_id}: invocation {p.invocation_id} was already built; a retry needs a "
@@ -341,10 +342,15 @@ def _budget_settled(rec: TrajectoryRecord, ev: Event, p: BudgetSettled) -> None:
 
 
 def _tool_intent(rec: TrajectoryRecord, ev: Event, p: ToolIntent) -> None:
+    _not_terminal(rec, ev)
     op = _op(rec, p.operation_id, "tool", ev)
     if p.attempt_id in op.attempts and op.attempts[p.attempt_id].intent_sequence is not None:
         raise FoldError(f"event {ev.event_id}: attempt {p.attempt_id} of {p.operation_id} already has an intent; "
                         "a new transport attempt needs a new attempt id")
+    if any(a.intent_sequence is not None for a in op.attempts.values()) and (
+            (p.tool, dict(p.arguments), p.input_ref) != (op.tool, op.arguments, op.input_ref)):
+        raise FoldError(f"event {ev.event_id}: attempt {p.attempt_id} of {p.operation_id} changes the operation's "
+                        "tool, arguments or input; an operation's request is fixed by its first intent")
     op.tool, op.arguments, op.input_ref = p.tool, dict(p.arguments), p.input_ref
     op.repeat_contract = p.repeat_contract
     op.authorization_ref = p.authorization_ref
@@ -379,12 +385,20 @@ def _tool_result(rec: TrajectoryRecord, ev: Event, p: ToolResult) -> None:
 TERMINAL_STATES = frozenset({"COMPLETED", "CANCELLED", "FAILED"})
 
 
+def _not_terminal(rec: TrajectoryRecord, ev: Event) -> None:
+    if rec.control_state in TERMINAL_STATES:
+        raise FoldError(f"event {ev.event_id} ({ev.event_type}): the trajectory is {rec.control_state}, a terminal "
+                        "state; nothing new may be dispatched")
+
+
 def _control_changed(rec: TrajectoryRecord, ev: Event, p: ControlChanged) -> None:
     if rec.control_state in TERMINAL_STATES:
         raise FoldError(f"event {ev.event_id}: {rec.control_state} is terminal; no transition to {p.to_state}")
     if rec.task is None:
         raise FoldError(f"event {ev.event_id}: a control transition before TaskStarted")
-    rec.control_state = p.to_state
+    pending = any(a.status == "pending" for a in rec.approvals.values())
+    # resuming does not bypass a held action: with an approval pending the trajectory awaits it
+    rec.control_state = "AWAITING_APPROVAL" if p.to_state == "RUNNING" and pending else p.to_state
     if p.bump_control_epoch:
         rec.control_epoch = max(rec.control_epoch, ev.control_epoch) + 1
 
@@ -404,6 +418,8 @@ def _approval_resolved(rec: TrajectoryRecord, ev: Event, p: ApprovalResolved) ->
     a = rec.approvals.get(p.approval_id)
     if a is None:
         raise FoldError(f"event {ev.event_id} resolves unknown approval {p.approval_id}")
+    if a.status != "pending":
+        raise FoldError(f"event {ev.event_id}: approval {p.approval_id} was already resolved ({a.status})")
     a.status = p.decision
     if rec.control_state == "AWAITING_APPROVAL" and not any(x.status == "pending" for x in rec.approvals.values()):
         rec.control_state = "RUNNING"

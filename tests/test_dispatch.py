@@ -260,3 +260,56 @@ def test_usage_evidence_settles_the_attempts_own_reservation_once(tmp_path):
     b = gate.record.budget
     assert b.reservations["res-op/a1"].released and b.actual_consumption_usd == pytest.approx(0.2)
     assert gate.record.last_sequence_number == gate.log.head
+
+
+def test_a_retry_after_a_crash_between_reservation_and_intent_reuses_the_admission(tmp_path):
+    """Fault: the worker died after BudgetReserved, before the ToolIntent (non-coalesced admission).
+    Goal: a replacement re-proposing the same attempt keeps its identity and reservation, reserves
+    nothing again, and the log keeps folding (§11.5.4)."""
+    store = make_store("sqlite", tmp_path)
+
+    def die_before_intent(name, ev):
+        if name == "after:BudgetReserved":
+            raise SystemExit("killed")
+
+    gate = _gate(store, on_position=die_before_intent)
+    with pytest.raises(SystemExit):
+        gate.run_tool(PROPOSAL, lambda i: ToolReply("completed", observation_complete=True))
+    replacement = DispatchGate(TrajectoryLog(store, "traj"), AdmissionPolicy({"g": {"run_tests"}}))
+    assert replacement.record.operations["test_r18"].status == "admitted"
+    rec = replacement.run_tool(PROPOSAL, lambda i: ToolReply("completed", observation_complete=True))
+    assert rec.operations["test_r18"].status == "established"
+    types = [e.event_type for e in store.read("traj")]
+    assert types.count("BudgetReserved") == 1 and types.count("Authorized") == 1
+    with pytest.raises(Exception, match="already started"):
+        replacement.start(task())
+    replacement.change_control("CANCELLED", issuer="op", request_id="c1")
+    with pytest.raises(Exception, match="terminal"):
+        replacement.change_control("CANCELLED", issuer="op2", request_id="c2")
+    from kernel_lib.record import fold, initial_record
+    assert fold(initial_record("traj"), store.read("traj")).control_state == "CANCELLED"
+
+
+def test_a_new_attempt_must_repeat_the_recorded_request(tmp_path):
+    from kernel_lib.errors import AdmissionDenied
+    gate = _gate(make_store("sqlite", tmp_path))
+
+    def timeout(i):
+        raise TimeoutError()
+
+    gate.run_tool(ToolProposal("pay", "a1", "run_tests", {"amount": 10, "to": "alice"}, "g", 0.1), timeout)
+    with pytest.raises(AdmissionDenied, match="repeat the recorded operation"):
+        gate.run_tool(ToolProposal("pay", "a2", "run_tests", {"amount": 10000, "to": "mallory"}, "g", 0.1), timeout)
+
+
+@pytest.mark.parametrize("outcome", [{"t": "\ud800"}, {"n": float("nan")}, {"s": {1, 2}}, {1: "int key"},
+                                     ["token: abcdefgh"]])
+def test_unstorable_evidence_is_recorded_as_incomplete_not_lost(tmp_path, outcome):
+    store = make_store("sqlite", tmp_path)
+    rec = _gate(store).run_tool(PROPOSAL, lambda i: ToolReply("completed", observation_complete=True,
+                                                             outcome=outcome))
+    op = rec.operations["test_r18"]
+    assert op.attempts["attempt1"].last_result_status in ("completed", "partial")
+    if op.status == "in_doubt":
+        assert "could not be stored" in [e for e in store.read("traj")][-1].payload.outcome["error"]
+    assert b"abcdefgh" not in b"".join(e.canonical for e in store.read("traj"))

@@ -118,7 +118,7 @@ def test_redaction_keeps_evidence_and_drops_the_secret():
     outcome = {"token": "abc", "log": "auth: Bearer abcdefgh12345 ok", "passed": 3}
     clean, paths = E.redact_secrets(outcome)
     assert paths == ["token", "log"] and clean["passed"] == 3
-    assert "abcdefgh12345" not in str(clean) and clean["token"].startswith("[redacted:")
+    assert "abcdefgh12345" not in str(clean) and clean["token"] == "[redacted]"
     assert E.find_secrets(clean) == []
 
 
@@ -132,3 +132,23 @@ def test_registering_a_new_family_needs_no_envelope_change():
     e = ev(SagaStepCompensated(saga_id="s1"), 1)
     assert E.decode(e.canonical) == e
     assert set(e.to_dict()) == set(ev(task(), 1).to_dict())
+
+
+@pytest.mark.parametrize("key", ["next_page_token", "stop_token", "authorization_ref", "key", "bypass", "pwd",
+                                 "max_tokens", "input_tokens", "token_count", "keyboard"])
+def test_ordinary_keys_are_not_mistaken_for_credentials(key):
+    assert E.find_secrets({key: "value-1234"}) == []
+
+
+@pytest.mark.parametrize("value", [
+    {"ghp_abcdefghijklmnopqrstuvwxyz1234": 1},                      # a secret used as a key
+    {"note": "-----BEGIN RSA PRIVATE KEY-----\nMIIEow\nsecretbody\n-----END RSA PRIVATE KEY-----"},
+    {"url": "https://alice:hunter2@example.com/x"}, {"h": "authorization: basic dXNlcjpwYXNz"},
+    {"env": "API_KEY=abcd1234 other"}, {"t": "xoxb-1234567890-abc"}, {"g": "AIzaSyA1234567890abcdefghijklmnopqrstu"},
+    {"password": "[redacted:hunter2]"},                              # a fake marker is still a secret
+])
+def test_redaction_removes_the_whole_secret(value):
+    clean, paths = E.redact_secrets(value)
+    assert paths and E.find_secrets(clean) == []
+    for secret in ("hunter2", "ghp_abc", "secretbody", "dXNlcjpwYXNz", "abcd1234", "xoxb-123", "AIzaSyA"):
+        assert secret not in str(clean)

@@ -226,3 +226,22 @@ def test_a_multi_event_submit_into_an_idle_committer_is_flushed_by_the_timer():
         _writers(gc, 3, 2)                                  # three recently active writers
         tickets = gc.submit_many([ev(intent(op="x1"), 1, traj="lone"), ev(intent(op="x2"), 2, traj="lone")])
         assert [t.result(timeout=2).outcome.sequence_number for t in tickets] == [1, 2]
+
+
+def test_cancelling_the_async_flusher_mid_flush_says_the_outcome_is_unknown():
+    import asyncio
+
+    from kernel_lib.errors import StoreError
+    from kernel_lib.log import AsyncGroupCommitter
+
+    async def main():
+        gc = AsyncGroupCommitter(SlowDurableStore(flush_s=0.2), AckTier.MEMORY, offload=True)
+        writer = asyncio.ensure_future(gc.append(ev(task(), 1)))
+        await asyncio.sleep(0.05)          # the flush is in progress in its worker thread
+        gc._task.cancel()
+        with pytest.raises(StoreError, match="unknown"):
+            await writer
+        await asyncio.wait_for(gc.aclose(), 5)   # no hang on shutdown
+        assert gc._task.cancelled()
+
+    asyncio.run(main())

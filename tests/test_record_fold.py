@@ -131,7 +131,7 @@ def test_admission_refuses_what_the_budget_cannot_cover():
 
 # --- invalid logs are refused, not silently folded (adversarial findings) -----------------------
 
-from kernel_lib.events import BudgetSettled, ControlChanged, ModelReplied  # noqa: E402
+from kernel_lib.events import ApprovalRequested, ApprovalResolved, BudgetSettled, ControlChanged, ModelReplied  # noqa: E402,E501
 
 
 def _res(rid="r1", amt=1.0, subj="test_r18"):
@@ -148,6 +148,12 @@ def _res(rid="r1", amt=1.0, subj="test_r18"):
                                  BudgetSettled(reservation_id="r1", subject_id="test_r18", actual_usd=1.0, final=True)]),
     ("tool id reused for a model call", [intent(), ModelReplied(invocation_id="test_r18", status="complete")]),
     ("same attempt intended twice", [intent(), intent()]),
+    ("a retry that changes the request", [intent(attempt="a1"), intent(attempt="a2", arguments={"snapshot": "x"})]),
+    ("dispatch after a terminal state", [ControlChanged(request_id="c", issuer="op", to_state="CANCELLED"), intent()]),
+    ("an approval resolved twice", [ApprovalRequested(approval_id="ap", held_operation_id="test_r18",
+                                                      held_attempt_id="a1", reviewer="bob"),
+                                    ApprovalResolved(approval_id="ap", decision="refused", reviewer="bob"),
+                                    ApprovalResolved(approval_id="ap", decision="approved", reviewer="bob")]),
 ])
 def test_invalid_logs_raise_fold_errors(name, tail):
     evs = [ev(p, i) for i, p in enumerate([task()] + tail, start=1)]
@@ -175,3 +181,11 @@ def test_over_settlement_is_kept_visible():
     d = fold(initial_record("traj-a"), evs).to_dict()
     assert d["budget"]["overruns"] == {"r1": pytest.approx(2.0)}
     assert d["budget"]["actual_consumption_usd"] == pytest.approx(3.0)
+
+
+def test_resuming_does_not_bypass_a_pending_approval():
+    evs = [ev(p, i) for i, p in enumerate([
+        task(), ApprovalRequested(approval_id="ap", held_operation_id="op", held_attempt_id="a1", reviewer="bob"),
+        ControlChanged(request_id="p", issuer="op", to_state="PAUSED"),
+        ControlChanged(request_id="r", issuer="op", to_state="RUNNING")], start=1)]
+    assert fold(initial_record("traj-a"), evs).control_state == "AWAITING_APPROVAL"

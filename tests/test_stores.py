@@ -238,3 +238,18 @@ def test_mixed_batches_decide_every_event(any_store):
     assert out[3].sequence_number == 3
     assert [e.canonical for e in any_store.read("traj-a")] == [e1.canonical, e2.canonical,
                                                               ev(result(), 3).canonical]
+
+
+def test_a_long_lived_read_only_sqlite_reader_sees_writers_that_came_and_went(tmp_path):
+    p = tmp_path / "log.sqlite"
+    w = SQLiteStore.open(p)
+    w.append_batch([ev(task(), 1)], AckTier.FDATASYNC)
+    w.close()
+    ro = SQLiteStore.open(p, read_only=True)
+    assert ro.head("traj-a") == 1
+    w = SQLiteStore.open(p)
+    w.append_batch([ev(intent(), 2), ev(task(), 1, traj="traj-b")], AckTier.FDATASYNC)
+    w.close()                                     # a clean close removes the -wal again
+    assert ro.head("traj-a") == 2 and ro.trajectories() == ["traj-a", "traj-b"]
+    assert [e.sequence_number for e in ro.read("traj-a")] == [1, 2]
+    ro.close()

@@ -373,7 +373,17 @@ class AsyncGroupCommitter(_CommitterCore):
                     results = await asyncio.to_thread(self.store.append_batch, evs, self.tier)
                 else:
                     results = self.store.append_batch(evs, self.tier)
-            except BaseException as exc:   # nobody in the batch is acknowledged
+            except (asyncio.CancelledError, KeyboardInterrupt, SystemExit) as exc:
+                # stopped mid-flush: the batch may or may not be durable (an offloaded flush even
+                # runs on); say so, and stop instead of swallowing the cancellation
+                err = StoreError(f"flush interrupted ({type(exc).__name__}): whether these events are durable "
+                                 "is unknown; re-read the log")
+                for f in futs:
+                    if not f.done():
+                        f.set_exception(err)
+                self._closed = True
+                raise
+            except Exception as exc:   # the flush failed: nobody in the batch is acknowledged
                 err = self._as_store_error(exc)
                 for f in futs:
                     if not f.done():
@@ -391,7 +401,13 @@ class AsyncGroupCommitter(_CommitterCore):
         """Flush what is queued, then stop the flusher task. Idempotent."""
         self._closed = True
         self._wake.set()
-        await self._task
+        if not self._task.done():
+            await self._task
+        for evs, _, futs in self._batches:   # left behind by an interrupted flusher
+            for f in futs:
+                if not f.done():
+                    f.set_exception(StoreClosedError("group committer stopped before this event was flushed"))
+        self._batches.clear()
 
     async def __aenter__(self):
         return self

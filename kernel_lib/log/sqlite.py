@@ -217,9 +217,17 @@ class SQLiteStore(LogStore):
         if self._check_layout(self._db):
             raise StoreError(f"{self.path} is an empty SQLite database, not a kernel_lib log")
 
+    def _stat(self) -> tuple[int, int, int] | None:
+        try:
+            st = os.stat(self.path)
+        except OSError:
+            return None
+        return (st.st_ino, st.st_size, st.st_mtime_ns)
+
     def _connect_read_only(self) -> sqlite3.Connection:
         """A ``mode=ro`` connection; ``immutable=1`` too while no ``-wal`` file exists."""
         self._immutable = not os.path.exists(self._wal_path)
+        self._file_state = self._stat()
         uri = "file:" + urllib.parse.quote(str(self.path.resolve())) + "?mode=ro"
         if self._immutable:
             uri += "&immutable=1"
@@ -287,9 +295,9 @@ class SQLiteStore(LogStore):
         """The connection to read through (call under the lock)."""
         if self._closed:
             raise StoreClosedError(f"SQLite log {self.path} is closed")
-        if self._immutable and os.path.exists(self._wal_path):
-            # a writer arrived: an immutable connection would not see its WAL; its -wal and -shm
-            # exist now, so a plain read-only connection creates no file
+        if self._immutable and (os.path.exists(self._wal_path) or self._stat() != self._file_state):
+            # an immutable connection trusts the file never to change: reconnect when a writer
+            # came (its -wal exists) or came and went (the file changed since we connected)
             old, self._db = self._db, self._connect_read_only()
             old.close()
         return self._db
