@@ -213,6 +213,9 @@ def build_parser() -> argparse.ArgumentParser:
     from . import bench, crashcheck
     crashcheck.add_cli(sub)
     bench.add_cli(sub)
+    from .exercises import cli as exercise_cli; exercise_cli.add_cli(sub)
+    from .live import cli as live_cli
+    live_cli.add_cli(sub)
     return ap
 
 

@@ -1,0 +1,207 @@
+"""The crash controller: the worksheet run end to end with real processes (§11.1, §11.3.3, §11.5.3).
+
+:func:`run_worksheet` builds ``ws_r18``, starts the executor service, starts a worker that pauses
+right after a chosen event is durable, kills it with a real ``os.kill(pid, SIGKILL)``, asks the
+executor whether the test is still running, then starts a replacement worker process that folds
+the surviving log (``recovered``) and reconciles by operation id against the executor
+(``reconciled``). Every process is started in its own session and its whole process group is
+killed in a ``finally``; the work directory (snapshot, log, executor state) is removed unless
+``keep`` names a directory to copy the log to.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from ..errors import ConfigError
+from .errors import LiveProcessError
+from .worker import OPERATION, TRAJECTORY
+from .workspace import build_snapshot, remove_tree
+
+CRASH_POINTS = ("Authorized", "BudgetReserved", "ToolIntent", "ToolResult")
+TEMP_PREFIX = "kernel_lib_live_"
+
+#: What table 3 lets recovery conclude about test_r18 at each crash point (for the report).
+EXPECTED = {
+    "Authorized": "not dispatched: authorized but not admitted (no reservation, no intent)",
+    "BudgetReserved": "not dispatched: admitted with its reservation held, no durable intent",
+    "ToolIntent": "in doubt: durable intent, no evidence; the request may or may not have left",
+    "ToolResult": "in doubt: the executor's acceptance (job handle) is logged, no completion evidence",
+}
+
+
+def _wait_for_file(path: Path, proc: subprocess.Popen, timeout_s: float, what: str, errlog: Path) -> dict:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if path.exists():
+            try:
+                return json.loads(path.read_text())
+            except ValueError:   # written atomically, so only a foreign file could be partial
+                pass
+        if proc.poll() is not None:
+            raise LiveProcessError(f"{what} exited with code {proc.returncode} before it reported: "
+                                   f"{_tail(errlog)}")
+        time.sleep(0.02)
+    raise LiveProcessError(f"{what} did not report within {timeout_s:g} s: {_tail(errlog)}")
+
+
+def _tail(path: Path, n: int = 600) -> str:
+    try:
+        return path.read_text(errors="replace")[-n:].strip() or "(no output)"
+    except OSError:
+        return "(no output)"
+
+
+def _kill_group(proc: subprocess.Popen | None, sig: int = signal.SIGKILL, wait_s: float = 10.0) -> None:
+    """Send ``sig`` to the process group of ``proc`` (its own session) and reap it."""
+    if proc is None:
+        return
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, sig)
+    try:
+        proc.wait(timeout=wait_s)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=wait_s)
+    with contextlib.suppress(ProcessLookupError, PermissionError):   # stragglers left in the group
+        os.killpg(proc.pid, signal.SIGKILL)
+
+
+def port_accepts(port: int, timeout_s: float = 0.5) -> bool:
+    """Does 127.0.0.1:``port`` accept a TCP connection?"""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.settimeout(timeout_s)
+        try:
+            s.connect(("127.0.0.1", port))
+            return True
+        except OSError:
+            return False
+
+
+def run_worksheet(crash_after: str = "ToolResult", store_kind: str = "sqlite", workdir: str | os.PathLike | None = None,
+                  seed: int = 0, test_delay_s: float = 2.0, *, usd_per_s: float = 0.01,
+                  reconcile_timeout_s: float = 60.0, step_timeout_s: float = 60.0,
+                  keep: str | os.PathLike | None = None) -> dict[str, Any]:
+    """Run the crash worksheet once with real processes and a real SIGKILL.
+
+    Args:
+        crash_after: kill the worker right after this event (for ``test_r18``) is durable; one of
+            :data:`CRASH_POINTS`.
+        store_kind: ``sqlite`` or ``segment``.
+        workdir: parent directory for this run's private work directory (default: the system
+            temp dir). The private directory is always removed.
+        seed: the model stand-in's seed (the replacement's fresh sample uses ``seed + 1``).
+        test_delay_s: artificial delay before the executor starts pytest, so the test is still
+            running at the crash (seconds).
+        usd_per_s: the executor's charge per second of test time.
+        reconcile_timeout_s: how long reconciliation waits for a running job to finish.
+        step_timeout_s: timeout for each process to report (ready, paused, recovered).
+        keep: copy the surviving log (after reconciliation) into this directory.
+
+    Returns:
+        ``{crash: {signal, log_position, worker_pid, ...}, executor: {job_running_at_crash, ...},
+        recovered: {...}, reconciled: {...}, model: {...}, expected, processes, cleanup}``.
+
+    Raises:
+        ConfigError: a bad argument. LiveProcessError: a process failed or timed out (everything
+        is still torn down).
+    """
+    if crash_after not in CRASH_POINTS:
+        raise ConfigError(f"--crash-after must be one of {list(CRASH_POINTS)}, got {crash_after!r}")
+    if store_kind not in ("sqlite", "segment"):
+        raise ConfigError(f"--store must be sqlite or segment, got {store_kind!r}")
+    if not (isinstance(test_delay_s, (int, float)) and 0 <= test_delay_s <= 600):
+        raise ConfigError(f"test_delay_s must be between 0 and 600 seconds, got {test_delay_s!r}")
+    if workdir is not None:
+        Path(workdir).mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix=TEMP_PREFIX, dir=workdir))
+    executor = worker = None
+    port = None
+    result: dict[str, Any] = {"crash_after": crash_after, "store": store_kind, "seed": seed,
+                              "expected": EXPECTED[crash_after]}
+    env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1", "PYTHONUNBUFFERED": "1"}
+    py = sys.executable
+    try:
+        snap = build_snapshot(work / "snapshots")
+        state = work / "executor"
+        store_path = work / ("log.sqlite" if store_kind == "sqlite" else "seglog")
+        ex_log = work / "executor.log"
+        with open(ex_log, "wb") as fh:
+            executor = subprocess.Popen(
+                [py, "-m", "kernel_lib.live.executor", "--snapshot", str(snap.path), "--digest", snap.digest,
+                 "--state-dir", str(state), "--usd-per-s", str(usd_per_s), "--test-delay-s", str(test_delay_s)],
+                stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True, env=env)
+        ready = _wait_for_file(state / "ready.json", executor, step_timeout_s, "the executor", ex_log)
+        port, url, pubkey = ready["port"], ready["url"], ready["public_key_path"]
+
+        marker = work / "paused.json"
+        wk_log = work / "worker.log"
+        with open(wk_log, "wb") as fh:
+            worker = subprocess.Popen(
+                [py, "-m", "kernel_lib.live.worker", "--store", store_kind, "--store-path", str(store_path),
+                 "--executor-url", url, "--public-key", pubkey, "--snapshot-digest", snap.digest,
+                 "--seed", str(seed), "--pause-at", crash_after, "--marker", str(marker)],
+                stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True, env=env)
+        paused = _wait_for_file(marker, worker, step_timeout_s, "the worker", wk_log)
+
+        os.kill(worker.pid, signal.SIGKILL)            # the crash: a real SIGKILL, no clean-up code runs
+        rc = worker.wait(timeout=step_timeout_s)
+        _kill_group(worker)
+        import httpx
+        with httpx.Client(timeout=5.0, trust_env=False) as client:
+            at_crash = client.get(f"{url}/operations/{OPERATION}").json()
+        result["crash"] = {"signal": "SIGKILL", "log_position": paused["log_position"], "worker_pid": worker.pid,
+                           "paused_at": paused["paused_at"], "worker_exit": rc}
+        result["executor"] = {"job_running_at_crash": at_crash["status"] == "running",
+                              "status_at_crash": at_crash["status"], "job_handle": at_crash.get("job_handle"),
+                              "charged_usd_at_crash": at_crash.get("charged_usd"), "pid": executor.pid,
+                              "port": port, "url": url}
+
+        rp = subprocess.run(
+            [py, "-m", "kernel_lib.live.worker", "--recover", "--reconcile", "--store", store_kind,
+             "--store-path", str(store_path), "--executor-url", url, "--public-key", pubkey,
+             "--seed", str(seed), "--fresh-seed", str(seed + 1), "--reconcile-timeout-s", str(reconcile_timeout_s)],
+            capture_output=True, text=True, stdin=subprocess.DEVNULL, env=env, start_new_session=True,
+            timeout=reconcile_timeout_s + step_timeout_s)
+        if rp.returncode != 0:
+            raise LiveProcessError(f"the replacement worker failed (exit {rp.returncode}): {rp.stderr.strip()[-600:]}")
+        out = json.loads(rp.stdout.strip().splitlines()[-1])
+        result["recovered"], result["reconciled"], result["model"] = out["recovered"], out["reconciled"], out["model"]
+        if keep is not None:
+            dest = Path(keep)
+            dest.mkdir(parents=True, exist_ok=True)
+            target = dest / store_path.name
+            if store_path.is_dir():
+                shutil.copytree(store_path, target, dirs_exist_ok=True)
+            else:
+                shutil.copyfile(store_path, target)
+            result["kept_log"] = str(target)
+        return result
+    finally:
+        # tear down: executor gets SIGTERM (clean shutdown removes its job trees), then its whole group SIGKILL
+        if executor is not None and executor.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                executor.send_signal(signal.SIGTERM)
+            try:
+                executor.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                pass
+        _kill_group(executor)
+        _kill_group(worker)
+        remove_tree(work)
+        result["processes"] = {"executor_pid": executor.pid if executor else None,
+                               "worker_pid": worker.pid if worker else None}
+        result["cleanup"] = {"workdir_removed": not work.exists(), "workdir": str(work),
+                             "executor_port_closed": (not port_accepts(port)) if port else None}

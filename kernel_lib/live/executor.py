@@ -1,0 +1,341 @@
+"""The executor service: its own OS process on loopback that runs the real tests (§11.1, §11.5.3).
+
+Run as ``python -m kernel_lib.live.executor --snapshot DIR --digest HEX --state-dir DIR``. It
+serves a Starlette app with uvicorn on ``127.0.0.1`` only, on a free port, and reports itself by
+atomically writing ``<state-dir>/ready.json`` (``{"url", "port", "pid", "public_key_path",
+"snapshot_digest"}``) and printing one line ``executor ready <url>`` on stdout.
+
+Endpoints:
+
+* ``POST /jobs`` ``{operation_id, attempt_id, snapshot_digest, check}`` → ``{job_handle, status:
+  "accepted"}``. Idempotent by ``operation_id`` (the endpoint's repeat contract is
+  ``idempotency_key``): a repeat with the same request returns the same job; a different request
+  under the same operation id is refused with 409. The job copies the verified snapshot to a
+  private directory, waits ``--test-delay-s`` (so a test is still running when the worker is
+  killed), runs ``pytest -q`` in a subprocess, and charges ``--usd-per-s`` per second of test time
+  for as long as it runs — whether or not anyone is still listening.
+* ``GET /operations/{operation_id}`` → ``{operation_id, status: running|completed|failed|unknown,
+  job_handle, charged_usd, outcome, record, signature}``: a status query by logical operation id.
+  ``record`` (once finished) is the completion record, signed with the executor's Ed25519 key;
+  ``signature`` is the hex signature over the record's RFC 8785 encoding. Verify it with
+  :func:`verify_completion`.
+
+SIGTERM/SIGINT shut it down cleanly: running test processes are killed and every job directory
+is removed (``ready.json`` and the public key stay in the state directory, which the caller owns).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import hashlib
+import json
+import os
+import re
+import socket
+import sys
+import time
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import rfc8785
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+
+from .errors import EvidenceSignatureError, SnapshotMismatchError
+from .workspace import copy_verified, remove_tree, verify
+
+#: The only check this executor runs (it never runs arbitrary commands).
+CHECKS = {"pytest -q": ["-m", "pytest", "-q", "-p", "no:cacheprovider"]}
+EXECUTOR_ID = "executor-r18"
+PUBLIC_KEY_FILE = "executor_ed25519.pub"
+
+
+def job_handle_for(operation_id: str) -> str:
+    """Job handle derived from the operation id: ``test_r18`` → ``job_tests_18``; others
+    ``job_<12 hex of sha256(operation_id)>``. The same operation always gets the same handle."""
+    m = re.fullmatch(r"test_r(\d+)", operation_id)
+    if m:
+        return f"job_tests_{m.group(1)}"
+    return "job_" + hashlib.sha256(operation_id.encode()).hexdigest()[:12]
+
+
+# ------------------------------------------------------------------------------------------------
+# signatures
+# ------------------------------------------------------------------------------------------------
+
+
+def signing_bytes(record: dict[str, Any]) -> bytes:
+    """What is signed: the RFC 8785 encoding of the record without its ``signature`` field."""
+    return rfc8785.dumps({k: v for k, v in record.items() if k != "signature"})
+
+
+def load_public_key(path_or_hex: str | os.PathLike) -> Ed25519PublicKey:
+    """An Ed25519 public key from a file holding 64 hex characters, or from the hex itself."""
+    text = str(path_or_hex)
+    if not re.fullmatch(r"[0-9a-fA-F]{64}", text):
+        text = Path(path_or_hex).read_text().strip()
+    return Ed25519PublicKey.from_public_bytes(bytes.fromhex(text))
+
+
+def verify_completion(record: dict[str, Any], public_key: Ed25519PublicKey | str | os.PathLike,
+                      signature: str | None = None) -> dict[str, Any]:
+    """Authenticate a completion record (§11.5.3) and return it.
+
+    ``signature`` (hex) defaults to ``record["signature"]``. ``public_key`` is a key object, a
+    path to the key file, or its hex.
+
+    Raises:
+        EvidenceSignatureError: no signature, a malformed one, or one that does not verify (the
+            record was changed after signing, or another key signed it).
+    """
+    key = public_key if isinstance(public_key, Ed25519PublicKey) else load_public_key(public_key)
+    sig = signature if signature is not None else (record or {}).get("signature")
+    if not isinstance(record, dict) or not isinstance(sig, str) or not re.fullmatch(r"[0-9a-f]{128}", sig):
+        raise EvidenceSignatureError("completion record has no well-formed Ed25519 signature (128 hex characters)")
+    try:
+        key.verify(bytes.fromhex(sig), signing_bytes(record))
+    except InvalidSignature:
+        raise EvidenceSignatureError(
+            f"completion record for {record.get('operation_id')!r} does not verify against the executor's "
+            "public key: it was altered after signing or signed by another key") from None
+    return record
+
+
+# ------------------------------------------------------------------------------------------------
+# the service
+# ------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Job:
+    operation_id: str
+    attempt_id: str
+    snapshot_digest: str
+    check: str
+    job_handle: str
+    accepted_unix_s: float
+    started_monotonic: float
+    status: str = "running"
+    outcome: dict[str, Any] | None = None
+    charged_usd: float = 0.0
+    record: dict[str, Any] | None = None
+    task: asyncio.Task | None = field(default=None, repr=False)
+    proc: asyncio.subprocess.Process | None = field(default=None, repr=False)
+
+
+class ExecutorService:
+    """State and behaviour of one executor process (see the module docstring)."""
+
+    def __init__(self, snapshot_dir: Path, snapshot_digest: str, state_dir: Path, *, usd_per_s: float,
+                 test_delay_s: float, test_timeout_s: float = 120.0):
+        self.snapshot_dir, self.snapshot_digest, self.state_dir = snapshot_dir, snapshot_digest, state_dir
+        self.usd_per_s, self.test_delay_s, self.test_timeout_s = usd_per_s, test_delay_s, test_timeout_s
+        self.jobs_dir = state_dir / "jobs"
+        self.jobs: dict[str, Job] = {}
+        self._key = Ed25519PrivateKey.generate()   # private key lives in memory only
+        raw = self._key.public_key().public_bytes_raw()
+        self.public_key_hex = raw.hex()
+
+    # --- jobs --------------------------------------------------------------------------------------
+    def charged(self, job: Job) -> float:
+        if job.status == "running":
+            return round(self.usd_per_s * (time.monotonic() - job.started_monotonic), 6)
+        return job.charged_usd
+
+    def submit(self, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        need = ("operation_id", "attempt_id", "snapshot_digest", "check")
+        if not isinstance(body, dict) or any(not isinstance(body.get(k), str) or not body.get(k) for k in need):
+            return 422, {"error": f"body must be a JSON object with string fields {list(need)}"}
+        op = body["operation_id"]
+        job = self.jobs.get(op)
+        if job is not None:
+            if (job.snapshot_digest, job.check) != (body["snapshot_digest"], body["check"]):
+                return 409, {"error": f"operation {op!r} already names a different request (snapshot or check); "
+                                      "an operation's request is fixed by its first submission",
+                             "job_handle": job.job_handle}
+            return 200, {"job_handle": job.job_handle, "status": "accepted", "duplicate": True,
+                         "attempt_id": job.attempt_id}
+        if body["check"] not in CHECKS:
+            return 422, {"error": f"unknown check {body['check']!r}; this executor runs {sorted(CHECKS)}"}
+        if body["snapshot_digest"] != self.snapshot_digest:
+            return 422, {"error": f"unknown snapshot {body['snapshot_digest'][:16]}…; this executor holds "
+                                  f"{self.snapshot_digest[:16]}…"}
+        job = Job(op, body["attempt_id"], body["snapshot_digest"], body["check"], job_handle_for(op),
+                  time.time(), time.monotonic())
+        self.jobs[op] = job
+        job.task = asyncio.get_running_loop().create_task(self._run(job))
+        return 200, {"job_handle": job.job_handle, "status": "accepted", "duplicate": False,
+                     "attempt_id": job.attempt_id}
+
+    async def _run(self, job: Job) -> None:
+        workdir = self.jobs_dir / job.job_handle
+        try:
+            try:
+                tree = copy_verified(self.snapshot_dir, job.snapshot_digest, workdir / "tree")
+            except SnapshotMismatchError as exc:
+                self._finish(job, "failed", {"error": str(exc), "passed": 0, "failed": 0})
+                return
+            if self.test_delay_s > 0:
+                await asyncio.sleep(self.test_delay_s)
+            junit = workdir / "junit.xml"
+            env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST", "COV_"))}
+            env["PYTHONDONTWRITEBYTECODE"] = "1"
+            job.proc = await asyncio.create_subprocess_exec(
+                sys.executable, *CHECKS[job.check], f"--junitxml={junit}", cwd=tree, env=env,
+                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
+            try:
+                out, _ = await asyncio.wait_for(job.proc.communicate(), self.test_timeout_s)
+            except asyncio.TimeoutError:
+                job.proc.kill()
+                await job.proc.wait()
+                self._finish(job, "failed", {"error": f"tests ran past {self.test_timeout_s} s", "passed": 0,
+                                             "failed": 0})
+                return
+            counts = _junit_counts(junit)
+            counts["exit_code"] = job.proc.returncode
+            counts["summary"] = (out or b"").decode(errors="replace").strip().splitlines()[-1:][0][:200] \
+                if out and out.strip() else ""
+            status = "completed" if job.proc.returncode in (0, 1) and counts.get("tests", 0) > 0 else "failed"
+            self._finish(job, status, counts)
+        except asyncio.CancelledError:
+            if job.proc is not None and job.proc.returncode is None:
+                with contextlib.suppress(ProcessLookupError):
+                    job.proc.kill()
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(job.proc.wait(), 5)
+            raise
+        finally:
+            remove_tree(workdir)
+
+    def _finish(self, job: Job, status: str, outcome: dict[str, Any]) -> None:
+        job.charged_usd = round(self.usd_per_s * (time.monotonic() - job.started_monotonic), 6)
+        job.status, job.outcome = status, outcome
+        record = {"executor_id": EXECUTOR_ID, "operation_id": job.operation_id, "attempt_id": job.attempt_id,
+                  "job_handle": job.job_handle, "snapshot_digest": job.snapshot_digest, "check": job.check,
+                  "status": status, "outcome": outcome, "charged_usd": job.charged_usd,
+                  "accepted_unix_s": round(job.accepted_unix_s, 6), "finished_unix_s": round(time.time(), 6),
+                  "public_key_sha256": hashlib.sha256(bytes.fromhex(self.public_key_hex)).hexdigest()}
+        record["signature"] = self._key.sign(signing_bytes(record)).hex()
+        job.record = record
+
+    def status(self, operation_id: str) -> dict[str, Any]:
+        job = self.jobs.get(operation_id)
+        if job is None:
+            return {"operation_id": operation_id, "status": "unknown", "job_handle": None, "charged_usd": 0.0,
+                    "outcome": None, "record": None, "signature": None}
+        return {"operation_id": operation_id, "attempt_id": job.attempt_id, "status": job.status,
+                "job_handle": job.job_handle, "charged_usd": self.charged(job), "outcome": job.outcome,
+                "record": job.record, "signature": job.record["signature"] if job.record else None}
+
+    async def shutdown(self) -> None:
+        tasks = [j.task for j in self.jobs.values() if j.task is not None and not j.task.done()]
+        for t in tasks:
+            t.cancel()
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
+        remove_tree(self.jobs_dir)
+
+
+def _junit_counts(path: Path) -> dict[str, Any]:
+    """passed/failed/errors/skipped/tests from a pytest JUnit XML report."""
+    try:
+        root = ET.parse(path).getroot()
+    except (OSError, ET.ParseError):
+        return {"tests": 0, "passed": 0, "failed": 0, "errors": 0, "skipped": 0}
+    suites = [root] if root.tag == "testsuite" else list(root.iter("testsuite"))
+    t = sum(int(s.get("tests", 0)) for s in suites)
+    f = sum(int(s.get("failures", 0)) for s in suites)
+    e = sum(int(s.get("errors", 0)) for s in suites)
+    sk = sum(int(s.get("skipped", 0)) for s in suites)
+    return {"tests": t, "passed": t - f - e - sk, "failed": f, "errors": e, "skipped": sk}
+
+
+def build_app(service: ExecutorService, on_ready=None):
+    """The Starlette app over ``service``; ``on_ready()`` runs at lifespan startup."""
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+    from starlette.responses import JSONResponse
+    from starlette.routing import Route
+
+    async def post_jobs(request: Request) -> JSONResponse:
+        try:
+            body = await request.json()
+        except (ValueError, UnicodeDecodeError):
+            return JSONResponse({"error": "body is not JSON"}, status_code=400)
+        code, payload = service.submit(body)
+        return JSONResponse(payload, status_code=code)
+
+    async def get_operation(request: Request) -> JSONResponse:
+        return JSONResponse(service.status(request.path_params["operation_id"]))
+
+    async def health(request: Request) -> JSONResponse:
+        return JSONResponse({"ok": True, "pid": os.getpid(), "executor_id": EXECUTOR_ID,
+                             "snapshot_digest": service.snapshot_digest, "public_key": service.public_key_hex})
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app):
+        if on_ready:
+            on_ready()
+        try:
+            yield
+        finally:
+            await service.shutdown()
+
+    return Starlette(routes=[Route("/jobs", post_jobs, methods=["POST"]),
+                             Route("/operations/{operation_id}", get_operation, methods=["GET"]),
+                             Route("/health", health, methods=["GET"])], lifespan=lifespan)
+
+
+def _write_atomic(path: Path, data: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(data)
+    os.replace(tmp, path)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m kernel_lib.live.executor",
+                                 description="The worksheet's executor service (loopback only).")
+    ap.add_argument("--snapshot", required=True, help="the verified snapshot directory (ws_r18)")
+    ap.add_argument("--digest", required=True, help="the snapshot's digest (hex SHA-256)")
+    ap.add_argument("--state-dir", required=True, help="directory for ready.json, the public key and job trees")
+    ap.add_argument("--usd-per-s", type=float, default=0.01, help="charge per second of test time (USD)")
+    ap.add_argument("--test-delay-s", type=float, default=0.0,
+                    help="artificial wait before pytest starts (so a test is still running at a crash)")
+    args = ap.parse_args(argv)
+    import uvicorn
+
+    state = Path(args.state_dir)
+    state.mkdir(parents=True, exist_ok=True)
+    verify(args.snapshot, args.digest)   # refuse to start on a tampered snapshot
+    service = ExecutorService(Path(args.snapshot), args.digest, state, usd_per_s=args.usd_per_s,
+                              test_delay_s=args.test_delay_s)
+    key_path = state / PUBLIC_KEY_FILE
+    _write_atomic(key_path, service.public_key_hex + "\n")
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", 0))   # loopback only, a free port chosen by the kernel
+    sock.listen(64)
+    port = sock.getsockname()[1]
+    url = f"http://127.0.0.1:{port}"
+
+    def ready() -> None:
+        _write_atomic(state / "ready.json", json.dumps({"url": url, "port": port, "pid": os.getpid(),
+                                                        "public_key_path": str(key_path),
+                                                        "snapshot_digest": args.digest}))
+        print(f"executor ready {url}", flush=True)
+
+    config = uvicorn.Config(build_app(service, ready), log_level="warning", lifespan="on", access_log=False)
+    server = uvicorn.Server(config)
+    try:
+        server.run(sockets=[sock])
+    finally:
+        sock.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,332 @@
+"""The worker process and the replacement worker (§11.1, §11.3.2, §11.5.3).
+
+``python -m kernel_lib.live.worker --store KIND --store-path PATH --executor-url URL
+--public-key FILE --snapshot-digest HEX [--pause-at EVENTTYPE --marker FILE]`` runs the repair
+trajectory through the dispatch gate: TaskStarted; a model call to the seeded stand-in (recorded
+as ContextBuilt/ModelReplied); admission of ``test_r18`` (Authorized, BudgetReserved); the durable
+``ToolIntent`` for ``test_r18``/``attempt1``; ``POST /jobs``; ``ToolResult(accepted, job handle)``;
+then it polls the executor until the job finishes, authenticates the signed completion record and
+records ``ToolResult(completed|failed, observation_complete)`` with the record as evidence, and the
+``BudgetSettled`` usage evidence.
+
+``--pause-at EVENTTYPE``: right after the first event of that type concerning ``test_r18`` is
+durable (the gate's ``on_position`` hook), the worker atomically writes ``--marker`` as
+``{"paused_at", "log_position", "pid"}``, prints ``paused at position N``, and blocks until it is
+killed (the crash controller sends a real SIGKILL).
+
+``--recover``: the replacement worker. It takes ownership (installs owner_epoch + 1 as the fence),
+folds the surviving log and reports the record it rebuilt (``recovered``: operations with status
+and attempt id, budget with the held reservations, the table 3 conclusion per operation) — it
+invents no outcome. With ``--reconcile`` it then queries the executor by operation id for every
+in-doubt tool operation, authenticates a completion record before recording it as new evidence
+(``source="reconciliation"``) plus usage evidence, and otherwise keeps the operation in doubt and
+says why. It prints one JSON object ``{"recovered", "reconciled", "model"}`` on stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from ..dispatch import AdmissionPolicy, DispatchGate, ModelCall, ToolProposal, ToolReply, conclude
+from ..errors import KernelError
+from ..events import Event, TaskStarted, ToolIntent
+from ..log import TrajectoryLog, open_store
+from ..record import TrajectoryRecord, fold, initial_record
+from .errors import EvidenceSignatureError
+from .executor import load_public_key, verify_completion
+from .model import MODEL_NAME, StochasticModel, repair_prompt
+
+TRAJECTORY = "traj_repair_r18"
+OPERATION = "test_r18"
+ATTEMPT = "attempt1"
+GRANT = "grant_repair"
+TEST_BOUND_USD = 0.50
+PAUSABLE = ("TaskStarted", "ContextBuilt", "ModelReplied", "Authorized", "BudgetReserved", "ToolIntent",
+            "ToolResult", "BudgetSettled")
+
+
+def policy() -> AdmissionPolicy:
+    return AdmissionPolicy(grants={GRANT: {"run_tests", MODEL_NAME}})
+
+
+def task(snapshot_digest: str) -> TaskStarted:
+    return TaskStarted(task_id="repair_r18", requester="alice", objective="make the failing test pass",
+                       grant_ids=[GRANT], budget_ceiling_usd=5.0, finalization_reserve_usd=0.5,
+                       workspace_ref=f"ws_r18@sha256:{snapshot_digest}",
+                       config={"model": MODEL_NAME, "harness": "kernel_lib.live"})
+
+
+def _client():
+    import httpx
+    return httpx.Client(timeout=5.0, trust_env=False)   # loopback: never through a proxy
+
+
+def _concerns(ev: Event, operation_id: str) -> bool:
+    p = ev.payload
+    return operation_id in (getattr(p, "operation_id", None), getattr(p, "subject_id", None))
+
+
+def _evidence(record: dict[str, Any]) -> dict[str, str]:
+    return {"signed_record": json.dumps({k: v for k, v in record.items() if k != "signature"}, sort_keys=True),
+            "signature_ed25519": record["signature"], "signed_by": record.get("executor_id", ""),
+            "public_key_sha256": record.get("public_key_sha256", "")}
+
+
+def reply_from_record(record: dict[str, Any]) -> ToolReply:
+    """The ToolReply recording an authenticated completion record."""
+    return ToolReply(status=record["status"], job_handle=record["job_handle"], outcome=record["outcome"],
+                     observation_complete=True, evidence=_evidence(record), charged_usd=record["charged_usd"])
+
+
+def check_correlates(record: dict[str, Any], op_id: str, attempt_id: str | None, intent_args: dict[str, Any]) -> None:
+    """The authenticated record must be about this operation, attempt and snapshot (§11.3.3:
+    evidence is correlated before it updates the operation table)."""
+    want = {"operation_id": op_id, "snapshot_digest": intent_args.get("snapshot_digest"),
+            "check": intent_args.get("check")}
+    if attempt_id is not None:
+        want["attempt_id"] = attempt_id
+    bad = {k: (record.get(k), v) for k, v in want.items() if record.get(k) != v}
+    if bad:
+        raise EvidenceSignatureError(f"completion record does not correlate with the logged intent: {bad}")
+
+
+# ------------------------------------------------------------------------------------------------
+# the worker
+# ------------------------------------------------------------------------------------------------
+
+
+def run_worker(args: argparse.Namespace) -> int:
+    store = open_store(args.store, args.store_path)
+    try:
+        log = TrajectoryLog(store, args.trajectory, must_survive="host_crash")
+
+        def on_position(name: str, ev: Event | None) -> None:
+            if args.pause_at and ev is not None and name == f"after:{args.pause_at}" and _concerns(ev, OPERATION):
+                marker = {"paused_at": args.pause_at, "log_position": ev.sequence_number, "pid": os.getpid()}
+                if args.marker:
+                    tmp = Path(args.marker + ".tmp")
+                    tmp.write_text(json.dumps(marker))
+                    os.replace(tmp, args.marker)
+                print(f"paused at position {ev.sequence_number} (after {args.pause_at})", flush=True)
+                while True:   # block until killed
+                    signal.pause()
+
+        gate = DispatchGate(log, policy(), on_position=on_position)
+        gate.start(task(args.snapshot_digest))
+        model = StochasticModel(args.seed)
+        ref = f"ws_r18@sha256:{args.snapshot_digest}"
+        prompt = repair_prompt(ref)
+        reply = gate.run_model(ModelCall(invocation_id="model_call_1", model=MODEL_NAME, delivered_input=prompt,
+                                         grant_id=GRANT, cost_bound_usd=0.20), lambda ctx: model.reply(ctx.delivered_input))
+        prop = reply.proposal or {}
+        arguments = {**prop.get("arguments", {}), "snapshot_digest": args.snapshot_digest}
+        proposal = ToolProposal(operation_id=OPERATION, attempt_id=ATTEMPT, tool=prop.get("tool", "run_tests"),
+                                arguments=arguments, grant_id=GRANT, cost_bound_usd=TEST_BOUND_USD,
+                                repeat_contract="idempotency_key", input_ref=ref, revision="r18")
+        client = _client()
+
+        def transport(intent: ToolIntent) -> ToolReply:
+            r = client.post(f"{args.executor_url}/jobs", json={
+                "operation_id": intent.operation_id, "attempt_id": intent.attempt_id,
+                "snapshot_digest": intent.arguments["snapshot_digest"], "check": intent.arguments["check"]})
+            body = r.json()
+            if r.status_code != 200:
+                return ToolReply(status="failed", outcome={"error": body.get("error", r.text)[:300]},
+                                 observation_complete=True, charged_usd=0.0)
+            return ToolReply(status="accepted", job_handle=body["job_handle"])
+
+        rec = gate.run_tool(proposal, transport)
+        op = rec.operations[OPERATION]
+        if op.status != "established":
+            key = load_public_key(args.public_key)
+            deadline = time.monotonic() + args.poll_timeout_s
+            while time.monotonic() < deadline:
+                st = client.get(f"{args.executor_url}/operations/{OPERATION}").json()
+                if st["status"] in ("completed", "failed") and st.get("record"):
+                    record = verify_completion(st["record"], key)
+                    check_correlates(record, OPERATION, ATTEMPT, arguments)
+                    gate.record_evidence(OPERATION, ATTEMPT, reply_from_record(record))
+                    break
+                time.sleep(args.poll_interval_s)
+        print(json.dumps({"record": gate.record.to_dict()}, sort_keys=True), flush=True)
+        return 0
+    finally:
+        store.close()
+
+
+# ------------------------------------------------------------------------------------------------
+# the replacement worker
+# ------------------------------------------------------------------------------------------------
+
+
+def summarize(rec: TrajectoryRecord) -> dict[str, Any]:
+    """The recovered record as the worksheet reports it: operations keyed by id (status, attempt
+    id, job handle, last evidence, table 3 conclusion), the budget with held reservations, the
+    in-doubt list, and the full record."""
+    d = rec.to_dict()
+    ops = {}
+    for k, op in rec.operations.items():
+        att = op.attempts.get(op.current_attempt_id or "")
+        concl, why = conclude(rec, k, prefix_complete=True) if op.kind == "tool" else (op.status, "")
+        ops[k] = {"kind": op.kind, "status": op.status, "attempt_id": op.current_attempt_id,
+                  "job_handle": op.job_handle, "last_result_status": att.last_result_status if att else None,
+                  "outcome": op.outcome if op.status == "established" else None,
+                  "conclusion": concl, "conclusion_reason": why}
+    b = d["budget"]
+    return {"log_position": rec.last_sequence_number, "owner_epoch": rec.owner_epoch,
+            "control_state": rec.control_state, "operations": ops, "in_doubt": rec.in_doubt(),
+            "attempts_in_doubt": [list(x) for x in rec.attempts_in_doubt()],
+            "budget": {"ceiling_usd": b["ceiling_usd"], "actual_consumption_usd": b["actual_consumption_usd"],
+                       "outstanding_reservations": b["outstanding_reservations"],
+                       "outstanding_reservations_usd": b["outstanding_reservations_usd"],
+                       "finalization_reserve_usd": b["finalization_reserve_usd"], "available_usd": b["available_usd"]},
+            "record": d}
+
+
+def _reconcile_one(gate: DispatchGate, op_id: str, client, url: str, key, timeout_s: float,
+                   interval_s: float) -> dict[str, Any]:
+    rec = gate.record
+    op = rec.operations[op_id]
+    att_id = op.current_attempt_id
+    out: dict[str, Any] = {"attempt_id": att_id, "job_handle_logged": op.job_handle}
+    deadline = time.monotonic() + timeout_s
+    waited = False
+    while True:
+        try:
+            st = client.get(f"{url}/operations/{op_id}").json()
+        except Exception as exc:   # unreachable: the operation stays in doubt
+            out.update(executor_status="unreachable", action="kept in doubt",
+                       note=f"executor unreachable ({type(exc).__name__}); {op_id} stays in doubt with its "
+                            "reservation held")
+            return out
+        if st["status"] == "running" and time.monotonic() < deadline:
+            waited = True
+            time.sleep(interval_s)
+            continue
+        break
+    out["executor_status"] = st["status"]
+    out["job_handle"] = st.get("job_handle")
+    out["waited_for_completion"] = waited
+    if st["status"] == "unknown":
+        out.update(action="kept in doubt", signature_verified=None,
+                   note=f"no job known to the executor for {op_id}; it stays in doubt with its reservation held. "
+                        "Absence is not proof of non-dispatch (a delayed request may still arrive): the endpoint's "
+                        f"repeat contract ({op.repeat_contract}), not this absence, governs whether another "
+                        "attempt is safe")
+        return out
+    if st["status"] == "running":
+        if st.get("job_handle") and not op.job_handle:
+            gate.record_evidence(op_id, att_id, ToolReply(status="running", job_handle=st["job_handle"]),
+                                 source="reconciliation")
+        out.update(action="kept in doubt", signature_verified=None, charged_so_far_usd=st.get("charged_usd"),
+                   note=f"{op_id} is still running on the executor ({st.get('job_handle')}) after {timeout_s:g} s; "
+                        "it stays in doubt with its reservation held; reconcile again later")
+        return out
+    try:
+        record = verify_completion(st.get("record") or {}, key)
+        check_correlates(record, op_id, None, op.arguments)
+    except EvidenceSignatureError as exc:
+        out.update(action="kept in doubt", signature_verified=False, note=f"evidence rejected: {exc}")
+        return out
+    attempt = record["attempt_id"] if record["attempt_id"] in op.attempts else att_id
+    gate.record_evidence(op_id, attempt, reply_from_record(record), source="reconciliation")
+    out.update(action="recorded verified evidence", signature_verified=True, outcome=record["outcome"],
+               status=record["status"], charged_usd=record["charged_usd"],
+               note=f"verified completion record ({record['status']}) recorded as evidence from reconciliation; "
+                    f"usage {record['charged_usd']} USD settled against the reservation")
+    return out
+
+
+def run_recover(args: argparse.Namespace) -> int:
+    store = open_store(args.store, args.store_path)
+    try:
+        events = list(store.read(args.trajectory))
+        recovered_rec = fold(initial_record(args.trajectory), events)
+        recovered = summarize(recovered_rec)
+        recovered["store_recovery_notes"] = list(store.recovery.notes()) if getattr(store, "recovery", None) else []
+        # model: the recorded reply (reproduced by the fold) next to a fresh sample
+        model_view: dict[str, Any] = {}
+        mc = recovered_rec.operations.get("model_call_1")
+        if mc is not None and mc.outcome:
+            ctx = next((e.payload for e in events if e.event_type == "ContextBuilt"), None)
+            fresh = StochasticModel(args.fresh_seed).reply(ctx.delivered_input) if ctx else None
+            model_view = {"recorded_reply": mc.outcome.get("reply"), "recorded_seed": args.seed,
+                          "fresh_seed": args.fresh_seed, "fresh_reply": fresh.reply if fresh else None,
+                          "note": "folding reproduces the recorded reply exactly; re-prompting with a fresh sample "
+                                  "gives a different continuation, so recovery uses the log, not the model"}
+        out: dict[str, Any] = {"recovered": recovered, "model": model_view, "reconciled": None}
+        if args.reconcile:
+            new_epoch = max(store.fence(args.trajectory), recovered_rec.owner_epoch) + 1
+            store.install_fence(args.trajectory, new_epoch)
+            log = TrajectoryLog(store, args.trajectory, must_survive="host_crash", owner_epoch=new_epoch)
+            gate = DispatchGate(log, policy(), record=recovered_rec)
+            client = _client()
+            key = load_public_key(args.public_key)
+            actions: dict[str, Any] = {}
+            for op_id, op in list(recovered_rec.operations.items()):
+                if op.kind != "tool":
+                    continue
+                if op.status == "in_doubt":
+                    actions[op_id] = _reconcile_one(gate, op_id, client, args.executor_url, key,
+                                                    args.reconcile_timeout_s, args.poll_interval_s)
+                elif op.status in ("proposed", "admitted"):
+                    actions[op_id] = {"attempt_id": op.current_attempt_id, "action": "not dispatched",
+                                      "note": f"no durable intent for {op_id} in a complete authoritative prefix: "
+                                              "it was not dispatched; reconsider the proposal under current "
+                                              "admission, do not dispatch automatically"
+                                              + ("; its reservation stays held until then" if op.reservation_id else "")}
+            if OPERATION not in recovered_rec.operations:
+                actions[OPERATION] = {"action": "absent", "note": f"{OPERATION} was never proposed in the surviving "
+                                      "log; the next model turn may propose it"}
+            out["reconciled"] = {**summarize(gate.record), "actions": actions, "owner_epoch_installed": new_epoch}
+        print(json.dumps(out, sort_keys=True), flush=True)
+        return 0
+    finally:
+        store.close()
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="python -m kernel_lib.live.worker", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--store", choices=["sqlite", "segment"], required=True)
+    ap.add_argument("--store-path", required=True)
+    ap.add_argument("--trajectory", default=TRAJECTORY)
+    ap.add_argument("--executor-url", required=False)
+    ap.add_argument("--public-key", help="file with the executor's Ed25519 public key (hex)")
+    ap.add_argument("--snapshot-digest", help="digest of ws_r18 (worker mode)")
+    ap.add_argument("--seed", type=int, default=0, help="the model stand-in's seed")
+    ap.add_argument("--fresh-seed", type=int, default=None, help="--recover: seed of the fresh re-prompt sample")
+    ap.add_argument("--pause-at", choices=PAUSABLE, help="pause right after this event for test_r18 is durable")
+    ap.add_argument("--marker", help="file the pause marker is written to")
+    ap.add_argument("--poll-timeout-s", type=float, default=60.0)
+    ap.add_argument("--poll-interval-s", type=float, default=0.05)
+    ap.add_argument("--recover", action="store_true", help="replacement worker: fold the surviving log")
+    ap.add_argument("--reconcile", action="store_true", help="with --recover: reconcile in-doubt operations")
+    ap.add_argument("--reconcile-timeout-s", type=float, default=30.0,
+                    help="how long reconciliation waits for a running job to finish")
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.fresh_seed is None:
+        args.fresh_seed = args.seed + 1
+    try:
+        if args.recover:
+            return run_recover(args)
+        if not (args.executor_url and args.public_key and args.snapshot_digest):
+            raise KernelError("worker mode needs --executor-url, --public-key and --snapshot-digest")
+        return run_worker(args)
+    except KernelError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

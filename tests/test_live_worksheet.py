@@ -1,0 +1,220 @@
+"""The crash worksheet with real processes (issue 3): SIGKILL a worker, recover in a new process.
+
+Fault model: the worker process is killed with SIGKILL right after an event for test_r18 is
+durable (Authorized, BudgetReserved, ToolIntent, ToolResult), on both durable stores.
+Invariant: the replacement's fold invents no outcome, holds the reservation of any admitted
+attempt, and concludes what table 3 predicts; reconciliation records only evidence whose
+Ed25519 signature verifies. Goal: a verified test result when the executor has one, and nothing
+left behind (processes, port, temp files).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from kernel_lib.errors import KernelError
+from kernel_lib.live.controller import port_accepts, run_worksheet
+from kernel_lib.live.errors import EvidenceSignatureError, SnapshotMismatchError
+from kernel_lib.live.executor import job_handle_for, verify_completion
+from kernel_lib.live.model import StochasticModel
+from kernel_lib.live.workspace import build_snapshot, manifest_digest, remove_tree, verify
+
+from .conftest import DURABLE_KINDS
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+def _group_gone(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+@pytest.mark.parametrize("store_kind", DURABLE_KINDS)
+@pytest.mark.parametrize("crash_after", ["Authorized", "BudgetReserved", "ToolIntent", "ToolResult"])
+def test_sigkill_worker_and_recover(crash_after, store_kind, tmp_path):
+    # a private parent directory, so concurrent test runs cannot see each other's work directories
+    r = run_worksheet(crash_after, store_kind, workdir=tmp_path, seed=7, test_delay_s=1.0, reconcile_timeout_s=60,
+                      step_timeout_s=60)
+    crash, ex, rec, recon = r["crash"], r["executor"], r["recovered"], r["reconciled"]
+    assert crash["signal"] == "SIGKILL" and crash["worker_exit"] == -9 and crash["paused_at"] == crash_after
+    assert rec["log_position"] == crash["log_position"]   # the fold covers exactly the surviving log
+    op = rec["operations"].get("test_r18")
+    held = rec["budget"]["outstanding_reservations"]
+    action = recon["actions"]["test_r18"]
+
+    if crash_after == "Authorized":
+        # authorized, not yet admitted: not dispatched, nothing in doubt, no reservation for it
+        assert op["status"] == "proposed" and op["conclusion"] == "not_dispatched"
+        assert "res-test_r18/attempt1" not in held
+        assert ex["status_at_crash"] == "unknown" and not ex["job_running_at_crash"]
+        assert action["action"] == "not dispatched"
+    elif crash_after == "BudgetReserved":
+        assert op["status"] == "admitted" and op["conclusion"] == "not_dispatched"
+        assert held == {"res-test_r18/attempt1": 0.5}
+        assert ex["status_at_crash"] == "unknown" and not ex["job_running_at_crash"]
+        assert action["action"] == "not dispatched" and "do not dispatch automatically" in action["note"]
+        assert recon["operations"]["test_r18"]["status"] == "admitted"   # no dispatch by recovery
+    elif crash_after == "ToolIntent":
+        assert op["status"] == "in_doubt" and op["attempt_id"] == "attempt1" and op["job_handle"] is None
+        assert held == {"res-test_r18/attempt1": 0.5}
+        # paused right after the intent: the request never left, and the executor knows no job
+        assert ex["status_at_crash"] == "unknown" and not ex["job_running_at_crash"]
+        assert action["executor_status"] == "unknown" and action["action"] == "kept in doubt"
+        assert "no job known to the executor for test_r18" in action["note"] and "contract" in action["note"]
+        assert recon["in_doubt"] == ["test_r18"]
+        assert recon["budget"]["outstanding_reservations"] == {"res-test_r18/attempt1": 0.5}
+    else:  # ToolResult: the acceptance with the job handle is logged; the test is still running
+        assert op["status"] == "in_doubt" and op["attempt_id"] == "attempt1"
+        assert op["job_handle"] == "job_tests_18" and op["last_result_status"] == "accepted"
+        assert held == {"res-test_r18/attempt1": 0.5}
+        assert ex["job_running_at_crash"] and ex["job_handle"] == "job_tests_18"
+        assert action["action"] == "recorded verified evidence" and action["signature_verified"] is True
+        final = recon["operations"]["test_r18"]
+        assert final["status"] == "established" and final["outcome"]["passed"] == 5
+        assert final["outcome"]["failed"] == 0
+        assert recon["in_doubt"] == [] and recon["budget"]["outstanding_reservations"] == {}
+        # the recorded evidence is the signed record itself, and it still verifies from the log
+        full = recon["record"]["operations"]["test_r18"]
+        signed = json.loads(full["evidence"]["signed_record"])
+        signed["signature"] = full["evidence"]["signature_ed25519"]
+        assert signed["operation_id"] == "test_r18" and signed["attempt_id"] == "attempt1"
+        assert recon["budget"]["actual_consumption_usd"] > rec["budget"]["actual_consumption_usd"]
+        assert recon["owner_epoch"] == 1
+    if crash_after != "ToolResult":   # no invented outcome anywhere
+        assert all(o["outcome"] is None for k, o in recon["operations"].items() if o["kind"] == "tool")
+    # the fold reproduces the recorded model reply; a fresh sample is a different continuation
+    m = r["model"]
+    assert m["recorded_reply"] == StochasticModel(7).reply(_prompt_of(recon)).reply
+    assert m["fresh_reply"] != m["recorded_reply"]
+
+    # nothing left behind
+    assert _gone(r["processes"]["worker_pid"]) and _gone(r["processes"]["executor_pid"])
+    assert _group_gone(r["processes"]["executor_pid"]) and _group_gone(r["processes"]["worker_pid"])
+    assert r["cleanup"]["workdir_removed"] and r["cleanup"]["executor_port_closed"]
+    assert not port_accepts(ex["port"])
+    assert list(tmp_path.iterdir()) == []   # the run's work directory (snapshot, log, job trees) is gone
+
+
+def _prompt_of(reconciled: dict) -> str:
+    from kernel_lib.live.model import repair_prompt
+    return repair_prompt(reconciled["record"]["task"]["workspace_ref"])
+
+
+def test_keep_copies_the_log_and_the_cli_folds_it(tmp_path):
+    r = run_worksheet("ToolIntent", "sqlite", seed=1, test_delay_s=0.2, reconcile_timeout_s=5,
+                      keep=tmp_path / "kept")
+    out = subprocess.run([sys.executable, "-m", "kernel_lib", "fold", "--json", "--log", r["kept_log"]],
+                         capture_output=True, text=True, timeout=60, check=True).stdout
+    assert json.loads(out)["in_doubt"] == ["test_r18"]
+
+
+def test_cli_worksheet_json_and_bad_input():
+    p = subprocess.run([sys.executable, "-m", "kernel_lib", "worksheet", "--crash-after", "BudgetReserved",
+                        "--store", "segment", "--test-delay-s", "0.1", "--json"],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    r = json.loads(p.stdout)
+    assert set(r) >= {"crash", "executor", "recovered", "reconciled"}
+    assert r["recovered"]["operations"]["test_r18"]["status"] == "admitted"
+    bad = subprocess.run([sys.executable, "-m", "kernel_lib", "worksheet", "--crash-after", "Nope"],
+                         capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and "invalid choice" in bad.stderr
+    with pytest.raises(KernelError):
+        run_worksheet("Nope")
+
+
+# ------------------------------------------------------------------------------------------------
+# units: snapshot digest, signatures
+# ------------------------------------------------------------------------------------------------
+
+
+def test_snapshot_is_content_addressed_read_only_and_verified(tmp_path):
+    s = build_snapshot(tmp_path / "snaps")
+    assert s.digest == manifest_digest(s.manifest) and s.path.name == f"ws_r18-{s.digest[:16]}"
+    assert set(s.manifest) == {"pytest.ini", "stats.py", "tests/test_stats.py"}
+    assert "(ordered[mid - 1] + ordered[mid]) / 2" in (s.path / "stats.py").read_text()   # patch r18 applied
+    assert not os.stat(s.path / "stats.py").st_mode & 0o222
+    assert verify(s.path, s.digest) == s.manifest
+    assert build_snapshot(tmp_path / "snaps").digest == s.digest   # same content, same name
+    # the digest does not depend on where the snapshot lives, only on content
+    base_only = build_snapshot(tmp_path / "base", patch_file=None)
+    assert base_only.digest != s.digest
+    with pytest.raises(SnapshotMismatchError):
+        verify(s.path, base_only.digest)
+    (s.path / "stats.py").chmod(0o644)
+    (s.path).chmod(0o755)
+    (s.path / "stats.py").write_text("tampered\n")
+    with pytest.raises(SnapshotMismatchError):
+        verify(s.path, s.digest)
+    (s.path / "stats.py").write_text((base_only.path / "stats.py").read_text())   # unpatched content
+    with pytest.raises(SnapshotMismatchError):
+        verify(s.path, s.digest)
+    with pytest.raises(SnapshotMismatchError):
+        verify(tmp_path / "missing", s.digest)
+    remove_tree(tmp_path / "snaps")
+    remove_tree(tmp_path / "base")
+
+
+def test_base_repository_really_fails_and_the_patch_fixes_it(tmp_path):
+    env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
+    for patch, want_rc in ((None, 1), ("default", 0)):
+        s = build_snapshot(tmp_path / str(want_rc), **({"patch_file": None} if patch is None else {}))
+        p = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"], cwd=s.path, env=env,
+                           capture_output=True, text=True, timeout=120)
+        assert p.returncode == want_rc, p.stdout[-500:]
+        remove_tree(tmp_path / str(want_rc))
+
+
+def _signed_record():
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    from kernel_lib.live.executor import signing_bytes
+    key = Ed25519PrivateKey.generate()
+    rec = {"operation_id": "test_r18", "attempt_id": "attempt1", "job_handle": "job_tests_18", "status": "completed",
+           "outcome": {"passed": 5, "failed": 0}, "charged_usd": 0.03}
+    rec["signature"] = key.sign(signing_bytes(rec)).hex()
+    return key, rec
+
+
+def test_completion_signature_verifies_and_tampering_is_rejected(tmp_path):
+    key, rec = _signed_record()
+    pub = key.public_key()
+    assert verify_completion(rec, pub) is rec
+    key_file = tmp_path / "k.pub"
+    key_file.write_text(pub.public_bytes_raw().hex() + "\n")
+    verify_completion(rec, key_file)
+    verify_completion(rec, pub.public_bytes_raw().hex())
+    for tamper in ({"status": "failed"}, {"outcome": {"passed": 4, "failed": 1}}, {"charged_usd": 0.0},
+                   {"attempt_id": "attempt2"}, {"signature": "00" * 64}, {"signature": "not hex"}):
+        with pytest.raises(EvidenceSignatureError):
+            verify_completion({**rec, **tamper}, pub)
+    other, _ = _signed_record()
+    with pytest.raises(EvidenceSignatureError):
+        verify_completion(rec, other.public_key())
+    with pytest.raises(EvidenceSignatureError):
+        verify_completion({k: v for k, v in rec.items() if k != "signature"}, pub)
+
+
+def test_job_handle_and_model_determinism():
+    assert job_handle_for("test_r18") == "job_tests_18"
+    assert job_handle_for("deploy") == job_handle_for("deploy") != job_handle_for("deploy2")
+    a, b = StochasticModel(3).reply("prompt"), StochasticModel(3).reply("prompt")
+    assert a == b
+    assert len({StochasticModel(s).reply("prompt").reply for s in range(20)}) > 3
