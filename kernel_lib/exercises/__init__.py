@@ -1,0 +1,30 @@
+"""Seeded, self-checking exercises of §11.12 (Durable Execution): 1, 4 and 8.
+
+Each exercise module (``ex11_1``, ``ex11_4``, ``ex11_8``) offers ``DEFAULTS`` (the papermill
+parameters of its notebook), ``solve(params)`` (every quantity the exercise asks for and its
+decision), ``generate(seed)`` (a seeded variant of the givens) and ``check(params, answers)`` (grading
+with stated tolerances). ``solutions/`` holds each notebook with its worked solution; ``exercises/``
+is derived from it by :mod:`kernel_lib.exercises.strip`. The CLI is ``python -m kernel_lib exercise``.
+"""
+
+from __future__ import annotations
+
+from types import ModuleType
+
+from ..errors import ConfigError
+from . import ex11_1, ex11_4, ex11_8
+from ._common import format_report
+
+EXERCISES: dict[str, ModuleType] = {"11.1": ex11_1, "11.4": ex11_4, "11.8": ex11_8}
+
+__all__ = ["EXERCISES", "get", "format_report", "ex11_1", "ex11_4", "ex11_8"]
+
+
+def get(exercise_id: str) -> ModuleType:
+    """The module of exercise ``11.N`` (also accepts ``N``, ``11_N``, ``ex11_N``)."""
+    key = str(exercise_id).strip().lower().removeprefix("ex").replace("_", ".")
+    if "." not in key:
+        key = f"11.{key}"
+    if key not in EXERCISES:
+        raise ConfigError(f"unknown exercise {exercise_id!r}; available: {', '.join(EXERCISES)}")
+    return EXERCISES[key]
