@@ -74,6 +74,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import concurrent.futures
 import contextlib
 import dataclasses
 import gc
@@ -924,6 +925,14 @@ def run_append_bench(*, dir: str | os.PathLike | None = None, iterations: int | 
     Raises:
         KernelError: a parameter out of range; StoreError from a store that fails.
     """
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        pass
+    else:   # called from a running loop (Jupyter, marimo): figure 2's asyncio writers need their own
+        with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="bench-append") as pool:
+            return pool.submit(run_append_bench, dir=dir, iterations=iterations, quick=quick, peers=peers,
+                               flush_timer_s=flush_timer_s, batch_cap=batch_cap, progress=progress).result()
     plan = BenchPlan.make(iterations, quick)
     if flush_timer_s < 0 or batch_cap < 1:
         raise KernelError(f"need flush timer >= 0 and batch cap >= 1, got {flush_timer_s} s, {batch_cap}")

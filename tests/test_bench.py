@@ -181,3 +181,14 @@ def test_floor_and_overhead_targets_from_the_reported_figures():
     assert "floor" not in bench._compare_to_peers(steps)["durability_overhead_us"]   # fleet: no floor
     (fleet_row,) = bench._overhead_targets(4, True, bench._compare_to_peers(steps))
     assert "fleet" in fleet_row["name"] and "detail" not in fleet_row
+
+
+def test_the_bench_runs_from_inside_a_running_event_loop(tmp_path):
+    """Notebooks and marimo call it from a running loop; figure 2's asyncio writers need their own."""
+    import asyncio
+
+    async def main():
+        return bench.run_append_bench(dir=tmp_path, quick=True, peers=False, progress=False)
+
+    r = asyncio.run(main())
+    assert r["group_commit"]["stores"] and r["targets"]

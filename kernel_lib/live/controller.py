@@ -26,7 +26,7 @@ from typing import Any
 
 from ..errors import ConfigError
 from .errors import LiveProcessError
-from .worker import OPERATION, TRAJECTORY
+from .worker import OPERATION
 from .workspace import build_snapshot, remove_tree
 
 CRASH_POINTS = ("Authorized", "BudgetReserved", "ToolIntent", "ToolResult")
