@@ -1,0 +1,349 @@
+"""The crash worksheet one step at a time, for notebooks and the crash panel (§11.1, §11.3.3, §11.5.3).
+
+:func:`kernel_lib.live.controller.run_worksheet` does the whole worksheet in one call. A
+:class:`WorksheetSession` splits it into the steps a reader triggers by hand:
+
+* ``start(pause_at=None)``: build ``ws_r18``, start the executor service and a worker process (with
+  ``pause_at`` the worker stops right after that event for ``test_r18`` is durable);
+* ``crash()``: a real ``SIGKILL`` of the worker, now;
+* ``log_tail(n)``: the last ``n`` events of the surviving log (opened read-only);
+* ``recovered()``: a replacement worker process folds the surviving log (``--recover``);
+* ``reconcile(timeout_s)``: a replacement worker takes ownership and reconciles by operation id
+  against the executor (``--recover --reconcile``);
+* ``close()``: tear everything down (idempotent; also the context-manager exit).
+
+The process plumbing (waiting for a report file, killing a process group, probing a port, the
+snapshot builder and tree removal) is the controller's and workspace's; the worker and executor
+are the same ``python -m kernel_lib.live.worker|executor`` programs the controller runs. Every
+process starts in its own session and its whole group is killed on ``close()``; the private work
+directory is removed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from ..errors import ConfigError
+from ..log import open_store
+from .controller import CRASH_POINTS, EXPECTED, TEMP_PREFIX, _kill_group, _wait_for_file, port_accepts
+from .errors import LiveError, LiveProcessError
+from .worker import OPERATION, TRAJECTORY
+from .workspace import build_snapshot, remove_tree
+
+__all__ = ["WorksheetSession", "SessionStateError", "NoWorkerRunningError", "CRASH_POINTS"]
+
+
+class SessionStateError(LiveError):
+    """A :class:`WorksheetSession` step was asked for at a moment it cannot run (e.g. recover
+    before any log exists, start while a worker is still running, any step after ``close()``)."""
+
+
+class NoWorkerRunningError(SessionStateError):
+    """``crash()`` was asked for but no worker process is running (never started, already killed,
+    or it finished its trajectory)."""
+
+
+def _event_view(ev) -> dict[str, Any]:
+    p = ev.payload
+    view = {"sequence": ev.sequence_number, "type": ev.event_type, "owner_epoch": ev.owner_epoch}
+    for k in ("operation_id", "subject_id", "invocation_id", "attempt_id", "status", "job_handle",
+              "amount_usd", "actual_usd", "decision"):
+        v = getattr(p, k, None)
+        if v is not None:
+            view[k] = v if isinstance(v, (int, float, str, bool)) else str(v)
+    return view
+
+
+class WorksheetSession:
+    """A step-wise crash worksheet with real processes (see the module docstring).
+
+    Args:
+        store_kind: ``sqlite`` or ``segment``.
+        seed: the model stand-in's seed (the replacement's fresh re-prompt uses ``seed + 1``).
+        test_delay_s: delay before the executor starts pytest, so the test is still running at
+            the crash (seconds, 0..600).
+        workdir: parent of the private work directory (default: the system temp dir).
+        usd_per_s: the executor's charge per second of test time.
+        step_timeout_s: how long each process may take to report (ready, paused, recovered).
+
+    Raises:
+        ConfigError: a bad argument.
+    """
+
+    def __init__(self, store_kind: str = "sqlite", seed: int = 0, test_delay_s: float = 1.0, *,
+                 workdir: str | os.PathLike | None = None, usd_per_s: float = 0.01, step_timeout_s: float = 60.0):
+        if store_kind not in ("sqlite", "segment"):
+            raise ConfigError(f"store_kind must be sqlite or segment, got {store_kind!r}")
+        if not (isinstance(test_delay_s, (int, float)) and 0 <= test_delay_s <= 600):
+            raise ConfigError(f"test_delay_s must be between 0 and 600 seconds, got {test_delay_s!r}")
+        self.store_kind, self.seed, self.test_delay_s = store_kind, int(seed), float(test_delay_s)
+        self.usd_per_s, self.step_timeout_s = usd_per_s, step_timeout_s
+        self._parent = workdir
+        self._work: Path | None = None
+        self._executor: subprocess.Popen | None = None
+        self._worker: subprocess.Popen | None = None
+        self._ready: dict[str, Any] | None = None
+        self._digest: str | None = None
+        self._closed = False
+        self.pause_at: str | None = None
+        self.paused: dict[str, Any] | None = None
+        self.last_crash: dict[str, Any] | None = None
+        self.model: dict[str, Any] = {}
+        self.pids: list[int] = []          # every process this session started (for checks)
+        self._env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1", "PYTHONUNBUFFERED": "1"}
+
+    # -------------------------------------------------------------------------------- properties
+    @property
+    def store_path(self) -> Path | None:
+        if self._work is None:
+            return None
+        return self._work / ("log.sqlite" if self.store_kind == "sqlite" else "seglog")
+
+    @property
+    def workdir(self) -> Path | None:
+        return self._work
+
+    @property
+    def executor_url(self) -> str | None:
+        return self._ready["url"] if self._ready else None
+
+    def worker_running(self) -> bool:
+        return self._worker is not None and self._worker.poll() is None
+
+    def status(self) -> str:
+        """A one-line description of where the session stands."""
+        if self._closed:
+            return "closed"
+        if self._work is None:
+            return "not started"
+        if self.worker_running():
+            return (f"worker {self._worker.pid} paused after {self.paused['paused_at']} at position "
+                    f"{self.paused['log_position']}") if self.paused else f"worker {self._worker.pid} running"
+        if self.last_crash:
+            return f"worker {self.last_crash['worker_pid']} killed by SIGKILL at position {self.last_crash['log_position']}"
+        if self._worker is not None:
+            return f"worker {self._worker.pid} exited with code {self._worker.returncode}"
+        return "executor running, no worker"
+
+    # -------------------------------------------------------------------------------- steps
+    def _check_open(self) -> None:
+        if self._closed:
+            raise SessionStateError("this worksheet session is closed; create a new WorksheetSession")
+
+    def start(self, pause_at: str | None = None) -> dict[str, Any]:
+        """Start a fresh run: executor + worker. With ``pause_at`` (one of :data:`CRASH_POINTS`)
+        block until the worker has paused right after that event for ``test_r18`` is durable.
+
+        A previous run of this session (log, executor, its jobs) is torn down first.
+
+        Returns: ``{"worker_pid", "executor_url", "pause_at", "paused"}`` (``paused`` is the pause
+        marker ``{paused_at, log_position, pid}`` or None).
+
+        Raises:
+            ConfigError: ``pause_at`` is not a crash point. SessionStateError: a worker is still
+            running, or the session is closed. LiveProcessError: a process failed to report.
+        """
+        self._check_open()
+        if pause_at is not None and pause_at not in CRASH_POINTS:
+            raise ConfigError(f"pause_at must be one of {list(CRASH_POINTS)} or None, got {pause_at!r}")
+        if self.worker_running():
+            raise SessionStateError(f"worker {self._worker.pid} is still running: crash it (or close the "
+                                    "session) before starting another run")
+        self._teardown()
+        self._work = Path(tempfile.mkdtemp(prefix=TEMP_PREFIX, dir=self._parent))
+        self.pause_at, self.paused, self.last_crash, self.model = pause_at, None, None, {}
+        py, work = sys.executable, self._work
+        try:
+            snap = build_snapshot(work / "snapshots")
+            self._digest = snap.digest
+            state, ex_log = work / "executor", work / "executor.log"
+            with open(ex_log, "wb") as fh:
+                self._executor = subprocess.Popen(
+                    [py, "-m", "kernel_lib.live.executor", "--snapshot", str(snap.path), "--digest", snap.digest,
+                     "--state-dir", str(state), "--usd-per-s", str(self.usd_per_s),
+                     "--test-delay-s", str(self.test_delay_s)],
+                    stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+                    env=self._env)
+            self.pids.append(self._executor.pid)
+            self._ready = _wait_for_file(state / "ready.json", self._executor, self.step_timeout_s,
+                                         "the executor", ex_log)
+            marker, wk_log = work / "paused.json", work / "worker.log"
+            cmd = [py, "-m", "kernel_lib.live.worker", "--store", self.store_kind, "--store-path", str(self.store_path),
+                   "--executor-url", self._ready["url"], "--public-key", self._ready["public_key_path"],
+                   "--snapshot-digest", snap.digest, "--seed", str(self.seed)]
+            if pause_at:
+                cmd += ["--pause-at", pause_at, "--marker", str(marker)]
+            with open(wk_log, "wb") as fh:
+                self._worker = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                                start_new_session=True, env=self._env)
+            self.pids.append(self._worker.pid)
+            if pause_at:
+                self.paused = _wait_for_file(marker, self._worker, self.step_timeout_s, "the worker", wk_log)
+        except BaseException:
+            self._teardown()
+            raise
+        return {"worker_pid": self._worker.pid, "executor_url": self._ready["url"], "pause_at": pause_at,
+                "paused": self.paused}
+
+    def crash(self) -> dict[str, Any]:
+        """Kill the running worker now with a real ``SIGKILL`` (no clean-up code runs in it).
+
+        Returns: ``{"signal": "SIGKILL", "worker_pid", "log_position", "paused_at", "worker_exit",
+        "executor_status_at_crash", "job_running_at_crash", "job_handle"}``.
+
+        Raises:
+            NoWorkerRunningError: no worker is running. SessionStateError: the session is closed.
+        """
+        self._check_open()
+        if not self.worker_running():
+            why = ("no run has been started" if self._worker is None else
+                   f"worker {self._worker.pid} already exited (code {self._worker.returncode})")
+            raise NoWorkerRunningError(f"no worker is running to crash: {why}; press start first")
+        pid = self._worker.pid
+        os.kill(pid, signal.SIGKILL)
+        rc = self._worker.wait(timeout=self.step_timeout_s)
+        _kill_group(self._worker)
+        tail = self.log_tail(1)
+        at = self._executor_status()
+        self.last_crash = {"signal": "SIGKILL", "worker_pid": pid, "worker_exit": rc,
+                           "log_position": tail[-1]["sequence"] if tail else 0,
+                           "paused_at": self.paused["paused_at"] if self.paused else None,
+                           "executor_status_at_crash": at.get("status"),
+                           "job_running_at_crash": at.get("status") == "running", "job_handle": at.get("job_handle"),
+                           "expected": EXPECTED.get(self.pause_at or "", None)}
+        return dict(self.last_crash)
+
+    def _executor_status(self) -> dict[str, Any]:
+        if not self._ready or self._executor is None or self._executor.poll() is not None:
+            return {"status": "unreachable"}
+        import httpx
+        try:
+            with httpx.Client(timeout=5.0, trust_env=False) as client:
+                return client.get(f"{self._ready['url']}/operations/{OPERATION}").json()
+        except Exception as exc:   # report, do not raise: this is an observation
+            return {"status": "unreachable", "error": type(exc).__name__}
+
+    def events(self) -> list:
+        """Every event of the worksheet trajectory in the surviving log (opened read-only); [] when
+        no log exists yet."""
+        self._check_open()
+        path = self.store_path
+        if path is None or not path.exists():
+            return []
+        store = open_store(self.store_kind, path, read_only=True)
+        try:
+            return list(store.read(TRAJECTORY))
+        finally:
+            store.close()
+
+    def log_tail(self, n: int = 8) -> list[dict[str, Any]]:
+        """The last ``n`` events as small dicts ``{sequence, type, owner_epoch, operation_id?, ...}``.
+
+        Raises: ConfigError: ``n`` is not a positive integer.
+        """
+        if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+            raise ConfigError(f"n must be a positive integer, got {n!r}")
+        return [_event_view(e) for e in self.events()[-n:]]
+
+    def _replacement(self, reconcile: bool, timeout_s: float) -> dict[str, Any]:
+        self._check_open()
+        if self.worker_running():
+            raise SessionStateError(f"worker {self._worker.pid} is still running: a replacement takes over only "
+                                    "after the worker is gone (crash it first)")
+        if not self.events():
+            raise SessionStateError("there is no surviving log to recover from yet: start a run (and crash it) first")
+        if reconcile and (self._executor is None or self._executor.poll() is not None):
+            raise SessionStateError("the executor is not running, so there is nothing to reconcile against")
+        cmd = [sys.executable, "-m", "kernel_lib.live.worker", "--recover", "--store", self.store_kind,
+               "--store-path", str(self.store_path), "--executor-url", self._ready["url"],
+               "--public-key", self._ready["public_key_path"], "--seed", str(self.seed),
+               "--fresh-seed", str(self.seed + 1), "--reconcile-timeout-s", str(timeout_s)]
+        if reconcile:
+            cmd.append("--reconcile")
+        try:
+            rp = subprocess.run(cmd, capture_output=True, text=True, stdin=subprocess.DEVNULL, env=self._env,
+                                start_new_session=True, timeout=timeout_s + self.step_timeout_s)
+        except subprocess.TimeoutExpired as exc:
+            raise LiveProcessError(f"the replacement worker did not finish within {exc.timeout:g} s") from None
+        if rp.returncode != 0:
+            raise LiveProcessError(f"the replacement worker failed (exit {rp.returncode}): {rp.stderr.strip()[-600:]}")
+        out = json.loads(rp.stdout.strip().splitlines()[-1])
+        self.model = out.get("model") or {}
+        return out
+
+    def recovered(self) -> dict[str, Any]:
+        """Fold the surviving log in a new process, as a replacement worker does, without taking
+        ownership: operations (status, attempt id, table 3 conclusion), held reservations, in-doubt
+        list. The model stand-in's recorded vs fresh reply is kept in :attr:`model`.
+
+        Raises: SessionStateError: a worker is still running, or there is no log yet.
+        LiveProcessError: the replacement failed.
+        """
+        return self._replacement(False, 1.0)["recovered"]
+
+    def reconcile(self, timeout_s: float = 30.0) -> dict[str, Any]:
+        """A replacement worker takes ownership (owner_epoch + 1), queries the executor by operation
+        id for each in-doubt tool operation (waiting up to ``timeout_s`` for a running job) and
+        records authenticated completion records as new evidence (§11.5.3). Returns the reconciled
+        summary with ``actions`` per operation.
+
+        Raises: ConfigError: bad ``timeout_s``. SessionStateError / LiveProcessError as
+        :meth:`recovered`, or the executor is not running.
+        """
+        if not (isinstance(timeout_s, (int, float)) and 0 <= timeout_s <= 600):
+            raise ConfigError(f"timeout_s must be between 0 and 600 seconds, got {timeout_s!r}")
+        return self._replacement(True, float(timeout_s))["reconciled"]
+
+    # -------------------------------------------------------------------------------- teardown
+    def _teardown(self) -> dict[str, Any]:
+        port = self._ready.get("port") if self._ready else None
+        ex = self._executor
+        if ex is not None and ex.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                ex.send_signal(signal.SIGTERM)      # clean shutdown removes its job trees
+            try:
+                ex.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                pass
+        _kill_group(ex)
+        _kill_group(self._worker)
+        work = self._work
+        if work is not None:
+            remove_tree(work)
+        report = {"workdir_removed": work is None or not work.exists(),
+                  "executor_port_closed": (not port_accepts(port)) if port else None}
+        self._executor = self._worker = None
+        self._ready, self._work = None, None
+        return report
+
+    def close(self) -> dict[str, Any]:
+        """Tear everything down: executor (SIGTERM, then its group SIGKILL), worker group, work
+        directory. Idempotent. Returns ``{"workdir_removed", "executor_port_closed"}``."""
+        if self._closed:
+            return {"workdir_removed": True, "executor_port_closed": None, "already_closed": True}
+        try:
+            return self._teardown()
+        finally:
+            self._closed = True
+
+    def __enter__(self) -> "WorksheetSession":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __del__(self):   # last resort; close() is the contract
+        with contextlib.suppress(Exception):
+            if not self._closed:
+                self.close()
+
+    def __repr__(self) -> str:
+        return f"WorksheetSession(store_kind={self.store_kind!r}, seed={self.seed}, status={self.status()!r})"

@@ -1,0 +1,125 @@
+"""The step-wise worksheet session and the crash panel, with real processes and a real SIGKILL.
+
+Fault model: the worker is SIGKILLed (after a chosen durable event, or whenever the reader clicks).
+Invariant: the replacement rebuilds test_r18 from the surviving log alone and invents no outcome;
+every process the session started is gone after close(). Goal: a reader can drive each step by hand
+and bad input is a message, never a traceback.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import pytest
+
+from kernel_lib.errors import ConfigError, KernelError
+from kernel_lib.live.session import NoWorkerRunningError, SessionStateError, WorksheetSession
+from widgets.crash_panel import CrashPanel
+
+DELAY_S = 1.0
+
+
+def _gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+def _group_gone(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+def test_session_start_crash_recover_reconcile(tmp_path):
+    with WorksheetSession("sqlite", seed=0, test_delay_s=DELAY_S, workdir=tmp_path) as s:
+        started = s.start(pause_at="ToolResult")
+        assert started["paused"]["paused_at"] == "ToolResult" and s.worker_running()
+        crash = s.crash()
+        assert crash["signal"] == "SIGKILL" and crash["worker_exit"] == -signal.SIGKILL
+        assert crash["log_position"] == started["paused"]["log_position"]
+        assert crash["job_running_at_crash"] and crash["job_handle"] == "job_tests_18"
+        assert s.log_tail(1)[-1]["type"] == "ToolResult"
+        rec = s.recovered()
+        op = rec["operations"]["test_r18"]
+        assert rec["in_doubt"] == ["test_r18"] and op["status"] == "in_doubt" and op["attempt_id"] == "attempt1"
+        assert rec["budget"]["outstanding_reservations_usd"] > 0 and op["outcome"] is None
+        assert s.model["recorded_reply"] != s.model["fresh_reply"]
+        done = s.reconcile(timeout_s=30)
+        assert done["in_doubt"] == [] and done["operations"]["test_r18"]["status"] == "established"
+        assert done["actions"]["test_r18"]["signature_verified"] is True
+        pids, work = list(s.pids), s.workdir
+    assert all(_gone(p) and _group_gone(p) for p in pids)
+    assert not work.exists()
+    assert s.close()["already_closed"]   # idempotent
+
+
+def test_crash_with_no_worker_is_a_typed_error(tmp_path):
+    with WorksheetSession(test_delay_s=0, workdir=tmp_path) as s:
+        with pytest.raises(NoWorkerRunningError, match="no worker is running"):
+            s.crash()
+        with pytest.raises(SessionStateError, match="no surviving log"):
+            s.recovered()
+        assert s.log_tail(5) == []
+        with pytest.raises(ConfigError):
+            s.start(pause_at="Nonsense")
+        with pytest.raises(ConfigError):
+            s.log_tail(0)
+    with pytest.raises(SessionStateError, match="closed"):
+        s.start()
+    assert issubclass(NoWorkerRunningError, KernelError)
+
+
+def test_bad_session_arguments_are_refused():
+    with pytest.raises(ConfigError):
+        WorksheetSession(store_kind="tape")
+    with pytest.raises(ConfigError):
+        WorksheetSession(test_delay_s=-1)
+
+
+def test_panel_commands_drive_the_session_and_bad_input_is_a_message(tmp_path):
+    s = WorksheetSession("sqlite", seed=3, test_delay_s=DELAY_S, workdir=tmp_path)
+    try:
+        w = CrashPanel(s, reconcile_timeout_s=30)
+        assert w.operations == [] and w.status == "not started" and w.error == ""
+        # bad input first: no worker, no log, unknown action, unknown position, malformed command
+        w.command = {"action": "crash", "n": 1}
+        assert "no worker is running" in w.error
+        w.command = {"action": "recover", "n": 2}
+        assert "no surviving log" in w.error
+        w.command = {"action": "explode", "n": 3}
+        assert "unknown action" in w.error
+        w.command = {"action": "crash_at", "position": "Lunch", "n": 4}
+        assert "not one of" in w.error
+        w.command = {"n": 5}
+        assert "malformed command" in w.error
+        # the real path: crash at ToolIntent, recover, reconcile
+        w.command = {"action": "crash_at", "position": "ToolIntent", "n": 6}
+        assert w.error == "" and "SIGKILL" in w.status and w.last_result["paused_at"] == "ToolIntent"
+        assert w.log_tail[-1]["type"] == "ToolIntent"
+        assert [o for o in w.operations if o["operation_id"] == "test_r18"][0]["status"] == "in_doubt"
+        assert w.in_doubt == ["test_r18"]
+        w.command = {"action": "crash", "n": 7}            # the worker is already dead
+        assert "already exited" in w.error
+        w.command = {"action": "recover", "n": 8}
+        assert w.error == "" and w.last_result["in_doubt"] == ["test_r18"]
+        w.command = {"action": "reconcile", "n": 9}
+        # killed before the request left: the executor knows no job, and absence is not proof, so it stays in doubt
+        act = w.last_result["actions"]["test_r18"]
+        assert w.error == "" and w.in_doubt == ["test_r18"]
+        assert act["executor_status"] == "unknown" and act["action"] == "kept in doubt"
+        # start (free run) then crash now
+        w.command = {"action": "start", "n": 10}
+        assert w.error == "" and s.worker_running()
+        w.command = {"action": "crash", "n": 11}
+        assert w.error == "" and w.last_result["signal"] == "SIGKILL" and not s.worker_running()
+        assert not w.busy
+    finally:
+        pids = list(s.pids)
+        s.close()
+    assert pids and all(_gone(p) and _group_gone(p) for p in pids)

@@ -1,0 +1,184 @@
+"""Crash panel: drive the crash worksheet by hand with real processes (§11.1, §11.3.3, §11.5.3).
+
+An anywidget (JupyterLab, VS Code, marimo). It owns no state of its own: every button writes a
+``command`` trait ``{"action", "position"?, "n"}`` (``n`` makes each click a change); the Python
+side runs the matching :class:`kernel_lib.live.session.WorksheetSession` step and publishes
+``status``, ``log_tail`` (the last events of the surviving log), ``operations`` (the log folded
+by :func:`kernel_lib.record.fold`, in-doubt rows highlighted), ``last_result`` and ``error``.
+
+Actions: ``start`` (worker runs freely), ``crash`` (SIGKILL now), ``crash_at`` (start a worker
+paused right after ``position`` ∈ Authorized/BudgetReserved/ToolIntent/ToolResult, then SIGKILL
+it there), ``recover`` (a new process folds the surviving log), ``reconcile`` (a new process
+reconciles by operation id), ``refresh``. A step that cannot run (crash with no worker, recover
+before any log exists, an unknown action or position) becomes a message in ``error``; it never
+raises into the notebook.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anywidget
+import traitlets
+
+from kernel_lib.errors import KernelError
+from kernel_lib.live.session import CRASH_POINTS, WorksheetSession
+from widgets.scrubber import record_view
+
+ACTIONS = ("start", "crash", "crash_at", "recover", "reconcile", "refresh")
+
+_ESM = r"""
+function render({ model, el }) {
+  el.classList.add("dal-crash-panel");
+  const bar = document.createElement("div");
+  const mk = (label, action) => {
+    const b = document.createElement("button");
+    b.textContent = label; b.dataset.action = action; b.className = "dal-btn";
+    b.addEventListener("click", () => send(action));
+    return b;
+  };
+  const sel = document.createElement("select");
+  sel.className = "dal-position";
+  for (const p of model.get("positions")) {
+    const o = document.createElement("option"); o.value = p; o.textContent = p; sel.appendChild(o);
+  }
+  sel.value = model.get("position");
+  sel.addEventListener("change", () => { model.set("position", sel.value); model.save_changes(); });
+  bar.append(mk("start", "start"), mk("crash now", "crash"), mk("crash at", "crash_at"), sel,
+             mk("recover", "recover"), mk("reconcile", "reconcile"));
+  const status = document.createElement("div"); status.className = "dal-status";
+  const msg = document.createElement("div"); msg.className = "dal-error";
+  const ops = document.createElement("table"); ops.className = "dal-ops";
+  const tail = document.createElement("table"); tail.className = "dal-tail";
+  el.append(bar, status, msg, ops, tail);
+  let n = 0;
+  function send(action) {
+    n += 1;
+    model.set("command", { action, position: sel.value, n });
+    model.save_changes();
+  }
+  function fill(table, headers, rows, rowClass) {
+    table.replaceChildren();
+    const head = table.insertRow();
+    for (const h of headers) { const th = document.createElement("th"); th.textContent = h; head.appendChild(th); }
+    for (const r of rows) {
+      const row = table.insertRow();
+      row.className = rowClass ? rowClass(r) : "";
+      for (const h of headers) row.insertCell().textContent = r[h] ?? "";
+    }
+  }
+  function draw() {
+    const busy = model.get("busy");
+    for (const b of bar.querySelectorAll("button")) b.disabled = busy;
+    status.textContent = (busy ? "working… " : "") + (model.get("status") || "");
+    msg.textContent = model.get("error") || "";
+    fill(ops, ["operation_id", "kind", "status", "attempt_id", "job_handle", "last_evidence"],
+         model.get("operations") || [], (r) => r.status === "in_doubt" ? "dal-in-doubt" : "");
+    fill(tail, ["sequence", "type", "operation_id", "subject_id", "status", "job_handle", "owner_epoch"],
+         model.get("log_tail") || []);
+  }
+  for (const t of ["status", "error", "operations", "log_tail", "busy"]) model.on(`change:${t}`, draw);
+  draw();
+}
+export default { render };
+"""
+
+_CSS = """
+.dal-crash-panel { font-family: system-ui, sans-serif; font-size: 13px; }
+.dal-btn { margin-right: 4px; }
+.dal-status { margin: 4px 0; color: #333; }
+.dal-error { color: #b00020; min-height: 1.2em; }
+.dal-ops, .dal-tail { border-collapse: collapse; margin: 4px 0; }
+.dal-ops th, .dal-ops td, .dal-tail th, .dal-tail td { border: 1px solid #ccc; padding: 2px 6px; text-align: left; }
+.dal-in-doubt { background: #fff3cd; font-weight: 600; }
+"""
+
+
+class CrashPanel(anywidget.AnyWidget):
+    """Buttons for the worksheet steps and a live view of the log tail and operation table.
+
+    Args:
+        session: the :class:`WorksheetSession` to drive (the caller closes it).
+        tail_n: how many events the log tail shows.
+        reconcile_timeout_s: how long ``reconcile`` waits for a running test job.
+    """
+
+    _esm = _ESM
+    _css = _CSS
+    command = traitlets.Dict().tag(sync=True)
+    position = traitlets.Unicode("ToolResult").tag(sync=True)
+    positions = traitlets.List(list(CRASH_POINTS)).tag(sync=True)
+    status = traitlets.Unicode("").tag(sync=True)
+    error = traitlets.Unicode("").tag(sync=True)
+    busy = traitlets.Bool(False).tag(sync=True)
+    log_tail = traitlets.List().tag(sync=True)
+    operations = traitlets.List().tag(sync=True)
+    in_doubt = traitlets.List().tag(sync=True)
+    last_result = traitlets.Dict().tag(sync=True)
+
+    def __init__(self, session: WorksheetSession, *, tail_n: int = 8, reconcile_timeout_s: float = 30.0, **kw: Any):
+        self.session = session
+        self.tail_n = tail_n
+        self.reconcile_timeout_s = reconcile_timeout_s
+        super().__init__(**kw)
+        self.observe(self._on_command, names="command")
+        self.refresh()
+
+    # Python-side entry point (the buttons reach it through the ``command`` trait)
+    def run(self, action: str, position: str | None = None) -> bool:
+        """Run one action; returns True on success, False when the reason is in ``error``."""
+        self.busy = True
+        try:
+            if action not in ACTIONS:
+                raise ValueError(f"unknown action {action!r}: choose one of {list(ACTIONS)}")
+            s = self.session
+            if action == "start":
+                r = s.start()
+                self.last_result = {"action": "start", **r}
+            elif action == "crash":
+                self.last_result = {"action": "crash", **s.crash()}
+            elif action == "crash_at":
+                pos = position or self.position
+                if pos not in CRASH_POINTS:
+                    raise ValueError(f"crash position {pos!r} is not one of {list(CRASH_POINTS)}")
+                self.position = pos
+                started = s.start(pause_at=pos)
+                self.last_result = {"action": "crash_at", "paused": started["paused"], **s.crash()}
+            elif action == "recover":
+                rec = s.recovered()
+                self.last_result = {"action": "recover", "in_doubt": rec["in_doubt"], "budget": rec["budget"],
+                                    "operations": rec["operations"], "model": s.model}
+            elif action == "reconcile":
+                rec = s.reconcile(self.reconcile_timeout_s)
+                self.last_result = {"action": "reconcile", "in_doubt": rec["in_doubt"], "budget": rec["budget"],
+                                    "actions": rec["actions"]}
+            self.error = ""
+            return True
+        except (KernelError, ValueError, TypeError) as exc:
+            self.error = f"{action}: {exc}"
+            return False
+        finally:
+            self.refresh(keep_error=True)
+            self.busy = False
+
+    def refresh(self, keep_error: bool = False) -> None:
+        """Re-read the surviving log (read-only) and fold it into the operation table."""
+        try:
+            events = self.session.events()
+            self.log_tail = self.session.log_tail(self.tail_n) if events else []
+            view = record_view(events, len(events)) if events else {"operations": [], "in_doubt": []}
+            self.operations = view["operations"]
+            self.in_doubt = list(view["in_doubt"])
+            self.status = self.session.status()
+        except Exception as exc:   # a log that cannot be read: say so in the widget
+            self.error = f"cannot read the log: {exc}"
+            return
+        if not keep_error:
+            self.error = ""
+
+    def _on_command(self, change: dict[str, Any]) -> None:
+        cmd = change["new"] or {}
+        if not isinstance(cmd, dict) or not cmd.get("action"):
+            self.error = f"malformed command {cmd!r}: expected {{'action': ...}}"
+            return
+        self.run(str(cmd["action"]), cmd.get("position"))
