@@ -90,6 +90,83 @@ def port_accepts(port: int, timeout_s: float = 0.5) -> bool:
             return False
 
 
+def live_env() -> dict[str, str]:
+    """Environment for the live processes: unbuffered output, no bytecode files left behind."""
+    return {**os.environ, "PYTHONDONTWRITEBYTECODE": "1", "PYTHONUNBUFFERED": "1"}
+
+
+def spawn_executor(work: Path, snap: Any, *, usd_per_s: float, test_delay_s: float, env: dict[str, str],
+                   timeout_s: float) -> tuple[subprocess.Popen, dict[str, Any]]:
+    """Start the executor service in its own session, on loopback, and wait for its ready file.
+
+    Returns the process and its ready record ``{port, url, public_key_path, pid}``.
+    Raises LiveProcessError if it exits or does not report within ``timeout_s``.
+    """
+    state, log = work / "executor", work / "executor.log"
+    with open(log, "wb") as fh:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "kernel_lib.live.executor", "--snapshot", str(snap.path), "--digest", snap.digest,
+             "--state-dir", str(state), "--usd-per-s", str(usd_per_s), "--test-delay-s", str(test_delay_s)],
+            stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True, env=env)
+    try:
+        return proc, _wait_for_file(state / "ready.json", proc, timeout_s, "the executor", log)
+    except BaseException:
+        stop_executor(proc)
+        raise
+
+
+def spawn_worker(work: Path, *, store_kind: str, store_path: Path, ready: dict[str, Any], digest: str, seed: int,
+                 pause_at: str | None, env: dict[str, str], timeout_s: float) -> tuple[subprocess.Popen, dict | None]:
+    """Start a worker running the trajectory; with ``pause_at``, wait until it has paused right
+    after that event and return its pause marker ``{paused_at, log_position, pid}`` too."""
+    marker, log = work / "paused.json", work / "worker.log"
+    cmd = [sys.executable, "-m", "kernel_lib.live.worker", "--store", store_kind, "--store-path", str(store_path),
+           "--executor-url", ready["url"], "--public-key", ready["public_key_path"], "--snapshot-digest", digest,
+           "--seed", str(seed)]
+    if pause_at:
+        cmd += ["--pause-at", pause_at, "--marker", str(marker)]
+    with open(log, "wb") as fh:
+        proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                start_new_session=True, env=env)
+    try:
+        return proc, (_wait_for_file(marker, proc, timeout_s, "the worker", log) if pause_at else None)
+    except BaseException:
+        _kill_group(proc)
+        raise
+
+
+def run_replacement(*, store_kind: str, store_path: Path, ready: dict[str, Any], seed: int, reconcile: bool,
+                    reconcile_timeout_s: float, step_timeout_s: float, env: dict[str, str]) -> dict[str, Any]:
+    """Run a replacement worker in a new process: fold the surviving log (and, with ``reconcile``,
+    take ownership and reconcile by operation id). Returns its JSON report
+    ``{recovered, reconciled?, model}``. Raises LiveProcessError if it fails or times out."""
+    cmd = [sys.executable, "-m", "kernel_lib.live.worker", "--recover", "--store", store_kind,
+           "--store-path", str(store_path), "--executor-url", ready["url"], "--public-key", ready["public_key_path"],
+           "--seed", str(seed), "--fresh-seed", str(seed + 1), "--reconcile-timeout-s", str(reconcile_timeout_s)]
+    if reconcile:
+        cmd.append("--reconcile")
+    try:
+        rp = subprocess.run(cmd, capture_output=True, text=True, stdin=subprocess.DEVNULL, env=env,
+                            start_new_session=True, timeout=reconcile_timeout_s + step_timeout_s)
+    except subprocess.TimeoutExpired as exc:
+        raise LiveProcessError(f"the replacement worker did not finish within {exc.timeout:g} s") from None
+    if rp.returncode != 0:
+        raise LiveProcessError(f"the replacement worker failed (exit {rp.returncode}): {rp.stderr.strip()[-600:]}")
+    return json.loads(rp.stdout.strip().splitlines()[-1])
+
+
+def stop_executor(proc: subprocess.Popen | None) -> None:
+    """SIGTERM first (a clean shutdown removes its job trees), then SIGKILL its whole group."""
+    if proc is not None and proc.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            pass
+    _kill_group(proc)
+
+
 def run_worksheet(crash_after: str = "ToolResult", store_kind: str = "sqlite", workdir: str | os.PathLike | None = None,
                   seed: int = 0, test_delay_s: float = 2.0, *, usd_per_s: float = 0.01,
                   reconcile_timeout_s: float = 60.0, step_timeout_s: float = 60.0,
@@ -131,30 +208,16 @@ def run_worksheet(crash_after: str = "ToolResult", store_kind: str = "sqlite", w
     port = None
     result: dict[str, Any] = {"crash_after": crash_after, "store": store_kind, "seed": seed,
                               "expected": EXPECTED[crash_after]}
-    env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1", "PYTHONUNBUFFERED": "1"}
-    py = sys.executable
+    env = live_env()
     try:
         snap = build_snapshot(work / "snapshots")
-        state = work / "executor"
         store_path = work / ("log.sqlite" if store_kind == "sqlite" else "seglog")
-        ex_log = work / "executor.log"
-        with open(ex_log, "wb") as fh:
-            executor = subprocess.Popen(
-                [py, "-m", "kernel_lib.live.executor", "--snapshot", str(snap.path), "--digest", snap.digest,
-                 "--state-dir", str(state), "--usd-per-s", str(usd_per_s), "--test-delay-s", str(test_delay_s)],
-                stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True, env=env)
-        ready = _wait_for_file(state / "ready.json", executor, step_timeout_s, "the executor", ex_log)
-        port, url, pubkey = ready["port"], ready["url"], ready["public_key_path"]
-
-        marker = work / "paused.json"
-        wk_log = work / "worker.log"
-        with open(wk_log, "wb") as fh:
-            worker = subprocess.Popen(
-                [py, "-m", "kernel_lib.live.worker", "--store", store_kind, "--store-path", str(store_path),
-                 "--executor-url", url, "--public-key", pubkey, "--snapshot-digest", snap.digest,
-                 "--seed", str(seed), "--pause-at", crash_after, "--marker", str(marker)],
-                stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True, env=env)
-        paused = _wait_for_file(marker, worker, step_timeout_s, "the worker", wk_log)
+        executor, ready = spawn_executor(work, snap, usd_per_s=usd_per_s, test_delay_s=test_delay_s, env=env,
+                                         timeout_s=step_timeout_s)
+        port, url = ready["port"], ready["url"]
+        worker, paused = spawn_worker(work, store_kind=store_kind, store_path=store_path, ready=ready,
+                                      digest=snap.digest, seed=seed, pause_at=crash_after, env=env,
+                                      timeout_s=step_timeout_s)
 
         os.kill(worker.pid, signal.SIGKILL)            # the crash: a real SIGKILL, no clean-up code runs
         rc = worker.wait(timeout=step_timeout_s)
@@ -169,15 +232,8 @@ def run_worksheet(crash_after: str = "ToolResult", store_kind: str = "sqlite", w
                               "charged_usd_at_crash": at_crash.get("charged_usd"), "pid": executor.pid,
                               "port": port, "url": url}
 
-        rp = subprocess.run(
-            [py, "-m", "kernel_lib.live.worker", "--recover", "--reconcile", "--store", store_kind,
-             "--store-path", str(store_path), "--executor-url", url, "--public-key", pubkey,
-             "--seed", str(seed), "--fresh-seed", str(seed + 1), "--reconcile-timeout-s", str(reconcile_timeout_s)],
-            capture_output=True, text=True, stdin=subprocess.DEVNULL, env=env, start_new_session=True,
-            timeout=reconcile_timeout_s + step_timeout_s)
-        if rp.returncode != 0:
-            raise LiveProcessError(f"the replacement worker failed (exit {rp.returncode}): {rp.stderr.strip()[-600:]}")
-        out = json.loads(rp.stdout.strip().splitlines()[-1])
+        out = run_replacement(store_kind=store_kind, store_path=store_path, ready=ready, seed=seed, reconcile=True,
+                              reconcile_timeout_s=reconcile_timeout_s, step_timeout_s=step_timeout_s, env=env)
         result["recovered"], result["reconciled"], result["model"] = out["recovered"], out["reconciled"], out["model"]
         if keep is not None:
             dest = Path(keep)
@@ -190,15 +246,7 @@ def run_worksheet(crash_after: str = "ToolResult", store_kind: str = "sqlite", w
             result["kept_log"] = str(target)
         return result
     finally:
-        # tear down: executor gets SIGTERM (clean shutdown removes its job trees), then its whole group SIGKILL
-        if executor is not None and executor.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                executor.send_signal(signal.SIGTERM)
-            try:
-                executor.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                pass
-        _kill_group(executor)
+        stop_executor(executor)
         _kill_group(worker)
         remove_tree(work)
         result["processes"] = {"executor_pid": executor.pid if executor else None,

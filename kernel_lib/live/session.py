@@ -22,19 +22,18 @@ directory is removed.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import signal
 import subprocess
-import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError
 from ..log import open_store
-from .controller import CRASH_POINTS, EXPECTED, TEMP_PREFIX, _kill_group, _wait_for_file, port_accepts
-from .errors import LiveError, LiveProcessError
+from .controller import (CRASH_POINTS, EXPECTED, TEMP_PREFIX, _kill_group, live_env, port_accepts, run_replacement,
+                         spawn_executor, spawn_worker, stop_executor)
+from .errors import LiveError
 from .worker import OPERATION, TRAJECTORY
 from .workspace import build_snapshot, remove_tree
 
@@ -98,7 +97,7 @@ class WorksheetSession:
         self.last_crash: dict[str, Any] | None = None
         self.model: dict[str, Any] = {}
         self.pids: list[int] = []          # every process this session started (for checks)
-        self._env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1", "PYTHONUNBUFFERED": "1"}
+        self._env = live_env()
 
     # -------------------------------------------------------------------------------- properties
     @property
@@ -160,33 +159,19 @@ class WorksheetSession:
         self._teardown()
         self._work = Path(tempfile.mkdtemp(prefix=TEMP_PREFIX, dir=self._parent))
         self.pause_at, self.paused, self.last_crash, self.model = pause_at, None, None, {}
-        py, work = sys.executable, self._work
+        work = self._work
         try:
             snap = build_snapshot(work / "snapshots")
             self._digest = snap.digest
-            state, ex_log = work / "executor", work / "executor.log"
-            with open(ex_log, "wb") as fh:
-                self._executor = subprocess.Popen(
-                    [py, "-m", "kernel_lib.live.executor", "--snapshot", str(snap.path), "--digest", snap.digest,
-                     "--state-dir", str(state), "--usd-per-s", str(self.usd_per_s),
-                     "--test-delay-s", str(self.test_delay_s)],
-                    stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
-                    env=self._env)
+            self._executor, self._ready = spawn_executor(work, snap, usd_per_s=self.usd_per_s,
+                                                         test_delay_s=self.test_delay_s, env=self._env,
+                                                         timeout_s=self.step_timeout_s)
             self.pids.append(self._executor.pid)
-            self._ready = _wait_for_file(state / "ready.json", self._executor, self.step_timeout_s,
-                                         "the executor", ex_log)
-            marker, wk_log = work / "paused.json", work / "worker.log"
-            cmd = [py, "-m", "kernel_lib.live.worker", "--store", self.store_kind, "--store-path", str(self.store_path),
-                   "--executor-url", self._ready["url"], "--public-key", self._ready["public_key_path"],
-                   "--snapshot-digest", snap.digest, "--seed", str(self.seed)]
-            if pause_at:
-                cmd += ["--pause-at", pause_at, "--marker", str(marker)]
-            with open(wk_log, "wb") as fh:
-                self._worker = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                                start_new_session=True, env=self._env)
+            self._worker, self.paused = spawn_worker(work, store_kind=self.store_kind, store_path=self.store_path,
+                                                     ready=self._ready, digest=snap.digest, seed=self.seed,
+                                                     pause_at=pause_at, env=self._env,
+                                                     timeout_s=self.step_timeout_s)
             self.pids.append(self._worker.pid)
-            if pause_at:
-                self.paused = _wait_for_file(marker, self._worker, self.step_timeout_s, "the worker", wk_log)
         except BaseException:
             self._teardown()
             raise
@@ -262,20 +247,9 @@ class WorksheetSession:
             raise SessionStateError("there is no surviving log to recover from yet: start a run (and crash it) first")
         if reconcile and (self._executor is None or self._executor.poll() is not None):
             raise SessionStateError("the executor is not running, so there is nothing to reconcile against")
-        cmd = [sys.executable, "-m", "kernel_lib.live.worker", "--recover", "--store", self.store_kind,
-               "--store-path", str(self.store_path), "--executor-url", self._ready["url"],
-               "--public-key", self._ready["public_key_path"], "--seed", str(self.seed),
-               "--fresh-seed", str(self.seed + 1), "--reconcile-timeout-s", str(timeout_s)]
-        if reconcile:
-            cmd.append("--reconcile")
-        try:
-            rp = subprocess.run(cmd, capture_output=True, text=True, stdin=subprocess.DEVNULL, env=self._env,
-                                start_new_session=True, timeout=timeout_s + self.step_timeout_s)
-        except subprocess.TimeoutExpired as exc:
-            raise LiveProcessError(f"the replacement worker did not finish within {exc.timeout:g} s") from None
-        if rp.returncode != 0:
-            raise LiveProcessError(f"the replacement worker failed (exit {rp.returncode}): {rp.stderr.strip()[-600:]}")
-        out = json.loads(rp.stdout.strip().splitlines()[-1])
+        out = run_replacement(store_kind=self.store_kind, store_path=self.store_path, ready=self._ready,
+                              seed=self.seed, reconcile=reconcile, reconcile_timeout_s=timeout_s,
+                              step_timeout_s=self.step_timeout_s, env=self._env)
         self.model = out.get("model") or {}
         return out
 
@@ -305,15 +279,7 @@ class WorksheetSession:
     # -------------------------------------------------------------------------------- teardown
     def _teardown(self) -> dict[str, Any]:
         port = self._ready.get("port") if self._ready else None
-        ex = self._executor
-        if ex is not None and ex.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                ex.send_signal(signal.SIGTERM)      # clean shutdown removes its job trees
-            try:
-                ex.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                pass
-        _kill_group(ex)
+        stop_executor(self._executor)
         _kill_group(self._worker)
         work = self._work
         if work is not None:
