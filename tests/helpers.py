@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 from kernel_lib.events import Event, TaskStarted, ToolIntent, ToolResult
 
 
@@ -25,3 +27,21 @@ def result(op="test_r18", attempt="attempt1", status="completed", complete=True,
 def ev(payload, seq, traj="traj-a", epoch=0, event_id=None, control_epoch=0):
     return Event.create(trajectory_id=traj, event_id=event_id or f"{traj}-{seq}", sequence_number=seq,
                         payload=payload, owner_epoch=epoch, control_epoch=control_epoch)
+
+
+def process_gone(pid: int) -> bool:
+    """True once no process has this pid (it was reaped)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+def group_gone(pgid: int) -> bool:
+    """True once no process is left in this process group."""
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return True
+    return False

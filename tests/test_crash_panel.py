@@ -8,7 +8,6 @@ and bad input is a message, never a traceback.
 
 from __future__ import annotations
 
-import os
 import signal
 
 import pytest
@@ -16,24 +15,9 @@ import pytest
 from kernel_lib.errors import ConfigError, KernelError
 from kernel_lib.live.session import NoWorkerRunningError, SessionStateError, WorksheetSession
 from widgets.crash_panel import CrashPanel
+from tests.helpers import group_gone, process_gone
 
 DELAY_S = 1.0
-
-
-def _gone(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    return False
-
-
-def _group_gone(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return True
-    return False
 
 
 def test_session_start_crash_recover_reconcile(tmp_path):
@@ -54,7 +38,7 @@ def test_session_start_crash_recover_reconcile(tmp_path):
         assert done["in_doubt"] == [] and done["operations"]["test_r18"]["status"] == "established"
         assert done["actions"]["test_r18"]["signature_verified"] is True
         pids, work = list(s.pids), s.workdir
-    assert all(_gone(p) and _group_gone(p) for p in pids)
+    assert all(process_gone(p) and group_gone(p) for p in pids)
     assert not work.exists()
     assert s.close()["already_closed"]   # idempotent
 
@@ -122,4 +106,4 @@ def test_panel_commands_drive_the_session_and_bad_input_is_a_message(tmp_path):
     finally:
         pids = list(s.pids)
         s.close()
-    assert pids and all(_gone(p) and _group_gone(p) for p in pids)
+    assert pids and all(process_gone(p) and group_gone(p) for p in pids)

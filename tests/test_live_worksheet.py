@@ -26,24 +26,9 @@ from kernel_lib.live.model import StochasticModel
 from kernel_lib.live.workspace import build_snapshot, manifest_digest, remove_tree, verify
 
 from .conftest import DURABLE_KINDS
+from tests.helpers import group_gone, process_gone
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def _gone(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    return False
-
-
-def _group_gone(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return True
-    return False
 
 
 @pytest.mark.parametrize("store_kind", DURABLE_KINDS)
@@ -105,8 +90,8 @@ def test_sigkill_worker_and_recover(crash_after, store_kind, tmp_path):
     assert m["fresh_reply"] != m["recorded_reply"]
 
     # nothing left behind
-    assert _gone(r["processes"]["worker_pid"]) and _gone(r["processes"]["executor_pid"])
-    assert _group_gone(r["processes"]["executor_pid"]) and _group_gone(r["processes"]["worker_pid"])
+    assert process_gone(r["processes"]["worker_pid"]) and process_gone(r["processes"]["executor_pid"])
+    assert group_gone(r["processes"]["executor_pid"]) and group_gone(r["processes"]["worker_pid"])
     assert r["cleanup"]["workdir_removed"] and r["cleanup"]["executor_port_closed"]
     assert not port_accepts(ex["port"])
     assert list(tmp_path.iterdir()) == []   # the run's work directory (snapshot, log, job trees) is gone

@@ -296,6 +296,19 @@ def check_append(
     return False
 
 
+def decide_append(event: Event, existing: StoredRef | None, existing_bytes: "bytes | None", head: int,
+                  fence: int, tier: AckTier) -> "AppendOutcome | StoreError | None":
+    """:func:`check_append` as a value, for a batch loop: None means store the event; an
+    ``AppendOutcome`` with ``duplicate=True`` acknowledges an identical retry; a ``StoreError``
+    is that event's refusal (the rest of the batch goes on)."""
+    try:
+        if check_append(event, existing, existing_bytes, head, fence):
+            return AppendOutcome(event.event_id, existing.trajectory_id, existing.sequence_number, tier, True)
+    except StoreError as exc:
+        return exc
+    return None
+
+
 class LogStore(ABC):
     """One interface over every log store. Stores are thread-safe for appends.
 

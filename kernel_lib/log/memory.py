@@ -19,7 +19,7 @@ from .base import (
     LogStore,
     RecoveryReport,
     StoredRef,
-    check_append,
+    decide_append,
     check_events,
     check_fence_args,
     check_fence_not_older,
@@ -55,14 +55,10 @@ class MemoryStore(LogStore):
             self._open()
             for ev in events:
                 log = self._events.setdefault(ev.trajectory_id, [])
-                ref = self._ids.get(ev.event_id)
-                try:
-                    dup = check_append(ev, ref, None, len(log), self._fences.get(ev.trajectory_id, 0))
-                except StoreError as exc:
-                    out.append(exc)
-                    continue
-                if dup:
-                    out.append(AppendOutcome(ev.event_id, ref.trajectory_id, ref.sequence_number, tier, True))
+                decided = decide_append(ev, self._ids.get(ev.event_id), None, len(log),
+                                        self._fences.get(ev.trajectory_id, 0), tier)
+                if decided is not None:
+                    out.append(decided)
                     continue
                 log.append(ev)
                 self._ids[ev.event_id] = StoredRef(ev.trajectory_id, ev.sequence_number, ev.digest)

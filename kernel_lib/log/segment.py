@@ -139,7 +139,7 @@ from .base import (
     LogStore,
     RecoveryReport,
     StoredRef,
-    check_append,
+    decide_append,
     check_events,
     check_fence_args,
     check_fence_not_older,
@@ -698,13 +698,9 @@ class SegmentStore(LogStore):
                     ref = self._ids.get(ev.event_id)
                     ref_raw = (ref, self._bytes[ref.trajectory_id][ref.sequence_number - 1]) if ref else None
                 ref, raw = ref_raw if ref_raw else (None, None)
-                try:
-                    dup = check_append(ev, ref, raw, heads[t], fences[t])
-                except StoreError as exc:
-                    out.append(exc)
-                    continue
-                if dup:
-                    out.append(AppendOutcome(ev.event_id, ref.trajectory_id, ref.sequence_number, tier, True))
+                decided = decide_append(ev, ref, raw, heads[t], fences[t], tier)
+                if decided is not None:
+                    out.append(decided)
                     continue
                 new_ids[ev.event_id] = (StoredRef(t, ev.sequence_number, ev.digest), ev.canonical)
                 heads[t] = ev.sequence_number

@@ -367,8 +367,9 @@ class SQLiteStore(LogStore):
             self._fences[t] = row[0] if row else 0
         return self._heads[t], self._fences[t]
 
-    def _decide(self, ev: Event) -> bool:
-        """Insert ``ev`` if new (True), or return False for an identical retry; raise its error."""
+    def _decide(self, ev: Event) -> StoredRef | None:
+        """Insert ``ev`` if new (None), or return where the store holds it for an identical retry;
+        raise its error."""
         head, fence = self._head_fence(ev.trajectory_id)
         if ev.owner_epoch >= fence and ev.sequence_number == head + 1:
             if ev.owner_epoch > MAX_OWNER_EPOCH or ev.sequence_number > MAX_OWNER_EPOCH:
@@ -378,12 +379,12 @@ class SQLiteStore(LogStore):
                 self._db.execute("INSERT INTO events (trajectory_id, sequence_number, event_id, digest, body) "
                                  "VALUES (?,?,?,?,?)",
                                  (ev.trajectory_id, ev.sequence_number, ev.event_id, ev.digest, ev.canonical))
-                return True
+                return None
             except sqlite3.IntegrityError:
                 pass   # the event id exists: a retry or a conflict, decided below
         ref, body = self._lookup(ev.event_id)
         if check_append(ev, ref, body, head, fence):
-            return False
+            return ref
         raise StoreError(f"internal: {ev.event_id} neither new nor a retry")  # pragma: no cover
 
     def _insert_all_new(self, events: Sequence[Event], tier: AckTier) -> "list[AppendOutcome] | None":
@@ -450,12 +451,11 @@ class SQLiteStore(LogStore):
                 for ev in events:
                     t = ev.trajectory_id
                     try:
-                        new = self._decide(ev)
+                        ref = self._decide(ev)
                     except StoreError as exc:
                         out.append(exc)
                         continue
-                    if not new:
-                        ref, _ = self._lookup(ev.event_id)
+                    if ref is not None:   # an identical retry: acknowledged where it already is
                         out.append(AppendOutcome(ev.event_id, ref.trajectory_id, ref.sequence_number, tier, True))
                         retried += 1
                         continue
