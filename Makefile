@@ -4,7 +4,8 @@
 #   make test   set up if needed, then run the whole test suite
 #   make peers  also install the peer runtimes (DBOS, LangGraph) for `bench append`
 #
-# Set-up creates .venv with Python 3.11 and installs the project from its own pyproject.toml.
+# Set-up creates .venv with Python 3.11 and installs the project from its own pyproject.toml;
+# `make test` also installs Debian's chromium (for the real-browser tests) when it is missing.
 # It re-installs only when pyproject.toml is newer than the stamp file inside .venv; delete
 # .venv to start from scratch.
 
@@ -25,7 +26,7 @@ ALLOW_ROOT  := $(if $(filter 0,$(shell id -u)),--allow-root)
 # Given a file, Jupyter would serve only that file's folder; keep the whole project in view.
 LAB_ROOT    := --ServerApp.root_dir="$(CURDIR)"
 
-.PHONY: help lab test peers setup
+.PHONY: help lab test peers setup browser
 
 help:
 	@echo "make lab    set up if needed, then open JupyterLab on notebooks/index.ipynb (LAB_ARGS=...)"
@@ -35,12 +36,26 @@ help:
 lab: $(STAMP)
 	$(VENV)/bin/jupyter lab notebooks/index.ipynb $(LAB_ROOT) $(ALLOW_ROOT) $(LAB_ARGS)
 
-test: $(STAMP)
+test: $(STAMP) browser
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 peers: $(PEERS_STAMP)
 
 setup: $(STAMP)
+
+# The browser tests (tests/test_browser.py) drive Debian's chromium with Playwright; Playwright's
+# own browser download is not used. Installed with apt-get when missing (as root, or with sudo).
+browser:
+	@if ! command -v chromium >/dev/null 2>&1; then \
+	  echo "installing Debian's chromium for the real-browser tests (apt-get install chromium)"; \
+	  if [ "$$(id -u)" = 0 ]; then sudo=""; else sudo="sudo"; fi; \
+	  if ! command -v apt-get >/dev/null 2>&1 || \
+	     ! { $$sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -qq chromium >/dev/null; }; then \
+	    echo "error: could not install chromium with apt-get. Install a Chromium at /usr/bin/chromium yourself," >&2; \
+	    echo "       or run the suite without the browser tests: make test PYTEST_ARGS=\"-m 'not browser'\"" >&2; \
+	    exit 1; \
+	  fi; \
+	fi
 
 # Create the venv with python3.11, or with python3 when that is 3.11 or newer.
 $(PY):

@@ -1,7 +1,14 @@
-"""Every notebook runs top to bottom headless (papermill), as CI and instructors run them."""
+"""Every notebook runs top to bottom headless (papermill), as CI and instructors run them; nbval then
+re-runs each one and compares the cells tagged ``nbval-check-output`` with the outputs stored in the
+committed notebook (``tools/stable_outputs.py`` refreshes those outputs)."""
 
 from __future__ import annotations
 
+import copy
+import importlib.util
+import json
+import subprocess
+import sys
 from pathlib import Path
 
 import nbformat
@@ -10,6 +17,24 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
+STABLE_TAG = "nbval-check-output"
+WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
+
+
+def _code_cells(nb):
+    return [c for c in nb.cells if c.cell_type == "code"]
+
+
+def _is_stable(cell) -> bool:
+    return STABLE_TAG in cell.get("metadata", {}).get("tags", [])
+
+
+def _nbval(path: Path, cwd: Path) -> subprocess.CompletedProcess:
+    # nbval starts the kernel in the notebook's own folder, so relative dataset paths resolve as in
+    # JupyterLab; --nbval-current-env runs that kernel on this interpreter (the project's .venv).
+    return subprocess.run([sys.executable, "-m", "pytest", "--nbval-lax", "--nbval-current-env", "--color=no",
+                           "-p", "no:cacheprovider", "-q", str(path)],
+                          cwd=cwd, capture_output=True, text=True, timeout=1200)
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
@@ -26,3 +51,77 @@ def test_committed_notebooks_carry_no_error_outputs():
         nb = nbformat.read(path, as_version=4)
         assert not any(o.output_type == "error" for c in nb.cells if c.cell_type == "code"
                        for o in c.get("outputs", [])), path.name
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
+def test_committed_outputs_only_in_stable_cells(path):
+    """Only cells tagged nbval-check-output keep outputs, and each of them has something nbval can
+    compare: an output and an execution count (nbval skips cells stored as never run)."""
+    nb = nbformat.read(path, as_version=4)
+    stable = [c for c in _code_cells(nb) if _is_stable(c)]
+    assert stable, f"{path.name}: no cell is tagged {STABLE_TAG}"
+    for c in _code_cells(nb):
+        where = f"{path.name} cell {c.get('id')}"
+        if _is_stable(c):
+            assert c.outputs, f"{where}: tagged {STABLE_TAG} but stores no output, so nbval checks nothing"
+            assert c.execution_count is not None, f"{where}: stored as never run, so nbval skips its comparison"
+            assert not any(WIDGET_MIME in o.get("data", {}) for o in c.outputs), \
+                f"{where}: a widget view is not a stable output"
+        else:
+            assert not c.outputs, f"{where}: outputs stored in a cell not tagged {STABLE_TAG}"
+            assert c.execution_count is None, f"{where}: execution count stored in an untagged cell"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
+def test_stable_outputs_reproduce_under_nbval(path, tmp_path):
+    """nbval (lax mode) runs every cell and compares the tagged ones with the committed outputs;
+    the run leaves nothing behind in notebooks/."""
+    before = {p.name for p in path.parent.iterdir()}
+    proc = _nbval(path, tmp_path)
+    assert proc.returncode == 0, f"nbval failed on {path.name}:\n{proc.stdout}\n{proc.stderr}"
+    left = {p.name for p in path.parent.iterdir()} - before
+    assert not left, f"nbval's run of {path.name} left files in notebooks/: {sorted(left)}"
+
+
+def test_nbval_check_fails_on_an_altered_stable_output(tmp_path):
+    """The check above can fail: a copy of index.ipynb whose stored table is altered is refused."""
+    (tmp_path / "datasets").symlink_to(ROOT / "datasets", target_is_directory=True)
+    (tmp_path / "notebooks").mkdir()
+    nb = nbformat.read(ROOT / "notebooks" / "index.ipynb", as_version=4)
+    cell = next(c for c in _code_cells(nb) if _is_stable(c) and "established" in json.dumps(c.outputs))
+    out = next(o for o in cell.outputs if "text/plain" in o.get("data", {}))
+    out.data["text/plain"] = out.data["text/plain"].replace("established", "in_doubt   ", 1)
+    altered = tmp_path / "notebooks" / "index.ipynb"
+    nbformat.write(nb, altered)
+    proc = _nbval(altered, tmp_path)
+    assert proc.returncode != 0, f"nbval accepted an altered stored output:\n{proc.stdout}"
+    assert "Cell outputs differ" in proc.stdout, proc.stdout
+
+
+def _load_stable_outputs_tool():
+    spec = importlib.util.spec_from_file_location("stable_outputs", ROOT / "tools" / "stable_outputs.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_stable_outputs_tool_clears_untagged_cells_and_is_a_fixed_point():
+    """Given a run whose tagged cells reproduce the stored outputs, the refresh writes each committed
+    notebook back byte for byte: untagged outputs are dropped, sources and metadata untouched."""
+    tool = _load_stable_outputs_tool()
+    for path in NOTEBOOKS:
+        text = path.read_text(encoding="utf-8")
+        nb = nbformat.reads(text, as_version=4)
+        executed = copy.deepcopy(nb)
+        executed.metadata["language_info"] = {"name": "python", "version": "9.9"}   # a run adds this
+        for i, c in enumerate(_code_cells(executed), start=1):
+            if not _is_stable(c):
+                c.outputs = [nbformat.v4.new_output("stream", name="stdout", text="run-dependent 12345\n")]
+                c.execution_count = i
+        assert nbformat.writes(tool.stable_outputs(nb, executed)) + "\n" == text, path.name
+
+
+def test_stable_outputs_tool_has_help():
+    proc = subprocess.run([sys.executable, str(ROOT / "tools" / "stable_outputs.py"), "--help"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0 and STABLE_TAG in proc.stdout and "--check" in proc.stdout

@@ -4,7 +4,8 @@ An anywidget (JupyterLab, VS Code, marimo). It owns no state of its own: every b
 ``command`` trait ``{"action", "position"?, "n"}`` (``n`` makes each click a change); the Python
 side runs the matching :class:`kernel_lib.live.session.WorksheetSession` step and publishes
 ``status``, ``log_tail`` (the last events of the surviving log), ``operations`` (the log folded
-by :func:`kernel_lib.record.fold`, in-doubt rows highlighted), ``last_result`` and ``error``.
+by :func:`kernel_lib.record.fold`, in-doubt rows highlighted), ``last_result`` (and ``summary``, its
+one-line reading), ``error``, and ``completed`` (the ``n`` of the last finished command).
 
 Actions: ``start`` (worker runs freely), ``crash`` (SIGKILL now), ``crash_at`` (start a worker
 paused right after ``position`` ∈ Authorized/BudgetReserved/ToolIntent/ToolResult, then SIGKILL
@@ -47,14 +48,17 @@ function render({ model, el }) {
   bar.append(mk("start", "start"), mk("crash now", "crash"), mk("crash at", "crash_at"), sel,
              mk("recover", "recover"), mk("reconcile", "reconcile"));
   const status = document.createElement("div"); status.className = "dal-status";
+  const summary = document.createElement("div"); summary.className = "dal-summary";
   const msg = document.createElement("div"); msg.className = "dal-error";
   const ops = document.createElement("table"); ops.className = "dal-ops";
   const tail = document.createElement("table"); tail.className = "dal-tail";
-  el.append(bar, status, msg, ops, tail);
+  el.append(bar, status, summary, msg, ops, tail);
+  // every click must be a change of the command trait, also after a re-render or in a second view
+  const view = Math.random().toString(36).slice(2);
   let n = 0;
   function send(action) {
-    n += 1;
-    model.set("command", { action, position: sel.value, n });
+    n = Math.max(n, model.get("completed") || 0) + 1;
+    model.set("command", { action, position: sel.value, n, view });
     model.save_changes();
   }
   function fill(table, headers, rows, rowClass) {
@@ -69,15 +73,17 @@ function render({ model, el }) {
   }
   function draw() {
     const busy = model.get("busy");
+    el.dataset.completed = String(model.get("completed") || 0);
     for (const b of bar.querySelectorAll("button")) b.disabled = busy;
     status.textContent = (busy ? "working… " : "") + (model.get("status") || "");
     msg.textContent = model.get("error") || "";
+    summary.textContent = model.get("summary") || "";
     fill(ops, ["operation_id", "kind", "status", "attempt_id", "job_handle", "last_evidence"],
          model.get("operations") || [], (r) => r.status === "in_doubt" ? "dal-in-doubt" : "");
     fill(tail, ["sequence", "type", "operation_id", "subject_id", "status", "job_handle", "owner_epoch"],
          model.get("log_tail") || []);
   }
-  for (const t of ["status", "error", "operations", "log_tail", "busy"]) model.on(`change:${t}`, draw);
+  for (const t of ["status", "summary", "error", "operations", "log_tail", "busy", "completed"]) model.on(`change:${t}`, draw);
   draw();
 }
 export default { render };
@@ -87,11 +93,38 @@ _CSS = """
 .dal-crash-panel { font-family: system-ui, sans-serif; font-size: 13px; }
 .dal-btn { margin-right: 4px; }
 .dal-status { margin: 4px 0; color: #333; }
+.dal-summary { margin: 4px 0; font-weight: 600; }
 .dal-error { color: #b00020; min-height: 1.2em; }
 .dal-ops, .dal-tail { border-collapse: collapse; margin: 4px 0; }
 .dal-ops th, .dal-ops td, .dal-tail th, .dal-tail td { border: 1px solid #ccc; padding: 2px 6px; text-align: left; }
 .dal-in-doubt { background: #fff3cd; font-weight: 600; }
 """
+
+
+def _usd(x: Any) -> str:
+    return f"{float(x or 0):.4g} USD"
+
+
+def summarize(result: dict[str, Any]) -> str:
+    """One line saying what the last step showed (the widget prints it under the status)."""
+    action = result.get("action")
+    if action == "start":
+        return f"worker {result.get('worker_pid')} started" + (
+            f", paused after {result['pause_at']}" if result.get("pause_at") else "")
+    if action in ("crash", "crash_at"):
+        running = result.get("job_running_at_crash")
+        job = result.get("job_handle")
+        return (f"worker {result.get('worker_pid')} killed by {result.get('signal')} at log position "
+                f"{result.get('log_position')}; executor job {job or '(none)'} "
+                f"{'still running' if running else 'not running'} at the crash")
+    if action in ("recover", "reconcile"):
+        doubt = ", ".join(result.get("in_doubt") or []) or "none"
+        held = _usd((result.get("budget") or {}).get("outstanding_reservations_usd"))
+        head = ("a replacement process folded the surviving log" if action == "recover"
+                else "a replacement took ownership and asked the executor by operation id")
+        acts = "; ".join(f"{op}: {a.get('action')}" for op, a in (result.get("actions") or {}).items())
+        return f"{head}: in doubt: {doubt}; reservations held: {held}" + (f"; {acts}" if acts else "")
+    return ""
 
 
 class CrashPanel(anywidget.AnyWidget):
@@ -115,6 +148,8 @@ class CrashPanel(anywidget.AnyWidget):
     operations = traitlets.List().tag(sync=True)
     in_doubt = traitlets.List().tag(sync=True)
     last_result = traitlets.Dict().tag(sync=True)
+    summary = traitlets.Unicode("").tag(sync=True)
+    completed = traitlets.Int(0).tag(sync=True)
 
     def __init__(self, session: WorksheetSession, *, tail_n: int = 8, reconcile_timeout_s: float = 30.0, **kw: Any):
         self.session = session
@@ -153,9 +188,11 @@ class CrashPanel(anywidget.AnyWidget):
                 self.last_result = {"action": "reconcile", "in_doubt": rec["in_doubt"], "budget": rec["budget"],
                                     "actions": rec["actions"]}
             self.error = ""
+            self.summary = summarize(self.last_result)
             return True
         except (KernelError, ValueError, TypeError) as exc:
             self.error = f"{action}: {exc}"
+            self.summary = ""
             return False
         finally:
             self.refresh(keep_error=True)
@@ -181,4 +218,9 @@ class CrashPanel(anywidget.AnyWidget):
         if not isinstance(cmd, dict) or not cmd.get("action"):
             self.error = f"malformed command {cmd!r}: expected {{'action': ...}}"
             return
-        self.run(str(cmd["action"]), cmd.get("position"))
+        try:
+            self.run(str(cmd["action"]), cmd.get("position"))
+        finally:
+            n = cmd.get("n")
+            self.completed = n if isinstance(n, int) and not isinstance(n, bool) else self.completed + 1
+

@@ -66,6 +66,7 @@ function render({ model, el }) {
   model.on("change:record", draw);
   model.on("change:error", draw);
   model.on("change:position", draw);
+  model.on("change:last_event", draw);
   draw();
 }
 export default { render };

@@ -1,0 +1,248 @@
+"""Real-browser tests: the course as a student sees it, in headless Chromium driven by Playwright.
+
+Fault model: a worker process is killed with a real SIGKILL from the crash panel's button while its
+test job is running in the executor process. Invariant: the record rebuilt from the surviving log
+shows ``test_r18`` in doubt, with no invented outcome. Goal: the student sees that in JupyterLab
+(notebook 11.1) by clicking, and can scrub a recorded log in the marimo app by moving the slider.
+
+The browser is Debian's ``chromium`` (``make test`` installs it when it is missing); Playwright
+only drives it (no downloaded browser). JupyterLab runs on a copy of ``notebooks/`` in a temporary
+folder with autosave off, so the committed notebooks are never written.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+NOTEBOOK = "11_1_worker_failure.ipynb"
+
+pytestmark = pytest.mark.browser
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _wait_http(url: str, proc: subprocess.Popen, log: Path, timeout_s: float = 90.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise AssertionError(f"server exited with {proc.returncode}:\n{log.read_text()[-3000:]}")
+        try:
+            if httpx.get(url, timeout=2.0).status_code < 500:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.3)
+    raise AssertionError(f"server at {url} did not answer in {timeout_s} s:\n{log.read_text()[-3000:]}")
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
+
+
+@pytest.fixture(scope="module")
+def browser():
+    if not Path(CHROMIUM).exists():
+        pytest.fail("Debian's chromium is not installed; `make test` installs it "
+                    "(apt-get install chromium), or install it yourself and re-run")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            yield b
+        finally:
+            b.close()
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory):
+    """JupyterLab on a copy of notebooks/ (autosave off); yields (base_url, token, root)."""
+    root = tmp_path_factory.mktemp("lab")
+    shutil.copytree(ROOT / "notebooks", root / "notebooks")
+    settings = root / "settings" / "@jupyterlab" / "docmanager-extension"
+    settings.mkdir(parents=True)
+    (settings / "plugin.jupyterlab-settings").write_text(json.dumps({"autosave": False}))
+    news = root / "settings" / "@jupyterlab" / "apputils-extension"
+    news.mkdir(parents=True)
+    (news / "notification.jupyterlab-settings").write_text(json.dumps({"fetchNews": "false"}))
+    port, token = _free_port(), "browser-test"
+    env = dict(os.environ, JUPYTER_CONFIG_DIR=str(root / "cfg"), JUPYTER_RUNTIME_DIR=str(root / "rt"),
+               IPYTHONDIR=str(root / "ipy"), JUPYTER_DATA_DIR=str(root / "data"))
+    log = root / "lab.log"
+    with log.open("w") as out:
+        proc = subprocess.Popen(
+            [str(BIN / "jupyter"), "lab", "--no-browser", "--allow-root", "--ip=127.0.0.1", f"--port={port}",
+             f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={root}",
+             f"--LabApp.user_settings_dir={root / 'settings'}", f"--LabApp.workspaces_dir={root / 'ws'}",
+             "--LabApp.expose_app_in_browser=True"],
+            env=env, stdout=out, stderr=subprocess.STDOUT, cwd=root)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        _wait_http(f"{base}/api/status?token={token}", proc, log)
+        yield base, token, root
+    finally:
+        _stop(proc)
+
+
+# JavaScript helpers evaluated in the JupyterLab page (window.jupyterapp is exposed by the server flag)
+_KERNEL_IDLE = """() => { const w = window.jupyterapp && window.jupyterapp.shell.currentWidget;
+  const k = w && w.sessionContext && w.sessionContext.session && w.sessionContext.session.kernel;
+  return !!k && k.status === 'idle' && w.content && w.content.widgets.length > 0; }"""
+_RUN_THROUGH = """async (last) => { const app = window.jupyterapp; const nb = app.shell.currentWidget.content;
+  nb.activeCellIndex = last + 1;
+  await app.commands.execute('notebook:run-all-above'); }"""
+_RUN_REST = """async (first) => { const app = window.jupyterapp; const nb = app.shell.currentWidget.content;
+  nb.activeCellIndex = first;
+  await app.commands.execute('notebook:run-all-below'); }"""
+_ERROR_OUTPUTS = """() => Array.from(document.querySelectorAll(
+  '.jp-OutputArea-output[data-mime-type="application/vnd.jupyter.stderr"]')).filter(
+  e => /Traceback|Error/.test(e.textContent)).map(e => e.textContent.slice(0, 500))"""
+
+
+def _panel_cell_index(nb_path: Path) -> int:
+    cells = json.loads(nb_path.read_text())["cells"]
+    for i, c in enumerate(cells):
+        if c["cell_type"] == "code" and "CrashPanel(session)" in "".join(c["source"]):
+            return i
+    raise AssertionError(f"{nb_path.name} has no cell that builds CrashPanel(session)")
+
+
+def _click_and_wait(page, panel, action: str) -> None:
+    """Click a crash-panel button and wait until the kernel reports that command finished."""
+    before = int(panel.get_attribute("data-completed") or 0)
+    panel.locator(f"button[data-action={action}]").click()
+    page.wait_for_function("([el, before]) => Number(el.dataset.completed) > before",
+                           arg=[panel.element_handle(), before], timeout=120_000)
+
+
+def test_crash_panel_in_jupyterlab_shows_test_r18_in_doubt(lab, browser):
+    base, token, root = lab
+    nb_path = root / "notebooks" / NOTEBOOK
+    panel_cell = _panel_cell_index(nb_path)
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    try:
+        page.goto(f"{base}/lab/tree/notebooks/{NOTEBOOK}?token={token}")
+        page.wait_for_function(_KERNEL_IDLE, timeout=120_000)
+        # run the notebook from the top through the cell that shows the crash panel
+        page.evaluate(_RUN_THROUGH, panel_cell)
+        panel = page.locator(".dal-crash-panel")
+        panel.wait_for(state="visible", timeout=180_000)
+        page.wait_for_function(_KERNEL_IDLE, timeout=180_000)
+        assert page.evaluate(_ERROR_OUTPUTS) == []
+
+        # a student picks the position after the executor accepted the job, and crashes there
+        panel.locator("select.dal-position").select_option("ToolResult")
+        _click_and_wait(page, panel, "crash_at")
+        assert panel.locator(".dal-error").inner_text().strip() == ""
+        assert "SIGKILL" in panel.locator(".dal-status").inner_text() or \
+            "killed" in panel.locator(".dal-status").inner_text().lower()
+
+        # a replacement process folds the surviving log: test_r18 is in doubt, its outcome unknown
+        _click_and_wait(page, panel, "recover")
+        assert "folded the surviving log: in doubt: test_r18" in panel.locator(".dal-summary").inner_text()
+        in_doubt_row = panel.locator(".dal-ops tr.dal-in-doubt", has_text="test_r18")
+        in_doubt_row.wait_for(state="visible", timeout=30_000)
+        cells = in_doubt_row.locator("td").all_inner_texts()
+        assert cells[0] == "test_r18" and "in_doubt" in cells and "attempt1" in cells
+        assert "job_tests_18" in cells            # the executor's acceptance survived in the log
+        if os.environ.get("DAL_SCREENSHOT_DIR"):      # for a person who wants to look
+            in_doubt_row.scroll_into_view_if_needed()
+            page.screenshot(path=str(Path(os.environ["DAL_SCREENSHOT_DIR"]) / "crash_panel.png"))
+
+        # reconciling by operation id replaces doubt with verified evidence
+        _click_and_wait(page, panel, "reconcile")
+        assert "in doubt: none" in panel.locator(".dal-summary").inner_text()
+        page.wait_for_function(
+            "(el) => !Array.from(el.querySelectorAll('.dal-ops tr')).some("
+            "r => r.textContent.includes('test_r18') && r.classList.contains('dal-in-doubt'))",
+            arg=panel.element_handle(), timeout=60_000)
+
+        # "crash now" with no worker running is a message in the widget, not a traceback
+        _click_and_wait(page, panel, "crash")
+        assert "no worker" in panel.locator(".dal-error").inner_text().lower()
+
+        # the rest of the notebook (it closes the session) still runs cleanly
+        page.evaluate(_RUN_REST, panel_cell + 1)
+        page.wait_for_function(_KERNEL_IDLE, timeout=180_000)
+        assert page.evaluate(_ERROR_OUTPUTS) == []
+    finally:
+        page.close()
+
+
+@pytest.fixture(scope="module")
+def marimo_app(tmp_path_factory):
+    root = tmp_path_factory.mktemp("marimo")
+    port = _free_port()
+    log = root / "marimo.log"
+    env = dict(os.environ, MARIMO_SKIP_UPDATE_CHECK="1", HOME=str(root))
+    with log.open("w") as out:
+        proc = subprocess.Popen(
+            [str(BIN / "marimo"), "run", str(ROOT / "apps" / "scrubber.py"), "--headless", "--no-token",
+             "--host", "127.0.0.1", "--port", str(port)],
+            env=env, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        _wait_http(base, proc, log)
+        yield base
+    finally:
+        _stop(proc)
+
+
+def test_marimo_scrubber_slider_moves_through_the_log(marimo_app, browser):
+    from kernel_lib.cli import load_events
+    from widgets.scrubber import record_view
+
+    events = load_events(str(ROOT / "datasets" / "worksheet_r18_example.jsonl"))
+    # the first position at which the fold shows test_r18 in doubt (the durable intent)
+    target = next(p for p in range(1, len(events) + 1) if "test_r18" in record_view(events, p)["in_doubt"])
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    try:
+        page.goto(marimo_app)
+        scrubber = page.locator(".dal-scrubber")
+        scrubber.wait_for(state="visible", timeout=120_000)
+        label = scrubber.locator(".dal-label")
+        assert f"position 0 / {len(events)}" in label.inner_text()
+        slider = scrubber.locator("input.dal-slider")
+        slider.focus()
+        for _ in range(target):
+            slider.press("ArrowRight")
+        page.wait_for_function(f"(el) => el.textContent.includes('position {target} /')",
+                               arg=label.element_handle(), timeout=30_000)
+        row = scrubber.locator(".dal-ops tr.dal-in-doubt", has_text="test_r18")
+        row.wait_for(state="visible", timeout=30_000)
+        assert events[target - 1].event_type in label.inner_text()
+
+        slider.press("End")             # the end of the log: the verified result settled the doubt
+        page.wait_for_function(f"(el) => el.textContent.includes('position {len(events)} /')",
+                               arg=label.element_handle(), timeout=30_000)
+        page.wait_for_function(
+            "(el) => !el.querySelector('tr.dal-in-doubt') && el.textContent.includes('established')",
+            arg=scrubber.element_handle(), timeout=30_000)
+    finally:
+        page.close()
