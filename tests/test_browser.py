@@ -12,6 +12,7 @@ folder with autosave off, so the committed notebooks are never written.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -195,12 +196,12 @@ def test_crash_panel_in_jupyterlab_shows_test_r18_in_doubt(lab, browser):
         page.close()
 
 
-@pytest.fixture(scope="module")
-def marimo_app(tmp_path_factory):
-    root = tmp_path_factory.mktemp("marimo")
+@contextlib.contextmanager
+def _marimo(tmp: Path, **env_extra: str):
+    """``marimo run apps/scrubber.py`` on a free loopback port; yields its URL."""
     port = _free_port()
-    log = root / "marimo.log"
-    env = dict(os.environ, MARIMO_SKIP_UPDATE_CHECK="1", HOME=str(root))
+    log = tmp / "marimo.log"
+    env = dict(os.environ, MARIMO_SKIP_UPDATE_CHECK="1", HOME=str(tmp), **env_extra)
     with log.open("w") as out:
         proc = subprocess.Popen(
             [str(BIN / "marimo"), "run", str(ROOT / "apps" / "scrubber.py"), "--headless", "--no-token",
@@ -212,6 +213,25 @@ def marimo_app(tmp_path_factory):
         yield base
     finally:
         _stop(proc)
+
+
+@pytest.fixture(scope="module")
+def marimo_app(tmp_path_factory):
+    with _marimo(tmp_path_factory.mktemp("marimo")) as base:
+        yield base
+
+
+def test_marimo_scrubber_says_why_a_log_cannot_be_loaded(tmp_path, browser):
+    bad = tmp_path / "torn.jsonl"
+    bad.write_text('{"trajectory_id": "t", "sequence_nu')          # a line cut in half
+    with _marimo(tmp_path, SCRUBBER_LOG=str(bad)) as base:
+        page = browser.new_page()
+        try:
+            page.goto(base)
+            page.get_by_text("Cannot load").wait_for(state="visible", timeout=120_000)
+            assert "torn.jsonl" in page.content()
+        finally:
+            page.close()
 
 
 def test_marimo_scrubber_slider_moves_through_the_log(marimo_app, browser):

@@ -107,3 +107,58 @@ def test_panel_commands_drive_the_session_and_bad_input_is_a_message(tmp_path):
         pids = list(s.pids)
         s.close()
     assert pids and all(process_gone(p) and group_gone(p) for p in pids)
+
+
+def test_a_crashed_run_is_not_discarded_until_read_or_confirmed(tmp_path):
+    """Fault model: a student crashes a worker, then clicks start again before recovering.
+    Invariant: the only record of the crash (its surviving log) is not deleted silently.
+    Goal: a clear refusal; the same click again discards it on purpose."""
+    s = WorksheetSession(store_kind="sqlite", seed=0, test_delay_s=0.0, workdir=tmp_path)
+    try:
+        w = CrashPanel(s)
+        w.command = {"action": "crash_at", "position": "ToolIntent", "n": 1}
+        assert w.error == "" and w.completed == 1
+        before = len(s.events())
+        w.command = {"action": "start", "n": 2}
+        assert "not been recovered" in w.error and "again to discard" in w.error
+        assert len(s.events()) == before and not s.worker_running()      # nothing lost
+        w.command = {"action": "start", "n": 3}                           # confirmed: discard it
+        assert w.error == "" and s.worker_running()
+        w.command = {"action": "crash", "n": 4}
+        survived = bool(s.events())            # a free run killed at once may not have logged anything
+        w.command = {"action": "crash_at", "position": "ToolIntent", "n": 5}
+        assert ("not been recovered" in w.error) == survived              # refused only if a log survived
+        w.command = {"action": "crash_at", "position": "ToolIntent", "n": 6}
+        w.command = {"action": "recover", "n": 7}                         # read: a new run is allowed
+        assert w.error == "" and w.in_doubt == ["test_r18"]
+        w.command = {"action": "crash_at", "position": "Authorized", "n": 8}
+        assert w.error == "" and w.last_result["paused_at"] == "Authorized"
+    finally:
+        pids = list(s.pids)
+        s.close()
+    assert pids and all(process_gone(p) and group_gone(p) for p in pids)
+
+
+def test_malformed_commands_and_a_closed_session_are_messages(tmp_path):
+    s = WorksheetSession(store_kind="segment", seed=0, test_delay_s=0.0, workdir=tmp_path / "made" / "here")
+    w = CrashPanel(s)
+    for n, bad in enumerate(["x", None, [1], 5, {"action": None}, {"n": 9}], start=1):
+        done = w.completed
+        w.command = bad
+        assert "malformed command" in w.error and w.completed == done + 1
+    w.command = {"action": "crash_at", "position": "P" * 1_000_000, "n": 50}
+    assert "not one of" in w.error and len(w.error) < 800              # huge input is cut, not echoed
+    s.close()
+    w.command = {"action": "recover", "n": 51}
+    assert "closed" in w.error and w.status == "closed" and w.operations == []
+
+
+def test_session_creates_its_workdir_and_checks_arguments(tmp_path):
+    for bad in ({"seed": "abc"}, {"seed": None}, {"seed": True}, {"step_timeout_s": -1},
+                {"step_timeout_s": float("nan")}, {"usd_per_s": "x"}):
+        with pytest.raises(ConfigError):
+            WorksheetSession(**bad)
+    with WorksheetSession(test_delay_s=0.0, workdir=tmp_path / "a" / "b") as s:
+        s.start(pause_at="Authorized")
+        assert s.workdir is not None and s.workdir.parent == tmp_path / "a" / "b"
+        s.crash()

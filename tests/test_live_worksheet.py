@@ -203,3 +203,65 @@ def test_job_handle_and_model_determinism():
     a, b = StochasticModel(3).reply("prompt"), StochasticModel(3).reply("prompt")
     assert a == b
     assert len({StochasticModel(s).reply("prompt").reply for s in range(20)}) > 3
+
+
+_ORPHAN_SCRIPT = """
+import sys, json
+from kernel_lib.live.session import WorksheetSession
+s = WorksheetSession(test_delay_s=60.0, workdir=sys.argv[1])
+r = s.start(pause_at="ToolResult")
+print(json.dumps({"executor": s._executor.pid, "worker": r["worker_pid"], "workdir": str(s.workdir)}), flush=True)
+import time; time.sleep(600)
+"""
+
+
+def test_helpers_shut_down_when_their_controller_is_killed(tmp_path):
+    """Fault model: the notebook kernel that owns a worksheet session is killed (SIGKILL, OOM).
+    Invariant: no executor, worker or test process outlives it for long; its work directory is
+    swept by the next controller. Goal: nothing left behind on the student's machine."""
+    import signal
+    import time
+
+    from kernel_lib.live.controller import make_workdir
+    ctl = subprocess.Popen([sys.executable, "-c", _ORPHAN_SCRIPT, str(tmp_path)], stdout=subprocess.PIPE, text=True)
+    try:
+        info = json.loads(ctl.stdout.readline())
+    finally:
+        os.kill(ctl.pid, signal.SIGKILL)
+        ctl.wait()
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and not (process_gone(info["executor"]) and process_gone(info["worker"])):
+        time.sleep(0.2)
+    assert process_gone(info["executor"]) and group_gone(info["executor"])
+    assert process_gone(info["worker"]) and group_gone(info["worker"])
+    assert Path(info["workdir"]).exists()             # the dead controller could not remove it...
+    fresh = make_workdir(tmp_path)                    # ...the next one sweeps it
+    assert not Path(info["workdir"]).exists() and fresh.exists()
+
+
+def test_cli_worksheet_cleans_up_on_sigterm(tmp_path):
+    import signal
+    import time
+    env = dict(os.environ, TMPDIR=str(tmp_path))
+    p = subprocess.Popen([sys.executable, "-m", "kernel_lib", "worksheet", "--test-delay-s", "60",
+                          "--reconcile-timeout-s", "120"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True)
+    deadline = time.monotonic() + 60
+    ready = []
+    while time.monotonic() < deadline and not ready:
+        ready = list(tmp_path.glob("kernel_lib_live_*/executor/ready.json"))
+        time.sleep(0.2)
+    assert ready, "the executor never reported"
+    executor_pid = json.loads(ready[0].read_text())["pid"]
+    time.sleep(1.0)
+    p.send_signal(signal.SIGTERM)
+    out, err = p.communicate(timeout=60)
+    assert p.returncode == 130 and "interrupted" in err
+    assert process_gone(executor_pid) and not list(tmp_path.glob("kernel_lib_live_*"))
+
+
+def test_cli_worksheet_refuses_a_non_finite_timeout():
+    for bad in ("nan", "inf", "-5"):
+        r = subprocess.run([sys.executable, "-m", "kernel_lib", "worksheet", "--reconcile-timeout-s", bad],
+                           capture_output=True, text=True, timeout=60)
+        assert r.returncode == 2 and "reconcile_timeout_s" in r.stderr and "Traceback" not in r.stderr

@@ -23,7 +23,7 @@ import anywidget
 import traitlets
 
 from kernel_lib.errors import KernelError
-from kernel_lib.live.session import CRASH_POINTS, WorksheetSession
+from kernel_lib.live.session import CRASH_POINTS, UnrecoveredRunError, WorksheetSession
 from widgets.scrubber import record_view
 
 ACTIONS = ("start", "crash", "crash_at", "recover", "reconcile", "refresh")
@@ -101,6 +101,11 @@ _CSS = """
 """
 
 
+def _short(text: str, limit: int = 120) -> str:
+    """``text`` cut to ``limit`` characters, so a huge input stays readable in the widget."""
+    return text if len(text) <= limit else text[:limit] + f"… ({len(text)} characters)"
+
+
 def _usd(x: Any) -> str:
     return f"{float(x or 0):.4g} USD"
 
@@ -138,7 +143,7 @@ class CrashPanel(anywidget.AnyWidget):
 
     _esm = _ESM
     _css = _CSS
-    command = traitlets.Dict().tag(sync=True)
+    command = traitlets.Any({}).tag(sync=True)   # checked in _on_command, so bad input becomes ``error``
     position = traitlets.Unicode("ToolResult").tag(sync=True)
     positions = traitlets.List(list(CRASH_POINTS)).tag(sync=True)
     status = traitlets.Unicode("").tag(sync=True)
@@ -153,6 +158,7 @@ class CrashPanel(anywidget.AnyWidget):
 
     def __init__(self, session: WorksheetSession, *, tail_n: int = 8, reconcile_timeout_s: float = 30.0, **kw: Any):
         self.session = session
+        self._confirm_discard: str | None = None
         self.tail_n = tail_n
         self.reconcile_timeout_s = reconcile_timeout_s
         super().__init__(**kw)
@@ -163,21 +169,23 @@ class CrashPanel(anywidget.AnyWidget):
     def run(self, action: str, position: str | None = None) -> bool:
         """Run one action; returns True on success, False when the reason is in ``error``."""
         self.busy = True
+        # a second click of start / crash at right after the "not recovered yet" refusal discards that run
+        discard, self._confirm_discard = self._confirm_discard == action, None
         try:
             if action not in ACTIONS:
-                raise ValueError(f"unknown action {action!r}: choose one of {list(ACTIONS)}")
+                raise ValueError(f"unknown action {_short(repr(action))}: choose one of {list(ACTIONS)}")
             s = self.session
             if action == "start":
-                r = s.start()
+                r = s.start(discard_previous=discard)
                 self.last_result = {"action": "start", **r}
             elif action == "crash":
                 self.last_result = {"action": "crash", **s.crash()}
             elif action == "crash_at":
                 pos = position or self.position
                 if pos not in CRASH_POINTS:
-                    raise ValueError(f"crash position {pos!r} is not one of {list(CRASH_POINTS)}")
+                    raise ValueError(f"crash position {_short(repr(pos))} is not one of {list(CRASH_POINTS)}")
                 self.position = pos
-                started = s.start(pause_at=pos)
+                started = s.start(pause_at=pos, discard_previous=discard)
                 self.last_result = {"action": "crash_at", "paused": started["paused"], **s.crash()}
             elif action == "recover":
                 rec = s.recovered()
@@ -190,8 +198,13 @@ class CrashPanel(anywidget.AnyWidget):
             self.error = ""
             self.summary = summarize(self.last_result)
             return True
-        except (KernelError, ValueError, TypeError) as exc:
-            self.error = f"{action}: {exc}"
+        except UnrecoveredRunError as exc:
+            self._confirm_discard = action
+            self.error = f"{action}: {exc}. Click {action.replace('_', ' ')} again to discard it."
+            self.summary = ""
+            return False
+        except (KernelError, ValueError, TypeError, OSError) as exc:
+            self.error = _short(f"{_short(str(action))}: {exc}", 600)
             self.summary = ""
             return False
         finally:
@@ -200,6 +213,11 @@ class CrashPanel(anywidget.AnyWidget):
 
     def refresh(self, keep_error: bool = False) -> None:
         """Re-read the surviving log (read-only) and fold it into the operation table."""
+        if self.session.status() == "closed":
+            self.status, self.log_tail, self.operations, self.in_doubt = "closed", [], [], []
+            if not keep_error:
+                self.error = ""
+            return
         try:
             events = self.session.events()
             self.log_tail = self.session.log_tail(self.tail_n) if events else []
@@ -215,8 +233,9 @@ class CrashPanel(anywidget.AnyWidget):
 
     def _on_command(self, change: dict[str, Any]) -> None:
         cmd = change["new"] or {}
-        if not isinstance(cmd, dict) or not cmd.get("action"):
-            self.error = f"malformed command {cmd!r}: expected {{'action': ...}}"
+        if not isinstance(cmd, dict) or not isinstance(cmd.get("action"), str) or not cmd["action"]:
+            self.error = f"malformed command {_short(repr(cmd))}: expected {{'action': <one of {list(ACTIONS)}>}}"
+            self.completed += 1
             return
         try:
             self.run(str(cmd["action"]), cmd.get("position"))

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
+import sys
 
 from .controller import CRASH_POINTS, EXPECTED, run_worksheet
 
@@ -23,9 +25,20 @@ example:
 """
 
 
+def _on_sigterm(signum, frame):
+    raise KeyboardInterrupt   # unwind through run_worksheet's clean-up, as Ctrl-C does
+
+
 def _cmd(args: argparse.Namespace) -> int:
-    r = run_worksheet(args.crash_after, args.store, None, args.seed, args.test_delay_s, keep=args.keep,
-                      reconcile_timeout_s=args.reconcile_timeout_s)
+    previous = signal.signal(signal.SIGTERM, _on_sigterm)
+    try:
+        r = run_worksheet(args.crash_after, args.store, None, args.seed, args.test_delay_s, keep=args.keep,
+                          reconcile_timeout_s=args.reconcile_timeout_s)
+    except KeyboardInterrupt:
+        print("worksheet interrupted; its processes and work directory were removed", file=sys.stderr)
+        return 130
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     if args.json:
         print(json.dumps(r, sort_keys=True))
         return 0

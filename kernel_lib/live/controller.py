@@ -26,11 +26,13 @@ from typing import Any
 
 from ..errors import ConfigError
 from .errors import LiveProcessError
+from .orphan import parent_env, pid_alive
 from .worker import OPERATION
 from .workspace import build_snapshot, remove_tree
 
 CRASH_POINTS = ("Authorized", "BudgetReserved", "ToolIntent", "ToolResult")
 TEMP_PREFIX = "kernel_lib_live_"
+OWNER_FILE = "owner.pid"   # the pid of the process that made a work directory (for the stale sweep)
 
 #: What table 3 lets recovery conclude about test_r18 at each crash point (for the report).
 EXPECTED = {
@@ -91,8 +93,42 @@ def port_accepts(port: int, timeout_s: float = 0.5) -> bool:
 
 
 def live_env() -> dict[str, str]:
-    """Environment for the live processes: unbuffered output, no bytecode files left behind."""
-    return {**os.environ, "PYTHONDONTWRITEBYTECODE": "1", "PYTHONUNBUFFERED": "1"}
+    """Environment for the live processes: unbuffered output, no bytecode files left behind, and
+    this process named as their parent so that they shut down if it dies (:mod:`.orphan`)."""
+    return {**os.environ, "PYTHONDONTWRITEBYTECODE": "1", "PYTHONUNBUFFERED": "1", **parent_env()}
+
+
+def sweep_stale_workdirs(parent: str | os.PathLike | None = None) -> list[Path]:
+    """Remove work directories left by a controller that died without cleaning up (its owner pid
+    is gone, e.g. a killed notebook kernel). Directories without an owner mark are left alone.
+    Returns the directories removed."""
+    base = Path(parent) if parent is not None else Path(tempfile.gettempdir())
+    removed = []
+    for d in base.glob(TEMP_PREFIX + "*"):
+        try:
+            owner = int((d / OWNER_FILE).read_text().strip())
+        except (OSError, ValueError):
+            continue
+        if owner != os.getpid() and not pid_alive(owner):
+            remove_tree(d)
+            removed.append(d)
+    return removed
+
+
+def make_workdir(parent: str | os.PathLike | None = None) -> Path:
+    """A new private work directory under ``parent`` (default: the system temp dir), created if
+    needed, marked with this process's pid; stale ones of dead controllers are swept first.
+
+    Raises: ConfigError: ``parent`` cannot be created or written."""
+    try:
+        if parent is not None:
+            Path(parent).mkdir(parents=True, exist_ok=True)
+        sweep_stale_workdirs(parent)
+        work = Path(tempfile.mkdtemp(prefix=TEMP_PREFIX, dir=parent))
+        (work / OWNER_FILE).write_text(f"{os.getpid()}\n")
+    except OSError as exc:
+        raise ConfigError(f"cannot create a work directory under {parent or tempfile.gettempdir()}: {exc}") from None
+    return work
 
 
 def spawn_executor(work: Path, snap: Any, *, usd_per_s: float, test_delay_s: float, env: dict[str, str],
@@ -201,9 +237,10 @@ def run_worksheet(crash_after: str = "ToolResult", store_kind: str = "sqlite", w
         raise ConfigError(f"--store must be sqlite or segment, got {store_kind!r}")
     if not (isinstance(test_delay_s, (int, float)) and 0 <= test_delay_s <= 600):
         raise ConfigError(f"test_delay_s must be between 0 and 600 seconds, got {test_delay_s!r}")
-    if workdir is not None:
-        Path(workdir).mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix=TEMP_PREFIX, dir=workdir))
+    if not (isinstance(reconcile_timeout_s, (int, float)) and not isinstance(reconcile_timeout_s, bool)
+            and 0 <= reconcile_timeout_s <= 600):
+        raise ConfigError(f"reconcile_timeout_s must be between 0 and 600 seconds, got {reconcile_timeout_s!r}")
+    work = make_workdir(workdir)
     executor = worker = None
     port = None
     result: dict[str, Any] = {"crash_after": crash_after, "store": store_kind, "seed": seed,

@@ -33,6 +33,7 @@ import hashlib
 import json
 import os
 import re
+import signal
 import socket
 import sys
 import time
@@ -46,6 +47,7 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 from .errors import EvidenceSignatureError, SnapshotMismatchError
+from .orphan import watch_parent
 from .workspace import copy_verified, remove_tree, verify
 
 #: The only check this executor runs (it never runs arbitrary commands).
@@ -330,6 +332,8 @@ def main(argv: list[str] | None = None) -> int:
 
     config = uvicorn.Config(build_app(service, ready), log_level="warning", lifespan="on", access_log=False)
     server = uvicorn.Server(config)
+    # the controller died without stopping us (e.g. a killed notebook kernel): shut down as on SIGTERM
+    watch_parent(lambda: os.kill(os.getpid(), signal.SIGTERM))
     try:
         server.run(sockets=[sock])
     finally:

@@ -25,24 +25,27 @@ import contextlib
 import os
 import signal
 import subprocess
-import tempfile
 from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError
 from ..log import open_store
-from .controller import (CRASH_POINTS, EXPECTED, TEMP_PREFIX, _kill_group, live_env, port_accepts, run_replacement,
-                         spawn_executor, spawn_worker, stop_executor)
+from .controller import (CRASH_POINTS, EXPECTED, _kill_group, live_env, make_workdir, port_accepts,
+                         run_replacement, spawn_executor, spawn_worker, stop_executor)
 from .errors import LiveError
 from .worker import OPERATION, TRAJECTORY
 from .workspace import build_snapshot, remove_tree
 
-__all__ = ["WorksheetSession", "SessionStateError", "NoWorkerRunningError", "CRASH_POINTS"]
+__all__ = ["WorksheetSession", "SessionStateError", "NoWorkerRunningError", "UnrecoveredRunError", "CRASH_POINTS"]
 
 
 class SessionStateError(LiveError):
     """A :class:`WorksheetSession` step was asked for at a moment it cannot run (e.g. recover
     before any log exists, start while a worker is still running, any step after ``close()``)."""
+
+
+class UnrecoveredRunError(SessionStateError):
+    """``start()`` would tear down a crashed run whose surviving log no replacement has read yet."""
 
 
 class NoWorkerRunningError(SessionStateError):
@@ -83,6 +86,12 @@ class WorksheetSession:
             raise ConfigError(f"store_kind must be sqlite or segment, got {store_kind!r}")
         if not (isinstance(test_delay_s, (int, float)) and 0 <= test_delay_s <= 600):
             raise ConfigError(f"test_delay_s must be between 0 and 600 seconds, got {test_delay_s!r}")
+        if isinstance(seed, bool) or not isinstance(seed, int):
+            raise ConfigError(f"seed must be an integer, got {seed!r}")
+        if not (isinstance(step_timeout_s, (int, float)) and 0 < step_timeout_s <= 3600):
+            raise ConfigError(f"step_timeout_s must be between 0 and 3600 seconds, got {step_timeout_s!r}")
+        if not (isinstance(usd_per_s, (int, float)) and 0 <= usd_per_s < float("inf")):
+            raise ConfigError(f"usd_per_s must be a non-negative number, got {usd_per_s!r}")
         self.store_kind, self.seed, self.test_delay_s = store_kind, int(seed), float(test_delay_s)
         self.usd_per_s, self.step_timeout_s = usd_per_s, step_timeout_s
         self._parent = workdir
@@ -95,6 +104,7 @@ class WorksheetSession:
         self.pause_at: str | None = None
         self.paused: dict[str, Any] | None = None
         self.last_crash: dict[str, Any] | None = None
+        self._unrecovered = False          # a crash whose surviving log no replacement has read yet
         self.model: dict[str, Any] = {}
         self.pids: list[int] = []          # every process this session started (for checks)
         self._env = live_env()
@@ -137,18 +147,21 @@ class WorksheetSession:
         if self._closed:
             raise SessionStateError("this worksheet session is closed; create a new WorksheetSession")
 
-    def start(self, pause_at: str | None = None) -> dict[str, Any]:
+    def start(self, pause_at: str | None = None, *, discard_previous: bool = False) -> dict[str, Any]:
         """Start a fresh run: executor + worker. With ``pause_at`` (one of :data:`CRASH_POINTS`)
         block until the worker has paused right after that event for ``test_r18`` is durable.
 
-        A previous run of this session (log, executor, its jobs) is torn down first.
+        A previous run of this session (log, executor, its jobs) is torn down first. If that run was
+        crashed and no replacement has read its surviving log yet, ``start`` refuses unless
+        ``discard_previous`` is true: a fresh run would delete the only record of the crash.
 
         Returns: ``{"worker_pid", "executor_url", "pause_at", "paused"}`` (``paused`` is the pause
         marker ``{paused_at, log_position, pid}`` or None).
 
         Raises:
             ConfigError: ``pause_at`` is not a crash point. SessionStateError: a worker is still
-            running, or the session is closed. LiveProcessError: a process failed to report.
+            running, the session is closed, or an unread crashed run would be discarded.
+            LiveProcessError: a process failed to report.
         """
         self._check_open()
         if pause_at is not None and pause_at not in CRASH_POINTS:
@@ -156,8 +169,15 @@ class WorksheetSession:
         if self.worker_running():
             raise SessionStateError(f"worker {self._worker.pid} is still running: crash it (or close the "
                                     "session) before starting another run")
+        if self._unrecovered and not discard_previous and self.events():   # an empty log loses nothing
+            crash = self.last_crash or {}
+            raise UnrecoveredRunError(
+                f"the crashed run (worker {crash.get('worker_pid')}, log position {crash.get('log_position')}) has "
+                "not been recovered yet; a new run would delete its surviving log. Recover or reconcile it first, "
+                "or discard it explicitly (start(..., discard_previous=True))")
         self._teardown()
-        self._work = Path(tempfile.mkdtemp(prefix=TEMP_PREFIX, dir=self._parent))
+        self._unrecovered = False
+        self._work = make_workdir(self._parent)
         self.pause_at, self.paused, self.last_crash, self.model = pause_at, None, None, {}
         work = self._work
         try:
@@ -204,6 +224,7 @@ class WorksheetSession:
                            "executor_status_at_crash": at.get("status"),
                            "job_running_at_crash": at.get("status") == "running", "job_handle": at.get("job_handle"),
                            "expected": EXPECTED.get(self.pause_at or "", None)}
+        self._unrecovered = True
         return dict(self.last_crash)
 
     def _executor_status(self) -> dict[str, Any]:
@@ -251,6 +272,7 @@ class WorksheetSession:
                               seed=self.seed, reconcile=reconcile, reconcile_timeout_s=timeout_s,
                               step_timeout_s=self.step_timeout_s, env=self._env)
         self.model = out.get("model") or {}
+        self._unrecovered = False
         return out
 
     def recovered(self) -> dict[str, Any]:

@@ -42,6 +42,7 @@ from ..record import TrajectoryRecord, fold, initial_record
 from .errors import EvidenceSignatureError
 from .executor import load_public_key, verify_completion
 from .model import MODEL_NAME, StochasticModel, repair_prompt
+from .orphan import watch_parent
 
 TRAJECTORY = "traj_repair_r18"
 OPERATION = "test_r18"
@@ -315,6 +316,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    watch_parent(lambda: os._exit(70))   # the controller is gone: leave nothing running behind it
     if args.fresh_seed is None:
         args.fresh_seed = args.seed + 1
     try:

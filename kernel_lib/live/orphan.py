@@ -1,0 +1,52 @@
+"""Orphan watch for the worksheet's helper processes (executor, workers).
+
+The controller starts each helper in its own session so that a real ``SIGKILL`` of a worker never
+reaches anyone else. The price is that nothing tells a helper when the process that started it
+(a notebook kernel, the ``worksheet`` command) dies without cleaning up, for instance when the
+kernel is killed or runs out of memory. The controller therefore names itself in the environment
+variable :data:`PARENT_ENV`; each helper watches its parent pid and shuts itself down once it has
+been re-parented. Without the variable (a helper started by hand) the watch does nothing.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from typing import Callable
+
+PARENT_ENV = "KERNEL_LIB_LIVE_PARENT"
+
+
+def parent_env() -> dict[str, str]:
+    """The environment entry a controller passes to the helpers it starts (its own pid)."""
+    return {PARENT_ENV: str(os.getpid())}
+
+
+def watch_parent(on_orphan: Callable[[], None], interval_s: float = 0.5) -> threading.Thread | None:
+    """Call ``on_orphan()`` once (from a daemon thread) when this process's parent is no longer
+    the pid named in :data:`PARENT_ENV`. Returns the thread, or None when there is nothing to watch."""
+    raw = os.environ.get(PARENT_ENV, "")
+    if not raw.isdigit():
+        return None
+    parent = int(raw)
+
+    def loop() -> None:
+        while os.getppid() == parent:
+            time.sleep(interval_s)
+        on_orphan()
+
+    t = threading.Thread(target=loop, name="orphan-watch", daemon=True)
+    t.start()
+    return t
+
+
+def pid_alive(pid: int) -> bool:
+    """True if a process with this pid exists (signal 0 probe)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
