@@ -1164,7 +1164,7 @@ def add_cli(subparsers: "argparse._SubParsersAction") -> argparse.ArgumentParser
     """
     bench = subparsers.add_parser("bench", help="measure this machine's durability costs",
                                   description="Benchmarks measured on this machine.")
-    sub = bench.add_subparsers(dest="bench_command", metavar="{append}", required=True)
+    sub = bench.add_subparsers(dest="bench_command", metavar="{append,restore}", required=True)
     p = sub.add_parser("append", help="append latency, group commit and per-step overhead vs peers",
                        description=_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
@@ -1181,7 +1181,41 @@ def add_cli(subparsers: "argparse._SubParsersAction") -> argparse.ArgumentParser
                    help=f"group committers' batch cap, figures 2 and 4 (default {DEFAULT_BATCH_CAP}, the "
                         "committer's own)")
     p.set_defaults(func=_cmd_append)
+    _add_restore_cli(sub)
     return bench
+
+
+# --- bench restore (§11.4): implemented in kernel_lib.checkpoint.bench ---------------------------
+
+
+def _cmd_restore(args: argparse.Namespace) -> int:
+    from .checkpoint import bench as restore_bench
+    progress = None if args.json or not sys.stderr.isatty() else (lambda msg: print(f"... {msg}", file=sys.stderr))
+    try:
+        result = restore_bench.run_restore_bench(sizes=args.sizes, dir=args.dir, store=args.store, rounds=args.rounds,
+                                                 scrub_positions=args.positions, seed=args.seed, progress=progress)
+    except KernelError as exc:
+        print(f"bench restore: {exc}", file=sys.stderr)
+        return 2
+    print(json.dumps(result, indent=2) if args.json else restore_bench.format_restore_report(result))
+    return 0
+
+
+def _add_restore_cli(sub: "argparse._SubParsersAction") -> None:
+    from .checkpoint import bench as restore_bench
+    p = sub.add_parser("restore", help="restore from a checkpoint vs fold from the start; fold throughput; scrubber",
+                       description=restore_bench.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
+    p.add_argument("--sizes", type=int, nargs="+", default=list(restore_bench.DEFAULT_SIZES), metavar="N",
+                   help="log sizes in events (default: 10000 100000)")
+    p.add_argument("--store", choices=["sqlite", "segment"], default="sqlite", help="log store (default sqlite)")
+    p.add_argument("--dir", metavar="PATH", help="create the temporary directory under PATH (default: the current "
+                                                 "directory)")
+    p.add_argument("--rounds", type=int, metavar="N", help="interleaved rounds per timed figure (default 5, 3 from "
+                                                           "50000 events)")
+    p.add_argument("--positions", type=int, default=40, metavar="N", help="scrubber positions timed (default 40)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the generated log (default 0)")
+    p.set_defaults(func=_cmd_restore)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -169,7 +169,8 @@ def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(
         prog="python -m kernel_lib",
         description="durable-agents-lab kernel: trajectory logs, fold, intent before dispatch, "
-                    "crash analysis and benchmarks (Durable Execution §11.2-11.3).")
+                    "crash analysis, the live crash worksheet, checkpoints and cadence, "
+                    "benchmarks (Durable Execution §11.1-11.4).")
     ap.add_argument("--version", action="version", version=f"kernel_lib {__version__}")
     sub = ap.add_subparsers(dest="command", metavar="COMMAND")
 
@@ -216,6 +217,8 @@ def build_parser() -> argparse.ArgumentParser:
     from .exercises import cli as exercise_cli; exercise_cli.add_cli(sub)
     from .live import cli as live_cli
     live_cli.add_cli(sub)
+    from .cadence import cli as cadence_cli
+    cadence_cli.add_cli(sub)
     return ap
 
 

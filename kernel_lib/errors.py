@@ -123,3 +123,57 @@ class StoreBusyError(StoreError):
 
 class StoreReadOnlyError(StoreError):
     """An append or a fence was attempted on a store opened with ``read_only=True``."""
+
+
+# --- checkpoint cadence (§11.4.3) -------------------------------------------------------------
+
+
+class CadenceError(KernelError):
+    """A checkpoint-cadence computation (kernel_lib.cadence) could not be carried out."""
+
+
+class CadenceParameterError(CadenceError, ConfigError, ValueError):
+    """A cadence parameter is out of range: a negative pause, a zero failure rate, a stride
+    below 1, a crash turn outside the run, a non-finite number. ``name`` names the parameter."""
+
+    def __init__(self, message: str, *, name: str | None = None):
+        self.name = name
+        super().__init__(message)
+
+
+class FailureDataError(CadenceError):
+    """A failure-record file (LANL format) cannot be read as such. ``path`` names the file and
+    ``line`` the 1-based line of the file (the header is line 1) when one row is to blame."""
+
+    def __init__(self, message: str, *, path: str | None = None, line: int | None = None):
+        self.path, self.line = path, line
+        where = f"{path}" if path else ""
+        if line is not None:
+            where += f":{line}"
+        super().__init__(f"{where}: {message}" if where else message)
+
+
+# --- checkpoints and snapshots (§11.4.1, §11.4.2) ----------------------------------------------
+
+
+class CheckpointError(KernelError):
+    """A checkpoint could not be captured or published: the record and the workspace do not
+    describe the same log position, a workspace file type cannot be snapshotted, or a capture
+    argument is inconsistent. Nothing was published (the previous checkpoint stays in force)."""
+
+
+class UnrecoverableStateError(KernelError):
+    """Restore cannot rebuild the state at the requested log position (§11.4.1): an object it
+    needs (checkpoint manifest, record snapshot or delta, tree, workspace delta, file blob,
+    required artifact) is missing or its bytes do not match their SHA-256 digest, or the pieces
+    disagree about which state they describe. ``missing`` lists ``(kind, name)`` of every object
+    at fault. Restore fails fast rather than pair a log position with an older tree."""
+
+    def __init__(self, message: str, *, missing: "tuple[tuple[str, str], ...] | list[tuple[str, str]]" = ()):
+        self.missing = tuple(missing)
+        super().__init__(message)
+
+
+class RecordFormatError(KernelError, ValueError):
+    """Data given to :meth:`kernel_lib.record.TrajectoryRecord.from_dict` is not a trajectory
+    record (a missing field, a wrong type)."""

@@ -468,6 +468,60 @@ class Checkpoint(Payload):
     artifact_refs: list[str] = []
 
 
+_SHA256_HEX = r"^[0-9a-f]{64}$"
+
+
+@register
+class CheckpointV2(Payload):
+    """A published checkpoint manifest (§11.4.1, §11.4.2; see :mod:`kernel_lib.checkpoint`).
+
+    ``manifest_sha256`` names the manifest's bytes in a content-addressed blob store; those bytes
+    and everything they reference were durable before this event was appended, so the event is the
+    publication. ``covered_sequence_number`` is the log position p at which the record snapshot
+    and the workspace tree are frozen (the event itself sits after p). ``kind`` is ``full`` (a
+    complete record snapshot and tree) or ``incremental`` (deltas against ``base_checkpoint_id``).
+    ``record_sha256`` is the digest of the complete record snapshot at p either way, and
+    ``workspace_tree_sha256`` the digest of the tree (None: no workspace). ``supersedes`` lists the
+    checkpoints a consolidated base replaces (their deltas may be retired once this is published).
+    """
+    event_type: ClassVar[str] = "Checkpoint"
+    schema_version: ClassVar[int] = 2
+    checkpoint_id: str = Field(min_length=1)
+    covered_sequence_number: int = Field(ge=0)
+    manifest_sha256: str = Field(pattern=_SHA256_HEX)
+    kind: Literal["full", "incremental"]
+    base_checkpoint_id: str | None = None
+    record_sha256: str = Field(pattern=_SHA256_HEX)
+    workspace_tree_sha256: str | None = Field(default=None, pattern=_SHA256_HEX)
+    artifact_refs: list[str] = []
+    supersedes: list[str] = []
+
+    @model_validator(mode="after")
+    def _base_matches_kind(self) -> "CheckpointV2":
+        if (self.kind == "incremental") != (self.base_checkpoint_id is not None):
+            raise ValueError("an incremental checkpoint names its base_checkpoint_id; a full one has none")
+        return self
+
+
+@register
+class WorkspaceChanged(Payload):
+    """A recorded workspace delta (§11.4.1): the workspace went from tree ``base_tree_sha256`` to
+    tree ``result_tree_sha256`` by the ordered changes stored under ``delta_sha256`` (writes with
+    their blob digests, deletions, executable-flag changes). The delta, the new blobs and the
+    result tree were durable before this event was appended. ``operation_id`` names the operation
+    whose effect this is, when one did. Counts are numbers of files."""
+    event_type: ClassVar[str] = "WorkspaceChanged"
+    schema_version: ClassVar[int] = 1
+    change_id: str = Field(min_length=1)
+    base_tree_sha256: str = Field(pattern=_SHA256_HEX)
+    result_tree_sha256: str = Field(pattern=_SHA256_HEX)
+    delta_sha256: str = Field(pattern=_SHA256_HEX)
+    operation_id: str | None = None
+    files_written: int = Field(default=0, ge=0)
+    files_deleted: int = Field(default=0, ge=0)
+    mode_changes: int = Field(default=0, ge=0)
+
+
 # --- Failure Recovery chapter records ---------------------------------------------------------
 
 

@@ -14,16 +14,18 @@ The record is plain data (dataclasses) and :meth:`TrajectoryRecord.to_dict` give
 from __future__ import annotations
 
 import copy
+import dataclasses
+import gc
 import hashlib
 from dataclasses import asdict, dataclass, field
-from typing import Any, Iterable, Literal
+from typing import Any, Iterable, Literal, Sequence
 
-from .errors import FoldError
+from .errors import FoldError, RecordFormatError
 from .events import (
     REDUCER_VERSION, ApprovalRequested, ApprovalResolved, Authorized, BudgetReserved, BudgetSettled,
-    Checkpoint, Compacted, CompensationIssued, ContextBuilt, ControlChanged, Event, ModelReplied,
+    Checkpoint, CheckpointV2, Compacted, CompensationIssued, ContextBuilt, ControlChanged, Event, ModelReplied,
     PlanChanged, QuarantineChanged, RuntimeInput, TaskStarted, ToolIntent, ToolResult,
-    WatchdogIntervened,
+    WatchdogIntervened, WorkspaceChanged,
 )
 
 #: Reducer versions this build can fold. An event stamped with another version is refused.
@@ -163,6 +165,9 @@ class TrajectoryRecord:
     compactions: list[dict[str, Any]] = field(default_factory=list)
     checkpoints: list[dict[str, Any]] = field(default_factory=list)
     recovery_records: list[dict[str, Any]] = field(default_factory=list)
+    #: Digest of the workspace tree the log last recorded (a ``WorkspaceChanged`` result), or None
+    #: while no workspace change is logged (§11.4.1).
+    workspace_tree_sha256: str | None = None
 
     # --- views -----------------------------------------------------------------------------------
     def in_doubt(self) -> list[str]:
@@ -192,9 +197,144 @@ class TrajectoryRecord:
         d["budget"]["overruns"] = {k: _usd(r.overrun_usd) for k, r in b.reservations.items() if r.overrun_usd > _EPS}
         return d
 
+    def state_dict(self) -> dict[str, Any]:
+        """The stored fields only, as plain JSON data: what a record snapshot holds (§11.4.1).
+
+        Equal to ``dataclasses.asdict(self)`` (no derived figures, no rounding, so
+        :meth:`from_dict` of it rebuilds an equal record), but several times faster: the
+        containers the reducer changes are fresh, while JSON leaf values (the task, arguments,
+        outcomes, list entries) are shared with the record. The reducer replaces those leaves
+        and never edits them; callers should treat them as read-only too.
+        """
+        d = dict(self.__dict__)
+        d["operations"] = {k: {**op.__dict__, "attempts": {a: dict(att.__dict__) for a, att in op.attempts.items()}}
+                           for k, op in self.operations.items()}
+        budget = dict(self.budget.__dict__)
+        budget["reservations"] = {k: dict(r.__dict__) for k, r in self.budget.reservations.items()}
+        d["budget"] = budget
+        d["approvals"] = {k: dict(a.__dict__) for k, a in self.approvals.items()}
+        d["decisions"] = dict(self.decisions)
+        for name in _LIST_FIELDS:
+            d[name] = list(d[name])
+        return d
+
+    @classmethod
+    def from_dict(cls, d: Any) -> "TrajectoryRecord":
+        """Rebuild a record from :meth:`state_dict` (exactly: ``from_dict(r.state_dict()) == r``)
+        or from the :meth:`to_dict` view (its derived keys are ignored; its USD consumption figure
+        is rounded to 1e-9, so that route is exact only up to that rounding).
+
+        Integers in USD and time fields are read as floats (JSON writes 5.0 as 5). JSON leaf
+        values are shared with ``d``, not copied.
+
+        Raises:
+            RecordFormatError: a field is missing or has the wrong shape, or a key is unknown.
+        """
+        gc_was = gc.isenabled()
+        gc.disable()   # a large record is many new objects and no garbage: skip the collector's passes
+        try:
+            return _record_from(d)
+        except RecordFormatError:
+            raise
+        except (KeyError, TypeError, AttributeError, ValueError) as exc:
+            raise RecordFormatError(f"not a trajectory record: {type(exc).__name__}: {exc}") from None
+        finally:
+            if gc_was:
+                gc.enable()
+
 
 def _usd(x: float) -> float:
     return round(x, 9)
+
+
+# --- record snapshots: from_dict (§11.4.1) -----------------------------------------------------
+
+_LIST_FIELDS = ("plan_steps", "runtime_inputs", "compactions", "checkpoints", "recovery_records")
+#: Keys that to_dict adds (derived figures); from_dict ignores them.
+_DERIVED_RECORD = frozenset({"in_doubt", "attempts_in_doubt"})
+_DERIVED_BUDGET = frozenset({"outstanding_reservations_usd", "available_usd", "outstanding_reservations", "overruns"})
+_DERIVED_OPERATION = frozenset({"attempt_id", "job_handle"})
+
+
+def _fields(cls: type) -> frozenset[str]:
+    return frozenset(f.name for f in dataclasses.fields(cls))
+
+
+_FIELD_NAMES = {cls: _fields(cls) for cls in (TrajectoryRecord, Operation, Attempt, Budget, Reservation, Approval)}
+
+
+def _known(d: Any, names: frozenset[str], derived: frozenset[str], where: str) -> dict[str, Any]:
+    """``d`` restricted to the dataclass field ``names`` (derived keys dropped); an unknown key is
+    an error. Returns ``d`` itself when it holds field names only (the common, fast case)."""
+    if type(d) is not dict:
+        raise RecordFormatError(f"{where}: expected an object, got {type(d).__name__}")
+    if d.keys() <= names:
+        return d
+    unknown = d.keys() - names - derived
+    if unknown:
+        raise RecordFormatError(f"{where}: unknown field(s) {sorted(unknown)}")
+    return {k: v for k, v in d.items() if k in names}
+
+
+def _float(v: Any) -> Any:
+    return float(v) if type(v) is int else v
+
+
+def _make(cls: type, d: dict[str, Any], names: frozenset[str], where: str) -> Any:
+    """An instance of dataclass ``cls`` from field dict ``d``: a copy of ``d`` becomes its
+    ``__dict__`` when ``d`` holds exactly the fields (fast: no ``__init__`` call per entry of a
+    100 000-event record), else through ``__init__`` (defaults, unknown-key errors)."""
+    if type(d) is dict and d.keys() == names:
+        obj = object.__new__(cls)
+        obj.__dict__ = dict(d)
+        return obj
+    return cls(**_known(d, names, frozenset(), where))
+
+
+def _record_from(d: Any) -> TrajectoryRecord:
+    F = _FIELD_NAMES
+    kw = dict(_known(d, F[TrajectoryRecord], _DERIVED_RECORD, "record"))
+    ops = {}
+    attempt_f, op_f = F[Attempt], F[Operation]
+    for k, o in kw.get("operations", {}).items():
+        od = dict(_known(o, op_f, _DERIVED_OPERATION, f"operations[{k!r}]"))
+        od["attempts"] = {a: _make(Attempt, x, attempt_f, f"operations[{k!r}].attempts[{a!r}]")
+                          for a, x in od.get("attempts", {}).items()}
+        ops[k] = _make(Operation, od, op_f, f"operations[{k!r}]")
+    kw["operations"] = ops
+    if "budget" in kw:
+        bd = dict(_known(kw["budget"], F[Budget], _DERIVED_BUDGET, "budget"))
+        res = {}
+        res_f = F[Reservation]
+        for k, r in bd.get("reservations", {}).items():
+            rv = res[k] = _make(Reservation, r, res_f, f"budget.reservations[{k!r}]")
+            if type(rv.amount_usd) is int:
+                rv.amount_usd = float(rv.amount_usd)
+            if type(rv.settled_usd) is int:
+                rv.settled_usd = float(rv.settled_usd)
+        bd["reservations"] = res
+        for name in ("ceiling_usd", "finalization_reserve_usd", "actual_consumption_usd"):
+            if name in bd:
+                bd[name] = _float(bd[name])
+        kw["budget"] = Budget(**bd)
+    apps = {}
+    for k, a in kw.get("approvals", {}).items():
+        ad = dict(_known(a, F[Approval], frozenset(), f"approvals[{k!r}]"))
+        ad["expires_unix_s"] = _float(ad.get("expires_unix_s"))
+        apps[k] = Approval(**ad)
+    kw["approvals"] = apps
+    for name in _LIST_FIELDS:
+        if name in kw:
+            kw[name] = list(kw[name])
+    if "decisions" in kw:
+        kw["decisions"] = dict(kw["decisions"])
+    rec = TrajectoryRecord(**kw)
+    if not isinstance(rec.trajectory_id, str) or not isinstance(rec.last_sequence_number, int):
+        raise RecordFormatError("record: trajectory_id must be a string and last_sequence_number an integer")
+    for k, op in ops.items():
+        if not isinstance(op.operation_id, str) or not isinstance(op.attempts, dict):
+            raise RecordFormatError(f"operations[{k!r}]: malformed operation")
+    return rec
 
 
 def initial_record(trajectory_id: str) -> TrajectoryRecord:
@@ -226,6 +366,58 @@ def fold(record_0: TrajectoryRecord, events: Iterable[Event]) -> TrajectoryRecor
 def apply(record: TrajectoryRecord, event: Event) -> TrajectoryRecord:
     """One reducer step; returns a new record (``record`` is not modified)."""
     return fold(record, [event])
+
+
+def fold_into(record: TrajectoryRecord, events: Iterable[Event]) -> TrajectoryRecord:
+    """Fold ``events`` into ``record`` itself and return it (no copy): what a restore does to a
+    record it just rebuilt from a snapshot (§11.4.1). Same reducer and errors as :func:`fold`;
+    on a FoldError the record holds every event before the refused one."""
+    for ev in events:
+        _apply_in_place(record, ev)
+    return record
+
+
+def fork(record: TrajectoryRecord, events: Sequence[Event] = ()) -> TrajectoryRecord:
+    """A copy of ``record`` that :func:`fold_into` may fold ``events`` into without changing
+    ``record``, made by sharing rather than copying what those events cannot touch.
+
+    The record's own containers (operation table, reservations, approvals, decisions, lists) are
+    copied shallowly, and only the operations, reservations and approvals that ``events`` name
+    are copied one level deeper. Cost: O(number of entries) pointer copies plus the touched
+    entries, against a deep copy of everything for :func:`fold`. Used by checkpoint indexes that
+    keep many snapshots of one trajectory (kernel_lib.checkpoint.index). An event family whose
+    handler is not known to this function gets a full deep copy instead (always correct).
+    """
+    if any(type(ev.payload) in _HANDLERS and type(ev.payload) not in _FORK_REVIEWED for ev in events):
+        return copy.deepcopy(record)
+    new = copy.copy(record)
+    new.operations = dict(record.operations)
+    new.approvals = dict(record.approvals)
+    new.decisions = dict(record.decisions)
+    for name in _LIST_FIELDS:
+        setattr(new, name, list(getattr(record, name)))
+    budget = copy.copy(record.budget)
+    budget.reservations = dict(record.budget.reservations)
+    new.budget = budget
+    done: set[tuple[str, str]] = set()
+    for ev in events:
+        p = ev.payload
+        for attr in ("operation_id", "subject_id", "invocation_id", "held_operation_id"):
+            k = getattr(p, attr, None)
+            if k is not None and ("op", k) not in done and k in new.operations:
+                done.add(("op", k))
+                op = copy.copy(new.operations[k])
+                op.attempts = {a: copy.copy(x) for a, x in op.attempts.items()}
+                new.operations[k] = op
+        k = getattr(p, "reservation_id", None)
+        if k is not None and ("res", k) not in done and k in budget.reservations:
+            done.add(("res", k))
+            budget.reservations[k] = copy.copy(budget.reservations[k])
+        k = getattr(p, "approval_id", None)
+        if k is not None and ("app", k) not in done and k in new.approvals:
+            done.add(("app", k))
+            new.approvals[k] = copy.copy(new.approvals[k])
+    return new
 
 
 def _op(rec: TrajectoryRecord, op_id: str, kind: Literal["tool", "model"], ev: Event) -> Operation:
@@ -434,8 +626,15 @@ def _runtime_input(rec: TrajectoryRecord, ev: Event, p: RuntimeInput) -> None:
                                "value": p.value})
 
 
-def _checkpoint(rec: TrajectoryRecord, ev: Event, p: Checkpoint) -> None:
+def _checkpoint(rec: TrajectoryRecord, ev: Event, p: Checkpoint | CheckpointV2) -> None:
     rec.checkpoints.append({"sequence_number": ev.sequence_number, **p.model_dump(mode="json")})
+
+
+def _workspace_changed(rec: TrajectoryRecord, ev: Event, p: WorkspaceChanged) -> None:
+    if rec.workspace_tree_sha256 is not None and p.base_tree_sha256 != rec.workspace_tree_sha256:
+        raise FoldError(f"event {ev.event_id}: workspace change {p.change_id} starts from tree "
+                        f"{p.base_tree_sha256[:12]}…, but the log's workspace is at {rec.workspace_tree_sha256[:12]}…")
+    rec.workspace_tree_sha256 = p.result_tree_sha256
 
 
 def _recovery(rec: TrajectoryRecord, ev: Event, p: Any) -> None:
@@ -450,5 +649,16 @@ _HANDLERS = {
     PlanChanged: _plan_changed, ApprovalRequested: _approval_requested,
     ApprovalResolved: _approval_resolved, Compacted: _compacted, RuntimeInput: _runtime_input,
     Checkpoint: _checkpoint, CompensationIssued: _recovery, QuarantineChanged: _recovery,
-    WatchdogIntervened: _recovery,
+    WatchdogIntervened: _recovery, CheckpointV2: _checkpoint, WorkspaceChanged: _workspace_changed,
 }
+
+#: Payload types whose handlers :func:`fork` was checked against: they change only the record's
+#: scalars and containers, and the operations, reservations and approvals their payload names by
+#: ``operation_id``/``subject_id``/``invocation_id``/``held_operation_id``, ``reservation_id`` and
+#: ``approval_id``. A handler added later is not in this set until it is checked, and fork falls
+#: back to a deep copy for it.
+_FORK_REVIEWED = frozenset({
+    TaskStarted, ContextBuilt, ModelReplied, Authorized, BudgetReserved, BudgetSettled, ToolIntent, ToolResult,
+    ControlChanged, PlanChanged, ApprovalRequested, ApprovalResolved, Compacted, RuntimeInput, Checkpoint,
+    CompensationIssued, QuarantineChanged, WatchdogIntervened, CheckpointV2, WorkspaceChanged,
+})

@@ -37,3 +37,7 @@ def any_store(request, tmp_path):
 @pytest.fixture(params=DURABLE_KINDS)
 def durable_store_kind(request):
     return request.param
+
+
+# real-browser fixtures (Debian chromium + Playwright; JupyterLab on a temp copy of notebooks/)
+from tests.browser_support import browser, lab  # noqa: E402,F401

@@ -192,3 +192,38 @@ def test_the_bench_runs_from_inside_a_running_event_loop(tmp_path):
 
     r = asyncio.run(main())
     assert r["group_commit"]["stores"] and r["targets"]
+
+
+# --- bench restore (§11.4): structure on a tiny log, no timing thresholds ------------------------
+
+
+def test_bench_restore_runs_from_the_cli_on_a_tiny_log(tmp_path):
+    import json
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-m", "kernel_lib", "bench", "restore", "--json", "--sizes", "120",
+                          "--rounds", "1", "--positions", "3", "--dir", str(tmp_path)],
+                         capture_output=True, text=True, timeout=300, check=True).stdout
+    r = json.loads(out)
+    (x,) = r["results"]
+    reach = x["reach_last_position"]
+    assert x["events"] == 120 and reach["restore_equals_fold"] is True
+    assert reach["head"] == 120 + len(x["captures"]) + 1          # the Checkpoint events and the consolidated base
+    assert [c["kind"] for c in x["captures"]] == ["full"] + ["incremental"] * (len(x["captures"]) - 1)
+    assert reach["chain_length"] == len(x["captures"]) - 1 and x["consolidation"]["supersedes"] == reach["chain_length"]
+    for k in ("fold_from_start", "restore_latest", "restore_chain"):
+        assert _positive_finite(reach["median_s"][k])
+    assert _positive_finite(reach["speedup_latest"]) and _positive_finite(x["fold_throughput"]["fold_over_plain"])
+    assert _positive_finite(x["scrubber"]["median_ms"]) and x["scrubber"]["via"].startswith("widgets")
+    assert [t["pass"] for t in r["targets"]] == [None, None]          # the targets are for 100 000 events
+    assert r["temp_dir_removed"] and list(tmp_path.iterdir()) == []
+
+
+def test_bench_restore_refuses_bad_arguments():
+    from kernel_lib.checkpoint import bench as rb
+    from kernel_lib.errors import ConfigError
+
+    for kw in ({"sizes": [5]}, {"store": "memory"}, {"rounds": 0}, {"scrub_positions": 0}):
+        with pytest.raises(ConfigError):
+            rb.run_restore_bench(**kw)

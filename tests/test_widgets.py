@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from kernel_lib.examples import worksheet_events
@@ -49,3 +51,25 @@ def test_the_marimo_scrubber_app_runs():
     spec.loader.exec_module(mod)
     outputs, defs = mod.app.run()
     assert defs["scrubber"].widget.max_position == len(defs["events"])
+
+
+def test_scrubber_snaps_back_from_bad_positions_and_refuses_foreign_input():
+    import dataclasses
+
+    from kernel_lib.cli import load_events
+    from widgets.scrubber import LogScrubber
+
+    events = load_events(str(Path(__file__).resolve().parents[1] / "datasets" / "worksheet_r18_example.jsonl"))
+    w = LogScrubber(events, position=9)
+    shown = dict(w.record)
+    for bad in (-1, len(events) + 1, 10**30, True):
+        w.position = bad
+        assert "outside the log" in w.error
+        assert w.position == 9 and w.record == shown and w.last_event.endswith("ToolIntent")   # label stays true
+    w.position = 11
+    assert w.error == "" and w.last_event.endswith("ToolResult")
+    mixed = events + [dataclasses.replace(e, trajectory_id="other") for e in events[:2]]
+    with pytest.raises(ValueError, match="2 trajectories"):
+        LogScrubber(mixed)
+    with pytest.raises(TypeError, match="Event objects"):
+        LogScrubber([1, 2, 3])

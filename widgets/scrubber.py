@@ -6,6 +6,10 @@ folds the first ``position`` events with :func:`kernel_lib.record.fold` and publ
 as ``record`` (a JSON view: operations with their status, in-doubt attempts, budget). Operations
 in doubt are highlighted. A position outside ``0..max_position`` shows a message in the widget and
 keeps the last good record; it never raises.
+
+The widget keeps a :class:`kernel_lib.checkpoint.CheckpointIndex` over its events: a position is
+shown by folding from the nearest in-memory snapshot at or before it (at most one stride of
+events), not from the start of the log (§11.4), so scrubbing a long log stays interactive.
 """
 
 from __future__ import annotations
@@ -15,8 +19,9 @@ from typing import Any, Sequence
 import anywidget
 import traitlets
 
+from kernel_lib.checkpoint.index import CheckpointIndex
 from kernel_lib.events import Event
-from kernel_lib.record import fold, initial_record
+from kernel_lib.record import TrajectoryRecord, fold, initial_record
 
 _ESM = r"""
 function render({ model, el }) {
@@ -82,19 +87,68 @@ _CSS = """
 """
 
 
-def record_view(events: Sequence[Event], position: int) -> dict[str, Any]:
-    """The JSON view the scrubber shows after folding the first ``position`` events."""
-    rec = fold(initial_record(events[0].trajectory_id), events[:position])
-    d = rec.to_dict()
-    ops = []
-    for op in rec.operations.values():
+def record_view(events: Sequence[Event], position: int, index: CheckpointIndex | None = None) -> dict[str, Any]:
+    """The JSON view the scrubber shows after folding the first ``position`` events.
+
+    With ``index`` (a :class:`CheckpointIndex` over the same ``events``) the record comes from its
+    nearest snapshot at or before ``position``; without it, from a fold of the whole prefix. The
+    view is the same either way.
+    """
+    if index is not None:
+        rec = index.record_at(position)
+    else:
+        rec = fold(initial_record(events[0].trajectory_id), events[:position])
+    return view_of(rec, position)
+
+
+def view_of(rec: TrajectoryRecord, position: int) -> dict[str, Any]:
+    """The scrubber's JSON view of a folded record, built in one pass over the operation table
+    and one over the reservations rather than through ``to_dict`` (whose cost grows with every
+    field of every operation). ``budget`` equals ``rec.to_dict()["budget"]``; ``in_doubt`` and
+    ``attempts_in_doubt`` equal the record's own lists."""
+    ops, in_doubt, attempts_in_doubt = [], [], []
+    for k, op in rec.operations.items():
         att = op.attempts.get(op.current_attempt_id or "")
         ops.append({"operation_id": op.operation_id, "kind": op.kind, "status": op.status,
-                    "attempt_id": op.current_attempt_id, "job_handle": op.job_handle,
+                    "attempt_id": op.current_attempt_id, "job_handle": att.job_handle if att else None,
                     "last_evidence": att.last_result_status if att else None})
-    return {"position": position, "operations": ops, "in_doubt": d["in_doubt"],
-            "attempts_in_doubt": d["attempts_in_doubt"], "budget": d["budget"],
+        if op.status == "in_doubt":
+            in_doubt.append(k)
+        for a in op.attempts.values():
+            if a.intent_sequence is not None and not a.established:
+                attempts_in_doubt.append([k, a.attempt_id])
+    return {"position": position, "operations": ops, "in_doubt": in_doubt,
+            "attempts_in_doubt": attempts_in_doubt, "budget": _budget_view(rec),
             "control_state": rec.control_state}
+
+
+_EPS = 1e-9
+
+
+def _usd(x: float) -> float:
+    return round(x, 9)
+
+
+def _budget_view(rec: TrajectoryRecord) -> dict[str, Any]:
+    """``rec.to_dict()["budget"]``, computed in one pass (same float operations, same order)."""
+    b = rec.budget
+    reservations, outstanding, overruns = {}, {}, {}
+    held = 0
+    for k, r in b.reservations.items():
+        reservations[k] = {"reservation_id": r.reservation_id, "subject_id": r.subject_id,
+                           "amount_usd": r.amount_usd, "settled_usd": r.settled_usd, "released": r.released}
+        o = 0.0 if r.released else max(r.amount_usd - r.settled_usd, 0.0)
+        held += o
+        if o > _EPS:
+            outstanding[k] = _usd(o)
+        over = max(r.settled_usd - r.amount_usd, 0.0)
+        if over > _EPS:
+            overruns[k] = _usd(over)
+    available = b.ceiling_usd - b.actual_consumption_usd - held - b.finalization_reserve_usd
+    return {"ceiling_usd": b.ceiling_usd, "finalization_reserve_usd": b.finalization_reserve_usd,
+            "actual_consumption_usd": _usd(b.actual_consumption_usd), "reservations": reservations,
+            "outstanding_reservations_usd": _usd(held), "available_usd": _usd(available),
+            "outstanding_reservations": outstanding, "overruns": overruns}
 
 
 class LogScrubber(anywidget.AnyWidget):
@@ -120,22 +174,52 @@ class LogScrubber(anywidget.AnyWidget):
         events = list(events)
         if not events:
             raise ValueError("the log holds no events: nothing to scrub")
+        bad = next((e for e in events if not isinstance(e, Event)), None)
+        if bad is not None:
+            raise TypeError(f"LogScrubber needs kernel_lib Event objects (e.g. from kernel_lib.cli.load_events), "
+                            f"got {type(bad).__name__}")
+        trajectories = sorted({e.trajectory_id for e in events})
+        if len(trajectories) > 1:
+            raise ValueError(f"the events belong to {len(trajectories)} trajectories {trajectories[:5]}: "
+                             "a scrubber shows one trajectory's log; filter by trajectory_id first")
         self._events = events
+        self._index = CheckpointIndex(events)
+        self._good = 0             # the last position whose record is shown
+        self._snapping = False
         super().__init__(max_position=len(events), **kw)
         self.observe(self._on_position, names="position")
-        self.position = len(events) if position is None else position
-        self._on_position({"new": self.position})
+        start = len(events) if position is None else position
+        self._show(0)              # something valid to fall back on
+        if start != 0:
+            self.position = start
+        if self.position != start or start == 0:
+            self._on_position({"new": start})
+
+    def _snap_back(self, message: str) -> None:
+        """Show ``message``, and put the slider back on the position whose record is shown."""
+        self.error = message
+        self._snapping = True
+        try:
+            self.position = self._good
+        finally:
+            self._snapping = False
 
     def _on_position(self, change: dict[str, Any]) -> None:
+        if self._snapping:
+            return
         pos = change["new"]
-        if not isinstance(pos, int) or not 0 <= pos <= len(self._events):
-            self.error = (f"position {pos} is outside the log: choose 0 to {len(self._events)} "
-                          f"(the record shown is still the one at {self.record.get('position', '-')})")
+        if isinstance(pos, bool) or not isinstance(pos, int) or not 0 <= pos <= len(self._events):
+            self._snap_back(f"position {pos!r} is outside the log: choose 0 to {len(self._events)} "
+                            f"(still showing the record at {self._good})")
             return
         try:
-            self.record = record_view(self._events, pos)
+            self._show(pos)
         except Exception as exc:   # a log that does not fold: say why in the widget
-            self.error = f"cannot fold the first {pos} events: {exc}"
+            self._snap_back(f"cannot fold the first {pos} events: {exc} (still showing the record at {self._good})")
             return
         self.error = ""
+
+    def _show(self, pos: int) -> None:
+        self.record = record_view(self._events, pos, self._index)
+        self._good = pos
         self.last_event = f"last: {self._events[pos - 1].event_type}" if pos else "before the first event"

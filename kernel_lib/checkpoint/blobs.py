@@ -1,0 +1,309 @@
+"""Content-addressed blob stores for checkpoints and workspace snapshots (§11.4.1, §11.8.2).
+
+Every object a checkpoint needs (file contents, tree manifests, record snapshots and deltas,
+workspace deltas, checkpoint manifests) is stored as bytes under the lowercase hex SHA-256 of
+those bytes. A name therefore proves nothing by itself: every read hashes the bytes again and a
+mismatch is reported as damage, never returned. Identical bytes get one copy, so trajectories
+over the same repository share their files (Venti-style coalescing, §11.8.2 footnote 9).
+
+* :class:`DirectoryBlobStore` keeps one file per object under ``<root>/<d[:2]>/<d>`` and makes
+  every new object durable (data ``fdatasync`` + directory ``fsync``) before :meth:`put_many`
+  returns. All its file operations go through a :class:`~kernel_lib.log.fs.FileSystem`, the seam
+  the crash explorer records and replays (:mod:`kernel_lib.checkpoint.crash`).
+* :class:`MemoryBlobStore` keeps objects in a dict (tests, simulations): nothing is durable.
+
+Units: sizes are bytes. Errors: :class:`~kernel_lib.errors.UnrecoverableStateError` when a read
+finds an object missing or damaged (``missing`` names it).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import posixpath
+import re
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Iterable, Iterator
+
+from ..errors import UnrecoverableStateError
+from ..log.fs import FileSystem, OsFileSystem
+
+_HEX64 = re.compile(r"^[0-9a-f]{64}$")
+
+
+def sha256_hex(data: bytes) -> str:
+    """Lowercase hex SHA-256 of ``data``: the name of its object."""
+    return hashlib.sha256(data).hexdigest()
+
+
+def is_digest(text: object) -> bool:
+    """True if ``text`` is a lowercase hex SHA-256 (64 characters)."""
+    return isinstance(text, str) and bool(_HEX64.match(text))
+
+
+@dataclass
+class BlobStats:
+    """Running totals of one store object (since it was opened): bytes and objects written by
+    :meth:`BlobStore.put_many`, puts skipped because the object was already stored, bytes read
+    back, objects deleted."""
+
+    bytes_written: int = 0
+    objects_written: int = 0
+    objects_skipped: int = 0
+    bytes_read: int = 0
+    objects_deleted: int = 0
+
+
+@dataclass
+class PutResult:
+    """What one :meth:`BlobStore.put_many` call did: ``digests`` in input order, and the bytes and
+    objects actually written (objects already present are not rewritten)."""
+
+    digests: list[str] = field(default_factory=list)
+    bytes_written: int = 0
+    objects_written: int = 0
+    objects_skipped: int = 0
+
+
+class BlobStore(ABC):
+    """Objects named by the SHA-256 of their bytes.
+
+    ``put_many`` returns only once every new object is durable in the store's failure domain
+    (that ordering is what lets a checkpoint be published after it, §11.4.1). ``get`` verifies the
+    digest on every read.
+    """
+
+    name: str = "blobs"
+    #: True when put_many's return means the bytes survive a host crash.
+    durable: bool = False
+
+    def __init__(self) -> None:
+        self.stats = BlobStats()
+
+    @abstractmethod
+    def _read(self, digest: str) -> bytes | None:
+        """Raw bytes stored under ``digest`` (unverified), or None if there are none."""
+
+    @abstractmethod
+    def _write_many(self, items: list[tuple[str, bytes]]) -> None:
+        """Store every ``(digest, bytes)`` pair and make it durable before returning."""
+
+    @abstractmethod
+    def _remove(self, digest: str) -> bool:
+        """Remove the object; False if it was not there."""
+
+    @abstractmethod
+    def digests(self) -> Iterator[str]:
+        """Names of every stored object (valid or not), in no particular order."""
+
+    def _known_good(self, digest: str) -> bool:
+        """True if this store object already knows ``digest`` holds the right bytes."""
+        return False
+
+    def _mark_good(self, digest: str) -> None:
+        pass
+
+    def put_many(self, datas: Iterable[bytes]) -> PutResult:
+        """Store each of ``datas`` under its digest; durable when this returns.
+
+        An object already stored with the right bytes is skipped (counted in
+        ``objects_skipped``); one stored with wrong bytes (a torn write left by a crash) is
+        written again.
+        """
+        out = PutResult()
+        todo: dict[str, bytes] = {}
+        for data in datas:
+            data = bytes(data)
+            d = sha256_hex(data)
+            out.digests.append(d)
+            if d in todo:
+                continue
+            if self.has(d):
+                out.objects_skipped += 1
+                continue
+            todo[d] = data
+        if todo:
+            self._write_many(list(todo.items()))
+            for d, data in todo.items():
+                self._mark_good(d)
+                out.bytes_written += len(data)
+            out.objects_written += len(todo)
+        self.stats.bytes_written += out.bytes_written
+        self.stats.objects_written += out.objects_written
+        self.stats.objects_skipped += out.objects_skipped
+        return out
+
+    def put(self, data: bytes) -> str:
+        """Store one object (see :meth:`put_many`); returns its digest."""
+        return self.put_many([data]).digests[0]
+
+    def has(self, digest: str) -> bool:
+        """True if ``digest`` is stored with the right bytes (read and hashed unless this store
+        object wrote or verified it already)."""
+        if self._known_good(digest):
+            return True
+        raw = self._read(digest)
+        if raw is None or sha256_hex(raw) != digest:
+            return False
+        self._mark_good(digest)
+        return True
+
+    def get(self, digest: str, *, kind: str = "object", needed_by: str = "") -> bytes:
+        """The bytes of ``digest``, verified.
+
+        Args:
+            kind: what the object is (``manifest``, ``record snapshot``, ``file blob``, ...), for
+                the error message.
+            needed_by: what needs it, for the error message.
+
+        Raises:
+            UnrecoverableStateError: the object is missing, or its bytes hash to another digest.
+        """
+        if not is_digest(digest):
+            raise UnrecoverableStateError(f"{kind} name {digest!r} is not a SHA-256 digest"
+                                          + (f" (needed by {needed_by})" if needed_by else ""),
+                                          missing=[(kind, str(digest))])
+        raw = self._read(digest)
+        why = ""
+        if raw is None:
+            why = "is missing"
+        else:
+            self.stats.bytes_read += len(raw)
+            if sha256_hex(raw) != digest:
+                why = f"is damaged (its {len(raw)} bytes hash to {sha256_hex(raw)[:12]}…, not to its name)"
+        if why:
+            raise UnrecoverableStateError(f"{kind} {digest[:16]}… {why} in blob store {self.name}"
+                                          + (f"; needed by {needed_by}" if needed_by else ""),
+                                          missing=[(kind, digest)])
+        self._mark_good(digest)
+        return raw
+
+    def delete(self, digest: str) -> bool:
+        """Remove one object (durably for a durable store); False if it was not stored."""
+        gone = self._remove(digest)
+        if gone:
+            self.stats.objects_deleted += 1
+        return gone
+
+    def size(self, digest: str) -> int | None:
+        """Stored length of ``digest`` in bytes (unverified), or None if absent."""
+        raw = self._read(digest)
+        return None if raw is None else len(raw)
+
+
+class MemoryBlobStore(BlobStore):
+    """Objects in a dict (``objects``: digest → bytes). Not durable: for tests and simulations.
+    Tests may edit ``objects`` to simulate damage; reads verify digests, so they notice."""
+
+    name = "memory"
+    durable = False
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.objects: dict[str, bytes] = {}
+
+    def _read(self, digest: str) -> bytes | None:
+        return self.objects.get(digest)
+
+    def _write_many(self, items: list[tuple[str, bytes]]) -> None:
+        for d, data in items:
+            self.objects[d] = data
+
+    def _remove(self, digest: str) -> bool:
+        return self.objects.pop(digest, None) is not None
+
+    def digests(self) -> Iterator[str]:
+        return iter(list(self.objects))
+
+
+class DirectoryBlobStore(BlobStore):
+    """One file per object under ``root``: ``<root>/<d[:2]>/<d>`` (256 fan-out directories).
+
+    Durability: a new object is written with ``pwrite`` and ``fdatasync``; once all objects of a
+    :meth:`put_many` are, every directory that gained an entry is ``fsync``'d (and the root first
+    when a fan-out directory was created). There is no rename: an object is written in place
+    under its final name, and because every read verifies the digest, a file torn by a crash is
+    treated as absent and rewritten by the next put of the same bytes.
+
+    Args:
+        root: the store's directory (created if missing; shared across trajectories).
+        fs: the file-system seam (default: the real one).
+    """
+
+    durable = True
+
+    def __init__(self, root: str, fs: FileSystem | None = None):
+        super().__init__()
+        self.fs = fs or OsFileSystem()
+        self.root = posixpath.normpath(str(root))
+        self.name = f"directory {self.root}"
+        self._good: set[str] = set()
+        if not self.fs.exists(self.root):
+            self.fs.makedirs(self.root)
+            parent = posixpath.dirname(self.root) or "/"
+            if self.fs.exists(parent):
+                self.fs.fsync_dir(parent)
+
+    def path_of(self, digest: str) -> str:
+        """File path of object ``digest``."""
+        return f"{self.root}/{digest[:2]}/{digest}"
+
+    def _known_good(self, digest: str) -> bool:
+        return digest in self._good
+
+    def _mark_good(self, digest: str) -> None:
+        self._good.add(digest)
+
+    def _read(self, digest: str) -> bytes | None:
+        if not is_digest(digest):
+            return None
+        try:
+            return self.fs.read_all(self.path_of(digest))
+        except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+            return None
+
+    def _write_many(self, items: list[tuple[str, bytes]]) -> None:
+        new_dirs = sorted({d[:2] for d, _ in items if not self.fs.exists(f"{self.root}/{d[:2]}")})
+        for sub in new_dirs:
+            self.fs.makedirs(f"{self.root}/{sub}")
+        if new_dirs:
+            self.fs.fsync_dir(self.root)
+        touched: set[str] = set()
+        for d, data in items:
+            path = self.path_of(d)
+            existed = self.fs.exists(path)
+            h = self.fs.open_file(path, create=True)
+            try:
+                if existed:   # wrong bytes under this name (a torn write): replace them
+                    self.fs.truncate(h, 0)
+                self.fs.pwrite(h, 0, data)
+                self.fs.fdatasync(h)
+            finally:
+                self.fs.close(h)
+            if not existed:
+                touched.add(f"{self.root}/{d[:2]}")
+        for sub in sorted(touched):
+            self.fs.fsync_dir(sub)
+
+    def _remove(self, digest: str) -> bool:
+        if not is_digest(digest):
+            return False
+        path = self.path_of(digest)
+        if not self.fs.exists(path):
+            return False
+        self.fs.remove(path)
+        self.fs.fsync_dir(posixpath.dirname(path))
+        self._good.discard(digest)
+        return True
+
+    def digests(self) -> Iterator[str]:
+        for sub in self.fs.listdir(self.root):
+            if len(sub) != 2:
+                continue
+            try:
+                names = self.fs.listdir(f"{self.root}/{sub}")
+            except (FileNotFoundError, NotADirectoryError):
+                continue
+            for n in names:
+                if is_digest(n) and n[:2] == sub:
+                    yield n

@@ -1,0 +1,425 @@
+"""Capture, publish, consolidate and retire checkpoints (§11.4.1, §11.4.2, eq. 3, table 4).
+
+:class:`Checkpointer` captures one trajectory's checkpoints at quiet boundaries:
+
+1. **freeze** (the pause): take the record's stored fields (:meth:`TrajectoryRecord.state_dict`)
+   and read the workspace into a content-addressed tree (file bytes held in memory). The record
+   must be at the log's head, and if the log names a workspace tree (a ``WorkspaceChanged``
+   event), the workspace read must be that tree; otherwise the pair would be torn and nothing
+   is captured.
+2. **serialize**: a full checkpoint encodes the complete record snapshot and tree object; an
+   incremental one encodes a record delta and a workspace delta against the previous published
+   checkpoint (its base), plus the digest of the complete record snapshot, so restore can check
+   what the chain rebuilds.
+3. **make durable**: every new object (file blobs, snapshot or deltas, manifest) is written to
+   the blob store, which returns only when they are durable.
+4. **publish**: append the ``Checkpoint`` (schema 2) event naming the manifest's digest. Only now
+   can recovery use it; a crash before this leaves the previous checkpoint in force, and the
+   unreferenced objects are harmless garbage.
+
+:meth:`Checkpointer.consolidate` writes a full base that replaces a delta chain (same covered
+position, published by its own event); :meth:`Checkpointer.retire` lists, and with
+``delete=True`` removes, the superseded deltas' manifests and record deltas, and refuses to do
+so unless the new base is in the log with all its objects intact. Workspace deltas and file
+blobs are never retired here: being content-addressed, the same bytes may be named by a
+``WorkspaceChanged`` event or by another trajectory, and their lifetime belongs to retention
+with reference tracking (§11.8.2).
+
+Every capture returns its cost figures (table 4): bytes and objects written, the state size a
+self-contained full copy would hold, and the pause, serialize, write and publish times.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Literal, Sequence
+
+from ..errors import CheckpointError, ConfigError
+from ..events import CheckpointV2, Event, WorkspaceChanged
+from ..log.trajectory import TrajectoryLog
+from ..record import TrajectoryRecord
+from .blobs import BlobStore, is_digest, sha256_hex
+from .manifest import CheckpointManifest
+from .restore import LoadedCheckpoint, find_checkpoint, load_checkpoint
+from .state import diff_state, encode_record_delta, record_digest
+from .tree import EMPTY_TREE, Tree, WorkspaceDelta, WorkspaceSource, diff_trees, read_workspace
+
+CaptureKind = Literal["full", "incremental", "auto"]
+
+
+@dataclass
+class CaptureResult:
+    """One published checkpoint and what it cost.
+
+    Sizes in bytes: ``bytes_written`` (new objects actually written, after deduplication),
+    ``record_bytes`` (the record snapshot or delta written for it), ``workspace_bytes`` (tree or
+    workspace delta object), ``file_bytes_written`` (new file blobs), ``state_bytes`` (complete
+    record snapshot + every file of the tree: what a self-contained copy of the state holds).
+    Times in seconds: ``pause_s`` (freeze), ``serialize_s``, ``write_s`` (durable writes),
+    ``publish_s`` (log append), ``total_s``. ``chain_length``: deltas back to the full base.
+    """
+
+    checkpoint_id: str
+    kind: str
+    covered_sequence_number: int
+    manifest_sha256: str
+    event: Event
+    chain_length: int
+    tree_sha256: str | None
+    record_sha256: str
+    bytes_written: int
+    objects_written: int
+    record_bytes: int
+    workspace_bytes: int
+    file_bytes_written: int
+    state_bytes: int
+    pause_s: float
+    serialize_s: float
+    write_s: float
+    publish_s: float
+    total_s: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items() if k != "event"} | {"event_sequence_number":
+                                                                            self.event.sequence_number}
+
+
+@dataclass
+class ConsolidationResult:
+    """A new full base replacing a delta chain: its capture, the checkpoint ids it supersedes,
+    and the digests of the objects only those used (retirable once the base is published)."""
+
+    capture: CaptureResult
+    supersedes: list[str]
+    retirable: list[str]
+
+
+@dataclass
+class RetireReport:
+    """What :meth:`Checkpointer.retire` did: objects found retirable, those deleted, bytes freed."""
+
+    base_checkpoint_id: str
+    retirable: list[str]
+    deleted: list[str] = field(default_factory=list)
+    bytes_freed: int = 0
+
+
+@dataclass
+class WorkspaceChangeResult:
+    """One logged workspace change: the event, the new tree and delta, bytes and objects written,
+    and its times in seconds (``scan_s``, ``write_s``, ``publish_s``)."""
+
+    event: Event
+    tree: Tree
+    delta: WorkspaceDelta
+    bytes_written: int
+    objects_written: int
+    scan_s: float
+    write_s: float
+    publish_s: float
+
+
+@dataclass
+class _Published:
+    manifest_sha256: str
+    manifest: CheckpointManifest
+    state: dict[str, Any]
+    tree: Tree | None
+    chain: list[tuple[str, CheckpointManifest]]
+
+
+def store_tree(blobs: BlobStore, workspace: WorkspaceSource, *, ignore: Iterable[str] = ()) -> Tree:
+    """Put a workspace's file blobs and its tree object in ``blobs`` (durable on return) and
+    return the tree, e.g. to register an immutable snapshot such as ``ws_r18`` once.
+
+    Raises CheckpointError if the workspace cannot be read as a tree."""
+    tree, datas = read_workspace(workspace, blobs, ignore=ignore)
+    blobs.put_many([*datas.values(), tree.canonical])
+    return tree
+
+
+def log_workspace_change(log: TrajectoryLog, blobs: BlobStore, base: Tree, workspace: WorkspaceSource, *,
+                         operation_id: str | None = None, change_id: str | None = None,
+                         ignore: Iterable[str] = ()) -> WorkspaceChangeResult | None:
+    """Record that the workspace went from tree ``base`` to the current ``workspace`` (§11.4.1).
+
+    The new file blobs, the delta and both tree objects are made durable first; then a
+    ``WorkspaceChanged`` event naming them is appended. Returns None (and logs nothing) when the
+    workspace did not change.
+
+    Raises:
+        CheckpointError: the workspace cannot be read as a tree.
+        StoreError subclasses: the append was refused (nothing names the new objects then).
+    """
+    t0 = time.perf_counter()
+    tree, datas = read_workspace(workspace, blobs, ignore=ignore)
+    delta = diff_trees(base, tree)
+    if not delta.changes:
+        return None
+    t1 = time.perf_counter()
+    need = set(delta.new_blobs())
+    put = blobs.put_many([d for k, d in datas.items() if k in need] + [base.canonical, tree.canonical,
+                                                                       delta.canonical])
+    t2 = time.perf_counter()
+    c = delta.counts()
+    ev = log.append(WorkspaceChanged(
+        change_id=change_id or f"wsc-{log.head + 1}-{delta.sha256[:12]}", base_tree_sha256=base.sha256,
+        result_tree_sha256=tree.sha256, delta_sha256=delta.sha256, operation_id=operation_id,
+        files_written=c["write"], files_deleted=c["delete"], mode_changes=c["mode"]))
+    t3 = time.perf_counter()
+    return WorkspaceChangeResult(ev, tree, delta, put.bytes_written, put.objects_written, t1 - t0, t2 - t1, t3 - t2)
+
+
+class Checkpointer:
+    """Captures and publishes the checkpoints of the trajectory behind ``log``.
+
+    Args:
+        log: the trajectory's log handle; checkpoints are published by appending through it.
+        blobs: where every checkpoint object goes (shared across trajectories).
+        max_chain: with ``kind="auto"``, the longest delta chain before a full snapshot is taken.
+        ignore: file/directory names skipped when reading a directory workspace.
+
+    The live record a caller keeps (e.g. a :class:`~kernel_lib.dispatch.DispatchGate`'s) does
+    not yet hold the ``Checkpoint`` event a capture appends; fold ``result.event`` into it.
+    """
+
+    def __init__(self, log: TrajectoryLog, blobs: BlobStore, *, max_chain: int = 8, ignore: Iterable[str] = ()):
+        if type(max_chain) is not int or max_chain < 0:
+            raise ConfigError(f"max_chain must be an integer >= 0, got {max_chain!r}")
+        self.log, self.blobs, self.max_chain = log, blobs, max_chain
+        self.ignore = tuple(ignore)
+        self._last: _Published | None = None
+        self._loaded = False
+
+    # --- the latest published checkpoint ---------------------------------------------------------
+    def _latest(self) -> _Published | None:
+        if self._last is None and not self._loaded:
+            self._loaded = True
+            ev, _ = find_checkpoint(self.log.store, self.log.trajectory_id, self.log.store.head(self.log.trajectory_id))
+            if ev is not None:
+                lc: LoadedCheckpoint = load_checkpoint(self.blobs, ev.payload.manifest_sha256,
+                                                       trajectory_id=self.log.trajectory_id, expect=ev.payload)
+                self._last = _Published(lc.manifest_sha256, lc.manifest, lc.state, lc.tree, lc.chain)
+        return self._last
+
+    @property
+    def latest(self) -> CheckpointManifest | None:
+        """Manifest of the newest checkpoint published in the log (read from it on first use).
+
+        Raises UnrecoverableStateError if that checkpoint's objects are missing or damaged."""
+        last = self._latest()
+        return last.manifest if last else None
+
+    # --- capture ---------------------------------------------------------------------------------
+    def capture(self, record: TrajectoryRecord, workspace: WorkspaceSource | None = None, *,
+                kind: CaptureKind = "auto", artifact_refs: Sequence[str] = ()) -> CaptureResult:
+        """Capture and publish a checkpoint of ``record`` and ``workspace`` at the record's position.
+
+        Args:
+            record: the trajectory record folded up to the log's head.
+            workspace: a directory, in-memory files or a stored :class:`Tree` (None: none).
+            kind: ``full``, ``incremental`` (needs a published base), or ``auto`` (incremental
+                while the chain is shorter than ``max_chain``, full otherwise).
+            artifact_refs: digests of objects restore must find intact (already in ``blobs``).
+
+        Raises:
+            CheckpointError: the record is not at the log's head or belongs to another
+                trajectory; the workspace is not the tree the log names, cannot be read, or is
+                missing while the base has one; an artifact is not stored; ``incremental``
+                without a published base.
+            UnrecoverableStateError: the base checkpoint (read back from the log) is damaged.
+            StoreError subclasses: publication was refused (nothing was published).
+        """
+        t0 = time.perf_counter()
+        tid = self.log.trajectory_id
+        if record.trajectory_id != tid:
+            raise CheckpointError(f"record of {record.trajectory_id!r} given to the checkpointer of {tid!r}")
+        if record.last_sequence_number != self.log.head:
+            raise CheckpointError(f"the record is at position {record.last_sequence_number} but the log is at "
+                                  f"{self.log.head}: a checkpoint is captured at a quiet boundary, with the record "
+                                  "folded up to the log's head")
+        if kind not in ("full", "incremental", "auto"):
+            raise CheckpointError(f"kind must be full, incremental or auto, not {kind!r}")
+        bad = [a for a in artifact_refs if not is_digest(a) or not self.blobs.has(a)]
+        if bad:
+            raise CheckpointError(f"required artifact(s) not stored intact in {self.blobs.name}: {bad[:3]}")
+        # 1. freeze
+        state = record.state_dict()
+        tree, datas = (read_workspace(workspace, self.blobs, ignore=self.ignore) if workspace is not None
+                       else (None, {}))
+        if record.workspace_tree_sha256 is not None and (tree is None or tree.sha256 != record.workspace_tree_sha256):
+            raise CheckpointError(
+                f"torn checkpoint refused: the log says the workspace is tree {record.workspace_tree_sha256[:12]}… at "
+                f"position {record.last_sequence_number}, but the workspace given is "
+                f"{tree.sha256[:12] + '…' if tree else 'none'}")
+        t1 = time.perf_counter()
+        # 2. serialize
+        base = self._latest() if kind != "full" else None
+        if kind == "incremental" and base is None:
+            raise CheckpointError(f"no published checkpoint of {tid!r} to be the base of an incremental one")
+        if kind == "auto" and (base is None or base.manifest.chain_length >= self.max_chain):
+            base = None
+        if base is not None and base.tree is not None and tree is None:
+            raise CheckpointError("the base checkpoint has a workspace and this capture has none")
+        record_sha, record_data = record_digest(state)
+        objects: list[bytes] = []
+        if base is None:
+            kind_now, chain_length = "full", 0
+            rec_part = {"sha256": record_sha, "size": len(record_data), "snapshot": record_sha, "delta": None}
+            objects.append(record_data)
+            record_bytes = len(record_data)
+            ws_part = None
+            workspace_bytes = 0
+            if tree is not None:
+                ws_part = {"tree_sha256": tree.sha256, "files": len(tree), "bytes": tree.total_bytes,
+                           "tree": tree.sha256, "delta": None}
+                objects.append(tree.canonical)
+                workspace_bytes = len(tree.canonical)
+            file_blobs = list(datas.values())
+            base_ref = None
+        else:
+            kind_now, chain_length = "incremental", base.manifest.chain_length + 1
+            delta_data = encode_record_delta(base.manifest.record_sha256, record_sha, diff_state(base.state, state))
+            objects.append(delta_data)
+            record_bytes = len(delta_data)
+            rec_part = {"sha256": record_sha, "size": len(record_data), "snapshot": None,
+                        "delta": sha256_hex(delta_data)}
+            ws_part = None
+            workspace_bytes = 0
+            file_blobs = []
+            if tree is not None:
+                wdelta = diff_trees(base.tree or EMPTY_TREE, tree)
+                objects.append(wdelta.canonical)
+                workspace_bytes = len(wdelta.canonical)
+                ws_part = {"tree_sha256": tree.sha256, "files": len(tree), "bytes": tree.total_bytes,
+                           "tree": None, "delta": wdelta.sha256}
+                need = set(wdelta.new_blobs())
+                file_blobs = [d for k, d in datas.items() if k in need]
+            base_ref = {"checkpoint_id": base.manifest.checkpoint_id, "manifest_sha256": base.manifest_sha256}
+        manifest = self._manifest(record, kind_now, rec_part, ws_part, base_ref, chain_length, artifact_refs, ())
+        t2 = time.perf_counter()
+        # 3. durable, then 4. publish
+        put_files = self.blobs.put_many(file_blobs)
+        put_rest = self.blobs.put_many(objects + [manifest.canonical])
+        t3 = time.perf_counter()
+        ev = self._publish(manifest, ())
+        t4 = time.perf_counter()
+        chain = (base.chain if base is not None else []) + [(manifest.sha256, manifest)]
+        self._last = _Published(manifest.sha256, manifest, state, tree, chain)
+        return CaptureResult(
+            checkpoint_id=manifest.checkpoint_id, kind=kind_now, covered_sequence_number=manifest.covered_sequence_number,
+            manifest_sha256=manifest.sha256, event=ev, chain_length=chain_length,
+            tree_sha256=tree.sha256 if tree else None, record_sha256=record_sha,
+            bytes_written=put_files.bytes_written + put_rest.bytes_written,
+            objects_written=put_files.objects_written + put_rest.objects_written,
+            record_bytes=record_bytes, workspace_bytes=workspace_bytes, file_bytes_written=put_files.bytes_written,
+            state_bytes=len(record_data) + (tree.total_bytes if tree else 0),
+            pause_s=t1 - t0, serialize_s=t2 - t1, write_s=t3 - t2, publish_s=t4 - t3, total_s=t4 - t0)
+
+    def _manifest(self, record_or_state: TrajectoryRecord | dict, kind: str, rec_part: dict, ws_part: dict | None,
+                  base_ref: dict | None, chain_length: int, artifacts: Sequence[str],
+                  supersedes: Sequence[str]) -> CheckpointManifest:
+        if isinstance(record_or_state, TrajectoryRecord):
+            p, prefix = record_or_state.last_sequence_number, record_or_state.prefix_sha256
+        else:
+            p, prefix = record_or_state["last_sequence_number"], record_or_state["prefix_sha256"]
+        tag = sha256_hex("|".join([rec_part["sha256"], (ws_part or {}).get("tree_sha256") or "-",
+                                   (base_ref or {}).get("manifest_sha256") or "-", ",".join(supersedes)]).encode())
+        return CheckpointManifest(
+            checkpoint_id=f"ckpt-{p}-{kind}-{tag[:12]}", trajectory_id=self.log.trajectory_id,
+            covered_sequence_number=p, prefix_sha256=prefix, kind=kind, record=rec_part, workspace=ws_part,
+            base=base_ref, chain_length=chain_length, artifacts=tuple(artifacts), supersedes=tuple(supersedes))
+
+    def _publish(self, manifest: CheckpointManifest, supersedes: Sequence[str]) -> Event:
+        return self.log.append(CheckpointV2(
+            checkpoint_id=manifest.checkpoint_id, covered_sequence_number=manifest.covered_sequence_number,
+            manifest_sha256=manifest.sha256, kind=manifest.kind,
+            base_checkpoint_id=manifest.base["checkpoint_id"] if manifest.base else None,
+            record_sha256=manifest.record_sha256, workspace_tree_sha256=manifest.tree_sha256,
+            artifact_refs=list(manifest.artifacts), supersedes=list(supersedes)))
+
+    # --- consolidation ---------------------------------------------------------------------------
+    def consolidate(self) -> ConsolidationResult | None:
+        """Replace the delta chain of the newest checkpoint with a full base at the same covered
+        position, published by its own ``Checkpoint`` event (§11.4.2). Returns None when the
+        newest checkpoint is already full (or there is none).
+
+        Nothing is deleted here: pass the result to :meth:`retire` once you want the superseded
+        deltas gone. Raises as :meth:`capture` and UnrecoverableStateError if the chain is damaged.
+        """
+        last = self._latest()
+        if last is None or last.manifest.kind == "full":
+            return None
+        t0 = time.perf_counter()
+        state, tree = last.state, last.tree
+        record_sha, record_data = record_digest(state)
+        if record_sha != last.manifest.record_sha256:
+            raise CheckpointError(f"the chain of {last.manifest.checkpoint_id} rebuilds a record that hashes to "
+                                  f"{record_sha[:12]}…, not {last.manifest.record_sha256[:12]}…")
+        rec_part = {"sha256": record_sha, "size": len(record_data), "snapshot": record_sha, "delta": None}
+        objects = [record_data]
+        ws_part = None
+        if tree is not None:
+            ws_part = {"tree_sha256": tree.sha256, "files": len(tree), "bytes": tree.total_bytes,
+                       "tree": tree.sha256, "delta": None}
+            objects.append(tree.canonical)
+        superseded = [(d, m) for d, m in last.chain if m.kind == "incremental"]
+        supersedes = [m.checkpoint_id for _, m in superseded]
+        manifest = self._manifest(state, "full", rec_part, ws_part, None, 0, last.manifest.artifacts, supersedes)
+        t1 = time.perf_counter()
+        put = self.blobs.put_many(objects + [manifest.canonical])
+        t2 = time.perf_counter()
+        ev = self._publish(manifest, supersedes)
+        t3 = time.perf_counter()
+        self._last = _Published(manifest.sha256, manifest, state, tree, [(manifest.sha256, manifest)])
+        # only objects private to this trajectory's superseded checkpoints: their manifests and
+        # record deltas (both name this trajectory's record digests). Workspace deltas and file
+        # blobs are content-addressed and may also be named by WorkspaceChanged events or by
+        # other trajectories, so they stay (their reclamation needs reference tracking, §11.8.2).
+        keep = set(manifest.objects()) | {manifest.sha256}
+        retirable: list[str] = []
+        for d, m in superseded:
+            for obj in (d, m.record.get("delta")):
+                if obj and obj not in keep and obj not in retirable:
+                    retirable.append(obj)
+        cap = CaptureResult(
+            checkpoint_id=manifest.checkpoint_id, kind="full", covered_sequence_number=manifest.covered_sequence_number,
+            manifest_sha256=manifest.sha256, event=ev, chain_length=0, tree_sha256=tree.sha256 if tree else None,
+            record_sha256=record_sha, bytes_written=put.bytes_written, objects_written=put.objects_written,
+            record_bytes=len(record_data), workspace_bytes=len(tree.canonical) if tree else 0, file_bytes_written=0,
+            state_bytes=len(record_data) + (tree.total_bytes if tree else 0), pause_s=0.0, serialize_s=t1 - t0,
+            write_s=t2 - t1, publish_s=t3 - t2, total_s=t3 - t0)
+        return ConsolidationResult(cap, supersedes, retirable)
+
+    def retire(self, consolidation: ConsolidationResult, *, delete: bool = False) -> RetireReport:
+        """Retire the deltas a consolidated base superseded: list them, and with ``delete=True``
+        remove them from the blob store.
+
+        Refuses (CheckpointError, nothing removed) unless the base's ``Checkpoint`` event is in
+        the log at its position with the same bytes, and the base's manifest, record snapshot,
+        tree and file blobs are all stored intact. After retirement, restoring a position whose
+        newest checkpoint was one of the superseded deltas fails with UnrecoverableStateError
+        (keep them if audits need that history, §11.4.2).
+        """
+        cap = consolidation.capture
+        seq = cap.event.sequence_number
+        found = list(self.log.store.read(self.log.trajectory_id, seq, seq))
+        if not found or found[0].digest != cap.event.digest:
+            raise CheckpointError(f"consolidated base {cap.checkpoint_id} is not published at position {seq} of the "
+                                  "log; nothing retired")
+        lc = load_checkpoint(self.blobs, cap.manifest_sha256, trajectory_id=self.log.trajectory_id,
+                             expect=cap.event.payload)
+        if lc.tree is not None:
+            absent = [p for p, e in lc.tree.files.items() if not self.blobs.has(e.sha256)]
+            if absent:
+                raise CheckpointError(f"consolidated base {cap.checkpoint_id} lacks file blobs {absent[:3]}; "
+                                      "nothing retired")
+        report = RetireReport(cap.checkpoint_id, list(consolidation.retirable))
+        if delete:
+            for d in consolidation.retirable:
+                size = self.blobs.size(d) or 0
+                if self.blobs.delete(d):
+                    report.deleted.append(d)
+                    report.bytes_freed += size
+        return report

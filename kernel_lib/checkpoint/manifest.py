@@ -1,0 +1,144 @@
+"""The checkpoint manifest: the contract of one recovery boundary (§11.4.1, §11.4.2).
+
+A manifest binds an exact committed log position ``covered_sequence_number`` (p) of one
+trajectory to:
+
+* the record at p: the digest and size of its complete snapshot, and either the snapshot itself
+  (``full``) or a record delta against the base checkpoint (``incremental``);
+* the workspace at p: the id of its tree, and either the tree object (``full``) or a workspace
+  delta against the base's tree (``incremental``); None when the trajectory has no workspace;
+* the base checkpoint (id and manifest digest) and the chain length back to a full base;
+* the digests of required artifacts (objects restore must find intact, e.g. offloaded model
+  inputs);
+* the log prefix digest at p (``TrajectoryRecord.prefix_sha256``), and the reducer version and
+  formats needed to read all of it.
+
+Stored as canonical RFC 8785 JSON under its own SHA-256 in the blob store; the ``Checkpoint``
+(schema 2) event that publishes it carries that digest.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import UnrecoverableStateError
+from ..events import REDUCER_VERSION
+from .blobs import is_digest, sha256_hex
+from .state import RECORD_DELTA_FORMAT, RECORD_FORMAT, canonical
+from .tree import DELTA_FORMAT, TREE_FORMAT
+
+MANIFEST_FORMAT = "kernel_lib.checkpoint/1"
+#: Formats and versions this build writes and can read, recorded in every manifest.
+VERSIONS = {"reducer_version": REDUCER_VERSION, "record_format": RECORD_FORMAT,
+            "record_delta_format": RECORD_DELTA_FORMAT, "tree_format": TREE_FORMAT,
+            "workspace_delta_format": DELTA_FORMAT, "checkpoint_event_schema": 2, "workspace_event_schema": 1}
+
+
+@dataclass(frozen=True)
+class CheckpointManifest:
+    """One checkpoint manifest (see the module docstring). ``record`` holds ``sha256`` and
+    ``size`` (bytes) of the complete record snapshot plus ``snapshot`` or ``delta`` (object
+    digests); ``workspace`` holds ``tree_sha256``, ``files``, ``bytes`` plus ``tree`` or
+    ``delta``."""
+
+    checkpoint_id: str
+    trajectory_id: str
+    covered_sequence_number: int
+    prefix_sha256: str
+    kind: str
+    record: dict[str, Any]
+    workspace: dict[str, Any] | None
+    base: dict[str, str] | None = None
+    chain_length: int = 0
+    artifacts: tuple[str, ...] = ()
+    supersedes: tuple[str, ...] = ()
+    versions: dict[str, Any] = field(default_factory=lambda: dict(VERSIONS))
+
+    def to_json(self) -> dict[str, Any]:
+        return {"format": MANIFEST_FORMAT, "checkpoint_id": self.checkpoint_id, "trajectory_id": self.trajectory_id,
+                "covered_sequence_number": self.covered_sequence_number, "prefix_sha256": self.prefix_sha256,
+                "kind": self.kind, "record": self.record, "workspace": self.workspace, "base": self.base,
+                "chain_length": self.chain_length, "artifacts": list(self.artifacts),
+                "supersedes": list(self.supersedes), "versions": self.versions}
+
+    @property
+    def canonical(self) -> bytes:
+        return canonical(self.to_json())
+
+    @property
+    def sha256(self) -> str:
+        return sha256_hex(self.canonical)
+
+    @property
+    def record_sha256(self) -> str:
+        return self.record["sha256"]
+
+    @property
+    def tree_sha256(self) -> str | None:
+        return None if self.workspace is None else self.workspace["tree_sha256"]
+
+    def objects(self) -> list[str]:
+        """Digests of the objects this manifest itself references (not its base's, not file
+        blobs): record snapshot or delta, tree or workspace delta, artifacts."""
+        out = [self.record.get("snapshot") or self.record.get("delta")]
+        if self.workspace is not None:
+            out.append(self.workspace.get("tree") or self.workspace.get("delta"))
+        out.extend(self.artifacts)
+        return [d for d in out if d]
+
+    @classmethod
+    def from_bytes(cls, data: bytes, *, name: str = "manifest") -> "CheckpointManifest":
+        """Parse stored manifest bytes.
+
+        Raises UnrecoverableStateError if they are not a manifest of a format, reducer version
+        and kind this build reads.
+        """
+        try:
+            d = json.loads(data)
+            if not isinstance(d, dict) or d.get("format") != MANIFEST_FORMAT:
+                raise ValueError(f"format is {d.get('format') if isinstance(d, dict) else None!r}, "
+                                 f"not {MANIFEST_FORMAT!r}")
+            versions = d["versions"]
+            from ..record import SUPPORTED_REDUCER_VERSIONS
+            if versions.get("reducer_version") not in SUPPORTED_REDUCER_VERSIONS:
+                raise ValueError(f"written under reducer version {versions.get('reducer_version')}; this build "
+                                 f"folds {sorted(SUPPORTED_REDUCER_VERSIONS)}")
+            for key in ("record_format", "record_delta_format", "tree_format", "workspace_delta_format"):
+                if versions.get(key) != VERSIONS[key]:
+                    raise ValueError(f"{key} {versions.get(key)!r} is not the {VERSIONS[key]!r} this build reads")
+            m = cls(checkpoint_id=d["checkpoint_id"], trajectory_id=d["trajectory_id"],
+                    covered_sequence_number=d["covered_sequence_number"], prefix_sha256=d["prefix_sha256"],
+                    kind=d["kind"], record=d["record"], workspace=d["workspace"], base=d["base"],
+                    chain_length=d["chain_length"], artifacts=tuple(d["artifacts"]),
+                    supersedes=tuple(d["supersedes"]), versions=versions)
+            m._check()
+            return m
+        except UnrecoverableStateError:
+            raise
+        except (ValueError, TypeError, KeyError, AttributeError) as exc:
+            raise UnrecoverableStateError(f"checkpoint {name} is not a manifest this build reads: {exc}",
+                                          missing=[("checkpoint manifest", name)]) from None
+
+    def _check(self) -> None:
+        if self.kind not in ("full", "incremental"):
+            raise ValueError(f"unknown kind {self.kind!r}")
+        if type(self.covered_sequence_number) is not int or self.covered_sequence_number < 0:
+            raise ValueError("covered_sequence_number must be an integer >= 0")
+        if not is_digest(self.record.get("sha256")):
+            raise ValueError("record.sha256 is not a digest")
+        own = "snapshot" if self.kind == "full" else "delta"
+        if not is_digest(self.record.get(own)):
+            raise ValueError(f"a {self.kind} checkpoint needs record.{own}")
+        if self.workspace is not None:
+            if not is_digest(self.workspace.get("tree_sha256")):
+                raise ValueError("workspace.tree_sha256 is not a digest")
+            if not is_digest(self.workspace.get("tree" if self.kind == "full" else "delta")):
+                raise ValueError(f"a {self.kind} checkpoint needs workspace.{'tree' if self.kind == 'full' else 'delta'}")
+        if (self.kind == "incremental") != (self.base is not None):
+            raise ValueError("an incremental checkpoint names its base, a full one none")
+        if self.base is not None and not is_digest(self.base.get("manifest_sha256")):
+            raise ValueError("base.manifest_sha256 is not a digest")
+        if not all(is_digest(a) for a in self.artifacts):
+            raise ValueError("an artifact reference is not a digest")

@@ -1,0 +1,325 @@
+"""Restore the record and the workspace at a log position (§11.4.1, §11.5.2).
+
+:func:`restore` is deterministic and offline: it reads the log and the blob store and nothing
+else, and calls no model and no tool. Its steps:
+
+1. find the newest published checkpoint at or before the target position t: the last
+   ``Checkpoint`` (schema 2) event in the log at a position ≤ t, found by reading the log
+   backwards in growing windows (the events read are reused as part of the suffix);
+2. read its manifest and, for an incremental one, every manifest of its chain back to a full
+   base, verifying each object's SHA-256 as it is read;
+3. rebuild the record at the covered position p (full snapshot, then each record delta, then a
+   check of the resulting record's digest) and the tree at p (tree, then each workspace delta,
+   each result checked against its tree id);
+4. fold the log suffix p+1..t into the record, and apply every ``WorkspaceChanged`` delta of the
+   suffix to the tree in log order (each must start from the tree the previous one produced);
+5. check that the tree arrived at is the one the log says (the record's
+   ``workspace_tree_sha256``), verify every file blob, and write the files into ``dest``.
+
+Any object missing or damaged stops the restore with
+:class:`~kernel_lib.errors.UnrecoverableStateError` naming it; a log position is never paired
+with an older tree. With no checkpoint at or before t, the record is folded from record_0 and
+the workspace is known only from the first logged workspace change on.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..errors import ConfigError, UnrecoverableStateError
+from ..events import CheckpointV2, Event, WorkspaceChanged
+from ..log.base import LogStore
+from ..record import TrajectoryRecord, fold_into, initial_record
+from .blobs import BlobStore
+from .manifest import CheckpointManifest
+from .state import apply_state_delta, decode_record_delta, decode_record_state, record_digest, record_from_snapshot
+from .tree import EMPTY_TREE, Tree, load_delta, load_tree, materialize
+
+#: First window (events) of the backward scan for a checkpoint; it doubles up to the maximum.
+SCAN_WINDOW = 256
+SCAN_WINDOW_MAX = 65536
+
+
+@dataclass
+class LoadedCheckpoint:
+    """A checkpoint read back and verified: its manifest (and digest), the record state (or, with
+    ``as_record``, the record itself) and tree at its covered position, and its chain (manifest
+    digest, manifest), oldest (the full base) first, this one last."""
+
+    manifest_sha256: str
+    manifest: CheckpointManifest
+    state: dict[str, Any] | None
+    tree: Tree | None
+    chain: list[tuple[str, CheckpointManifest]]
+    bytes_read: int = 0
+    record: TrajectoryRecord | None = None
+
+
+@dataclass
+class RestoreResult:
+    """What :func:`restore` rebuilt.
+
+    ``record`` is the trajectory record at ``target``; ``tree`` the workspace tree there (None:
+    no workspace known); ``workspace_dir`` where its files were written (None if no ``dest``).
+    ``checkpoint`` is the manifest used (None: folded from record_0), with ``chain_length`` deltas
+    behind it. ``suffix_events`` were folded and ``workspace_changes`` applied after it.
+    ``bytes_read`` counts blob-store bytes. ``timings_s`` (seconds): ``find``, ``load`` (manifests,
+    record and tree with their deltas, digests checked), ``fold``, ``workspace`` (logged deltas),
+    ``materialize`` (blob checks and file writes) and ``total``.
+    """
+
+    record: TrajectoryRecord
+    target: int
+    tree: Tree | None
+    workspace_dir: Path | None
+    checkpoint: CheckpointManifest | None
+    checkpoint_manifest_sha256: str | None
+    chain_length: int
+    suffix_events: int
+    workspace_changes: int
+    bytes_read: int
+    timings_s: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def tree_sha256(self) -> str | None:
+        return None if self.tree is None else self.tree.sha256
+
+    def to_dict(self) -> dict[str, Any]:
+        """Summary as plain data (the record as ``to_dict``)."""
+        return {"target": self.target, "checkpoint_id": self.checkpoint.checkpoint_id if self.checkpoint else None,
+                "covered_sequence_number": self.checkpoint.covered_sequence_number if self.checkpoint else 0,
+                "chain_length": self.chain_length, "suffix_events": self.suffix_events,
+                "workspace_changes": self.workspace_changes, "tree_sha256": self.tree_sha256,
+                "workspace_dir": str(self.workspace_dir) if self.workspace_dir else None,
+                "bytes_read": self.bytes_read, "timings_s": dict(self.timings_s), "record": self.record.to_dict()}
+
+
+def is_published_checkpoint(ev: Event) -> bool:
+    """True for a ``Checkpoint`` event this module can restore from (schema 2)."""
+    return isinstance(ev.payload, CheckpointV2)
+
+
+def find_checkpoint(store: LogStore, trajectory_id: str, target: int, *,
+                    checkpoint_id: str | None = None) -> tuple[Event | None, list[Event]]:
+    """The newest published ``Checkpoint`` event at a position ≤ ``target`` (or the one named
+    ``checkpoint_id``), and the events read while looking for it (ascending, ending at
+    ``target``; they start at or before the checkpoint event, or at 1 when none was found).
+
+    Reads the log backwards in windows of 256, 512, … events, so the cost is proportional to
+    the distance from the target back to the checkpoint, not to the log's length.
+    """
+    chunks: list[list[Event]] = []
+    hi, window = target, SCAN_WINDOW
+    while hi >= 1:
+        lo = max(1, hi - window + 1)
+        chunk = list(store.read(trajectory_id, lo, hi))
+        chunks.append(chunk)
+        for ev in reversed(chunk):
+            if is_published_checkpoint(ev) and (checkpoint_id is None or ev.payload.checkpoint_id == checkpoint_id):
+                return ev, [e for c in reversed(chunks) for e in c]
+        hi, window = lo - 1, min(window * 2, SCAN_WINDOW_MAX)
+    return None, [e for c in reversed(chunks) for e in c]
+
+
+def load_checkpoint(blobs: BlobStore, manifest_sha256: str, *, trajectory_id: str | None = None,
+                    expect: CheckpointV2 | None = None, as_record: bool = False) -> LoadedCheckpoint:
+    """Read and verify one checkpoint with its whole chain, and rebuild its record state and tree.
+
+    Args:
+        manifest_sha256: the manifest's digest (from the ``Checkpoint`` event).
+        trajectory_id: if given, every manifest of the chain must belong to it.
+        expect: the publishing event's payload; its fields must agree with the manifest.
+        as_record: also build the :class:`TrajectoryRecord` (``record``); for a full checkpoint
+            it is built straight from the snapshot and ``state`` is None.
+
+    Raises:
+        UnrecoverableStateError: a manifest, snapshot, delta or tree of the chain is missing or
+            damaged, the chain is inconsistent (trajectory, positions, digests), or the rebuilt
+            record does not hash to the digest the manifest promises.
+    """
+    start = blobs.stats.bytes_read
+    chain: list[tuple[str, CheckpointManifest]] = []
+    digest, needed_by = manifest_sha256, "the Checkpoint event"
+    while True:
+        m = CheckpointManifest.from_bytes(blobs.get(digest, kind="checkpoint manifest", needed_by=needed_by),
+                                          name=digest[:16])
+        if trajectory_id is not None and m.trajectory_id != trajectory_id:
+            raise UnrecoverableStateError(f"checkpoint manifest {digest[:16]}… belongs to {m.trajectory_id!r}, not "
+                                          f"{trajectory_id!r}", missing=[("checkpoint manifest", digest)])
+        if chain and (m.covered_sequence_number > chain[-1][1].covered_sequence_number
+                      or m.checkpoint_id != chain[-1][1].base["checkpoint_id"]):
+            raise UnrecoverableStateError(f"checkpoint {chain[-1][1].checkpoint_id} names base "
+                                          f"{chain[-1][1].base['checkpoint_id']}, but its base manifest is "
+                                          f"{m.checkpoint_id} at position {m.covered_sequence_number}",
+                                          missing=[("checkpoint manifest", digest)])
+        chain.append((digest, m))
+        if m.kind == "full":
+            break
+        if len(chain) > 100_000:
+            raise UnrecoverableStateError("checkpoint chain does not end in a full base",
+                                          missing=[("checkpoint manifest", digest)])
+        needed_by = f"checkpoint {m.checkpoint_id} (its base)"
+        digest = m.base["manifest_sha256"]
+    chain.reverse()
+    top = chain[-1][1]
+    if expect is not None:
+        got = (top.checkpoint_id, top.covered_sequence_number, top.kind, top.record_sha256, top.tree_sha256)
+        want = (expect.checkpoint_id, expect.covered_sequence_number, expect.kind, expect.record_sha256,
+                expect.workspace_tree_sha256)
+        if got != want:
+            raise UnrecoverableStateError(f"the Checkpoint event and manifest {manifest_sha256[:16]}… disagree: "
+                                          f"event {want}, manifest {got}",
+                                          missing=[("checkpoint manifest", manifest_sha256)])
+    base_digest, base = chain[0]
+    who = f"checkpoint {base.checkpoint_id}"
+    snapshot = blobs.get(base.record["snapshot"], kind="record snapshot", needed_by=who)
+    record = None
+    if as_record and len(chain) == 1:
+        state, record = None, record_from_snapshot(snapshot, name=base.record["snapshot"][:16])
+    else:
+        state, reducer_version = decode_record_state(snapshot, name=base.record["snapshot"][:16])
+    del snapshot
+    if base.record["snapshot"] != base.record_sha256:
+        raise UnrecoverableStateError(f"{who}: record snapshot digest {base.record['snapshot'][:16]}… differs from "
+                                      f"the record digest {base.record_sha256[:16]}… it promises",
+                                      missing=[("record snapshot", base.record["snapshot"])])
+    tree = load_tree(blobs, base.workspace["tree"], needed_by=who) if base.workspace is not None else None
+    if tree is not None and tree.sha256 != base.tree_sha256:
+        raise UnrecoverableStateError(f"{who}: tree object {tree.sha256[:16]}… is not the tree "
+                                      f"{base.tree_sha256[:16]}… it promises", missing=[("workspace tree", base.tree_sha256)])
+    prev = base
+    for _digest, m in chain[1:]:
+        who = f"checkpoint {m.checkpoint_id}"
+        base_sha, result_sha, ops = decode_record_delta(
+            blobs.get(m.record["delta"], kind="record delta", needed_by=who), name=m.record["delta"][:16])
+        if base_sha != prev.record_sha256 or result_sha != m.record_sha256:
+            raise UnrecoverableStateError(f"{who}: record delta {m.record['delta'][:16]}… does not connect "
+                                          f"{prev.checkpoint_id} to {m.checkpoint_id}",
+                                          missing=[("record delta", m.record["delta"])])
+        apply_state_delta(state, ops)
+        if m.workspace is not None:
+            tree = load_delta(blobs, m.workspace["delta"], needed_by=who).apply(tree or EMPTY_TREE)
+        elif tree is not None:
+            raise UnrecoverableStateError(f"{who} has no workspace but its base has one",
+                                          missing=[("workspace tree", prev.tree_sha256 or "")])
+        prev = m
+    if len(chain) > 1:
+        got_sha, _ = record_digest(state, reducer_version)
+        if got_sha != top.record_sha256:
+            raise UnrecoverableStateError(f"checkpoint {top.checkpoint_id}: the record rebuilt from its chain hashes "
+                                          f"to {got_sha[:16]}…, not {top.record_sha256[:16]}…",
+                                          missing=[("record delta", top.record["delta"])])
+    for a in top.artifacts:
+        if not blobs.has(a):
+            raise UnrecoverableStateError(f"checkpoint {top.checkpoint_id}: required artifact {a[:16]}… is missing or "
+                                          f"damaged in the blob store {blobs.name}", missing=[("artifact", a)])
+    if as_record and record is None:
+        try:
+            record = TrajectoryRecord.from_dict(state)
+        except ValueError as exc:
+            raise UnrecoverableStateError(f"checkpoint {top.checkpoint_id}: record snapshot does not rebuild a "
+                                          f"record: {exc}", missing=[("record snapshot", top.record_sha256)]) from None
+    return LoadedCheckpoint(manifest_sha256, top, state, tree, chain, blobs.stats.bytes_read - start, record)
+
+
+def restore(store: LogStore, trajectory_id: str, blobs: BlobStore, *, target: int | None = None,
+            dest: str | os.PathLike | None = None, checkpoint_id: str | None = None,
+            verify_blobs: bool = True) -> RestoreResult:
+    """Rebuild the record and workspace of ``trajectory_id`` at log position ``target``.
+
+    Args:
+        store: the trajectory's log store (only read).
+        blobs: the blob store holding the checkpoints, trees, deltas and file blobs.
+        target: the log position t to restore (default: the head).
+        dest: a directory (absent or empty) to write the workspace files into.
+        checkpoint_id: start from this checkpoint instead of the newest one at or before t.
+        verify_blobs: hash every file blob of the final tree even without ``dest`` (default).
+
+    Returns:
+        A :class:`RestoreResult` (record, tree, timings in seconds, bytes read).
+
+    Raises:
+        ConfigError: ``target`` is outside 0..head, or ``checkpoint_id`` is not published at or
+            before it.
+        UnrecoverableStateError: a needed object is missing or damaged, or the pieces disagree
+            (see the module docstring); ``missing`` names the objects.
+        FoldError: the log suffix does not fold (from the reducer).
+    """
+    t0 = time.perf_counter()
+    head = store.head(trajectory_id)
+    target = head if target is None else target
+    if type(target) is not int or not 0 <= target <= head:
+        raise ConfigError(f"target position {target!r} is outside the log of {trajectory_id!r} (0..{head})")
+    ev, window = find_checkpoint(store, trajectory_id, target, checkpoint_id=checkpoint_id)
+    if checkpoint_id is not None and ev is None:
+        raise ConfigError(f"no published checkpoint {checkpoint_id!r} at or before position {target}")
+    t1 = time.perf_counter()
+    read0 = blobs.stats.bytes_read
+    loaded: LoadedCheckpoint | None = None
+    if ev is not None:
+        p: CheckpointV2 = ev.payload
+        loaded = load_checkpoint(blobs, p.manifest_sha256, trajectory_id=trajectory_id, expect=p, as_record=True)
+        record = loaded.record
+        covered = loaded.manifest.covered_sequence_number
+        if (record.trajectory_id, record.last_sequence_number, record.prefix_sha256) != (
+                trajectory_id, covered, loaded.manifest.prefix_sha256):
+            raise UnrecoverableStateError(
+                f"checkpoint {p.checkpoint_id}: its record snapshot is at {record.trajectory_id!r}#"
+                f"{record.last_sequence_number}, the manifest binds {trajectory_id!r}#{covered}",
+                missing=[("record snapshot", p.record_sha256)])
+        tree = loaded.tree
+        if tree is not None and record.workspace_tree_sha256 not in (None, tree.sha256):
+            raise UnrecoverableStateError(
+                f"checkpoint {p.checkpoint_id}: its tree {tree.sha256[:12]}… is not the tree "
+                f"{record.workspace_tree_sha256[:12]}… its own record names", missing=[("workspace tree", tree.sha256)])
+    else:
+        record, tree, covered = initial_record(trajectory_id), None, 0
+    t2 = time.perf_counter()
+    first = window[0].sequence_number if window else target + 1
+    suffix = [e for e in window if covered < e.sequence_number <= target]
+    if first > covered + 1:
+        suffix = list(store.read(trajectory_id, covered + 1, first - 1)) + suffix
+    fold_into(record, suffix)
+    t3 = time.perf_counter()
+    changes = 0
+    for e in suffix:
+        if not isinstance(e.payload, WorkspaceChanged):
+            continue
+        wc: WorkspaceChanged = e.payload
+        who = f"WorkspaceChanged {wc.change_id} at position {e.sequence_number}"
+        if tree is None:
+            tree = load_tree(blobs, wc.base_tree_sha256, needed_by=who)
+        delta = load_delta(blobs, wc.delta_sha256, needed_by=who)
+        if (delta.base_tree, delta.result_tree) != (wc.base_tree_sha256, wc.result_tree_sha256):
+            raise UnrecoverableStateError(f"{who}: its stored delta is from {delta.base_tree[:12]}… to "
+                                          f"{delta.result_tree[:12]}…, not what the event names",
+                                          missing=[("workspace delta", wc.delta_sha256)])
+        if tree.sha256 != wc.base_tree_sha256:
+            raise UnrecoverableStateError(
+                f"{who} starts from tree {wc.base_tree_sha256[:12]}…, but the workspace restored so far is "
+                f"{tree.sha256[:12]}…", missing=[("workspace delta base", wc.base_tree_sha256)])
+        tree = delta.apply(tree)
+        changes += 1
+    if record.workspace_tree_sha256 is not None and (tree is None or tree.sha256 != record.workspace_tree_sha256):
+        raise UnrecoverableStateError(
+            f"the log says the workspace at position {target} is tree {record.workspace_tree_sha256[:12]}…, but the "
+            f"restore arrived at {tree.sha256[:12] + '…' if tree else 'no tree'}",
+            missing=[("workspace tree", record.workspace_tree_sha256)])
+    t4 = time.perf_counter()
+    out_dir = None
+    if tree is not None and (dest is not None or verify_blobs):
+        materialize(tree, blobs, dest, needed_by=f"the workspace at position {target}")
+        out_dir = Path(dest) if dest is not None else None
+    t5 = time.perf_counter()
+    return RestoreResult(
+        record=record, target=target, tree=tree, workspace_dir=out_dir,
+        checkpoint=loaded.manifest if loaded else None,
+        checkpoint_manifest_sha256=loaded.manifest_sha256 if loaded else None,
+        chain_length=len(loaded.chain) - 1 if loaded else 0, suffix_events=len(suffix), workspace_changes=changes,
+        bytes_read=blobs.stats.bytes_read - read0,
+        timings_s={"find": t1 - t0, "load": t2 - t1, "fold": t3 - t2, "workspace": t4 - t3,
+                   "materialize": t5 - t4, "total": t5 - t0})
