@@ -45,3 +45,16 @@ def group_gone(pgid: int) -> bool:
     except ProcessLookupError:
         return True
     return False
+
+
+def network_dependent_outputs(nb) -> list[str]:
+    """Outputs of an executed notebook that would need the internet to display (e.g. altair's
+    default HTML renderer loads Vega from a CDN). The course machine is offline, so a chart must be
+    drawn in the kernel (``alt.renderers.enable("svg")``) or by a bundled widget."""
+    found = []
+    for i, c in enumerate(nb.cells):
+        for o in c.get("outputs", []) if c.cell_type == "code" else []:
+            blob = str(o.get("data", {})) + str(o.get("text", ""))
+            if "cdn.jsdelivr.net" in blob or "unpkg.com" in blob or "<script src=\"http" in blob:
+                found.append(f"cell {i}: {blob[:160]}")
+    return found

@@ -227,3 +227,16 @@ def test_bench_restore_refuses_bad_arguments():
     for kw in ({"sizes": [5]}, {"store": "memory"}, {"rounds": 0}, {"scrub_positions": 0}):
         with pytest.raises(ConfigError):
             rb.run_restore_bench(**kw)
+
+
+def test_bench_restore_runs_a_repeated_size_once(tmp_path):
+    """Fault: the same size is given twice (``--sizes 20 20``); both runs shared one log path, so
+    the second appended a second TaskStarted to the first's log and failed. Invariant: each size
+    has its own log. Goal: a repeated size is run once and reported once."""
+    from kernel_lib.checkpoint import bench as rb
+
+    r = rb.run_restore_bench(sizes=[20, 20], rounds=1, scrub_positions=1, dir=str(tmp_path))
+    assert r["sizes"] == [20] and [x["events"] for x in r["results"]] == [20]
+    assert r["results"][0]["reach_last_position"]["restore_equals_fold"] is True
+    assert r["temp_dir_removed"] and list(tmp_path.iterdir()) == []
+

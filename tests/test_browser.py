@@ -167,3 +167,38 @@ def test_marimo_scrubber_slider_moves_through_the_log(marimo_app, browser):
             arg=scrubber.element_handle(), timeout=30_000)
     finally:
         page.close()
+
+
+def test_scrubber_arrow_keys_in_jupyterlab_move_the_slider_not_the_notebook(lab, browser):
+    """Arrow keys on the scrubber's slider belong to the widget: JupyterLab's notebook shortcuts
+    (select the next cell, collapse a heading) must not take them."""
+    import nbformat
+
+    base, token, root = lab
+    nb = nbformat.v4.new_notebook(cells=[
+        nbformat.v4.new_markdown_cell("# heading a stray arrow key would collapse"),
+        nbformat.v4.new_code_cell("from kernel_lib.cli import load_events\nfrom widgets.scrubber import LogScrubber\n"
+                                  f"LogScrubber(load_events({str(ROOT / 'datasets' / 'worksheet_r18_example.jsonl')!r}),"
+                                  " position=9)"),
+        nbformat.v4.new_markdown_cell("## another heading")],
+        metadata={"kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"}})
+    nbformat.write(nb, root / "notebooks" / "scrubber_keys.ipynb")
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    try:
+        page.goto(f"{base}/lab/tree/notebooks/scrubber_keys.ipynb?token={token}")
+        page.wait_for_function(_KERNEL_IDLE, timeout=120_000)
+        page.evaluate("async () => { await window.jupyterapp.commands.execute('notebook:run-all-cells'); }")
+        scrubber = page.locator(".dal-scrubber").first
+        scrubber.wait_for(state="visible", timeout=120_000)
+        label = scrubber.locator(".dal-label")
+        page.wait_for_function("(el) => el.textContent.includes('position 9 /')", arg=label.element_handle(),
+                               timeout=30_000)
+        slider = scrubber.locator("input.dal-slider")
+        slider.focus()
+        slider.press("ArrowLeft")
+        slider.press("ArrowLeft")
+        page.wait_for_function("(el) => el.textContent.includes('position 7 /')", arg=label.element_handle(),
+                               timeout=30_000)
+        assert scrubber.is_visible()        # no heading collapsed over it, no other cell took the keys
+    finally:
+        page.close()

@@ -253,6 +253,17 @@ def test_measure_rejects_bad_arguments():
         measure_reconstruction("sqlite", turns=10, short_suffix_turns=8, long_suffix_turns=5)
 
 
+def test_measurement_counts_are_bounded():
+    for kw, name in (({"turns": 10 ** 9}, "turns"), ({"repeats": 10 ** 9}, "repeats"),
+                     ({"payload_bytes": 10 ** 12}, "payload_bytes"), ({"payload_bytes": -1}, "payload_bytes"),
+                     ({"payload_bytes": True}, "payload_bytes")):
+        with pytest.raises(CadenceParameterError) as ei:
+            measure_reconstruction("sqlite", **kw)
+        assert ei.value.name == name
+    with pytest.raises(CadenceParameterError, match="repeats"):
+        resolve_pause(lambda: 0.1, repeats=10 ** 9)
+
+
 def test_pause_from_a_callable_is_measured():
     samples = iter([0.3, 0.1, 0.2])
     q = resolve_pause(lambda: next(samples), repeats=3)
@@ -354,3 +365,189 @@ def test_pause_callable_is_measured_once_per_evaluation():
                           reconstruction_s_per_turn=0.1)
     assert len(calls) == 5 and ev.sources["pause_s"] == "measured"
     assert [r.overhead_s for r in ev.results] == [8.0, 6.0, 10.0]
+
+
+# --- adversarial review: extreme givens, bounded work, seeds, integer types -----------------------------
+HUGE_INT = 10 ** 400
+
+
+@pytest.mark.parametrize("call, blamed", [
+    (lambda: f.young_interval_s(HUGE_INT, 600), "pause_s"),            # was OverflowError
+    (lambda: f.young_interval_s(1e300, 1e300), "pause_s"),             # was inf
+    (lambda: f.young_interval_s(1e-300, 1e-300), "pause_s"),           # was 0 (underflow)
+    (lambda: f.logged_stride_turns(1e300, 1e-300, 1e-300), "pause_s"),   # was ZeroDivisionError
+    (lambda: f.logged_stride_turns(1e-3, 1e300, 1e300), "failure_rate_per_turn"),   # was k* = 0
+    (lambda: f.logged_stride_turns(1, 0.02, 1e-300), "reconstruction_s_per_turn"),
+    (lambda: f.unlogged_stride_turns(1, 0.02, 1e300), "reexecution_s_per_turn"),
+    (lambda: f.stride_overhead_s_per_turn(5, 1e308, 0.02, 0.1), "pause_s"),
+    (lambda: f.consolidation_plan(1, 0.1, 0, 1e-300, 1e300), "delta_apply_s"),   # was OverflowError
+    (lambda: f.largest_stride_within_deadline(1e300, 0, 1), "deadline_s"),
+    (lambda: f.snapshot_write_volumes(1, 1, HUGE_INT), "checkpoints"),   # was OverflowError
+    (lambda: f.snapshot_write_volumes(1e300, 1, 10), "bytes_per_turn"),
+    (lambda: f.flat_minimum_factor(1e-300), "miss_factor"),
+    (lambda: f.young_summary(2, 600, [1e300]), "miss_factor"),
+    (lambda: f.consolidation_plan(1, 1 + 1e-9, 0.2, 0.04), "restore_probability"),
+])
+def test_extreme_givens_are_refused_naming_the_given(call, blamed):
+    with pytest.raises(CadenceParameterError) as ei:
+        call()
+    assert ei.value.name == blamed and blamed in str(ei.value)
+    assert len(str(ei.value)) < 200                 # a 400-digit integer is not printed whole
+
+
+def _numbers_in(obj):
+    if isinstance(obj, bool):
+        return
+    if isinstance(obj, (int, float)):
+        yield obj
+    elif isinstance(obj, dict):
+        for v in obj.values():
+            yield from _numbers_in(v)
+    elif isinstance(obj, (list, tuple)):
+        for v in obj:
+            yield from _numbers_in(v)
+
+
+def test_every_formula_gives_a_typed_error_or_a_finite_result_for_any_input():
+    import itertools
+    import random
+
+    import numpy as np
+    values = [0, 5e-324, 1e-300, 1e-12, 0.5, 1, 1e3, 1e12, 1e300, math.inf, math.nan, -1, HUGE_INT,
+              np.int64(3), np.float32(2), True, "x", None]
+    funcs = [(f.young_interval_s, 2), (f.young_overhead_fraction, 3), (f.young_optimal_overhead_fraction, 2),
+             (f.flat_minimum_factor, 1), (f.stride_overhead_s_per_turn, 4), (f.logged_stride_turns, 3),
+             (f.unlogged_stride_turns, 3), (f.optimal_stride_overhead_s_per_turn, 3), (f.logging_stride_gain, 2),
+             (f.effective_turn_cost_s, 3), (f.snapshot_write_volumes, 3), (f.consolidation_overhead_s, 5),
+             (f.consolidation_optimal_stride, 4), (f.worst_case_restore_s, 3), (f.largest_stride_within_deadline, 3),
+             (f.consolidation_plan, 5), (f.young_summary, 2), (f.stride_summary, 4)]
+    rng = random.Random(0)
+    for fn, n in funcs:
+        combos = (itertools.product(values, repeat=n) if n <= 3 else
+                  [tuple(rng.choice(values) for _ in range(n)) for _ in range(3000)])
+        for args in combos:
+            try:
+                out = fn(*args)
+            except CadenceParameterError:
+                continue
+            out = out.to_dict() if hasattr(out, "to_dict") else out
+            assert all(math.isfinite(v) and v >= 0 for v in _numbers_in(out)), (fn.__name__, args, out)
+
+
+def test_results_stay_finite_and_positive_at_the_corners_of_the_accepted_ranges():
+    import itertools
+    lo, hi = f.DEFAULT_RANGE
+    r_lo, r_hi, _ = f.RANGES["failure_rate_per_turn"]
+    for c, lam, r in itertools.product((lo, hi), (r_lo, r_hi), (lo, hi)):
+        for v in (f.logged_stride_turns(c, lam, r), f.optimal_stride_overhead_s_per_turn(c, lam, r),
+                  f.young_interval_s(c, r), f.young_optimal_overhead_fraction(c, r), f.logging_stride_gain(c, r)):
+            assert math.isfinite(v) and v > 0
+        k = f.logged_stride_turns(c, lam, r)
+        assert math.isfinite(f.stride_overhead_s_per_turn(k / 3, c, lam, r))   # the explorer's curve reaches k*/3
+        s = f.young_summary(c, r, (1e-6, 1e6))
+        assert all(math.isfinite(m["overhead_fraction"]) for m in s.misses)
+    plan = f.consolidation_plan(hi, 1e-12, 0, lo, hi)
+    assert all(math.isfinite(v) and v >= 0 for v in _numbers_in(plan.to_dict()))
+
+
+def test_poisson_trace_draw_is_bounded_and_needs_a_real_seed():
+    import time
+
+    import numpy as np
+    t0 = time.perf_counter()
+    dense = poisson_trace(10, 1e3, seed=1)           # 10^4 expected crashes in 10 turns: no endless loop
+    assert time.perf_counter() - t0 < 5 and abs(dense.crashes - 10_000) < 6 * math.sqrt(10_000)
+    assert set(dense.crash_turns) <= set(range(10))
+    with pytest.raises(CadenceParameterError, match="failure_rate_per_turn"):
+        poisson_trace(10, 1e300, seed=1)             # rates above 1e3 per turn are refused
+    with pytest.raises(CadenceParameterError, match="crashes") as ei:
+        poisson_trace(10 ** 7, 1.0, seed=1)          # 10^7 expected crashes: more than MAX_POISSON_CRASHES
+    assert ei.value.name == "failure_rate_per_turn"
+    for bad in (None, "7", True, -1, 2.0):
+        with pytest.raises(CadenceParameterError) as ei:
+            poisson_trace(100, 0.1, seed=bad)
+        assert ei.value.name == "seed"
+    assert poisson_trace(1000, 0.05, seed=np.int64(7)) == poisson_trace(1000, 0.05, seed=7)
+
+
+def test_numpy_integers_are_accepted_wherever_a_whole_number_is():
+    import numpy as np
+    trace = CrashTrace(np.int64(100), (np.int64(37), np.int32(83)))
+    assert trace == CrashTrace(100, (37, 83)) and all(type(c) is int for c in trace.crash_turns)
+    assert given_trace(np.int64(100), np.array([83, 37])) == trace
+    kw = {"pause_s": np.float64(0.5), "restore_s_per_crash": np.int64(1), "reconstruction_s_per_turn": 0.1}
+    assert trace_overhead(trace, np.int64(25), **kw).overhead_s == 6.0
+    assert evaluate_strides(trace, [np.int64(10), np.uint8(25)], **kw).best.stride_turns == 25
+    assert simulate_turn_by_turn(trace, np.int16(25), **kw) == pytest.approx(6.0)
+    assert f.snapshot_write_volumes(np.int64(1000), np.int64(5), np.int64(10)).ratio == 5.5
+    with pytest.raises(CadenceParameterError):
+        CrashTrace(100, (True,))                     # bool is not a turn
+    with pytest.raises(CadenceParameterError):
+        trace_overhead(trace, np.float64(2.5), **kw)
+
+
+def test_long_runs_are_refused_where_the_work_grows_with_them():
+    from kernel_lib.cadence.trace import MAX_ALL_STRIDES, MAX_SIMULATED_TURNS
+    long = CrashTrace(MAX_SIMULATED_TURNS + 1, (5,))
+    kw = {"pause_s": 1, "restore_s_per_crash": 1, "reconstruction_s_per_turn": 0.1}
+    with pytest.raises(CadenceParameterError, match="turn-by-turn"):
+        simulate_turn_by_turn(long, 10, **kw)
+    with pytest.raises(CadenceParameterError, match="every stride") as ei:
+        evaluate_strides(CrashTrace(MAX_ALL_STRIDES + 1, (5,)), None, **kw)
+    assert ei.value.name == "strides"
+    assert trace_overhead(long, 10, **kw).overhead_s > 0      # the closed form is fine at any length
+
+
+def _cli_error(capsys, argv: list[str]) -> str:
+    assert main(argv) == 2
+    captured = capsys.readouterr()
+    err = captured.err.strip()
+    assert err.startswith("error: ") and "\n" not in err and "Traceback" not in err, err
+    assert "inf" not in captured.out and "nan" not in captured.out
+    return err
+
+
+@pytest.mark.parametrize("argv, says", [
+    ("stride --pause-s 1e300 --failure-rate-per-turn 1e-300 --reconstruction-s-per-turn 1e-300", "--pause-s"),
+    ("stride --pause-s 1e-300 --failure-rate-per-turn 1e300 --reconstruction-s-per-turn 1e300", "--pause-s"),
+    ("stride --pause-s 1 --failure-rate-per-turn 1e300 --reconstruction-s-per-turn 1", "--failure-rate-per-turn"),
+    ("consolidation --pause-s 1 --restore-probability 0.1 --base-read-s 0 --delta-apply-s 1e-300 --deadline-s 1e300",
+     "--delta-apply-s"),
+    ("consolidation --pause-s 1e-300 --restore-probability 0.1 --base-read-s 0 --delta-apply-s 1",
+     "--pause-s: consolidation_pause_s"),
+    (f"snapshot --bytes-per-turn 1 --stride-turns 1 --turns {HUGE_INT}", "--turns"),
+    ("snapshot --bytes-per-turn 1 --turns 5 --stride-turns 10", "--turns: turns (5) is shorter than stride_turns"),
+    ("simulate --turns 100 --crash-turns 3 --pause-s 1e308 --restore-s 1e308 --reconstruction-s-per-turn 1",
+     "--pause-s"),
+    ("simulate --turns 100 --crash-turns 3 --pause-s 1 --restore-s 1e308 --reconstruction-s-per-turn 1",
+     "--restore-s"),
+    ("young --pause-s 1e-300 --mtbf-s 1e-300", "--pause-s: pause_s"),
+    ("young --pause-s 2 --mtbf-s 600 --miss 2,x", "--miss"),
+    ("simulate --turns 100 --crash-turns 3 --pause-s 1 --restore-s 1 --reconstruction-s-per-turn 1 --strides x",
+     "--strides"),
+    ("simulate --turns 100 --crash-turns 3,x --pause-s 1 --restore-s 1 --reconstruction-s-per-turn 1", "--crash-turns"),
+    ("simulate --turns 10 --failure-rate-per-turn 1e300 --pause-s 1 --restore-s 1 --reconstruction-s-per-turn 1",
+     "--failure-rate-per-turn"),
+    (("simulate --turns 1000000000 --failure-rate-per-turn 0.01 --pause-s 1 --restore-s 1 "
+      "--reconstruction-s-per-turn 1"), "--turns: turns must be <= 10,000,000"),
+    ("simulate --turns 20000 --crash-turns 3 --pause-s 1 --restore-s 1 --reconstruction-s-per-turn 1 --strides all",
+     "--strides"),
+    (("simulate --turns 100 --failure-rate-per-turn 0.1 --seed -1 --pause-s 1 --restore-s 1 "
+      "--reconstruction-s-per-turn 1"), "--seed"),
+])
+def test_cli_bad_givens_are_one_error_line_naming_the_option(capsys, argv, says):
+    err = _cli_error(capsys, ["cadence", *argv.split()])
+    assert says in err
+    assert "interval_s" not in err and "checkpoints must" not in err   # internal names are not blamed
+
+
+def test_cli_simulate_bounds_its_turn_by_turn_check(capsys, monkeypatch):
+    from kernel_lib.cadence import cli as cadence_cli
+    monkeypatch.setattr(cadence_cli, "CHECK_BUDGET_TURNS", 150)   # room for one walk of a 100-turn run
+    argv = ["cadence", "simulate", "--turns", "100", "--crash-turns", "37,83", "--pause-s", "0.5", "--restore-s", "1",
+            "--reconstruction-s-per-turn", "0.1"]
+    assert main([*argv, "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["turn_by_turn_agrees"] and out["turn_by_turn_checked_strides"] == [out["best_stride_turns"]]
+    assert main(argv) == 0
+    assert "the cheapest 1 of 7" in capsys.readouterr().out

@@ -359,3 +359,55 @@ def test_browser_slider_moves_the_optimum_and_bad_input_keeps_the_chart(lab, bro
         assert page.evaluate(_ERROR_OUTPUTS) == []
     finally:
         page.close()
+
+
+# --- adversarial review: huge and numpy values, underflowing rates, interactive limits -----------------
+def test_a_huge_integer_is_a_message_not_an_overflow():
+    w = CadenceExplorer(draw_svg=False, trace=NAPKIN_TRACE)
+    before = snapshot(w)
+    w.pause_s = 10 ** 400                      # was OverflowError out of the validator
+    assert w.error.startswith("pause_s must be between") and "last valid givens" in w.error
+    assert w.pause_s is None and snapshot(w) == before
+    assert "about 401 digits" in w.error and len(w.error) < 600
+    w2 = CadenceExplorer(draw_svg=False, turns=10 ** 400)      # nor at construction
+    assert "turns" in w2.error and w2.revision == 0
+    w.pause_s = 2.0
+    assert w.error == ""
+
+
+def test_numpy_numbers_are_synced_as_plain_numbers():
+    import numpy as np
+    w = CadenceExplorer(draw_svg=False, trace=NAPKIN_TRACE)
+    w.pause_s = np.int64(3)                    # was synced as None while the charts used 3
+    assert w.error == "" and w.pause_s == 3 and type(w.pause_s) is int
+    assert w.view.givens["pause_s"] == 3 and w.get_state()["pause_s"] == 3
+    w.reconstruction_s_per_turn = np.float32(0.25)
+    assert w.error == "" and type(w.reconstruction_s_per_turn) is float and w.reconstruction_s_per_turn == 0.25
+    w.stride_turns = np.int32(20)
+    assert w.error == "" and w.readout["stride_turns"] == 20 and type(w.stride_turns) is int
+    json.dumps(w.get_state(), default=str)      # everything synced is plain JSON
+
+
+def test_an_underflowing_rate_blames_the_rate():
+    w = CadenceExplorer(draw_svg=False)
+    w.failure_rate_per_turn = 1e-320           # was blamed on stride_turns
+    assert w.error.startswith("failure_rate_per_turn must be between")
+    assert "stride_turns" not in w.error.split(". The charts")[0]
+
+
+def test_turns_are_capped_to_what_stays_interactive():
+    import time
+
+    from widgets.cadence_explorer import MAX_TRACE_CRASHES, MAX_TURNS
+    w = CadenceExplorer(draw_svg=False, poisson_seed=7)
+    rev = w.revision
+    t0 = time.perf_counter()
+    w.turns = 10 ** 7                           # took 46 s with a Poisson trace
+    assert time.perf_counter() - t0 < 2
+    assert "interactively" in w.error and f"{MAX_TURNS:,}" in w.error and w.revision == rev
+    w.update(turns=MAX_TURNS, failure_rate_per_turn=2 * MAX_TRACE_CRASHES / MAX_TURNS)
+    assert "Poisson trace" in w.error and "interactively" in w.error and w.revision == rev
+    w.update(turns=MAX_TURNS, failure_rate_per_turn=0.05)    # 5000 expected crashes: accepted
+    assert w.error == "" and w.revision == rev + 1 and w.view.trace.turns == MAX_TURNS
+    # without a trace the cap still applies (a redraw is promised to be interactive)
+    assert CadenceExplorer(draw_svg=False, turns=MAX_TURNS + 1).error.startswith("turns = ")

@@ -228,3 +228,110 @@ def test_real_lanl_systems(name, rows, dups, mtbf_h, cv):
     # the replay grid contains Young's interval itself, so the best is at most its cost; and the
     # minimum is flat on the real times too
     assert c.best_replay_overhead <= c.replay_overhead_at_young <= 1.1 * c.best_replay_overhead
+
+
+# --- adversarial review: paths, CLI parameters, node counts, malformed values, dates, quotes ----------
+def _one_error_line(capsys, argv: list[str]) -> str:
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: ") and "\n" not in err and "Traceback" not in err, err
+    return err
+
+
+def _synthetic(tmp_path: Path, n: int = 40) -> Path:
+    return write(tmp_path, [HEADER] + [row(i % 4, f"1/{1 + i % 28}/2003 {i % 24}:00") for i in range(n)])
+
+
+def test_a_directory_is_reported_as_one(tmp_path, capsys):
+    with pytest.raises(FailureDataError, match="is a directory"):
+        load_lanl(tmp_path)
+    err = _one_error_line(capsys, ["cadence", "lanl", "--path", str(tmp_path)])
+    assert "is a directory" in err and "no such file" not in err
+
+
+@pytest.mark.parametrize("flags, says", [
+    (["--seed", "-1"], "--seed"),                      # was a numpy ValueError traceback
+    (["--bootstrap", "1000000000"], "--bootstrap"),    # would run for hours
+    (["--bootstrap", "0"], "--bootstrap"),
+    (["--pause-s", "1e300"], "--pause-s"),
+])
+def test_cli_lanl_bad_parameters_are_one_error_line(tmp_path, capsys, flags, says):
+    err = _one_error_line(capsys, ["cadence", "lanl", "--path", str(_synthetic(tmp_path)), *flags])
+    assert says in err
+
+
+def test_bad_seed_and_bootstrap_are_refused_before_any_work(tmp_path):
+    p = _synthetic(tmp_path)
+    for kw, name in (({"seed": -1}, "seed"), ({"seed": None}, "seed"), ({"seed": "0"}, "seed"),
+                     ({"bootstrap": 10 ** 9}, "bootstrap")):
+        with pytest.raises(CadenceParameterError) as ei:
+            analyze_lanl(p, **kw)
+        assert ei.value.name == name
+    with pytest.raises(CadenceParameterError):
+        poisson_check([1.0, 2.0, 3.0, 4.0], seed=-1)
+
+
+def test_declared_node_count_below_the_failing_nodes_is_raised_and_warned(tmp_path, capsys):
+    lines = [HEADER] + [row(i, f"1/{1 + i % 28}/2003 {i % 24}:00").replace(",cluster,4,", ",cluster,1,")
+                        for i in range(40)]
+    p = write(tmp_path, lines)
+    a = analyze_lanl(p, bootstrap=19)
+    s = a.systems[0]
+    assert s.nodes_declared == 1 and s.nodes_with_failures == 40 and s.nodes_in_system == 40
+    assert s.node_mtbf_pooled_s == pytest.approx(40 * s.stats.window_s / s.node_failures)
+    assert len(s.warnings) == 1 and "declare 1 node" in s.warnings[0] and "40 distinct" in s.warnings[0]
+    assert a.warnings == [f"system 7: {s.warnings[0]}"]
+    assert main(["cadence", "lanl", "--path", str(p), "--bootstrap", "19", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["warnings"] and out["systems"][0]["warnings"] == list(s.warnings)
+    assert main(["cadence", "lanl", "--path", str(p), "--bootstrap", "19"]) == 0
+    assert "warning: the rows declare 1 node(s)" in capsys.readouterr().out
+    # a consistent file has no warnings
+    assert analyze_lanl(_synthetic(tmp_path), bootstrap=19).warnings == []
+
+
+@pytest.mark.parametrize("line, reason", [
+    (row(1, "1/20/2003 10:00").replace(",cluster,4,", ",cluster,-3,"), "nodes -3"),
+    (row(1, "1/20/2003 10:00").replace(",cluster,4,", ",cluster,0,"), "nodes 0"),
+    (row(1, "1/20/2003 10:00").replace(",cluster,4,", ",cluster,four,"), "nodes four"),
+    (row(-2, "1/20/2003 10:00"), "node number -2 is negative"),
+    (row(1, "1/20/2003 10:00", down="nan"), "down time nan is not a finite"),
+    (row(1, "1/20/2003 10:00", down="inf"), "down time inf is not a finite"),
+    (row(1, "1/20/2003 10:00", down="1e400"), "down time 1e400 is not a finite"),
+    (row(1, "1/20/69 10:00"), "reads as 2069-01-20 10:00"),     # pivot 70: 69 is 2069, in the future
+    (row(1, "1/20/2105 10:00"), "reads as 2105-01-20"),
+    (row(1, "1/20/1965 10:00"), "outside 1970-01-01 .. today"),
+])
+def test_malformed_values_are_skipped_or_raised_naming_the_row(tmp_path, line, reason):
+    p = write(tmp_path, [HEADER] + [row(i % 4, f"1/{1 + i}/2003 10:00") for i in range(10)] + [line])
+    r = load_lanl(p)
+    assert [(s.line, reason in s.reason) for s in r.skipped] == [(12, True)], r.skipped
+    assert r.frame.height == 10
+    with pytest.raises(FailureDataError) as ei:
+        load_lanl(p, errors="raise")
+    assert ei.value.line == 12 and reason in str(ei.value)
+
+
+def test_two_digit_years_follow_the_documented_pivot(tmp_path):
+    from kernel_lib.cadence.lanl import EARLIEST_YEAR, TWO_DIGIT_YEAR_PIVOT
+    assert (TWO_DIGIT_YEAR_PIVOT, EARLIEST_YEAR) == (70, 1970)
+    p = write(tmp_path, [HEADER, row(0, "1/5/99 10:00"), row(1, "1/5/70 10:00"), row(2, "1/5/05 10:00"),
+                         row(3, "1/6/05 10:00", fixed="1/6/2105 11:00")])
+    r = load_lanl(p)
+    assert not r.skipped
+    assert sorted(d.year for d in r.frame["started"]) == [1970, 1999, 2005, 2005]
+    assert r.frame.filter(r.frame["line"] == 5)["fixed"].to_list() == [None]   # a future fix time is unusable
+    assert r.missing_fixed == 4
+
+
+def test_an_unterminated_quote_is_one_line_naming_where_it_opens(tmp_path, capsys):
+    lines = [HEADER] + [row(i % 4, f"1/{1 + i}/2003 10:00") for i in range(20)]
+    lines[5] = row(1, "1/30/2003 10:00", sw='"unterminated')
+    p = write(tmp_path, lines)
+    with pytest.raises(FailureDataError) as ei:
+        load_lanl(p)
+    msg = str(ei.value)
+    assert ei.value.line == 6 and "\n" not in msg and "never closed" in msg and len(msg) < 300
+    assert "1/2/2003" not in msg                       # no raw file content
+    err = _one_error_line(capsys, ["cadence", "lanl", "--path", str(p)])
+    assert f"{p}:6:" in err

@@ -15,6 +15,8 @@ import nbformat
 import papermill as pm
 import pytest
 
+from tests.helpers import network_dependent_outputs
+
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 STABLE_TAG = "nbval-check-output"
@@ -44,6 +46,7 @@ def test_notebook_runs_headless(path, tmp_path):
     nb = nbformat.read(out, as_version=4)
     errors = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []) if o.output_type == "error"]
     assert not errors
+    assert not network_dependent_outputs(nb)          # charts must draw offline (no CDN scripts)
 
 
 def test_committed_notebooks_carry_no_error_outputs():
@@ -125,3 +128,19 @@ def test_stable_outputs_tool_has_help():
     proc = subprocess.run([sys.executable, str(ROOT / "tools" / "stable_outputs.py"), "--help"],
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0 and STABLE_TAG in proc.stdout and "--check" in proc.stdout
+
+
+def test_the_offline_check_catches_a_chart_that_loads_vega_from_a_cdn():
+    import altair as alt
+
+    chart = alt.Chart(alt.Data(values=[{"x": 1}])).mark_point().encode(x="x:Q")
+    with alt.renderers.enable("html"):
+        bundle = chart._repr_mimebundle_()
+    bundle = bundle[0] if isinstance(bundle, tuple) else bundle
+    cell = nbformat.v4.new_code_cell("chart", outputs=[nbformat.v4.new_output("display_data", data=bundle)])
+    assert network_dependent_outputs(nbformat.v4.new_notebook(cells=[cell]))
+    with alt.renderers.enable("svg"):
+        bundle = chart._repr_mimebundle_()
+    bundle = bundle[0] if isinstance(bundle, tuple) else bundle
+    cell = nbformat.v4.new_code_cell("chart", outputs=[nbformat.v4.new_output("display_data", data=bundle)])
+    assert not network_dependent_outputs(nbformat.v4.new_notebook(cells=[cell]))

@@ -19,7 +19,7 @@ trait                         meaning (chapter symbol)                          
 ``reexecution_s_per_turn``    Re, seconds to re-run one unlogged turn                > 0
 ``restore_s_per_crash``       T_restore, fixed restore latency per crash (eq. 6)     >= 0
 ``stride_turns``              k, the stride being looked at (whole turns)            >= 1, <= N
-``turns``                     N, trajectory length (whole turns)                     >= 1
+``turns``                     N, trajectory length (whole turns)                     >= 1, <= 10^5
 ``state_growth_kb_per_turn``  g, checkpointed state added per turn, KB (1000 B)      >= 0
 ``restore_mb_per_s``          read rate of a restore, MB (10^6 B) per second         > 0
 ``delta_overhead_ms``         fixed fetch/validate/apply cost of one delta, ms       >= 0
@@ -49,8 +49,16 @@ Outputs (traits the JavaScript draws):
   engine is missing); ``revision``: bumped after each accepted change.
 
 Bad input never raises: a negative pause, a zero rate, a stride below 1 or above N, NaN, an empty
-box or a non-number, set from Python or typed in the widget, puts a message naming the given in
-``error`` and leaves the charts and readout of the last good givens in place.
+box, a non-number, or a number outside the range kernel_lib accepts for that given (e.g. a pause of
+``10**400`` s or a rate of ``1e-320`` per turn: see :data:`kernel_lib.cadence.formulas.RANGES`), set
+from Python or typed in the widget, puts a message naming the given in ``error`` and leaves the
+charts and readout of the last good givens in place. Any real number type is accepted (numpy
+scalars too) and synced as a plain ``int`` or ``float``.
+
+Interactive limits: the explorer recomputes everything on every change, so it refuses ``turns``
+above :data:`MAX_TURNS` (10^5) and, with ``poisson_seed``, a trace expected to hold more than
+:data:`MAX_TRACE_CRASHES` crashes (``turns x failure_rate_per_turn``), which would take seconds per
+redraw; the message says so. Evaluate longer runs with :func:`kernel_lib.cadence.evaluate_strides`.
 
 Crash trace: ``trace=`` a :class:`kernel_lib.cadence.CrashTrace` (e.g. Napkin Math 11.1's, see
 :meth:`CadenceExplorer.napkin_11_1`) held fixed; or ``poisson_seed=`` for a seeded
@@ -69,6 +77,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from numbers import Integral, Real
 from typing import Any
 
 import altair as alt
@@ -98,6 +107,10 @@ FLAT_BAND_MISS = 2.0         # theorem 11.1: "within a factor of 2" of the optim
 CURVE_POINTS = 160
 MAX_TRACE_STRIDES = 1000     # beyond this, a geometric selection of strides is evaluated
 MAX_STORAGE_POINTS = 300
+#: Longest trajectory the explorer accepts: past this a redraw stops being interactive.
+MAX_TURNS = 100_000
+#: Most crashes a ``poisson_seed`` trace may be expected to hold (turns x rate); about 1 s per redraw.
+MAX_TRACE_CRASHES = 10_000
 
 LOGGED = "logged turns (R)"
 UNLOGGED = "unlogged turns (Re)"
@@ -131,6 +144,20 @@ def _g(x: float) -> str:
     return f"{x:.3g}"
 
 
+def _plain_number(value: Any) -> int | float | None:
+    """``value`` as a plain finite ``int`` or ``float`` (numpy scalars included), or None when it is
+    not a real number, is ``bool``, is NaN or infinite, or is an integer too large for a float."""
+    if isinstance(value, bool) or not isinstance(value, Real):
+        return None
+    try:
+        as_float = float(value)
+    except (OverflowError, ValueError, TypeError):
+        return None
+    if not math.isfinite(as_float):
+        return None
+    return int(value) if isinstance(value, Integral) else as_float
+
+
 def _check(name: str, value: Any) -> float | int:
     kind = GIVENS[name][2]
     if value is None:
@@ -147,8 +174,9 @@ def check_givens(givens: Mapping[str, Any]) -> dict[str, float | int]:
 
     ``givens`` may hold numbers or :class:`Quantity` objects (their ``value`` is checked); missing
     names take :data:`DEFAULTS`. Raises CadenceParameterError listing every bad given (``name``
-    is the first), including a stride longer than the trajectory (no checkpoint at all) and an
-    unknown name.
+    is the first), including a value outside kernel_lib's range for it, ``turns`` above
+    :data:`MAX_TURNS`, a stride longer than the trajectory (no checkpoint at all) and an unknown
+    name.
     """
     unknown = sorted(set(givens) - set(GIVENS))
     problems: list[tuple[str, str]] = [(n, f"unknown given {n!r}: choose from {sorted(GIVENS)}") for n in unknown]
@@ -161,6 +189,10 @@ def check_givens(givens: Mapping[str, Any]) -> dict[str, float | int]:
             out[name] = _check(name, raw)
         except CadenceParameterError as exc:
             problems.append((name, str(exc)))
+    if "turns" in out and out["turns"] > MAX_TURNS:
+        problems.append(("turns", (f"turns = {out['turns']:,} is more than the explorer redraws interactively "
+                                   f"(at most {MAX_TURNS:,}); evaluate longer runs with "
+                                   f"kernel_lib.cadence.evaluate_strides")))
     if not problems and out["stride_turns"] > out["turns"]:
         problems.append(("stride_turns", f"stride_turns ({out['stride_turns']}) is longer than the trajectory "
                                          f"(turns = {out['turns']}): no checkpoint would be published"))
@@ -240,7 +272,8 @@ def explore(givens: Mapping[str, Any] | None = None, *, trace: CrashTrace | None
             it costs more than the rest of the computation, so interactive use skips it and the
             tests turn it on).
 
-    Returns a :class:`CadenceView`. Raises CadenceParameterError (a ValueError) naming a bad given.
+    Returns a :class:`CadenceView`. Raises CadenceParameterError (a ValueError) naming a bad given,
+    or, with ``poisson_seed``, a trace expected to hold more than :data:`MAX_TRACE_CRASHES` crashes.
     """
     raw = {**(givens or {}), **more}
     g = check_givens(raw)
@@ -256,6 +289,11 @@ def explore(givens: Mapping[str, Any] | None = None, *, trace: CrashTrace | None
     band = flat_minimum_factor(FLAT_BAND_MISS)
 
     if trace is None and poisson_seed is not None:
+        if N * lam > MAX_TRACE_CRASHES:
+            raise CadenceParameterError(
+                f"a Poisson trace of {N:,} turns at {lam:g} crashes/turn would hold about {N * lam:.3g} crashes, more "
+                f"than the explorer redraws interactively (at most {MAX_TRACE_CRASHES:,}): lower turns or "
+                f"failure_rate_per_turn", name="failure_rate_per_turn")
         trace = poisson_trace(N, lam, poisson_seed)
     ev = at_k = None
     if trace is not None:
@@ -431,6 +469,10 @@ function fmt(v) {
 }
 function render({ model, el }) {
   el.classList.add("dal-cadence");
+  // keys typed in the widget (arrows on a slider, digits in a box) are the widget's, not JupyterLab's
+  // notebook shortcuts (which would move to another cell or collapse a heading)
+  el.dataset.lmSuppressShortcuts = "true";
+  el.addEventListener("keydown", (e) => e.stopPropagation());
   const grid = document.createElement("div"); grid.className = "dal-controls";
   const msg = document.createElement("div"); msg.className = "dal-error";
   const notice = document.createElement("div"); notice.className = "dal-notice";
@@ -625,20 +667,21 @@ class CadenceExplorer(anywidget.AnyWidget):
 
     @traitlets.validate(*GIVENS)
     def _coerce(self, proposal: Any) -> Any:
-        """Quantities become their value (and are remembered as measured); values that JSON cannot
-        carry (NaN, infinities, strings, ...) are kept aside for the error message and synced as None."""
+        """Quantities become their value (and are remembered as measured); real numbers of any type
+        become a plain ``int`` or ``float``; values that JSON cannot carry (NaN, infinities, integers
+        beyond float range, strings, ...) are kept aside for the error message and synced as None.
+        Never raises."""
         name, value = proposal["trait"].name, proposal["value"]
         self._invalid.pop(name, None)
         if isinstance(value, Quantity):
             self._quantities[name] = value
-            return float(value.value) if isinstance(value.value, (int, float)) and math.isfinite(value.value) \
-                else self._keep_invalid(name, value.value)
+            plain = _plain_number(value.value)
+            return float(plain) if plain is not None else self._keep_invalid(name, value.value)
         q = self._quantities.get(name)
         if q is not None and value != q.value:
             del self._quantities[name]          # moved away from the measured value: a given now
-        if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
-            return value
-        return self._keep_invalid(name, value)
+        plain = _plain_number(value)
+        return plain if plain is not None else self._keep_invalid(name, value)
 
     def set_state(self, sync_data: dict[str, Any]) -> None:
         """The front end's changes. A box left empty (or holding NaN, which JSON sends as null) for a
@@ -709,12 +752,17 @@ class CadenceExplorer(anywidget.AnyWidget):
         return f"{exc}. The charts still show the last valid givens: {kept}"
 
     def _slider_specs(self) -> list[dict[str, Any]]:
-        """Slider ranges: the defaults of :data:`GIVENS`, widened to hold the starting values."""
+        """Slider ranges: the defaults of :data:`GIVENS`, widened to hold the starting values that
+        pass the checks (a refused starting value leaves the default range)."""
         specs = []
         for name, (label, unit, _kind, lo, hi, scale, integer) in GIVENS.items():
             v = self._givens()[name]
-            v = v.value if isinstance(v, Quantity) else v
-            if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v):
+            v = _plain_number(v.value if isinstance(v, Quantity) else v)
+            try:
+                v = _check(name, v)      # widen only to a value the explorer accepts
+            except CadenceParameterError:
+                v = None
+            if v is not None:
                 if scale == "log" and v > 0:
                     lo, hi = min(lo, 10 ** math.floor(math.log10(v))), max(hi, 10 ** math.ceil(math.log10(v)))
                 elif scale == "linear":

@@ -31,6 +31,10 @@ ACTIONS = ("start", "crash", "crash_at", "recover", "reconcile", "refresh")
 _ESM = r"""
 function render({ model, el }) {
   el.classList.add("dal-crash-panel");
+  // keys typed in the widget (arrows on the slider, letters in a select) are the widget's, not
+  // JupyterLab's notebook shortcuts (which would move to another cell or collapse a heading)
+  el.dataset.lmSuppressShortcuts = "true";
+  el.addEventListener("keydown", (e) => e.stopPropagation());
   const bar = document.createElement("div");
   const mk = (label, action) => {
     const b = document.createElement("button");

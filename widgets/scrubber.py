@@ -26,6 +26,10 @@ from kernel_lib.record import TrajectoryRecord, fold, initial_record
 _ESM = r"""
 function render({ model, el }) {
   el.classList.add("dal-scrubber");
+  // keys typed in the widget (arrows on the slider, letters in a select) are the widget's, not
+  // JupyterLab's notebook shortcuts (which would move to another cell or collapse a heading)
+  el.dataset.lmSuppressShortcuts = "true";
+  el.addEventListener("keydown", (e) => e.stopPropagation());
   const bar = document.createElement("div");
   const slider = Object.assign(document.createElement("input"), { type: "range", min: 0, step: 1 });
   slider.className = "dal-slider";

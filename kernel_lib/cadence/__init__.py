@@ -21,6 +21,14 @@ Modules:
   real failure times.
 
 Command line: ``python -m kernel_lib cadence {trace,young,stride,simulate,consolidation,snapshot,lanl,derive}``.
+
+Bad input is a typed error, never a traceback, a hang or a meaningless number: every given is
+checked against a per-parameter range (``formulas.RANGES``, ``formulas.DEFAULT_RANGE``,
+``formulas.MAX_COUNT``) and every result must be finite (and positive where it must), else
+:class:`~kernel_lib.errors.CadenceParameterError` names the given; work that grows with the input
+is bounded (``trace.MAX_POISSON_CRASHES``, ``trace.MAX_SIMULATED_TURNS``, ``trace.MAX_ALL_STRIDES``,
+``lanl.MAX_BOOTSTRAP``); seeds are integers >= 0. Failure-record files raise
+:class:`~kernel_lib.errors.FailureDataError` naming the file and line.
 """
 
 from __future__ import annotations

@@ -13,12 +13,22 @@ is related to an event already recorded). The data are not part of this reposito
 * header names are matched after trimming, case folding and collapsing whitespace; a missing
   required column (system, node, start time) raises :class:`~kernel_lib.errors.FailureDataError`;
 * blank lines are counted and ignored; stray whitespace around values is trimmed;
-* a malformed row (unparseable start time, non-integer node, non-numeric or negative down time,
-  more fields than the header, an unknown ``Same Event`` value) is either skipped and listed with
-  its file line and reason (``errors="skip"``, the default) or raises FailureDataError naming the
-  line (``errors="raise"``); line numbers assume no quoted field spans lines;
-* a missing or unparseable fix time is allowed (the start time is what arrivals need) and counted,
-  as is a fix time earlier than the start (which is then dropped);
+* a malformed row is either skipped and listed with its file line and reason (``errors="skip"``,
+  the default) or raises FailureDataError naming the line (``errors="raise"``); line numbers assume
+  no quoted field spans lines. Malformed means: an unparseable start time, or one outside the
+  accepted window (see below); a non-integer or negative node number; a ``nodes`` count that is
+  given but is not a whole number >= 1; a down time that is given but is not a finite number of
+  minutes >= 0 (``nan``, ``inf`` and overflowing values such as ``1e400`` are malformed); more
+  fields than the header; an unknown ``Same Event`` value;
+* dates: ``m/d/yyyy H:MM[:SS]`` or ``m/d/yy H:MM[:SS]``. A two-digit year is read with the pivot
+  :data:`TWO_DIGIT_YEAR_PIVOT` = 70: 70-99 are 1970-1999 and 00-69 are 2000-2069 (the records span
+  1996-2005). Any date must fall in the window from :data:`EARLIEST_YEAR` (1970-01-01) to the
+  time of loading (plus a day for time zones): a start time outside it makes the row malformed
+  (so ``1/5/69`` reads as 2069 and is refused as in the future, as is ``1/5/2105``);
+* a missing, unparseable or out-of-window fix time is allowed (the start time is what arrivals
+  need) and counted, as is a fix time earlier than the start (which is then dropped);
+* a file that polars cannot parse as CSV (typically a quote that is never closed) raises
+  FailureDataError with a one-line reason and, for an unclosed quote, the line where it opens;
 * rows identical in every field are treated as one failure entered twice: kept once, counted;
 * rows flagged ``Same Event`` are kept in the frame but left out of arrivals by default, because
   they restate a failure already counted.
@@ -32,6 +42,7 @@ the rate estimated from the same gaps, calibrated by a parametric bootstrap);
 
 from __future__ import annotations
 
+import datetime as _dt
 import math
 import re
 from collections.abc import Sequence
@@ -61,6 +72,8 @@ _YES = ("yes", "y", "true", "1")
 _NO = ("no", "n", "false", "0", "")
 #: two-digit years below this are 20xx, the others 19xx (the data span 1996-2005)
 TWO_DIGIT_YEAR_PIVOT = 70
+#: no date before January 1 of this year is accepted (nor any after the time of loading)
+EARLIEST_YEAR = 1970
 
 
 def _norm_header(text: str | None) -> str:
@@ -117,16 +130,49 @@ class FailureRecords:
                 "systems": self.systems}
 
 
+def _two_digit(lo: int, hi: int) -> str:
+    """A regex alternative matching the two-digit numbers lo..hi."""
+    return "(" + "|".join(f"{v:02d}" for v in range(lo, hi + 1)) + ")"
+
+
 def _parse_time(col: pl.Expr) -> pl.Expr:
-    """``m/d/yyyy H:MM[:SS]`` (or a two-digit year) as a datetime; null when it does not parse."""
+    """``m/d/yyyy H:MM[:SS]`` (or a two-digit year, see :data:`TWO_DIGIT_YEAR_PIVOT`) as a datetime;
+    null when it does not parse."""
     s = col.str.strip_chars().str.replace_all(r"\s+", " ")
-    s = s.str.replace(r"^(\d{1,2}/\d{1,2}/)([7-9]\d) ", "${1}19${2} ")
-    s = s.str.replace(r"^(\d{1,2}/\d{1,2}/)([0-6]\d) ", "${1}20${2} ")
+    s = s.str.replace(rf"^(\d{{1,2}}/\d{{1,2}}/){_two_digit(TWO_DIGIT_YEAR_PIVOT, 99)} ", "${1}19${2} ")
+    s = s.str.replace(rf"^(\d{{1,2}}/\d{{1,2}}/){_two_digit(0, TWO_DIGIT_YEAR_PIVOT - 1)} ", "${1}20${2} ")
     shape = s.str.contains(r"^\d{1,2}/\d{1,2}/\d{4} \d{1,2}:\d{2}(:\d{2})?$")
     secs = s.str.contains(r":\d{2}:\d{2}$")
     parsed = (pl.when(secs).then(s.str.strptime(pl.Datetime("us"), "%m/%d/%Y %H:%M:%S", strict=False))
               .otherwise(s.str.strptime(pl.Datetime("us"), "%m/%d/%Y %H:%M", strict=False)))
     return pl.when(shape.fill_null(False)).then(parsed).otherwise(None)
+
+
+def _unclosed_quote_line(path: Path) -> int | None:
+    """The 1-based line where a double quote opens a field that the file never closes, or None.
+    Quotes are tracked across lines the way CSV reads them (``""`` inside a quoted field is an
+    escaped quote and toggles twice)."""
+    open_line = None
+    with open(path, encoding="utf-8", errors="replace") as fh:
+        for number, text in enumerate(fh, start=1):
+            for ch in text:
+                if ch == '"':
+                    open_line = number if open_line is None else None
+    return open_line
+
+
+def _unreadable(path: Path, where: str, exc: Exception) -> FailureDataError:
+    """A one-line FailureDataError for a file polars could not parse (its messages quote whole
+    stretches of the file over many lines)."""
+    if isinstance(exc, OSError):
+        return FailureDataError(f"not readable: {exc.strerror or type(exc).__name__}", path=where)
+    line = _unclosed_quote_line(path)
+    if line is not None:
+        return FailureDataError("not readable as CSV: a double quote opens a field here and is never closed",
+                                path=where, line=line)
+    first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    first = first if len(first) <= 120 else first[:117] + "..."
+    return FailureDataError(f"not readable as CSV ({type(exc).__name__}: {first})", path=where)
 
 
 def load_lanl(path: str | Path, *, errors: Literal["skip", "raise"] = "skip") -> FailureRecords:
@@ -138,16 +184,21 @@ def load_lanl(path: str | Path, *, errors: Literal["skip", "raise"] = "skip") ->
             raises on the first one.
 
     Raises:
-        FailureDataError: the file is missing, unreadable as CSV, has no header or lacks a required
-            column, holds no usable row, or (``errors="raise"``) a row is malformed (``line`` set).
+        FailureDataError: the file is missing or a directory, unreadable as CSV (a one-line reason;
+            an unclosed quote names its line), has no header or lacks a required column, holds no
+            usable row, or (``errors="raise"``) a row is malformed (``line`` set).
         CadenceParameterError: ``errors`` is neither "skip" nor "raise".
     """
     if errors not in ("skip", "raise"):
         raise CadenceParameterError(f"errors must be 'skip' or 'raise', got {errors!r}", name="errors")
     p = Path(path)
     where = str(path)
-    if not p.is_file():
+    if p.is_dir():
+        raise FailureDataError("is a directory, not a failure-record file", path=where)
+    if not p.exists():
         raise FailureDataError("no such file", path=where)
+    if not p.is_file():
+        raise FailureDataError("is not a regular file", path=where)
     lead = 0   # blank lines before the header
     with open(p, "rb") as fh:
         for raw_line in fh:
@@ -158,7 +209,7 @@ def load_lanl(path: str | Path, *, errors: Literal["skip", "raise"] = "skip") ->
         head = pl.read_csv(p, has_header=False, n_rows=1, infer_schema=False, encoding="utf8-lossy",
                            truncate_ragged_lines=True, skip_rows=lead)
     except (pl.exceptions.PolarsError, OSError) as exc:
-        raise FailureDataError(f"not readable as CSV ({type(exc).__name__}: {exc})", path=where) from None
+        raise _unreadable(p, where, exc) from None
     if head.height == 0:
         raise FailureDataError("empty file: no header row", path=where)
     width = head.width
@@ -168,7 +219,7 @@ def load_lanl(path: str | Path, *, errors: Literal["skip", "raise"] = "skip") ->
                           truncate_ragged_lines=True, encoding="utf8-lossy", row_index_name="row_index",
                           skip_rows=lead)
     except (pl.exceptions.PolarsError, OSError) as exc:
-        raise FailureDataError(f"not readable as CSV ({type(exc).__name__}: {exc})", path=where) from None
+        raise _unreadable(p, where, exc) from None
     if raw.height == 0:
         raise FailureDataError("empty file: no header row", path=where)
     header = [_norm_header(v) for v in raw.row(0)[1:width + 1]]
@@ -199,6 +250,8 @@ def load_lanl(path: str | Path, *, errors: Literal["skip", "raise"] = "skip") ->
     same_text = col("same_event").fill_null("").str.to_lowercase()
     down_text = col("down_time_min")
     nodes_text = col("nodes")
+    earliest = _dt.datetime(EARLIEST_YEAR, 1, 1)
+    latest = _dt.datetime.now(_dt.UTC).replace(tzinfo=None) + _dt.timedelta(days=1)
     parsed = body.with_columns(
         system=pl.col(cols["system"]).str.to_integer(strict=False),
         node=pl.col(cols["node"]).str.to_integer(strict=False),
@@ -219,17 +272,31 @@ def load_lanl(path: str | Path, *, errors: Literal["skip", "raise"] = "skip") ->
         .then(pl.format("system {} is not an integer", pl.col(cols["system"]).fill_null("(empty)")))
         .when(pl.col("node").is_null())
         .then(pl.format("node number {} is not an integer", pl.col(cols["node"]).fill_null("(empty)")))
+        .when(pl.col("node") < 0)
+        .then(pl.format("node number {} is negative", pl.col(cols["node"])))
+        .when(nodes_text.fill_null("").ne("") & (pl.col("nodes_in_system").is_null()
+                                                 | (pl.col("nodes_in_system") < 1)))
+        .then(pl.format("nodes {} is not a whole number of nodes >= 1", nodes_text))
         .when(pl.col("started").is_null())
         .then(pl.format("start time {} is not m/d/yyyy H:MM", pl.col(cols["started"]).fill_null("(empty)")))
+        .when(~pl.col("started").is_between(pl.lit(earliest), pl.lit(latest)))
+        .then(pl.format("start time {} reads as {}, outside {} .. today (two-digit years: {}-99 are 19xx, "
+                        "00-{} are 20xx)", pl.col(cols["started"]), pl.col("started").dt.strftime("%Y-%m-%d %H:%M"),
+                        pl.lit(f"{EARLIEST_YEAR}-01-01"), pl.lit(f"{TWO_DIGIT_YEAR_PIVOT:02d}"),
+                        pl.lit(f"{TWO_DIGIT_YEAR_PIVOT - 1:02d}")))
         .when(down_text.fill_null("").ne("") & pl.col("down_time_min").is_null())
         .then(pl.format("down time {} is not a number of minutes", down_text))
+        .when(~pl.col("down_time_min").is_finite())
+        .then(pl.format("down time {} is not a finite number of minutes", down_text))
         .when(pl.col("down_time_min") < 0)
         .then(pl.format("down time {} is negative", down_text))
         .when(~same_text.is_in(list(_YES) + list(_NO)))
         .then(pl.format("Same Event value {} is neither yes nor no", col("same_event")))
         .otherwise(None)
     )
-    parsed = parsed.with_columns(reason=reason)
+    parsed = parsed.with_columns(reason=reason).with_columns(   # a fix time outside the window is unusable
+        fixed_raw=pl.when(pl.col("fixed_raw").is_between(pl.lit(earliest), pl.lit(latest)))
+        .then(pl.col("fixed_raw")).otherwise(None))
     bad = parsed.filter(pl.col("reason").is_not_null()).select("line", "reason")
     if bad.height and errors == "raise":
         line, why = bad.row(0)
@@ -376,6 +443,11 @@ class PoissonCheck:
         return asdict(self)
 
 
+#: Most bootstrap samples :func:`poisson_check` draws (each costs a sort of the sample; 10^5 samples
+#: of a few thousand gaps take tens of seconds).
+MAX_BOOTSTRAP = 100_000
+
+
 def ks_statistic_exponential(gaps: Sequence[float], mean_s: float) -> float:
     """Kolmogorov-Smirnov distance between the gaps' empirical CDF and an exponential of mean ``mean_s``."""
     import numpy as np
@@ -395,8 +467,9 @@ def poisson_check(gaps: Sequence[float], *, resolution_s: float = 60.0, merge_si
     in the same tick are merged; the mean is refitted on each simulated sample and the KS statistic
     against its own fit recorded. Uses numpy (via scipy) with ``numpy.random.default_rng(seed)``.
 
-    Raises CadenceParameterError: fewer than 3 gaps, a negative gap, all gaps zero, bootstrap < 1,
-    alpha outside (0, 1), resolution < 0.
+    Raises CadenceParameterError: fewer than 3 gaps, a negative gap, all gaps zero, bootstrap
+    outside 1..:data:`MAX_BOOTSTRAP`, a seed that is not an integer >= 0, alpha outside (0, 1],
+    resolution < 0.
     """
     import numpy as np
     from scipy import stats
@@ -409,7 +482,8 @@ def poisson_check(gaps: Sequence[float], *, resolution_s: float = 60.0, merge_si
     mean = float(g.mean())
     if mean <= 0:
         raise CadenceParameterError("all gaps are zero", name="gaps")
-    b_ = f.stride("bootstrap", bootstrap)
+    b_ = f.stride("bootstrap", bootstrap, MAX_BOOTSTRAP)
+    seed = f.random_seed("seed", seed)
     a_ = f.probability("alpha", alpha)
     res = f.nonnegative("resolution_s", resolution_s)
     d_obs = ks_statistic_exponential(g, mean)
@@ -519,7 +593,14 @@ def cadence_from_failures(times_s: Sequence[float] | None, mtbf_s: float, pause_
 
 @dataclass(frozen=True)
 class SystemAnalysis:
-    """One system: arrivals (raw and merged), Poisson check, system-level and node-level cadence."""
+    """One system: arrivals (raw and merged), Poisson check, system-level and node-level cadence.
+
+    ``nodes_in_system`` is the node count the pooled node MTBF uses: the count the rows declare
+    (``nodes`` column, most common value), raised to the number of distinct nodes that failed when
+    the declaration is smaller (``nodes_declared`` keeps the declared count, None if no row
+    declares one). ``warnings`` says when the data contradict themselves in a way that moves a
+    result.
+    """
 
     system: int
     stats: ArrivalStats
@@ -531,6 +612,8 @@ class SystemAnalysis:
     node_failures: int
     node_mtbf_pooled_s: float | None
     cadence_node: CadenceFromFailures | None
+    nodes_declared: int | None = None
+    warnings: tuple[str, ...] = ()
 
     def to_dict(self) -> dict:
         return {"system": self.system, "arrivals": self.stats.to_dict(), "merged_simultaneous": self.merged_simultaneous,
@@ -538,7 +621,8 @@ class SystemAnalysis:
                 "cadence_system": self.cadence_system.to_dict() if self.cadence_system else None,
                 "nodes_in_system": self.nodes_in_system, "nodes_with_failures": self.nodes_with_failures,
                 "node_failures": self.node_failures, "node_mtbf_pooled_s": self.node_mtbf_pooled_s,
-                "cadence_node": self.cadence_node.to_dict() if self.cadence_node else None}
+                "cadence_node": self.cadence_node.to_dict() if self.cadence_node else None,
+                "nodes_declared": self.nodes_declared, "warnings": list(self.warnings)}
 
 
 @dataclass(frozen=True)
@@ -553,8 +637,14 @@ class LanlAnalysis:
     include_same_event: bool
     merge_simultaneous: bool
 
+    @property
+    def warnings(self) -> list[str]:
+        """Every system's warnings, each prefixed with its system."""
+        return [f"system {s.system}: {w}" for s in self.systems for w in s.warnings]
+
     def to_dict(self, *, nodes: bool = True) -> dict:
         out = {"source": "LANL failure records (1996-2005); theorem 11.1 with measured MTBF", "load": self.load,
+               "warnings": self.warnings,
                "pause_s": self.pause_s, "include_same_event": self.include_same_event,
                "merge_simultaneous": self.merge_simultaneous, "systems": [s.to_dict() for s in self.systems]}
         if nodes:
@@ -588,12 +678,18 @@ def analyze_lanl(source: str | Path | FailureRecords, *, pause_s: float = 60.0, 
     MTBF, CV, the Poisson check, Young's interval for ``pause_s`` at the system MTBF (a job that
     needs every node) and its replay on the real failure times; the pooled node MTBF (nodes in the
     system x observed window / node failures, counting nodes that never failed) and Young's interval
-    for a job on one node. Per node: see :func:`per_node_frame`.
+    for a job on one node. Per node: see :func:`per_node_frame`. A declared node count below the
+    number of distinct failing nodes is raised to that number and reported in the system's
+    ``warnings`` (all of them: :attr:`LanlAnalysis.warnings`).
 
-    Raises FailureDataError (reading) and CadenceParameterError (bad parameters).
+    Raises FailureDataError (reading) and CadenceParameterError (bad parameters: a pause out of
+    range, bootstrap outside 1..MAX_BOOTSTRAP, a seed that is not an integer >= 0).
     """
-    records = source if isinstance(source, FailureRecords) else load_lanl(source, errors=errors)
     c_ = f.positive("pause_s", pause_s)
+    f.stride("bootstrap", bootstrap, MAX_BOOTSTRAP)
+    f.random_seed("seed", seed)
+    f.probability("alpha", alpha)
+    records = source if isinstance(source, FailureRecords) else load_lanl(source, errors=errors)
     nodes = per_node_frame(records, c_, include_same_event=include_same_event)
     out = []
     for system in records.systems:
@@ -607,15 +703,29 @@ def analyze_lanl(source: str | Path | FailureRecords, *, pause_s: float = 60.0, 
         cad = cadence_from_failures(times, st.mtbf_s, c_, f"system {system}", poisson=pc) if st.mtbf_s else None
         sys_nodes = nodes.filter(pl.col("system") == system)
         declared = records.frame.filter(pl.col("system") == system)["nodes_in_system"].drop_nulls()
-        n_nodes = int(declared.mode().max()) if declared.len() else sys_nodes.height
+        warnings = []
+        n_declared = int(declared.mode().max()) if declared.len() else None
+        if declared.n_unique() > 1:
+            warnings.append(f"rows declare different node counts {sorted(declared.unique().to_list())[:10]}; "
+                            f"using the most common, {n_declared}")
+        n_nodes = n_declared if n_declared is not None else sys_nodes.height
+        if n_declared is not None and sys_nodes.height > n_declared:
+            warnings.append(f"the rows declare {n_declared} node(s) but {sys_nodes.height} distinct nodes failed; "
+                            f"the pooled node MTBF counts {sys_nodes.height} nodes (a lower bound: nodes that "
+                            f"never failed are not in the records)")
+            n_nodes = sys_nodes.height
         node_failures = int(sys_nodes["failures"].sum())
         pooled = (n_nodes * st.window_s / node_failures) if node_failures and st.window_s > 0 else None
         cad_node = None
         if pooled:
-            cad_node = cadence_from_failures(None, pooled, c_, f"one node of system {system} (pooled MTBF)")
+            try:
+                cad_node = cadence_from_failures(None, pooled, c_, f"one node of system {system} (pooled MTBF)")
+            except CadenceParameterError as exc:
+                warnings.append(f"no one-node cadence: the pooled node MTBF {pooled:.4g} s is unusable ({exc})")
+        if cad_node is not None:
             cad_node = replace(cad_node, notes=cad_node.notes + (
                 "pooled MTBF = nodes x observed window / node failures: it assumes every node was in service for "
                 "the whole window and that nodes fail alike (see the per-node table for how unalike they are)",))
         out.append(SystemAnalysis(system, st, len(raw) - len(times), pc, cad, n_nodes, sys_nodes.height, node_failures,
-                                  pooled, cad_node))
+                                  pooled, cad_node, n_declared, tuple(warnings)))
     return LanlAnalysis(records.summary(), tuple(out), nodes, c_, include_same_event, merge_simultaneous)

@@ -23,10 +23,16 @@ import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from numbers import Integral
 from pathlib import Path
 
 from ..errors import CadenceError, CadenceParameterError
-from .formulas import nonnegative, stride
+from .formulas import nonnegative, show, stride
+
+#: Bounds on the measurement's own counts, so that a typo cannot start an hours-long measurement.
+MAX_MEASURE_TURNS = 100_000
+MAX_REPEATS = 1000
+MAX_PAYLOAD_BYTES = 10 ** 7
 
 
 @dataclass(frozen=True)
@@ -67,15 +73,15 @@ def resolve_pause(pause: float | Quantity | Callable[[], float], repeats: int = 
         pause: seconds (given), a Quantity (returned as is), or a zero-argument callable that
             performs one capture and returns the seconds execution stopped (measured; called
             ``repeats`` times, median kept).
-        repeats: calls of a measuring callable (>= 1).
+        repeats: calls of a measuring callable (1 .. :data:`MAX_REPEATS`).
 
-    Raises CadenceParameterError: a negative value, a callable returning a non-number or a
-    negative number, repeats < 1.
+    Raises CadenceParameterError: a negative or out-of-range value, a callable returning a
+    non-number or a negative number, repeats outside 1..MAX_REPEATS.
     """
     if isinstance(pause, Quantity):
         return pause
     if callable(pause):
-        n_ = stride("repeats", repeats)
+        n_ = stride("repeats", repeats, MAX_REPEATS)
         samples = tuple(nonnegative("measured pause_s", pause()) for _ in range(n_))
         return Quantity(statistics.median(samples), "s", "measured",
                         method=f"median of {n_} calls of {getattr(pause, '__name__', type(pause).__name__)}",
@@ -138,12 +144,18 @@ def measure_reconstruction(store_kind: str = "sqlite", *, turns: int = 60, short
     events per turn, bytes, the intercept (fixed seconds per restore) and the machine.
 
     Raises CadenceParameterError: an unknown store kind, bad counts (suffixes must satisfy
-    1 <= short < long <= turns).
+    1 <= short < long <= turns; turns <= :data:`MAX_MEASURE_TURNS`, repeats <= :data:`MAX_REPEATS`,
+    payload_bytes a whole number in 0..:data:`MAX_PAYLOAD_BYTES`).
     """
     if store_kind not in ("sqlite", "segment"):
         raise CadenceParameterError(f"store_kind must be 'sqlite' or 'segment', got {store_kind!r}", name="store_kind")
-    n_, ks, kl, reps = (stride("turns", turns), stride("short_suffix_turns", short_suffix_turns),
-                        stride("long_suffix_turns", long_suffix_turns), stride("repeats", repeats))
+    n_, ks, kl, reps = (stride("turns", turns, MAX_MEASURE_TURNS), stride("short_suffix_turns", short_suffix_turns),
+                        stride("long_suffix_turns", long_suffix_turns), stride("repeats", repeats, MAX_REPEATS))
+    if (isinstance(payload_bytes, bool) or not isinstance(payload_bytes, Integral)
+            or not 0 <= payload_bytes <= MAX_PAYLOAD_BYTES):
+        raise CadenceParameterError(f"payload_bytes must be a whole number in 0..{MAX_PAYLOAD_BYTES:,}, got "
+                                    f"{show(payload_bytes)}", name="payload_bytes")
+    payload_bytes = int(payload_bytes)
     if not ks < kl <= n_:
         raise CadenceParameterError(f"need 1 <= short_suffix_turns < long_suffix_turns <= turns, got {ks}, {kl}, {n_}",
                                     name="long_suffix_turns")

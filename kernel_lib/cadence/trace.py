@@ -24,13 +24,24 @@ and which measured.
 
 from __future__ import annotations
 
-import random
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
+from numbers import Integral
 
 from ..errors import CadenceParameterError
-from .formulas import nonnegative, positive, stride
+from .formulas import nonnegative, positive, random_seed, show, stride
+
+#: Most crashes a Poisson trace may be expected to hold (turns x rate): beyond this the trace alone
+#: would take hundreds of megabytes and every stride evaluated on it seconds.
+MAX_POISSON_CRASHES = 10 ** 6
+
+#: Longest run :func:`simulate_turn_by_turn` walks (it takes about 0.2 s per million turns), and the
+#: longest run the ``simulate`` command accepts.
+MAX_SIMULATED_TURNS = 10 ** 7
+
+#: Longest run for which :func:`evaluate_strides` evaluates every stride 1..N by default.
+MAX_ALL_STRIDES = 100_000
 
 
 @dataclass(frozen=True)
@@ -43,8 +54,12 @@ class CrashTrace:
             two crashes in the same turn share a value).
         source: how the trace was obtained ("given", "poisson(...)", "napkin-11.1", ...).
 
-    Raises CadenceParameterError (at construction) for N < 1, a crash outside ``0..N-1``, or
-    crashes out of order.
+    Turns and crash turns may be any integer type (numpy's too; not ``bool``); they are stored as
+    ``int``.
+
+    Raises CadenceParameterError (at construction) for N < 1 or above
+    :data:`~kernel_lib.cadence.formulas.MAX_COUNT`, a crash that is not a whole number or lies
+    outside ``0..N-1``, or crashes out of order.
     """
 
     turns: int
@@ -56,9 +71,10 @@ class CrashTrace:
         object.__setattr__(self, "turns", n_)
         crashes = []
         for c in self.crash_turns:
-            if isinstance(c, bool) or not isinstance(c, int):
-                raise CadenceParameterError(f"crash turns must be whole numbers of completed turns, got {c!r}",
+            if isinstance(c, bool) or not isinstance(c, Integral):
+                raise CadenceParameterError(f"crash turns must be whole numbers of completed turns, got {show(c)}",
                                             name="crash_turns")
+            c = int(c)
             if not 0 <= c < n_:
                 raise CadenceParameterError(f"a crash after {c} completed turns is outside a run of {n_} turns "
                                             f"(allowed 0..{n_ - 1})", name="crash_turns")
@@ -97,19 +113,40 @@ def given_trace(turns: int, crash_turns: Iterable[int], source: str = "given") -
 
 def poisson_trace(turns: int, failure_rate_per_turn: float, seed: int) -> CrashTrace:
     """Seeded Poisson crashes over a run of ``turns`` turns at ``failure_rate_per_turn`` crashes per
-    turn of progress: exponential gaps (mean 1/rate) in turn units from ``random.Random(seed)``; a crash
-    at position x < N strikes after ``floor(x)`` completed turns.
+    turn of progress.
 
-    Raises CadenceParameterError: turns < 1, rate not > 0.
+    A Poisson process of rate lambda on [0, N) has a Poisson(lambda N) number of points, each
+    uniform on [0, N) independently of the others; a crash at position x strikes after ``floor(x)``
+    completed turns, and ``floor`` of a uniform position is a uniform whole turn. So the draw is: the
+    count K ~ Poisson(lambda N), then K turns uniform on 0..N-1, sorted. Both come from
+    ``numpy.random.default_rng(seed)``: no loop, so the draw always ends, and the same seed always
+    gives the same trace.
+
+    Args:
+        turns: N, 1 .. :data:`~kernel_lib.cadence.formulas.MAX_COUNT`.
+        failure_rate_per_turn: lambda, 1e-12 .. 1e3 crashes per turn.
+        seed: an integer >= 0 (``None`` and ``bool`` are refused: an unseeded trace cannot be repeated).
+
+    Raises CadenceParameterError: a bad argument, or ``turns x failure_rate_per_turn`` above
+    :data:`MAX_POISSON_CRASHES` expected crashes.
     """
+    import numpy as np
+
     n_ = stride("turns", turns)
     rate = positive("failure_rate_per_turn", failure_rate_per_turn)
-    rng = random.Random(seed)
-    crashes, x = [], rng.expovariate(rate)
-    while x < n_:
-        crashes.append(int(x))
-        x += rng.expovariate(rate)
-    return CrashTrace(n_, tuple(crashes), f"poisson(rate={rate:g}/turn, seed={seed})")
+    s_ = random_seed("seed", seed)
+    expected = n_ * rate
+    if expected > MAX_POISSON_CRASHES:
+        raise CadenceParameterError(
+            f"a Poisson trace of {n_:,} turns at {rate:g} crashes/turn would hold about {expected:.3g} crashes; "
+            f"at most {MAX_POISSON_CRASHES:,} are drawn (lower failure_rate_per_turn or turns)",
+            name="failure_rate_per_turn")
+    rng = np.random.default_rng(s_)
+    count = int(rng.poisson(expected))
+    # a Poisson count beyond twice a mean of at most 10^6 has probability far below 1e-100000
+    count = min(count, 2 * MAX_POISSON_CRASHES)
+    crashes = np.sort(rng.integers(0, n_, size=count, dtype=np.int64)).tolist()
+    return CrashTrace(n_, tuple(crashes), f"poisson(rate={rate:g}/turn, seed={s_})")
 
 
 def _value(name: str, q) -> tuple[float, str]:
@@ -182,9 +219,15 @@ def simulate_turn_by_turn(trace: CrashTrace, stride_turns: int, *, pause_s, rest
     """Eq. 6's total by brute force: run the trace turn by turn, publishing a checkpoint after every
     ``stride_turns``-th completed turn (cost C) and, at each crash, paying T_restore plus R for every
     completed turn since the latest checkpoint. Returns seconds. Used to check :func:`trace_overhead`.
+    It walks every turn (about 0.2 s per million), so traces longer than :data:`MAX_SIMULATED_TURNS`
+    are refused.
 
-    Raises CadenceParameterError for a bad argument.
+    Raises CadenceParameterError for a bad argument or a trace longer than MAX_SIMULATED_TURNS.
     """
+    if trace.turns > MAX_SIMULATED_TURNS:
+        raise CadenceParameterError(f"the turn-by-turn simulation walks every turn; a trace of {trace.turns:,} turns "
+                                    f"is longer than its limit of {MAX_SIMULATED_TURNS:,} (use trace_overhead)",
+                                    name="turns")
     k_ = stride("stride_turns", stride_turns)
     c_, _ = _value("pause_s", pause_s)
     t_, _ = _value("restore_s_per_crash", restore_s_per_crash)
@@ -232,9 +275,20 @@ def evaluate_strides(trace: CrashTrace, strides: Sequence[int] | None = None, *,
                      reconstruction_s_per_turn) -> TraceEvaluation:
     """Eq. 6 at each stride in ``strides`` (default: every stride 1..N) on ``trace``.
 
-    Raises CadenceParameterError for a bad argument or an empty stride list.
+    Raises CadenceParameterError for a bad argument, an empty stride list, or no ``strides`` for a
+    trace longer than :data:`MAX_ALL_STRIDES` turns (name the strides to evaluate instead).
     """
-    ks = list(range(1, trace.turns + 1)) if strides is None else [stride("stride_turns", s) for s in strides]
+    if strides is None and trace.turns > MAX_ALL_STRIDES:
+        raise CadenceParameterError(f"evaluating every stride 1..{trace.turns:,} is more than the {MAX_ALL_STRIDES:,} "
+                                    f"this does by default; pass the strides to evaluate", name="strides")
+    if isinstance(strides, (str, bytes)):
+        raise CadenceParameterError(f"strides must be a sequence of whole numbers, got {show(strides)}",
+                                    name="strides")
+    try:
+        ks = list(range(1, trace.turns + 1)) if strides is None else [stride("stride_turns", s) for s in strides]
+    except TypeError:
+        raise CadenceParameterError(f"strides must be a sequence of whole numbers, got {show(strides)}",
+                                    name="strides") from None
     if not ks:
         raise CadenceParameterError("no strides to evaluate", name="strides")
     if callable(pause_s) and not hasattr(pause_s, "value"):   # measure once, not once per stride

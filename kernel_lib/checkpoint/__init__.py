@@ -15,9 +15,10 @@ module              what it holds
 :mod:`.state`       record snapshots and record deltas
 :mod:`.manifest`    the checkpoint manifest
 :mod:`.capture`     :class:`Checkpointer` (full / incremental capture, consolidation, retirement),
-                    :func:`log_workspace_change`, :func:`store_tree`
-:mod:`.restore`     :func:`restore` (verify, rebuild at p, fold the suffix, apply logged
-                    workspace deltas, materialize), :func:`load_checkpoint`
+                    :func:`log_workspace_change`, :func:`log_tree`, :func:`store_tree`
+:mod:`.restore`     :func:`restore` (verify, bind to the log, rebuild at p, fold the suffix,
+                    apply logged workspace deltas, materialize), :func:`load_checkpoint`,
+                    :func:`check_binding`
 :mod:`.index`       :class:`CheckpointIndex`, in-memory snapshots for time travel (the scrubber)
 :mod:`.crash`       crash-state exploration of capture and publication
 :mod:`.bench`       ``bench restore``: restore vs fold-from-start, fold throughput, scrubber
@@ -26,17 +27,17 @@ module              what it holds
 
 from .blobs import BlobStats, BlobStore, DirectoryBlobStore, MemoryBlobStore, PutResult, sha256_hex
 from .capture import (CaptureResult, Checkpointer, ConsolidationResult, RetireReport, WorkspaceChangeResult,
-                      log_workspace_change, store_tree)
+                      log_tree, log_workspace_change, store_tree)
 from .index import CheckpointIndex
 from .manifest import CheckpointManifest
-from .restore import LoadedCheckpoint, RestoreResult, find_checkpoint, load_checkpoint, restore
+from .restore import LoadedCheckpoint, RestoreResult, check_binding, find_checkpoint, load_checkpoint, restore
 from .tree import (EMPTY_TREE, FileEntry, Tree, WorkspaceDelta, diff_trees, files_tree, load_delta, load_tree,
                    materialize, scan_directory)
 
 __all__ = [
     "BlobStats", "BlobStore", "DirectoryBlobStore", "MemoryBlobStore", "PutResult", "sha256_hex",
     "CaptureResult", "Checkpointer", "ConsolidationResult", "RetireReport", "WorkspaceChangeResult",
-    "log_workspace_change", "store_tree", "CheckpointIndex", "CheckpointManifest", "LoadedCheckpoint",
-    "RestoreResult", "find_checkpoint", "load_checkpoint", "restore", "EMPTY_TREE", "FileEntry", "Tree",
+    "log_tree", "log_workspace_change", "store_tree", "CheckpointIndex", "CheckpointManifest", "LoadedCheckpoint",
+    "RestoreResult", "check_binding", "find_checkpoint", "load_checkpoint", "restore", "EMPTY_TREE", "FileEntry", "Tree",
     "WorkspaceDelta", "diff_trees", "files_tree", "load_delta", "load_tree", "materialize", "scan_directory",
 ]

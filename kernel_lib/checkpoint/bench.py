@@ -248,7 +248,8 @@ def run_restore_bench(*, sizes: Sequence[int] = DEFAULT_SIZES, dir: str | os.Pat
     """Run the benchmark (module docstring) and return its figures as a dict.
 
     Args:
-        sizes: log sizes in events (each ≥ 20).
+        sizes: log sizes in events (each ≥ 20); a size given twice is run once (each size has
+            its own log in the temporary directory).
         dir: parent of the temporary directory (default: the current directory); it is removed.
         store: ``sqlite`` or ``segment``.
         rounds: interleaved rounds per timed figure (default 5 below 50 000 events, else 3).
@@ -261,6 +262,7 @@ def run_restore_bench(*, sizes: Sequence[int] = DEFAULT_SIZES, dir: str | os.Pat
     sizes = list(sizes)
     if not sizes or any(type(n) is not int or n < 20 for n in sizes):
         raise ConfigError(f"sizes must be integers >= 20, got {sizes!r}")
+    sizes = list(dict.fromkeys(sizes))      # duplicates would share one log path: run each size once
     if store not in ("sqlite", "segment"):
         raise ConfigError(f"store must be sqlite or segment, not {store!r}")
     if rounds is not None and (type(rounds) is not int or rounds < 1):

@@ -13,7 +13,13 @@ over the same repository share their files (Venti-style coalescing, §11.8.2 foo
 * :class:`MemoryBlobStore` keeps objects in a dict (tests, simulations): nothing is durable.
 
 Units: sizes are bytes. Errors: :class:`~kernel_lib.errors.UnrecoverableStateError` when a read
-finds an object missing or damaged (``missing`` names it).
+finds an object missing, damaged or unreadable (``missing`` names it);
+:class:`~kernel_lib.errors.CheckpointError` when a put cannot store an object (e.g. its file
+name is taken by a directory, or the disk is full): nothing that names it has been published.
+
+A store object keeps no memory of what it wrote or verified: another process, a garbage
+collector or the disk may remove or change an object at any time, so every "is it already
+there?" question is answered from the stored bytes (read and hashed).
 """
 
 from __future__ import annotations
@@ -25,7 +31,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Iterable, Iterator
 
-from ..errors import UnrecoverableStateError
+from ..errors import CheckpointError, UnrecoverableStateError
 from ..log.fs import FileSystem, OsFileSystem
 
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
@@ -82,11 +88,13 @@ class BlobStore(ABC):
 
     @abstractmethod
     def _read(self, digest: str) -> bytes | None:
-        """Raw bytes stored under ``digest`` (unverified), or None if there are none."""
+        """Raw bytes stored under ``digest`` (unverified), or None if there are none. May raise
+        OSError when something is stored but cannot be read."""
 
     @abstractmethod
     def _write_many(self, items: list[tuple[str, bytes]]) -> None:
-        """Store every ``(digest, bytes)`` pair and make it durable before returning."""
+        """Store every ``(digest, bytes)`` pair and make it durable before returning. Raises
+        CheckpointError naming the object that could not be stored."""
 
     @abstractmethod
     def _remove(self, digest: str) -> bool:
@@ -96,19 +104,25 @@ class BlobStore(ABC):
     def digests(self) -> Iterator[str]:
         """Names of every stored object (valid or not), in no particular order."""
 
-    def _known_good(self, digest: str) -> bool:
-        """True if this store object already knows ``digest`` holds the right bytes."""
-        return False
-
-    def _mark_good(self, digest: str) -> None:
-        pass
+    def exists(self, digest: str) -> bool:
+        """True if something is stored under ``digest``, without reading or verifying it: a cheap
+        presence check (a stat for a directory store). Use :meth:`has` to know the bytes are right."""
+        try:
+            return self._read(digest) is not None
+        except OSError:
+            return True
 
     def put_many(self, datas: Iterable[bytes]) -> PutResult:
         """Store each of ``datas`` under its digest; durable when this returns.
 
-        An object already stored with the right bytes is skipped (counted in
-        ``objects_skipped``); one stored with wrong bytes (a torn write left by a crash) is
+        An object already stored with the right bytes (read back and hashed now, not remembered
+        from an earlier call) is skipped (counted in ``objects_skipped``); one that is absent or
+        stored with wrong bytes (a torn write, a file removed or changed by another process) is
         written again.
+
+        Raises:
+            CheckpointError: an object could not be stored (the message names it); objects
+                written before it stay (they are harmless unreferenced garbage).
         """
         out = PutResult()
         todo: dict[str, bytes] = {}
@@ -123,10 +137,12 @@ class BlobStore(ABC):
                 continue
             todo[d] = data
         if todo:
-            self._write_many(list(todo.items()))
-            for d, data in todo.items():
-                self._mark_good(d)
-                out.bytes_written += len(data)
+            try:
+                self._write_many(list(todo.items()))
+            except OSError as exc:
+                raise CheckpointError(f"blob store {self.name} could not store {len(todo)} object(s): "
+                                      f"{exc.strerror or exc}") from None
+            out.bytes_written += sum(len(data) for data in todo.values())
             out.objects_written += len(todo)
         self.stats.bytes_written += out.bytes_written
         self.stats.objects_written += out.objects_written
@@ -138,15 +154,15 @@ class BlobStore(ABC):
         return self.put_many([data]).digests[0]
 
     def has(self, digest: str) -> bool:
-        """True if ``digest`` is stored with the right bytes (read and hashed unless this store
-        object wrote or verified it already)."""
-        if self._known_good(digest):
-            return True
-        raw = self._read(digest)
-        if raw is None or sha256_hex(raw) != digest:
+        """True if ``digest`` is stored with the right bytes (read and hashed on every call).
+        Something stored but unreadable counts as absent."""
+        if not is_digest(digest):
             return False
-        self._mark_good(digest)
-        return True
+        try:
+            raw = self._read(digest)
+        except OSError:
+            return False
+        return raw is not None and sha256_hex(raw) == digest
 
     def get(self, digest: str, *, kind: str = "object", needed_by: str = "") -> bytes:
         """The bytes of ``digest``, verified.
@@ -163,7 +179,13 @@ class BlobStore(ABC):
             raise UnrecoverableStateError(f"{kind} name {digest!r} is not a SHA-256 digest"
                                           + (f" (needed by {needed_by})" if needed_by else ""),
                                           missing=[(kind, str(digest))])
-        raw = self._read(digest)
+        try:
+            raw = self._read(digest)
+        except OSError as exc:
+            raise UnrecoverableStateError(f"{kind} {digest[:16]}… cannot be read from blob store {self.name} "
+                                          f"({exc.strerror or exc})"
+                                          + (f"; needed by {needed_by}" if needed_by else ""),
+                                          missing=[(kind, digest)]) from None
         why = ""
         if raw is None:
             why = "is missing"
@@ -175,19 +197,27 @@ class BlobStore(ABC):
             raise UnrecoverableStateError(f"{kind} {digest[:16]}… {why} in blob store {self.name}"
                                           + (f"; needed by {needed_by}" if needed_by else ""),
                                           missing=[(kind, digest)])
-        self._mark_good(digest)
         return raw
 
     def delete(self, digest: str) -> bool:
-        """Remove one object (durably for a durable store); False if it was not stored."""
-        gone = self._remove(digest)
+        """Remove one object (durably for a durable store); False if it was not stored.
+
+        Raises CheckpointError if it is stored but cannot be removed."""
+        try:
+            gone = self._remove(digest)
+        except OSError as exc:
+            raise CheckpointError(f"blob store {self.name} could not delete object {digest[:16]}…: "
+                                  f"{exc.strerror or exc}") from None
         if gone:
             self.stats.objects_deleted += 1
         return gone
 
     def size(self, digest: str) -> int | None:
-        """Stored length of ``digest`` in bytes (unverified), or None if absent."""
-        raw = self._read(digest)
+        """Stored length of ``digest`` in bytes (unverified), or None if absent or unreadable."""
+        try:
+            raw = self._read(digest)
+        except OSError:
+            return None
         return None if raw is None else len(raw)
 
 
@@ -204,6 +234,9 @@ class MemoryBlobStore(BlobStore):
 
     def _read(self, digest: str) -> bytes | None:
         return self.objects.get(digest)
+
+    def exists(self, digest: str) -> bool:
+        return digest in self.objects
 
     def _write_many(self, items: list[tuple[str, bytes]]) -> None:
         for d, data in items:
@@ -222,8 +255,10 @@ class DirectoryBlobStore(BlobStore):
     Durability: a new object is written with ``pwrite`` and ``fdatasync``; once all objects of a
     :meth:`put_many` are, every directory that gained an entry is ``fsync``'d (and the root first
     when a fan-out directory was created). There is no rename: an object is written in place
-    under its final name, and because every read verifies the digest, a file torn by a crash is
-    treated as absent and rewritten by the next put of the same bytes.
+    under its final name, and because every read verifies the digest, a file torn by a crash (or
+    removed or changed by another process) is treated as absent and rewritten by the next put of
+    the same bytes: :meth:`put_many` decides what to skip from the files on disk, never from a
+    memory of earlier puts.
 
     Args:
         root: the store's directory (created if missing; shared across trajectories).
@@ -237,7 +272,6 @@ class DirectoryBlobStore(BlobStore):
         self.fs = fs or OsFileSystem()
         self.root = posixpath.normpath(str(root))
         self.name = f"directory {self.root}"
-        self._good: set[str] = set()
         if not self.fs.exists(self.root):
             self.fs.makedirs(self.root)
             parent = posixpath.dirname(self.root) or "/"
@@ -248,11 +282,16 @@ class DirectoryBlobStore(BlobStore):
         """File path of object ``digest``."""
         return f"{self.root}/{digest[:2]}/{digest}"
 
-    def _known_good(self, digest: str) -> bool:
-        return digest in self._good
-
-    def _mark_good(self, digest: str) -> None:
-        self._good.add(digest)
+    def exists(self, digest: str) -> bool:
+        if not is_digest(digest):
+            return False
+        try:
+            self.fs.size(self.path_of(digest))
+        except (FileNotFoundError, NotADirectoryError):
+            return False
+        except OSError:
+            return True
+        return True
 
     def _read(self, digest: str) -> bytes | None:
         if not is_digest(digest):
@@ -265,21 +304,30 @@ class DirectoryBlobStore(BlobStore):
     def _write_many(self, items: list[tuple[str, bytes]]) -> None:
         new_dirs = sorted({d[:2] for d, _ in items if not self.fs.exists(f"{self.root}/{d[:2]}")})
         for sub in new_dirs:
-            self.fs.makedirs(f"{self.root}/{sub}")
+            try:
+                self.fs.makedirs(f"{self.root}/{sub}")
+            except OSError as exc:
+                first = next(d for d, _ in items if d[:2] == sub)
+                raise CheckpointError(f"blob store {self.name} could not create directory {self.root}/{sub} for "
+                                      f"object {first[:16]}…: {exc.strerror or exc}") from None
         if new_dirs:
             self.fs.fsync_dir(self.root)
         touched: set[str] = set()
         for d, data in items:
             path = self.path_of(d)
-            existed = self.fs.exists(path)
-            h = self.fs.open_file(path, create=True)
             try:
-                if existed:   # wrong bytes under this name (a torn write): replace them
-                    self.fs.truncate(h, 0)
-                self.fs.pwrite(h, 0, data)
-                self.fs.fdatasync(h)
-            finally:
-                self.fs.close(h)
+                existed = self.fs.exists(path)
+                h = self.fs.open_file(path, create=True)
+                try:
+                    if existed:   # wrong bytes under this name (a torn write): replace them
+                        self.fs.truncate(h, 0)
+                    self.fs.pwrite(h, 0, data)
+                    self.fs.fdatasync(h)
+                finally:
+                    self.fs.close(h)
+            except OSError as exc:
+                raise CheckpointError(f"blob store {self.name} could not store object {d[:16]}… at {path}: "
+                                      f"{exc.strerror or exc}") from None
             if not existed:
                 touched.add(f"{self.root}/{d[:2]}")
         for sub in sorted(touched):
@@ -293,7 +341,6 @@ class DirectoryBlobStore(BlobStore):
             return False
         self.fs.remove(path)
         self.fs.fsync_dir(posixpath.dirname(path))
-        self._good.discard(digest)
         return True
 
     def digests(self) -> Iterator[str]:

@@ -10,7 +10,10 @@
 2. **serialize**: a full checkpoint encodes the complete record snapshot and tree object; an
    incremental one encodes a record delta and a workspace delta against the previous published
    checkpoint (its base), plus the digest of the complete record snapshot, so restore can check
-   what the chain rebuilds.
+   what the chain rebuilds. The base's chain must still be in the blob store (checked before
+   each incremental capture; if it is not, the log's newest checkpoint is read again, and
+   without an intact base no delta is written). The manifest records the digest of the event
+   at p, which binds it to this log.
 3. **make durable**: every new object (file blobs, snapshot or deltas, manifest) is written to
    the blob store, which returns only when they are durable.
 4. **publish**: append the ``Checkpoint`` (schema 2) event naming the manifest's digest. Only now
@@ -20,10 +23,14 @@
 :meth:`Checkpointer.consolidate` writes a full base that replaces a delta chain (same covered
 position, published by its own event); :meth:`Checkpointer.retire` lists, and with
 ``delete=True`` removes, the superseded deltas' manifests and record deltas, and refuses to do
-so unless the new base is in the log with all its objects intact. Workspace deltas and file
-blobs are never retired here: being content-addressed, the same bytes may be named by a
-``WorkspaceChanged`` event or by another trajectory, and their lifetime belongs to retention
-with reference tracking (§11.8.2).
+so unless the new base is in the log with all its objects intact; objects a checkpoint published
+later still needs are kept. Workspace deltas and file blobs are never retired here: being
+content-addressed, the same bytes may be named by a ``WorkspaceChanged`` event or by another
+trajectory, and their lifetime belongs to retention with reference tracking (§11.8.2).
+
+:func:`log_workspace_change` records a workspace change between captures; it refuses a base
+that is not the tree the log holds (:func:`log_tree`), since every later position would then
+fail to fold.
 
 Every capture returns its cost figures (table 4): bytes and objects written, the state size a
 self-contained full copy would hold, and the pause, serialize, write and publish times.
@@ -35,13 +42,15 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Literal, Sequence
 
-from ..errors import CheckpointError, ConfigError
+from ..errors import CheckpointError, ConfigError, UnrecoverableStateError
 from ..events import CheckpointV2, Event, WorkspaceChanged
+from ..log.base import LogStore
 from ..log.trajectory import TrajectoryLog
 from ..record import TrajectoryRecord
 from .blobs import BlobStore, is_digest, sha256_hex
 from .manifest import CheckpointManifest
-from .restore import LoadedCheckpoint, find_checkpoint, load_checkpoint
+from .restore import (SCAN_WINDOW, SCAN_WINDOW_MAX, LoadedCheckpoint, check_binding, covers_an_earlier_position,
+                      find_checkpoint, load_checkpoint)
 from .state import diff_state, encode_record_delta, record_digest
 from .tree import EMPTY_TREE, Tree, WorkspaceDelta, WorkspaceSource, diff_trees, read_workspace
 
@@ -97,12 +106,14 @@ class ConsolidationResult:
 
 @dataclass
 class RetireReport:
-    """What :meth:`Checkpointer.retire` did: objects found retirable, those deleted, bytes freed."""
+    """What :meth:`Checkpointer.retire` did: objects found retirable, those deleted, bytes freed,
+    and those ``kept`` because a checkpoint published later in the log still needs them."""
 
     base_checkpoint_id: str
     retirable: list[str]
     deleted: list[str] = field(default_factory=list)
     bytes_freed: int = 0
+    kept: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -139,20 +150,55 @@ def store_tree(blobs: BlobStore, workspace: WorkspaceSource, *, ignore: Iterable
     return tree
 
 
+def log_tree(store: LogStore, trajectory_id: str) -> tuple[str | None, str]:
+    """The workspace tree the log holds at its head, and where it says so: the result of the last
+    ``WorkspaceChanged`` event, or, when a ``Checkpoint`` event with a workspace comes after it
+    (or there is none), that checkpoint's tree. ``(None, "")`` when the log names no tree.
+
+    Reads the log backwards in growing windows up to the first such event."""
+    hi, window = store.head(trajectory_id), SCAN_WINDOW
+    while hi >= 1:
+        lo = max(1, hi - window + 1)
+        for ev in reversed(list(store.read(trajectory_id, lo, hi))):
+            p = ev.payload
+            if isinstance(p, WorkspaceChanged):
+                return p.result_tree_sha256, f"workspace change {p.change_id} at position {ev.sequence_number}"
+            if (isinstance(p, CheckpointV2) and p.workspace_tree_sha256 is not None
+                    and covers_an_earlier_position(ev)):
+                return p.workspace_tree_sha256, f"checkpoint {p.checkpoint_id} at position {ev.sequence_number}"
+        hi, window = lo - 1, min(window * 2, SCAN_WINDOW_MAX)
+    return None, ""
+
+
 def log_workspace_change(log: TrajectoryLog, blobs: BlobStore, base: Tree, workspace: WorkspaceSource, *,
                          operation_id: str | None = None, change_id: str | None = None,
                          ignore: Iterable[str] = ()) -> WorkspaceChangeResult | None:
     """Record that the workspace went from tree ``base`` to the current ``workspace`` (§11.4.1).
 
-    The new file blobs, the delta and both tree objects are made durable first; then a
-    ``WorkspaceChanged`` event naming them is appended. Returns None (and logs nothing) when the
-    workspace did not change.
+    ``base`` must be the tree the log holds now (:func:`log_tree`: its last workspace change, or
+    the newest checkpoint's tree); when the log names none yet, every file blob of ``base`` must
+    be stored. The new file blobs, the delta and both tree objects are made durable first; then
+    a ``WorkspaceChanged`` event naming them is appended. Returns None (and logs nothing) when
+    the workspace did not change.
 
     Raises:
-        CheckpointError: the workspace cannot be read as a tree.
+        CheckpointError: ``base`` is not the log's current tree (a stale base would make every
+            later position unfoldable), or its blobs are not stored; the workspace cannot be
+            read as a tree. Nothing is appended then.
         StoreError subclasses: the append was refused (nothing names the new objects then).
     """
     t0 = time.perf_counter()
+    if not isinstance(base, Tree):
+        raise CheckpointError(f"the base of a workspace change is a Tree, not {type(base).__name__}")
+    current, where = log_tree(log.store, log.trajectory_id)
+    if current is not None and current != base.sha256:
+        raise CheckpointError(f"stale base refused: the workspace change starts from tree {base.sha256[:12]}…, but "
+                              f"the log's workspace is tree {current[:12]}… ({where}); nothing was logged")
+    if current is None:
+        absent = [p for p, e in base.files.items() if not blobs.exists(e.sha256)]
+        if absent:
+            raise CheckpointError(f"the base tree {base.sha256[:12]}… names {len(absent)} file(s) whose blobs are "
+                                  f"not stored, e.g. {absent[:3]}; store it first (store_tree); nothing was logged")
     tree, datas = read_workspace(workspace, blobs, ignore=ignore)
     delta = diff_trees(base, tree)
     if not delta.changes:
@@ -194,22 +240,70 @@ class Checkpointer:
 
     # --- the latest published checkpoint ---------------------------------------------------------
     def _latest(self) -> _Published | None:
-        if self._last is None and not self._loaded:
-            self._loaded = True
-            ev, _ = find_checkpoint(self.log.store, self.log.trajectory_id, self.log.store.head(self.log.trajectory_id))
+        if not self._loaded:
+            store, tid = self.log.store, self.log.trajectory_id
+            ev, window = find_checkpoint(store, tid, store.head(tid))
+            last = None
             if ev is not None:
-                lc: LoadedCheckpoint = load_checkpoint(self.blobs, ev.payload.manifest_sha256,
-                                                       trajectory_id=self.log.trajectory_id, expect=ev.payload)
-                self._last = _Published(lc.manifest_sha256, lc.manifest, lc.state, lc.tree, lc.chain)
+                lc: LoadedCheckpoint = load_checkpoint(self.blobs, ev.payload.manifest_sha256, trajectory_id=tid,
+                                                       expect=ev.payload)
+                check_binding(store, tid, lc.manifest, lc.manifest_sha256, events=window)
+                last = _Published(lc.manifest_sha256, lc.manifest, lc.state, lc.tree, lc.chain)
+            self._last, self._loaded = last, True
         return self._last
 
     @property
     def latest(self) -> CheckpointManifest | None:
-        """Manifest of the newest checkpoint published in the log (read from it on first use).
+        """Manifest of the newest checkpoint published in the log (read from it on first use, then
+        the newest this checkpointer published).
 
-        Raises UnrecoverableStateError if that checkpoint's objects are missing or damaged."""
+        Raises UnrecoverableStateError if that checkpoint's objects are missing or damaged, or it
+        does not belong to this log."""
         last = self._latest()
         return last.manifest if last else None
+
+    def _lost(self, base: _Published) -> list[str]:
+        """Objects of ``base``'s chain (manifests, record snapshot and deltas, tree and workspace
+        deltas) no longer present in the blob store: a stat each, no hashing."""
+        out = []
+        for d, m in base.chain:
+            for obj in (d, m.record.get("snapshot") or m.record.get("delta"),
+                        *(() if m.workspace is None else (m.workspace.get("tree") or m.workspace.get("delta"),))):
+                if obj and not self.blobs.exists(obj):
+                    out.append(obj)
+        return out
+
+    def _base(self, kind: str) -> _Published | None:
+        """The base for a ``kind`` capture (None: capture a full one). The base is the newest
+        checkpoint this checkpointer knows; if any object of its chain has gone from the blob
+        store (retired by another checkpointer, collected, lost), the log is read again for its
+        newest checkpoint, which must be intact and bound to this log. ``incremental`` without
+        such a base raises CheckpointError; ``auto`` falls back to a full capture."""
+        if kind == "full":
+            return None
+        base, why = None, ""
+        for _ in range(2):
+            try:
+                base = self._latest()
+            except UnrecoverableStateError as exc:
+                base, why = None, f"the newest Checkpoint event of the log cannot be used: {exc}"
+                break
+            if base is None:
+                why = "the log holds no published checkpoint"
+                break
+            lost = self._lost(base)
+            if not lost:
+                break
+            why = (f"checkpoint {base.manifest.checkpoint_id}'s chain lost {len(lost)} object(s) from the blob store "
+                   f"{self.blobs.name}, e.g. {lost[0][:16]}…")
+            base = None
+            self._last, self._loaded = None, False      # read the log's newest checkpoint again
+        if base is None and kind == "incremental":
+            raise CheckpointError(f"no intact published checkpoint of {self.log.trajectory_id!r} to be the base of an "
+                                  f"incremental one ({why}); capture a full checkpoint (kind='full' or 'auto')")
+        if kind == "auto" and base is not None and base.manifest.chain_length >= self.max_chain:
+            base = None
+        return base
 
     # --- capture ---------------------------------------------------------------------------------
     def capture(self, record: TrajectoryRecord, workspace: WorkspaceSource | None = None, *,
@@ -219,16 +313,18 @@ class Checkpointer:
         Args:
             record: the trajectory record folded up to the log's head.
             workspace: a directory, in-memory files or a stored :class:`Tree` (None: none).
-            kind: ``full``, ``incremental`` (needs a published base), or ``auto`` (incremental
-                while the chain is shorter than ``max_chain``, full otherwise).
+            kind: ``full``, ``incremental`` (needs an intact published base), or ``auto``
+                (incremental while the chain is shorter than ``max_chain`` and its base is intact,
+                full otherwise). Before building on its cached base, the capture checks that
+                every object of the base's chain is still stored, and if not reads the log's
+                newest checkpoint again; it never publishes a delta against a missing base.
             artifact_refs: digests of objects restore must find intact (already in ``blobs``).
 
         Raises:
             CheckpointError: the record is not at the log's head or belongs to another
                 trajectory; the workspace is not the tree the log names, cannot be read, or is
                 missing while the base has one; an artifact is not stored; ``incremental``
-                without a published base.
-            UnrecoverableStateError: the base checkpoint (read back from the log) is damaged.
+                without an intact published base of this log; a blob cannot be stored.
             StoreError subclasses: publication was refused (nothing was published).
         """
         t0 = time.perf_counter()
@@ -252,14 +348,10 @@ class Checkpointer:
             raise CheckpointError(
                 f"torn checkpoint refused: the log says the workspace is tree {record.workspace_tree_sha256[:12]}… at "
                 f"position {record.last_sequence_number}, but the workspace given is "
-                f"{tree.sha256[:12] + '…' if tree else 'none'}")
+                f"{tree.sha256[:12] + '…' if tree is not None else 'none'}")
         t1 = time.perf_counter()
         # 2. serialize
-        base = self._latest() if kind != "full" else None
-        if kind == "incremental" and base is None:
-            raise CheckpointError(f"no published checkpoint of {tid!r} to be the base of an incremental one")
-        if kind == "auto" and (base is None or base.manifest.chain_length >= self.max_chain):
-            base = None
+        base = self._base(kind)
         if base is not None and base.tree is not None and tree is None:
             raise CheckpointError("the base checkpoint has a workspace and this capture has none")
         record_sha, record_data = record_digest(state)
@@ -307,14 +399,15 @@ class Checkpointer:
         t4 = time.perf_counter()
         chain = (base.chain if base is not None else []) + [(manifest.sha256, manifest)]
         self._last = _Published(manifest.sha256, manifest, state, tree, chain)
+        self._loaded = True
         return CaptureResult(
             checkpoint_id=manifest.checkpoint_id, kind=kind_now, covered_sequence_number=manifest.covered_sequence_number,
             manifest_sha256=manifest.sha256, event=ev, chain_length=chain_length,
-            tree_sha256=tree.sha256 if tree else None, record_sha256=record_sha,
+            tree_sha256=tree.sha256 if tree is not None else None, record_sha256=record_sha,
             bytes_written=put_files.bytes_written + put_rest.bytes_written,
             objects_written=put_files.objects_written + put_rest.objects_written,
             record_bytes=record_bytes, workspace_bytes=workspace_bytes, file_bytes_written=put_files.bytes_written,
-            state_bytes=len(record_data) + (tree.total_bytes if tree else 0),
+            state_bytes=len(record_data) + (tree.total_bytes if tree is not None else 0),
             pause_s=t1 - t0, serialize_s=t2 - t1, write_s=t3 - t2, publish_s=t4 - t3, total_s=t4 - t0)
 
     def _manifest(self, record_or_state: TrajectoryRecord | dict, kind: str, rec_part: dict, ws_part: dict | None,
@@ -324,12 +417,20 @@ class Checkpointer:
             p, prefix = record_or_state.last_sequence_number, record_or_state.prefix_sha256
         else:
             p, prefix = record_or_state["last_sequence_number"], record_or_state["prefix_sha256"]
+        covered_event = None
+        if p > 0:
+            found = list(self.log.store.read(self.log.trajectory_id, p, p))
+            if not found:
+                raise CheckpointError(f"the log of {self.log.trajectory_id!r} has no event at position {p} to bind "
+                                      "the checkpoint to")
+            covered_event = found[0].digest
         tag = sha256_hex("|".join([rec_part["sha256"], (ws_part or {}).get("tree_sha256") or "-",
                                    (base_ref or {}).get("manifest_sha256") or "-", ",".join(supersedes)]).encode())
         return CheckpointManifest(
             checkpoint_id=f"ckpt-{p}-{kind}-{tag[:12]}", trajectory_id=self.log.trajectory_id,
             covered_sequence_number=p, prefix_sha256=prefix, kind=kind, record=rec_part, workspace=ws_part,
-            base=base_ref, chain_length=chain_length, artifacts=tuple(artifacts), supersedes=tuple(supersedes))
+            base=base_ref, chain_length=chain_length, artifacts=tuple(artifacts), supersedes=tuple(supersedes),
+            covered_event_sha256=covered_event)
 
     def _publish(self, manifest: CheckpointManifest, supersedes: Sequence[str]) -> Event:
         return self.log.append(CheckpointV2(
@@ -373,6 +474,7 @@ class Checkpointer:
         ev = self._publish(manifest, supersedes)
         t3 = time.perf_counter()
         self._last = _Published(manifest.sha256, manifest, state, tree, [(manifest.sha256, manifest)])
+        self._loaded = True
         # only objects private to this trajectory's superseded checkpoints: their manifests and
         # record deltas (both name this trajectory's record digests). Workspace deltas and file
         # blobs are content-addressed and may also be named by WorkspaceChanged events or by
@@ -383,12 +485,13 @@ class Checkpointer:
             for obj in (d, m.record.get("delta")):
                 if obj and obj not in keep and obj not in retirable:
                     retirable.append(obj)
+        has_tree = tree is not None
         cap = CaptureResult(
             checkpoint_id=manifest.checkpoint_id, kind="full", covered_sequence_number=manifest.covered_sequence_number,
-            manifest_sha256=manifest.sha256, event=ev, chain_length=0, tree_sha256=tree.sha256 if tree else None,
+            manifest_sha256=manifest.sha256, event=ev, chain_length=0, tree_sha256=tree.sha256 if has_tree else None,
             record_sha256=record_sha, bytes_written=put.bytes_written, objects_written=put.objects_written,
-            record_bytes=len(record_data), workspace_bytes=len(tree.canonical) if tree else 0, file_bytes_written=0,
-            state_bytes=len(record_data) + (tree.total_bytes if tree else 0), pause_s=0.0, serialize_s=t1 - t0,
+            record_bytes=len(record_data), workspace_bytes=len(tree.canonical) if has_tree else 0, file_bytes_written=0,
+            state_bytes=len(record_data) + (tree.total_bytes if has_tree else 0), pause_s=0.0, serialize_s=t1 - t0,
             write_s=t2 - t1, publish_s=t3 - t2, total_s=t3 - t0)
         return ConsolidationResult(cap, supersedes, retirable)
 
@@ -398,9 +501,11 @@ class Checkpointer:
 
         Refuses (CheckpointError, nothing removed) unless the base's ``Checkpoint`` event is in
         the log at its position with the same bytes, and the base's manifest, record snapshot,
-        tree and file blobs are all stored intact. After retirement, restoring a position whose
-        newest checkpoint was one of the superseded deltas fails with UnrecoverableStateError
-        (keep them if audits need that history, §11.4.2).
+        tree and file blobs are all stored intact. Objects still needed by a checkpoint the log
+        publishes after the base (or covering a later position) — e.g. a delta a stale writer
+        built on a superseded one — are kept and listed in ``kept``. After retirement, restoring
+        a position whose newest checkpoint was one of the superseded deltas fails with
+        UnrecoverableStateError (keep them if audits need that history, §11.4.2).
         """
         cap = consolidation.capture
         seq = cap.event.sequence_number
@@ -415,11 +520,44 @@ class Checkpointer:
             if absent:
                 raise CheckpointError(f"consolidated base {cap.checkpoint_id} lacks file blobs {absent[:3]}; "
                                       "nothing retired")
+        needed = self._needed_later(cap)
         report = RetireReport(cap.checkpoint_id, list(consolidation.retirable))
+        report.kept = [d for d in consolidation.retirable if d in needed]
         if delete:
             for d in consolidation.retirable:
+                if d in needed:
+                    continue
                 size = self.blobs.size(d) or 0
                 if self.blobs.delete(d):
                     report.deleted.append(d)
                     report.bytes_freed += size
         return report
+
+    def _needed_later(self, cap: CaptureResult) -> set[str]:
+        """Objects of the chains of every checkpoint the log publishes after ``cap``'s event, or
+        covering a position after ``cap``'s covered position (other than ``cap`` itself)."""
+        store, tid = self.log.store, self.log.trajectory_id
+        needed: set[str] = set()
+        for ev in store.read(tid, cap.covered_sequence_number + 1):
+            if not isinstance(ev.payload, CheckpointV2) or ev.sequence_number == cap.event.sequence_number:
+                continue
+            p: CheckpointV2 = ev.payload
+            if not covers_an_earlier_position(ev):
+                continue
+            if (ev.sequence_number < cap.event.sequence_number
+                    and p.covered_sequence_number <= cap.covered_sequence_number):
+                continue      # one of the checkpoints the base consolidated
+            digest, seen = p.manifest_sha256, set()
+            while digest not in seen:     # its chain, as far as it is still readable
+                seen.add(digest)
+                needed.add(digest)
+                try:
+                    m = CheckpointManifest.from_bytes(self.blobs.get(digest, kind="checkpoint manifest"),
+                                                      name=digest[:16])
+                except UnrecoverableStateError:
+                    break
+                needed.update(m.objects())
+                if m.base is None:
+                    break
+                digest = m.base["manifest_sha256"]
+        return needed

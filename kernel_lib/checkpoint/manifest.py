@@ -11,10 +11,17 @@ trajectory to:
 * the digests of required artifacts (objects restore must find intact, e.g. offloaded model
   inputs);
 * the log prefix digest at p (``TrajectoryRecord.prefix_sha256``), and the reducer version and
-  formats needed to read all of it.
+  formats needed to read all of it;
+* (format 2) ``covered_event_sha256``: the SHA-256 of the canonical bytes of the event at p
+  (``Event.digest``; None when p is 0). The prefix digest chains every event 1..p, so checking
+  it means reading the whole prefix; the event digest is checked by reading event p alone, and
+  ties the manifest to this log rather than to another log of the same trajectory id whose
+  event p differs.
 
 Stored as canonical RFC 8785 JSON under its own SHA-256 in the blob store; the ``Checkpoint``
-(schema 2) event that publishes it carries that digest.
+(schema 2) event that publishes it carries that digest. Format 1 manifests (written before the
+covered-event digest existed) are still read; their ``covered_event_sha256`` is None and their
+binding to the log cannot be checked beyond positions and trajectory id.
 """
 
 from __future__ import annotations
@@ -29,7 +36,9 @@ from .blobs import is_digest, sha256_hex
 from .state import RECORD_DELTA_FORMAT, RECORD_FORMAT, canonical
 from .tree import DELTA_FORMAT, TREE_FORMAT
 
-MANIFEST_FORMAT = "kernel_lib.checkpoint/1"
+MANIFEST_FORMAT = "kernel_lib.checkpoint/2"
+#: Manifest formats this build reads (format 1 lacks ``covered_event_sha256``).
+READABLE_FORMATS = ("kernel_lib.checkpoint/1", MANIFEST_FORMAT)
 #: Formats and versions this build writes and can read, recorded in every manifest.
 VERSIONS = {"reducer_version": REDUCER_VERSION, "record_format": RECORD_FORMAT,
             "record_delta_format": RECORD_DELTA_FORMAT, "tree_format": TREE_FORMAT,
@@ -41,7 +50,9 @@ class CheckpointManifest:
     """One checkpoint manifest (see the module docstring). ``record`` holds ``sha256`` and
     ``size`` (bytes) of the complete record snapshot plus ``snapshot`` or ``delta`` (object
     digests); ``workspace`` holds ``tree_sha256``, ``files``, ``bytes`` plus ``tree`` or
-    ``delta``."""
+    ``delta``. ``covered_event_sha256`` is the digest of the event at the covered position (None
+    at position 0 and in a format-1 manifest); ``format`` is the manifest format it was read
+    from or will be written as."""
 
     checkpoint_id: str
     trajectory_id: str
@@ -55,13 +66,18 @@ class CheckpointManifest:
     artifacts: tuple[str, ...] = ()
     supersedes: tuple[str, ...] = ()
     versions: dict[str, Any] = field(default_factory=lambda: dict(VERSIONS))
+    covered_event_sha256: str | None = None
+    format: str = MANIFEST_FORMAT
 
     def to_json(self) -> dict[str, Any]:
-        return {"format": MANIFEST_FORMAT, "checkpoint_id": self.checkpoint_id, "trajectory_id": self.trajectory_id,
-                "covered_sequence_number": self.covered_sequence_number, "prefix_sha256": self.prefix_sha256,
-                "kind": self.kind, "record": self.record, "workspace": self.workspace, "base": self.base,
-                "chain_length": self.chain_length, "artifacts": list(self.artifacts),
-                "supersedes": list(self.supersedes), "versions": self.versions}
+        d = {"format": self.format, "checkpoint_id": self.checkpoint_id, "trajectory_id": self.trajectory_id,
+             "covered_sequence_number": self.covered_sequence_number, "prefix_sha256": self.prefix_sha256,
+             "kind": self.kind, "record": self.record, "workspace": self.workspace, "base": self.base,
+             "chain_length": self.chain_length, "artifacts": list(self.artifacts),
+             "supersedes": list(self.supersedes), "versions": self.versions}
+        if self.format != READABLE_FORMATS[0]:
+            d["covered_event_sha256"] = self.covered_event_sha256
+        return d
 
     @property
     def canonical(self) -> bytes:
@@ -97,9 +113,9 @@ class CheckpointManifest:
         """
         try:
             d = json.loads(data)
-            if not isinstance(d, dict) or d.get("format") != MANIFEST_FORMAT:
+            if not isinstance(d, dict) or d.get("format") not in READABLE_FORMATS:
                 raise ValueError(f"format is {d.get('format') if isinstance(d, dict) else None!r}, "
-                                 f"not {MANIFEST_FORMAT!r}")
+                                 f"not one of {READABLE_FORMATS}")
             versions = d["versions"]
             from ..record import SUPPORTED_REDUCER_VERSIONS
             if versions.get("reducer_version") not in SUPPORTED_REDUCER_VERSIONS:
@@ -112,7 +128,9 @@ class CheckpointManifest:
                     covered_sequence_number=d["covered_sequence_number"], prefix_sha256=d["prefix_sha256"],
                     kind=d["kind"], record=d["record"], workspace=d["workspace"], base=d["base"],
                     chain_length=d["chain_length"], artifacts=tuple(d["artifacts"]),
-                    supersedes=tuple(d["supersedes"]), versions=versions)
+                    supersedes=tuple(d["supersedes"]), versions=versions,
+                    covered_event_sha256=(d["covered_event_sha256"] if d["format"] != READABLE_FORMATS[0] else None),
+                    format=d["format"])
             m._check()
             return m
         except UnrecoverableStateError:
@@ -126,6 +144,12 @@ class CheckpointManifest:
             raise ValueError(f"unknown kind {self.kind!r}")
         if type(self.covered_sequence_number) is not int or self.covered_sequence_number < 0:
             raise ValueError("covered_sequence_number must be an integer >= 0")
+        if self.format != READABLE_FORMATS[0]:
+            if self.covered_sequence_number == 0:
+                if self.covered_event_sha256 is not None:
+                    raise ValueError("a checkpoint at position 0 covers no event, yet names one")
+            elif not is_digest(self.covered_event_sha256):
+                raise ValueError("covered_event_sha256 is not a digest")
         if not is_digest(self.record.get("sha256")):
             raise ValueError("record.sha256 is not a digest")
         own = "snapshot" if self.kind == "full" else "delta"

@@ -4,15 +4,23 @@
 else, and calls no model and no tool. Its steps:
 
 1. find the newest published checkpoint at or before the target position t: the last
-   ``Checkpoint`` (schema 2) event in the log at a position ≤ t, found by reading the log
-   backwards in growing windows (the events read are reused as part of the suffix);
+   ``Checkpoint`` (schema 2) event in the log at a position ≤ t whose covered position p lies
+   before the event itself, found by reading the log backwards in growing windows (the events
+   read are reused as part of the suffix). An event claiming to cover its own position or a
+   later one cannot have been published by a capture of this log and is passed over;
 2. read its manifest and, for an incremental one, every manifest of its chain back to a full
-   base, verifying each object's SHA-256 as it is read;
+   base, verifying each object's SHA-256 as it is read, and check that the manifest is bound to
+   this log: the digest of the event at p it records must be the digest of this log's event p
+   (:func:`check_binding`);
 3. rebuild the record at the covered position p (full snapshot, then each record delta, then a
    check of the resulting record's digest) and the tree at p (tree, then each workspace delta,
    each result checked against its tree id);
 4. fold the log suffix p+1..t into the record, and apply every ``WorkspaceChanged`` delta of the
-   suffix to the tree in log order (each must start from the tree the previous one produced);
+   suffix to the tree in log order (each must start from the tree the previous one produced).
+   A later ``Checkpoint`` event in the suffix (when restore starts from an older checkpoint)
+   that names a different tree for its covered position is honoured: its chain is loaded and
+   verified, bound to this log, and its tree replaces the one carried so far; if the log's own
+   workspace changes name another tree there, the two disagree and restore refuses;
 5. check that the tree arrived at is the one the log says (the record's
    ``workspace_tree_sha256``), verify every file blob, and write the files into ``dest``.
 
@@ -103,14 +111,28 @@ def is_published_checkpoint(ev: Event) -> bool:
     return isinstance(ev.payload, CheckpointV2)
 
 
+def covers_an_earlier_position(ev: Event) -> bool:
+    """True if the ``Checkpoint`` event ``ev`` covers a position before its own (p < its
+    sequence number), as every checkpoint a capture of this log publishes does."""
+    return ev.payload.covered_sequence_number < ev.sequence_number
+
+
 def find_checkpoint(store: LogStore, trajectory_id: str, target: int, *,
                     checkpoint_id: str | None = None) -> tuple[Event | None, list[Event]]:
     """The newest published ``Checkpoint`` event at a position ≤ ``target`` (or the one named
     ``checkpoint_id``), and the events read while looking for it (ascending, ending at
     ``target``; they start at or before the checkpoint event, or at 1 when none was found).
 
+    A ``Checkpoint`` event whose covered position is not before its own position is passed over:
+    no capture of this log can have published it (it was appended by hand or copied from another
+    log), and the record it names is not a state of this log at or before ``target``.
+
     Reads the log backwards in windows of 256, 512, … events, so the cost is proportional to
     the distance from the target back to the checkpoint, not to the log's length.
+
+    Raises:
+        UnrecoverableStateError: the event named ``checkpoint_id`` does not cover a position
+            before its own.
     """
     chunks: list[list[Event]] = []
     hi, window = target, SCAN_WINDOW
@@ -119,29 +141,61 @@ def find_checkpoint(store: LogStore, trajectory_id: str, target: int, *,
         chunk = list(store.read(trajectory_id, lo, hi))
         chunks.append(chunk)
         for ev in reversed(chunk):
-            if is_published_checkpoint(ev) and (checkpoint_id is None or ev.payload.checkpoint_id == checkpoint_id):
+            if not is_published_checkpoint(ev):
+                continue
+            if checkpoint_id is not None and ev.payload.checkpoint_id != checkpoint_id:
+                continue
+            if covers_an_earlier_position(ev):
                 return ev, [e for c in reversed(chunks) for e in c]
+            if checkpoint_id is not None:
+                raise UnrecoverableStateError(
+                    f"checkpoint {checkpoint_id} is published at position {ev.sequence_number} but claims to cover "
+                    f"position {ev.payload.covered_sequence_number}: a checkpoint covers a position before its own "
+                    "event, so this one is not a checkpoint of this log",
+                    missing=[("checkpoint manifest", ev.payload.manifest_sha256)])
         hi, window = lo - 1, min(window * 2, SCAN_WINDOW_MAX)
     return None, [e for c in reversed(chunks) for e in c]
 
 
-def load_checkpoint(blobs: BlobStore, manifest_sha256: str, *, trajectory_id: str | None = None,
-                    expect: CheckpointV2 | None = None, as_record: bool = False) -> LoadedCheckpoint:
-    """Read and verify one checkpoint with its whole chain, and rebuild its record state and tree.
+def check_binding(store: LogStore, trajectory_id: str, manifest: CheckpointManifest, manifest_sha256: str, *,
+                  events: list[Event] | None = None) -> None:
+    """Check that ``manifest`` describes this log: the event at its covered position p is the one
+    whose digest the manifest records (format 2). Reads event p alone (from ``events``, an
+    ascending run of consecutive events, when it holds p).
 
-    Args:
-        manifest_sha256: the manifest's digest (from the ``Checkpoint`` event).
-        trajectory_id: if given, every manifest of the chain must belong to it.
-        expect: the publishing event's payload; its fields must agree with the manifest.
-        as_record: also build the :class:`TrajectoryRecord` (``record``); for a full checkpoint
-            it is built straight from the snapshot and ``state`` is None.
+    A format-1 manifest records no event digest; only its position and trajectory id are
+    checked then.
 
     Raises:
-        UnrecoverableStateError: a manifest, snapshot, delta or tree of the chain is missing or
-            damaged, the chain is inconsistent (trajectory, positions, digests), or the rebuilt
-            record does not hash to the digest the manifest promises.
+        UnrecoverableStateError: the log has no event p, or its event p is not the one the
+            manifest was captured after (the checkpoint belongs to another log).
     """
-    start = blobs.stats.bytes_read
+    p = manifest.covered_sequence_number
+    if manifest.covered_event_sha256 is None:
+        return
+    ev = None
+    if events and events[0].sequence_number <= p <= events[-1].sequence_number:
+        ev = events[p - events[0].sequence_number]
+        if ev.sequence_number != p:
+            ev = None
+    if ev is None:
+        found = list(store.read(trajectory_id, p, p))
+        ev = found[0] if found else None
+    if ev is None or ev.digest != manifest.covered_event_sha256:
+        got = "no event" if ev is None else f"event {ev.event_id} (digest {ev.digest[:12]}…)"
+        raise UnrecoverableStateError(
+            f"checkpoint {manifest.checkpoint_id} was captured after an event with digest "
+            f"{manifest.covered_event_sha256[:12]}… at position {p}, but this log of {trajectory_id!r} has {got} "
+            "there: the checkpoint belongs to another log and is not used",
+            missing=[("checkpoint manifest", manifest_sha256)])
+
+
+def load_chain(blobs: BlobStore, manifest_sha256: str, *, trajectory_id: str | None = None,
+               expect: CheckpointV2 | None = None) -> list[tuple[str, CheckpointManifest]]:
+    """The manifests of one checkpoint's chain as ``(manifest digest, manifest)``, the full base
+    first and this checkpoint last, each verified and linked to the next.
+
+    Raises UnrecoverableStateError as :func:`load_checkpoint` (manifests only)."""
     chain: list[tuple[str, CheckpointManifest]] = []
     digest, needed_by = manifest_sha256, "the Checkpoint event"
     while True:
@@ -174,7 +228,57 @@ def load_checkpoint(blobs: BlobStore, manifest_sha256: str, *, trajectory_id: st
             raise UnrecoverableStateError(f"the Checkpoint event and manifest {manifest_sha256[:16]}… disagree: "
                                           f"event {want}, manifest {got}",
                                           missing=[("checkpoint manifest", manifest_sha256)])
-    base_digest, base = chain[0]
+    return chain
+
+
+def chain_tree(blobs: BlobStore, chain: list[tuple[str, CheckpointManifest]]) -> Tree | None:
+    """The workspace tree at the top of ``chain`` (None: no workspace): the base's tree object,
+    then each workspace delta, every step checked against the tree id its manifest promises.
+
+    Raises UnrecoverableStateError if a tree or delta is missing, damaged or does not connect."""
+    tree: Tree | None = None
+    prev: CheckpointManifest | None = None
+    for _digest, m in chain:
+        who = f"checkpoint {m.checkpoint_id}"
+        if m.workspace is None:
+            if tree is not None:
+                raise UnrecoverableStateError(f"{who} has no workspace but its base has one",
+                                              missing=[("workspace tree", prev.tree_sha256 or "")])
+        elif m.kind == "full":
+            tree = load_tree(blobs, m.workspace["tree"], needed_by=who)
+        else:
+            tree = load_delta(blobs, m.workspace["delta"], needed_by=who).apply(tree or EMPTY_TREE)
+        if tree is not None and tree.sha256 != m.tree_sha256:
+            raise UnrecoverableStateError(f"{who}: its workspace rebuilds tree {tree.sha256[:16]}…, not the tree "
+                                          f"{m.tree_sha256[:16]}… it promises",
+                                          missing=[("workspace tree", m.tree_sha256)])
+        prev = m
+    return tree
+
+
+def load_checkpoint(blobs: BlobStore, manifest_sha256: str, *, trajectory_id: str | None = None,
+                    expect: CheckpointV2 | None = None, as_record: bool = False) -> LoadedCheckpoint:
+    """Read and verify one checkpoint with its whole chain, and rebuild its record state and tree.
+
+    Args:
+        manifest_sha256: the manifest's digest (from the ``Checkpoint`` event).
+        trajectory_id: if given, every manifest of the chain must belong to it.
+        expect: the publishing event's payload; its fields must agree with the manifest.
+        as_record: also build the :class:`TrajectoryRecord` (``record``); for a full checkpoint
+            it is built straight from the snapshot and ``state`` is None.
+
+    This checks the checkpoint's own consistency; whether it belongs to a given log is checked
+    by :func:`check_binding`.
+
+    Raises:
+        UnrecoverableStateError: a manifest, snapshot, delta or tree of the chain is missing or
+            damaged, the chain is inconsistent (trajectory, positions, digests), or the rebuilt
+            record or tree does not hash to the digest the manifest promises.
+    """
+    start = blobs.stats.bytes_read
+    chain = load_chain(blobs, manifest_sha256, trajectory_id=trajectory_id, expect=expect)
+    top = chain[-1][1]
+    base = chain[0][1]
     who = f"checkpoint {base.checkpoint_id}"
     snapshot = blobs.get(base.record["snapshot"], kind="record snapshot", needed_by=who)
     record = None
@@ -187,10 +291,6 @@ def load_checkpoint(blobs: BlobStore, manifest_sha256: str, *, trajectory_id: st
         raise UnrecoverableStateError(f"{who}: record snapshot digest {base.record['snapshot'][:16]}… differs from "
                                       f"the record digest {base.record_sha256[:16]}… it promises",
                                       missing=[("record snapshot", base.record["snapshot"])])
-    tree = load_tree(blobs, base.workspace["tree"], needed_by=who) if base.workspace is not None else None
-    if tree is not None and tree.sha256 != base.tree_sha256:
-        raise UnrecoverableStateError(f"{who}: tree object {tree.sha256[:16]}… is not the tree "
-                                      f"{base.tree_sha256[:16]}… it promises", missing=[("workspace tree", base.tree_sha256)])
     prev = base
     for _digest, m in chain[1:]:
         who = f"checkpoint {m.checkpoint_id}"
@@ -201,12 +301,8 @@ def load_checkpoint(blobs: BlobStore, manifest_sha256: str, *, trajectory_id: st
                                           f"{prev.checkpoint_id} to {m.checkpoint_id}",
                                           missing=[("record delta", m.record["delta"])])
         apply_state_delta(state, ops)
-        if m.workspace is not None:
-            tree = load_delta(blobs, m.workspace["delta"], needed_by=who).apply(tree or EMPTY_TREE)
-        elif tree is not None:
-            raise UnrecoverableStateError(f"{who} has no workspace but its base has one",
-                                          missing=[("workspace tree", prev.tree_sha256 or "")])
         prev = m
+    tree = chain_tree(blobs, chain)
     if len(chain) > 1:
         got_sha, _ = record_digest(state, reducer_version)
         if got_sha != top.record_sha256:
@@ -235,7 +331,9 @@ def restore(store: LogStore, trajectory_id: str, blobs: BlobStore, *, target: in
         store: the trajectory's log store (only read).
         blobs: the blob store holding the checkpoints, trees, deltas and file blobs.
         target: the log position t to restore (default: the head).
-        dest: a directory (absent or empty) to write the workspace files into.
+        dest: a directory (absent or empty) to write the workspace files into. The files are
+            written into a new sibling directory first and renamed into place at the end, so
+            ``dest`` ends up either complete or as it was.
         checkpoint_id: start from this checkpoint instead of the newest one at or before t.
         verify_blobs: hash every file blob of the final tree even without ``dest`` (default).
 
@@ -245,8 +343,11 @@ def restore(store: LogStore, trajectory_id: str, blobs: BlobStore, *, target: in
     Raises:
         ConfigError: ``target`` is outside 0..head, or ``checkpoint_id`` is not published at or
             before it.
-        UnrecoverableStateError: a needed object is missing or damaged, or the pieces disagree
-            (see the module docstring); ``missing`` names the objects.
+        UnrecoverableStateError: a needed object is missing or damaged, the pieces disagree, or
+            the checkpoint used (or a later one in the suffix naming another tree) does not
+            belong to this log (see the module docstring); ``missing`` names the objects.
+        CheckpointError: ``dest`` cannot hold the workspace (not an empty directory, a symbolic
+            link, under a regular file, a name or path too long); nothing is left at ``dest``.
         FoldError: the log suffix does not fold (from the reducer).
     """
     t0 = time.perf_counter()
@@ -263,6 +364,7 @@ def restore(store: LogStore, trajectory_id: str, blobs: BlobStore, *, target: in
     if ev is not None:
         p: CheckpointV2 = ev.payload
         loaded = load_checkpoint(blobs, p.manifest_sha256, trajectory_id=trajectory_id, expect=p, as_record=True)
+        check_binding(store, trajectory_id, loaded.manifest, p.manifest_sha256, events=window)
         record = loaded.record
         covered = loaded.manifest.covered_sequence_number
         if (record.trajectory_id, record.last_sequence_number, record.prefix_sha256) != (
@@ -283,31 +385,15 @@ def restore(store: LogStore, trajectory_id: str, blobs: BlobStore, *, target: in
     suffix = [e for e in window if covered < e.sequence_number <= target]
     if first > covered + 1:
         suffix = list(store.read(trajectory_id, covered + 1, first - 1)) + suffix
+    log_tree_at_start = record.workspace_tree_sha256
     fold_into(record, suffix)
     t3 = time.perf_counter()
-    changes = 0
-    for e in suffix:
-        if not isinstance(e.payload, WorkspaceChanged):
-            continue
-        wc: WorkspaceChanged = e.payload
-        who = f"WorkspaceChanged {wc.change_id} at position {e.sequence_number}"
-        if tree is None:
-            tree = load_tree(blobs, wc.base_tree_sha256, needed_by=who)
-        delta = load_delta(blobs, wc.delta_sha256, needed_by=who)
-        if (delta.base_tree, delta.result_tree) != (wc.base_tree_sha256, wc.result_tree_sha256):
-            raise UnrecoverableStateError(f"{who}: its stored delta is from {delta.base_tree[:12]}… to "
-                                          f"{delta.result_tree[:12]}…, not what the event names",
-                                          missing=[("workspace delta", wc.delta_sha256)])
-        if tree.sha256 != wc.base_tree_sha256:
-            raise UnrecoverableStateError(
-                f"{who} starts from tree {wc.base_tree_sha256[:12]}…, but the workspace restored so far is "
-                f"{tree.sha256[:12]}…", missing=[("workspace delta base", wc.base_tree_sha256)])
-        tree = delta.apply(tree)
-        changes += 1
+    tree, changes = _suffix_workspace(store, trajectory_id, blobs, suffix, covered, tree, log_tree_at_start,
+                                      window)
     if record.workspace_tree_sha256 is not None and (tree is None or tree.sha256 != record.workspace_tree_sha256):
         raise UnrecoverableStateError(
             f"the log says the workspace at position {target} is tree {record.workspace_tree_sha256[:12]}…, but the "
-            f"restore arrived at {tree.sha256[:12] + '…' if tree else 'no tree'}",
+            f"restore arrived at {tree.sha256[:12] + '…' if tree is not None else 'no tree'}",
             missing=[("workspace tree", record.workspace_tree_sha256)])
     t4 = time.perf_counter()
     out_dir = None
@@ -323,3 +409,75 @@ def restore(store: LogStore, trajectory_id: str, blobs: BlobStore, *, target: in
         bytes_read=blobs.stats.bytes_read - read0,
         timings_s={"find": t1 - t0, "load": t2 - t1, "fold": t3 - t2, "workspace": t4 - t3,
                    "materialize": t5 - t4, "total": t5 - t0})
+
+
+def _suffix_workspace(store: LogStore, trajectory_id: str, blobs: BlobStore, suffix: list[Event], covered: int,
+                      tree: Tree | None, log_tree: str | None, window: list[Event]) -> tuple[Tree | None, int]:
+    """Carry the workspace tree from position ``covered`` through ``suffix`` (step 4 of the
+    module docstring): apply each ``WorkspaceChanged`` delta, and honour (or refuse) each later
+    ``Checkpoint`` event naming another tree. ``log_tree`` is the tree the log's own workspace
+    changes name at ``covered`` (None: none yet). Returns the tree and the deltas applied."""
+    changes = 0
+    # (position, tree id) from which each tree holds: the carried tree, and what the log names
+    carried: list[tuple[int, str | None]] = [(covered, tree.sha256 if tree is not None else None)]
+    named: list[tuple[int, str | None]] = [(covered, log_tree)]
+
+    def at(history: list[tuple[int, str | None]], pos: int) -> str | None:
+        out = history[0][1]
+        for q, sha in history:
+            if q > pos:
+                break
+            out = sha
+        return out
+
+    for e in suffix:
+        if isinstance(e.payload, WorkspaceChanged):
+            wc: WorkspaceChanged = e.payload
+            who = f"WorkspaceChanged {wc.change_id} at position {e.sequence_number}"
+            if tree is None:
+                tree = load_tree(blobs, wc.base_tree_sha256, needed_by=who)
+            delta = load_delta(blobs, wc.delta_sha256, needed_by=who)
+            if (delta.base_tree, delta.result_tree) != (wc.base_tree_sha256, wc.result_tree_sha256):
+                raise UnrecoverableStateError(f"{who}: its stored delta is from {delta.base_tree[:12]}… to "
+                                              f"{delta.result_tree[:12]}…, not what the event names",
+                                              missing=[("workspace delta", wc.delta_sha256)])
+            if tree.sha256 != wc.base_tree_sha256:
+                raise UnrecoverableStateError(
+                    f"{who} starts from tree {wc.base_tree_sha256[:12]}…, but the workspace restored so far is "
+                    f"{tree.sha256[:12]}…", missing=[("workspace delta base", wc.base_tree_sha256)])
+            tree = delta.apply(tree)
+            changes += 1
+            carried.append((e.sequence_number, tree.sha256))
+            named.append((e.sequence_number, tree.sha256))
+            continue
+        if not is_published_checkpoint(e) or not covers_an_earlier_position(e):
+            continue
+        cp: CheckpointV2 = e.payload
+        pos, claim = cp.covered_sequence_number, cp.workspace_tree_sha256
+        if claim is None or pos < covered or at(carried, pos) == claim:
+            continue   # says nothing about the workspace, predates the start, or agrees
+        who = f"checkpoint {cp.checkpoint_id} (published at position {e.sequence_number})"
+        logged = at(named, pos)
+        if logged is not None:
+            why = f"the log's workspace changes give tree {logged[:12]}… there"
+        elif named[-1][0] > pos:
+            why = f"the log records a workspace change at position {named[-1][0]}, after that position"
+        elif pos < carried[-1][0]:
+            why = f"a checkpoint covering the later position {carried[-1][0]} already named the tree from there on"
+        elif carried[-1] == (pos, at(carried, pos)) and carried[-1][1] is not None:
+            why = f"another checkpoint covering the same position names tree {carried[-1][1][:12]}…"
+        else:
+            why = ""
+        if why:
+            raise UnrecoverableStateError(f"{who} says the workspace at position {pos} is tree {claim[:12]}…, but "
+                                          f"{why}", missing=[("workspace tree", claim)])
+        # the log names no tree there: the later checkpoint is the authority; verify, then adopt
+        chain = load_chain(blobs, cp.manifest_sha256, trajectory_id=trajectory_id, expect=cp)
+        check_binding(store, trajectory_id, chain[-1][1], cp.manifest_sha256, events=window)
+        later = chain_tree(blobs, chain)
+        if later is None or later.sha256 != claim:
+            raise UnrecoverableStateError(f"{who}: its chain does not rebuild the tree {claim[:12]}… it names",
+                                          missing=[("workspace tree", claim)])
+        tree = later
+        carried.append((pos, tree.sha256))
+    return tree, changes

@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
+import shutil
 import stat
 from dataclasses import dataclass
 from pathlib import Path
@@ -136,46 +138,71 @@ EMPTY_TREE = Tree({})
 WorkspaceSource = Union[str, os.PathLike, Mapping[str, Union[bytes, tuple[bytes, bool]]], Tree]
 
 
+def _shown(path: object, limit: int = 120) -> str:
+    """``path`` for an error message, shortened in the middle when very long."""
+    text = os.fsdecode(path) if isinstance(path, (str, bytes, os.PathLike)) else str(path)
+    return text if len(text) <= limit else f"{text[:limit // 2]}…{text[-limit // 2:]} ({len(text)} characters)"
+
+
 def scan_directory(root: str | os.PathLike, *, ignore: Iterable[str] = ()) -> tuple[Tree, dict[str, bytes]]:
     """Read every regular file under ``root`` into a tree and its blobs (digest → bytes).
 
     ``ignore``: file or directory names skipped wherever they occur (e.g. ``__pycache__``).
 
     Raises:
-        CheckpointError: ``root`` is not a directory, or holds a symbolic link or a special file.
+        CheckpointError: ``root`` is not a directory; it holds a symbolic link or a special
+            file; a directory under it cannot be listed; a file cannot be read or vanishes while
+            the workspace is read (a snapshot is the whole workspace or nothing).
     """
     root = Path(root)
     if not root.is_dir():
-        raise CheckpointError(f"workspace {root} is not a directory")
+        raise CheckpointError(f"workspace {_shown(root)} is not a directory")
     skip = set(ignore)
     files: dict[str, FileEntry] = {}
     blobs: dict[str, bytes] = {}
-    for dirpath, dirnames, filenames in os.walk(root):
+
+    def unlistable(exc: OSError) -> None:
+        where = exc.filename if exc.filename is not None else root
+        raise CheckpointError(f"workspace {_shown(root)}: cannot list directory {_shown(where)} "
+                              f"({exc.strerror or exc}); a snapshot must hold every file or none")
+
+    for dirpath, dirnames, filenames in os.walk(root, onerror=unlistable):
         for d in list(dirnames):
             if d in skip:
                 dirnames.remove(d)
             elif os.path.islink(os.path.join(dirpath, d)):
-                raise CheckpointError(f"workspace {root} holds a symbolic link {os.path.join(dirpath, d)}; "
-                                      "snapshots keep regular files only")
+                raise CheckpointError(f"workspace {_shown(root)} holds a symbolic link "
+                                      f"{_shown(os.path.join(dirpath, d))}; snapshots keep regular files only")
         dirnames.sort()
         for name in sorted(filenames):
             if name in skip:
                 continue
             full = os.path.join(dirpath, name)
-            st = os.lstat(full)
             rel = Path(full).relative_to(root).as_posix()
-            if not stat.S_ISREG(st.st_mode):
-                raise CheckpointError(f"workspace file {rel} is not a regular file (a link or device); "
-                                      "snapshots keep regular files only")
-            with open(full, "rb") as f:
-                data = f.read()
+            try:
+                st = os.lstat(full)
+                if not stat.S_ISREG(st.st_mode):
+                    raise CheckpointError(f"workspace file {_shown(rel)} is not a regular file (a link or device); "
+                                          "snapshots keep regular files only")
+                fd = os.open(full, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0))
+                with open(fd, "rb") as f:
+                    st = os.fstat(f.fileno())
+                    if not stat.S_ISREG(st.st_mode):
+                        raise CheckpointError(f"workspace file {_shown(rel)} was replaced by a non-regular file "
+                                              "while the workspace was read")
+                    data = f.read()
+            except FileNotFoundError:
+                raise CheckpointError(f"workspace file {_shown(rel)} vanished while the workspace was read (is a "
+                                      "tool still writing?); no snapshot taken") from None
+            except OSError as exc:
+                raise CheckpointError(f"cannot read workspace file {_shown(rel)}: {exc.strerror or exc}") from None
             digest = sha256_hex(data)
             blobs[digest] = data
             files[rel] = FileEntry(digest, len(data), bool(st.st_mode & 0o111))
     try:
         return Tree(files), blobs
     except ValueError as exc:
-        raise CheckpointError(f"workspace {root}: {exc}") from None
+        raise CheckpointError(f"workspace {_shown(root)}: {exc}") from None
 
 
 def files_tree(files: Mapping[str, bytes | tuple[bytes, bool]]) -> tuple[Tree, dict[str, bytes]]:
@@ -203,7 +230,11 @@ def read_workspace(source: WorkspaceSource, blobs: BlobStore, *,
     """The tree of ``source`` and the blobs it needs that may not be stored yet.
 
     A :class:`Tree` source must already be in ``blobs`` with every file it names (checked here:
-    a checkpoint must not reference bytes that are not durable). Raises CheckpointError.
+    a checkpoint must not reference bytes that are not durable).
+
+    Raises:
+        CheckpointError: the source is not a directory path (``str`` or ``os.PathLike`` of
+            text), a mapping of files or a :class:`Tree`, or cannot be read as a tree.
     """
     if isinstance(source, Tree):
         absent = [p for p, e in source.files.items() if not blobs.has(e.sha256)]
@@ -213,7 +244,11 @@ def read_workspace(source: WorkspaceSource, blobs: BlobStore, *,
         return source, {}
     if isinstance(source, Mapping):
         return files_tree(source)
-    return scan_directory(source, ignore=ignore)
+    if isinstance(source, (str, os.PathLike)) and isinstance(os.fspath(source), str):
+        return scan_directory(source, ignore=ignore)
+    raise CheckpointError(f"a workspace is a directory path (str or os.PathLike), a mapping of path → bytes or "
+                          f"(bytes, executable), or a stored Tree, not {type(source).__name__} "
+                          f"{_shown(repr(source), 60)}")
 
 
 def load_tree(blobs: BlobStore, digest: str, *, needed_by: str = "") -> Tree:
@@ -354,13 +389,19 @@ def materialize(tree: Tree, blobs: BlobStore, dest: str | os.PathLike | None, *,
                 needed_by: str = "") -> int:
     """Verify every blob of ``tree`` and, when ``dest`` is given, write the files there.
 
-    ``dest`` must not exist or be an empty directory. Files get mode 0o755 when executable,
-    else 0o644. Returns the bytes of file content verified (and written).
+    ``dest`` must not exist or be an empty directory (not a symbolic link). The files are
+    written into a new sibling directory of ``dest`` that is renamed onto ``dest`` once complete,
+    so ``dest`` ends up holding the whole tree or is left as it was; the sibling is removed on
+    failure. Files get mode 0o755 when executable, else 0o644. Returns the bytes of file content
+    verified (and written).
 
     Raises:
         UnrecoverableStateError: blobs are missing or damaged; ``missing`` lists every one, with
             the paths that need them (nothing is written in that case).
-        CheckpointError: ``dest`` exists and is not an empty directory.
+        CheckpointError: ``dest`` cannot receive the tree: it exists and is not an empty
+            directory, is a symbolic link, lies under a regular file, or a file of the tree
+            cannot be written there (a name or path too long for the file system, no space,
+            no permission); nothing is left at ``dest``.
     """
     missing: list[tuple[str, str]] = []
     datas: dict[str, bytes] = {}
@@ -376,17 +417,79 @@ def materialize(tree: Tree, blobs: BlobStore, dest: str | os.PathLike | None, *,
             f"{len(missing)} file blob(s) of workspace tree {tree.sha256[:12]}… are missing or damaged"
             + (f" (needed by {needed_by})" if needed_by else "") + ": "
             + ", ".join(m[1] for m in missing[:5]) + (" …" if len(missing) > 5 else ""), missing=missing)
-    total = 0
     if dest is not None:
-        dest = Path(dest)
-        if dest.exists() and (not dest.is_dir() or any(dest.iterdir())):
-            raise CheckpointError(f"cannot materialize into {dest}: it exists and is not an empty directory")
-        dest.mkdir(parents=True, exist_ok=True)
+        _write_tree(tree, datas, dest)
+    return sum(e.size for e in tree.files.values())
+
+
+def _write_tree(tree: Tree, datas: dict[str, bytes], dest: str | os.PathLike) -> None:
+    if not isinstance(dest, (str, os.PathLike)) or not isinstance(os.fspath(dest), str):
+        raise CheckpointError(f"cannot materialize into {dest!r}: a destination is a str or os.PathLike path")
+    dest = Path(os.path.abspath(dest))
+    shown = _shown(dest)
+    if os.path.islink(dest):
+        raise CheckpointError(f"cannot materialize into {shown}: it is a symbolic link (restore writes a real "
+                              "directory there, and will not follow or replace a link)")
+    try:
+        st = os.stat(dest)
+    except FileNotFoundError:
+        st = None
+    except NotADirectoryError:
+        raise CheckpointError(f"cannot materialize into {shown}: a parent of it is not a directory") from None
+    except OSError as exc:
+        raise CheckpointError(f"cannot materialize into {shown}: {exc.strerror or exc}") from None
+    try:
+        if st is not None and (not stat.S_ISDIR(st.st_mode) or os.listdir(dest)):
+            raise CheckpointError(f"cannot materialize into {shown}: it exists and is not an empty directory")
+    except OSError as exc:
+        raise CheckpointError(f"cannot materialize into {shown}: {exc.strerror or exc}") from None
+    created: list[Path] = []       # parents of dest this call creates, removed again on failure
+    for anc in reversed(dest.parents):
+        if not os.path.lexists(anc):
+            try:
+                os.mkdir(anc)
+            except FileExistsError:
+                continue
+            except OSError as exc:
+                _undo(None, created)
+                why = "a parent of it is not a directory" if isinstance(exc, NotADirectoryError) else (
+                    exc.strerror or str(exc))
+                raise CheckpointError(f"cannot materialize into {shown}: {why}") from None
+            created.append(anc)
+        elif not os.path.isdir(anc):
+            _undo(None, created)
+            raise CheckpointError(f"cannot materialize into {shown}: its parent {_shown(anc)} is not a directory")
+    tmp = dest.parent / f".{dest.name[:64]}.restore-{secrets.token_hex(6)}"
+    made = False
+    try:
+        os.mkdir(tmp)
+        made = True
         for p, e in tree.files.items():
-            target = dest / p
+            target = tmp / p
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_bytes(datas[e.sha256])
             target.chmod(0o755 if e.executable else 0o644)
-    for e in tree.files.values():
-        total += e.size
-    return total
+        if st is not None:
+            os.chmod(tmp, stat.S_IMODE(st.st_mode))
+        os.rename(tmp, dest)      # atomic; replaces dest only if it is still an empty directory
+    except OSError as exc:
+        _undo(tmp if made else None, created)
+        where = ""
+        if exc.filename is not None and made:
+            try:
+                rel = Path(os.fsdecode(exc.filename)).relative_to(tmp).as_posix()
+                where = f" (writing {_shown(rel, 80)})" if rel != "." else ""
+            except ValueError:
+                pass
+        raise CheckpointError(f"cannot materialize the workspace into {shown}{where}: "
+                              f"{exc.strerror or exc}; nothing was left there") from None
+
+
+def _undo(tmp: Path | None, created: list[Path]) -> None:
+    if tmp is not None:
+        shutil.rmtree(tmp, ignore_errors=True)
+    for d in reversed(created):
+        try:
+            os.rmdir(d)
+        except OSError:
+            break

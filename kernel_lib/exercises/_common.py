@@ -167,10 +167,26 @@ def format_report(report: Mapping[str, Any], reveal: bool = False) -> str:
         mark = "ok " if q["ok"] else ("-- " if q["given"] is None else "NO ")
         given = "(unanswered)" if q["given"] is None else _fmt(q["given"])
         exp = f" expected {_fmt(q['expected']):<14}" if reveal else ""
-        lines.append(f"  {mark}{name:<{w}}  given {given:<14}{exp} [{q['tolerance']}]")
+        hint = _hint(q["expected"], q["given"]) if not q["ok"] else ""
+        lines.append(f"  {mark}{name:<{w}}  your answer {given:<14}{exp} [{q['tolerance']}]{hint}")
     for name in report["unknown_answers"]:
         lines.append(f"  ?? {name}: not a quantity of this exercise (misspelt?)")
     return "\n".join(lines)
+
+
+def _hint(expected: Any, given: Any) -> str:
+    """A word on an answer of the wrong kind (a number typed as text, a yes/no as a word)."""
+    if given is None or type(given) is type(expected):
+        return ""
+    if isinstance(expected, (int, float)) and not isinstance(expected, bool) and isinstance(given, str):
+        try:
+            float(given)
+        except ValueError:
+            return "  (answer with a number)"
+        return "  (a number written as text: drop the quotes)"
+    if isinstance(expected, bool) and not isinstance(given, bool):
+        return "  (answer True or False)"
+    return ""
 
 
 def _fmt(v: Any) -> str:

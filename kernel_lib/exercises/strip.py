@@ -90,8 +90,11 @@ def strip_notebook(nb: nbformat.NotebookNode, source_name: str = "the solution n
             cell.execution_count = None
         cells.append(cell)
     note = nbformat.v4.new_markdown_cell(
-        f"> Student copy, derived from `solutions/{source_name}` by `python -m kernel_lib exercise strip`. "
-        "Edit the solution notebook, never this file.")
+        f"> **Your copy of the exercise**: fill in the cells marked for your answers and run the notebook; "
+        "the last cells grade what you wrote. You may use any function of `kernel_lib` (for instance "
+        "`kernel_lib.cadence` for the checkpoint exercises) or plain arithmetic.\n>\n"
+        f"> *(For maintainers: this file is generated from `solutions/{source_name}` by "
+        "`python -m kernel_lib exercise strip`; change the solution notebook, not this file.)*")
     note.id = "derived-from-solution"
     nb.cells = [note] + cells
     for key in ("papermill", "widgets"):
