@@ -185,7 +185,11 @@ def test_scrubber_arrow_keys_in_jupyterlab_move_the_slider_not_the_notebook(lab,
     nbformat.write(nb, root / "notebooks" / "scrubber_keys.ipynb")
     page = browser.new_page(viewport={"width": 1400, "height": 1000})
     try:
-        page.goto(f"{base}/lab/tree/notebooks/scrubber_keys.ipynb?token={token}")
+        # a workspace of its own: the shared JupyterLab would otherwise restore the earlier tests' tabs
+        page.goto(f"{base}/lab/workspaces/scrubber-keys/tree/notebooks/scrubber_keys.ipynb?token={token}&reset")
+        page.wait_for_function("() => { const w = window.jupyterapp && window.jupyterapp.shell.currentWidget;"
+                               " return !!w && !!w.context && w.context.path.endsWith('scrubber_keys.ipynb'); }",
+                               timeout=120_000)
         page.wait_for_function(_KERNEL_IDLE, timeout=120_000)
         page.evaluate("async () => { await window.jupyterapp.commands.execute('notebook:run-all-cells'); }")
         scrubber = page.locator(".dal-scrubber").first

@@ -17,7 +17,8 @@ from ..errors import ConfigError
 _EPILOG = """\
 exercises: 11.1 (pricing the durable acknowledgment), 11.2 (write amplification of a growing record),
            11.3 (checkpointing too often), 11.4 (group commit against a dispatch budget),
-           11.5 (what logging buys the cadence), 11.8 (an asynchronous replica behind an irreversible actor),
+           11.5 (what logging buys the cadence), 11.6 (mass resume for the support agent),
+           11.8 (an asynchronous replica behind an irreversible actor),
            11.9 (consolidating a delta chain under a resume deadline)
 
 examples:
@@ -155,12 +156,12 @@ def _add_params_args(p: argparse.ArgumentParser) -> None:
 def add_cli(subparsers) -> argparse.ArgumentParser:
     """Register ``exercise`` and its subcommands on the main CLI's ``subparsers``."""
     top = subparsers.add_parser(
-        "exercise", help="solve, generate, check and strip the seeded §11.12 exercises 1, 2, 3, 4, 5, 8 and 9",
+        "exercise", help="solve, generate, check and strip the seeded §11.12 exercises 1, 2, 3, 4, 5, 6, 8 and 9",
         description="The seeded exercises of §11.12: solve a variant, generate one from a seed, grade a "
                     "student's answers, or derive the student notebooks from the solutions.",
         epilog=_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = top.add_subparsers(dest="exercise_command", metavar="SUBCOMMAND", required=True)
-    ex_help = "exercise id: 11.1, 11.2, 11.3, 11.4, 11.5, 11.8 or 11.9 (also 1, 2, …)"
+    ex_help = "exercise id: 11.1, 11.2, 11.3, 11.4, 11.5, 11.6, 11.8 or 11.9 (also 1, 2, …)"
 
     p = sub.add_parser("list", help="the exercises, their parameters and graded quantities")
     p.add_argument("--json", action="store_true", help="one JSON object")
