@@ -184,15 +184,22 @@ class DispatchGate:
             ``after:<EventType>`` for appended events, ``after:dispatch`` and ``after:recheck``.
         coalesce_admission: append Authorized, BudgetReserved and the intent as one batch with one
             acknowledgment (§11.2.2 allows it; causal order inside the batch is kept).
+        fence_check: optional ownership hook for the dispatch-time recheck (§11.5.1), called as
+            ``fence_check(trajectory_id, owner_epoch)`` after the log-fence comparison; it returns
+            None when this writer may still dispatch, or the reason to withhold (e.g.
+            :class:`kernel_lib.ownership.LeaseCheck`: the lease was superseded or expired). A hook
+            that raises withholds too: ownership that cannot be verified is not assumed.
 
     The gate keeps :attr:`record` current by folding each event it appends.
     """
 
     def __init__(self, log: TrajectoryLog, policy: AdmissionPolicy, *, record: TrajectoryRecord | None = None,
                  on_position: Callable[[str, Event | None], None] | None = None,
-                 coalesce_admission: bool = False):
+                 coalesce_admission: bool = False,
+                 fence_check: Callable[[str, int], "str | None"] | None = None):
         self.log = log
         self.policy = policy
+        self.fence_check = fence_check
         self.record = record if record is not None else fold(initial_record(log.trajectory_id), log.events())
         self.on_position = on_position or (lambda name, ev: None)
         self.coalesce_admission = coalesce_admission
@@ -294,6 +301,11 @@ class DispatchGate:
         elif self.log.store.fence(self.log.trajectory_id) > self.log.owner_epoch:
             why = (f"ownership moved: the log's fence is owner_epoch={self.log.store.fence(self.log.trajectory_id)}, "
                    f"this worker holds {self.log.owner_epoch}")
+        elif self.fence_check is not None:
+            try:
+                why = self.fence_check(self.log.trajectory_id, self.log.owner_epoch)
+            except Exception as exc:   # noqa: BLE001 - an unverifiable owner does not dispatch
+                why = f"the ownership check failed ({type(exc).__name__}: {exc})"
         if why:
             raise DispatchWithheld(f"{subject_id} withheld at the dispatch-time recheck: {why}; the attempt "
                                    "keeps its operation-table entry and its reservation")

@@ -177,3 +177,77 @@ class UnrecoverableStateError(KernelError):
 class RecordFormatError(KernelError, ValueError):
     """Data given to :meth:`kernel_lib.record.TrajectoryRecord.from_dict` is not a trajectory
     record (a missing field, a wrong type)."""
+
+
+# --- ownership, fencing and availability (§11.5.1) ---------------------------------------------
+
+
+class OwnershipError(KernelError):
+    """Trajectory ownership could not be granted, kept or verified (kernel_lib.ownership)."""
+
+
+class LeaseHeldError(OwnershipError):
+    """Another owner holds an unexpired lease on the trajectory, so no new grant is issued yet.
+
+    ``holder`` and ``owner_epoch`` name the current grant; ``expires_at_s`` is its expiry on the
+    coordinator's clock (seconds) and ``remaining_s`` how long until then."""
+
+    def __init__(self, message: str, *, trajectory_id: str = "", holder: str = "", owner_epoch: int = 0,
+                 expires_at_s: float = 0.0, remaining_s: float = 0.0):
+        self.trajectory_id, self.holder, self.owner_epoch = trajectory_id, holder, owner_epoch
+        self.expires_at_s, self.remaining_s = expires_at_s, remaining_s
+        super().__init__(message)
+
+
+class LeaseLostError(OwnershipError):
+    """A lease is no longer the trajectory's current grant: a newer owner_epoch was issued
+    (``reason="superseded"``), it ran past its expiry (``"expired"``), it was released
+    (``"released"``), or the coordinator has no such grant (``"unknown"``). ``current_epoch`` is
+    the coordinator's newest owner_epoch for the trajectory (0 if none)."""
+
+    def __init__(self, message: str, *, trajectory_id: str = "", owner_epoch: int = 0, current_epoch: int = 0,
+                 reason: str = "superseded"):
+        self.trajectory_id, self.owner_epoch = trajectory_id, owner_epoch
+        self.current_epoch, self.reason = current_epoch, reason
+        super().__init__(message)
+
+
+class CoordinatorUnavailableError(OwnershipError):
+    """The ownership coordinator could not answer (its database is locked past the timeout, failed,
+    is not a coordinator database, or was closed). Nothing was granted; a caller that needed an
+    answer to act must withhold the action."""
+
+
+class FencedRequestError(OwnershipError):
+    """A downstream resource (the executor) refused a request stamped with an owner_epoch older
+    than the newest it has seen for the trajectory or operation. ``owner_epoch`` is the request's
+    epoch, ``fence`` the resource's."""
+
+    def __init__(self, message: str, *, owner_epoch: int | None = None, fence: int | None = None):
+        self.owner_epoch, self.fence = owner_epoch, fence
+        super().__init__(message)
+
+
+class ReconstructionUnavailableError(OwnershipError):
+    """The authoritative log prefix or a required checkpoint object could not be shown complete,
+    so reconstruction is unavailable (never an empty history). ``availability`` is the
+    :class:`kernel_lib.ownership.Availability` with the reasons."""
+
+    def __init__(self, message: str, *, availability=None):
+        self.availability = availability
+        super().__init__(message)
+
+
+class InboxError(KernelError):
+    """The durable result inbox (kernel_lib.inbox) refused a request (§11.5.3)."""
+
+
+class InboxRecordError(InboxError, ValueError):
+    """A completion record cannot enter the inbox: a required field is missing or has the wrong
+    type, no public key is registered for its endpoint, or its trajectory scope is missing."""
+
+
+class InboxConflictError(InboxError):
+    """A completion record contradicts one the inbox already holds for the same (trajectory,
+    operation, attempt), or names another trajectory than the stored copy. The stored entry is
+    kept as it was; the newcomer is not stored."""

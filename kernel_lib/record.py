@@ -180,6 +180,27 @@ class TrajectoryRecord:
         effects and charges are still unknown)."""
         return [(k, a.attempt_id) for k, op in self.operations.items() for a in op.attempts.values() if a.in_doubt]
 
+    def approval_blocker(self, operation_id: str, now_unix_s: float | None = None) -> str | None:
+        """Why an approval still holds ``operation_id`` back, or None if none does (§11.5.3).
+
+        Every approval logged for the operation counts: a pending one means the action is still
+        awaiting its reviewer; a refused, withdrawn or expired one is void, and a void approval is
+        never revived by a later worker. An approved one releases the action, unless
+        ``now_unix_s`` (the caller's clock at dispatch time, seconds since the epoch; the fold
+        itself reads no clock) is past its ``expires_unix_s``. The result is meant for the
+        dispatch-time recheck, e.g. as the reason a gate's hook returns to withhold.
+        """
+        held = [a for a in self.approvals.values() if a.held_operation_id == operation_id]
+        for a in held:
+            if a.status == "pending":
+                return f"approval {a.approval_id} for {operation_id} is still pending with {a.reviewer}"
+            if a.status != "approved":
+                return f"approval {a.approval_id} for {operation_id} is void ({a.status}); it releases nothing"
+            if now_unix_s is not None and a.expires_unix_s is not None and now_unix_s > a.expires_unix_s:
+                return (f"approval {a.approval_id} for {operation_id} expired at {a.expires_unix_s:g} "
+                        f"(now {now_unix_s:g}); a fresh approval is needed")
+        return None
+
     def to_dict(self) -> dict[str, Any]:
         """JSON-compatible view, with derived budget figures included. Derived USD figures are
         rounded to 1e-9 USD so binary float noise (3.9880000000000004) does not show."""

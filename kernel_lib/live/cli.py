@@ -7,7 +7,7 @@ import json
 import signal
 import sys
 
-from .controller import CRASH_POINTS, EXPECTED, run_worksheet
+from .controller import CRASH_POINTS, EXPECTED, run_worksheet, run_zombie
 
 _EPILOG = """\
 what each --crash-after gives (table 3):
@@ -20,8 +20,15 @@ then a replacement worker process folds the surviving log ("recovered") and reco
 by operation id against the executor, verifying the Ed25519 signature of any completion record
 ("reconciled"). All processes and temporary files are removed at the end.
 
-example:
+--zombie runs the handoff of §11.5.1 instead: the worker holds a lease (owner_epoch 1), dispatches
+test_r18 and is frozen with SIGSTOP (not killed); its lease lapses; a replacement is granted
+owner_epoch 2, installs it in the log and at the executor and reconciles test_r18; then SIGCONT
+wakes the old worker, whose late append, late dispatch through its gate and re-sent request are
+each refused, while test_r18 keeps its single dispatch (sqlite store only).
+
+examples:
   python -m kernel_lib worksheet --crash-after ToolResult --store segment --json
+  python -m kernel_lib worksheet --zombie --json
 """
 
 
@@ -29,11 +36,38 @@ def _on_sigterm(signum, frame):
     raise KeyboardInterrupt   # unwind through run_worksheet's clean-up, as Ctrl-C does
 
 
+def _print_zombie(r: dict) -> None:
+    e, st, tk = r["epochs"], r["stall"], r["takeover"]
+    print(f"old worker pid {st['worker_pid']} (owner_epoch {e['old_worker']}) dispatched test_r18 "
+          f"({st['job_handle']}) and was frozen with SIGSTOP (state {st['process_state']}); the test was "
+          f"{st['executor_status_at_stall']}")
+    print(f"its lease lapsed; {tk['owner_id']} was granted owner_epoch {e['new_worker']} and installed it in the log "
+          f"(fence {e['log_fence']}) and at the executor (fence {e['executor_fence']})")
+    print(f"reconciliation of test_r18: {tk['reconciliation'].get('action')}")
+    print(f"SIGCONT after {st['stalled_s']} s; the old worker acted on its stale lease:")
+    for a in r["rejections"]:
+        verdict = "ACCEPTED" if a.get("accepted") else "refused"
+        why = a.get("error_type") or f"HTTP {a.get('status_code')} {a.get('reason')}"
+        print(f"  {a['boundary']:<14} {verdict}: {a['action']} ({why})")
+    lease = r.get("lease_after_resume") or {}
+    print(f"  its lease renewal afterwards: {'renewed' if lease.get('renewed') else lease.get('reason')}")
+    p = r["preserved"]
+    print(f"preserved: {p['operation_id']} {p['status_in_log']} with attempts {p['attempts_in_log']}, "
+          f"{p['executor_submissions']} submission(s) at the executor ({p['job_handle']})")
+    print(f"log owner_epochs by position: {r['log']['owner_epochs']}")
+    print(f"all checks passed: {r['ok']}" + ("" if r["ok"] else
+                                              f" (failed: {[k for k, v in r['checks'].items() if not v]})"))
+
+
 def _cmd(args: argparse.Namespace) -> int:
     previous = signal.signal(signal.SIGTERM, _on_sigterm)
     try:
-        r = run_worksheet(args.crash_after, args.store, None, args.seed, args.test_delay_s, keep=args.keep,
-                          reconcile_timeout_s=args.reconcile_timeout_s)
+        if args.zombie:
+            r = run_zombie(args.store, None, args.seed, args.test_delay_s, lease_ttl_s=args.lease_ttl_s,
+                           reconcile_timeout_s=args.reconcile_timeout_s)
+        else:
+            r = run_worksheet(args.crash_after, args.store, None, args.seed, args.test_delay_s, keep=args.keep,
+                              reconcile_timeout_s=args.reconcile_timeout_s)
     except KeyboardInterrupt:
         print("worksheet interrupted; its processes and work directory were removed", file=sys.stderr)
         return 130
@@ -41,6 +75,9 @@ def _cmd(args: argparse.Namespace) -> int:
         signal.signal(signal.SIGTERM, previous)
     if args.json:
         print(json.dumps(r, sort_keys=True))
+        return 0
+    if args.zombie:
+        _print_zombie(r)
         return 0
     c, e, rec, recon = r["crash"], r["executor"], r["recovered"], r["reconciled"]
     op = rec["operations"].get("test_r18")
@@ -80,6 +117,11 @@ def add_cli(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--reconcile-timeout-s", type=float, default=60.0,
                    help="how long reconciliation waits for a running test to finish (default 60)")
     p.add_argument("--keep", metavar="DIR", help="copy the surviving (reconciled) log into DIR for inspection")
+    p.add_argument("--zombie", action="store_true",
+                   help="the §11.5.1 handoff: SIGSTOP a leased worker after it dispatched test_r18, let a "
+                        "replacement take over, SIGCONT the old one and show each boundary refusing it")
+    p.add_argument("--lease-ttl-s", type=float, default=1.0,
+                   help="with --zombie: the old worker's lease term in seconds (default 1.0)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=_cmd)
     return p

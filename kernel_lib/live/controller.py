@@ -7,6 +7,13 @@ the surviving log (``recovered``) and reconciles by operation id against the exe
 (``reconciled``). Every process is started in its own session and its whole process group is
 killed in a ``finally``; the work directory (snapshot, log, executor state) is removed unless
 ``keep`` names a directory to copy the log to.
+
+:func:`run_zombie` is the §11.5.1 handoff with a worker that is suspended, not dead: the worker
+holds a lease from an ownership coordinator, dispatches ``test_r18`` and is frozen with
+``SIGSTOP``; its lease lapses; a replacement is granted a newer owner_epoch, installs it in the log
+and at the executor, and reconciles ``test_r18`` by operation id; then the old worker gets
+``SIGCONT`` and acts on its stale belief. The report shows the epochs, what each boundary answered
+to the late writes, and that the operation dispatched before the stall was kept, not sent again.
 """
 
 from __future__ import annotations
@@ -22,12 +29,12 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 from ..errors import ConfigError
 from .errors import LiveProcessError
 from .orphan import parent_env, pid_alive
-from .worker import OPERATION
+from .worker import OPERATION, TRAJECTORY
 from .workspace import build_snapshot, remove_tree
 
 CRASH_POINTS = ("Authorized", "BudgetReserved", "ToolIntent", "ToolResult")
@@ -152,33 +159,44 @@ def spawn_executor(work: Path, snap: Any, *, usd_per_s: float, test_delay_s: flo
 
 
 def spawn_worker(work: Path, *, store_kind: str, store_path: Path, ready: dict[str, Any], digest: str, seed: int,
-                 pause_at: str | None, env: dict[str, str], timeout_s: float) -> tuple[subprocess.Popen, dict | None]:
-    """Start a worker running the trajectory; with ``pause_at``, wait until it has paused right
-    after that event and return its pause marker ``{paused_at, log_position, pid}`` too."""
+                 pause_at: str | None, env: dict[str, str], timeout_s: float, extra_args: Sequence[str] = (),
+                 wait_for_marker: bool = False) -> tuple[subprocess.Popen, dict | None]:
+    """Start a worker running the trajectory; with ``pause_at`` (or ``wait_for_marker``, for a
+    worker whose ``extra_args`` make it write its marker, e.g. ``--stall-after-dispatch``), wait
+    until it has written its marker (``work/paused.json``) and return the marker too. Its output
+    goes to ``work/worker.log``."""
     marker, log = work / "paused.json", work / "worker.log"
     cmd = [sys.executable, "-m", "kernel_lib.live.worker", "--store", store_kind, "--store-path", str(store_path),
            "--executor-url", ready["url"], "--public-key", ready["public_key_path"], "--snapshot-digest", digest,
            "--seed", str(seed)]
     if pause_at:
-        cmd += ["--pause-at", pause_at, "--marker", str(marker)]
+        cmd += ["--pause-at", pause_at]
+    if pause_at or wait_for_marker:
+        cmd += ["--marker", str(marker)]
+    cmd += list(extra_args)
     with open(log, "wb") as fh:
         proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 start_new_session=True, env=env)
     try:
-        return proc, (_wait_for_file(marker, proc, timeout_s, "the worker", log) if pause_at else None)
+        return proc, (_wait_for_file(marker, proc, timeout_s, "the worker", log)
+                      if pause_at or wait_for_marker else None)
     except BaseException:
         _kill_group(proc)
         raise
 
 
 def run_replacement(*, store_kind: str, store_path: Path, ready: dict[str, Any], seed: int, reconcile: bool,
-                    reconcile_timeout_s: float, step_timeout_s: float, env: dict[str, str]) -> dict[str, Any]:
+                    reconcile_timeout_s: float, step_timeout_s: float, env: dict[str, str],
+                    extra_args: Sequence[str] = ()) -> dict[str, Any]:
     """Run a replacement worker in a new process: fold the surviving log (and, with ``reconcile``,
-    take ownership and reconcile by operation id). Returns its JSON report
-    ``{recovered, reconciled?, model}``. Raises LiveProcessError if it fails or times out."""
+    take ownership and reconcile by operation id). ``extra_args`` go to the worker (e.g.
+    ``--coordinator FILE --owner-id ID``). Returns its JSON report ``{recovered, reconciled?, model,
+    availability, ownership?}``. Raises LiveProcessError if it fails (an unavailable log exits 3,
+    with the reasons) or times out."""
     cmd = [sys.executable, "-m", "kernel_lib.live.worker", "--recover", "--store", store_kind,
            "--store-path", str(store_path), "--executor-url", ready["url"], "--public-key", ready["public_key_path"],
-           "--seed", str(seed), "--fresh-seed", str(seed + 1), "--reconcile-timeout-s", str(reconcile_timeout_s)]
+           "--seed", str(seed), "--fresh-seed", str(seed + 1), "--reconcile-timeout-s", str(reconcile_timeout_s),
+           *extra_args]
     if reconcile:
         cmd.append("--reconcile")
     try:
@@ -288,5 +306,209 @@ def run_worksheet(crash_after: str = "ToolResult", store_kind: str = "sqlite", w
         remove_tree(work)
         result["processes"] = {"executor_pid": executor.pid if executor else None,
                                "worker_pid": worker.pid if worker else None}
+        result["cleanup"] = {"workdir_removed": not work.exists(), "workdir": str(work),
+                             "executor_port_closed": (not port_accepts(port)) if port else None}
+
+
+# ------------------------------------------------------------------------------------------------
+# the zombie worker (§11.5.1)
+# ------------------------------------------------------------------------------------------------
+
+
+def process_state(pid: int) -> str | None:
+    """The one-letter state of process ``pid`` from ``/proc`` (``T``: stopped, ``S``: sleeping,
+    ``R``: running, ``Z``: zombie), or None when it cannot be read."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return text.rsplit(")", 1)[-1].split()[0] if ")" in text else None
+
+
+def _last_json(path: Path, key: str) -> dict[str, Any] | None:
+    try:
+        lines = path.read_text(errors="replace").splitlines()
+    except OSError:
+        return None
+    for line in reversed(lines):
+        line = line.strip()
+        if line.startswith("{"):
+            try:
+                obj = json.loads(line)
+            except ValueError:
+                continue
+            if key in obj:
+                return obj
+    return None
+
+
+def run_zombie(store_kind: str = "sqlite", workdir: str | os.PathLike | None = None, seed: int = 0,
+               test_delay_s: float = 3.0, *, lease_ttl_s: float = 1.0, usd_per_s: float = 0.01,
+               reconcile_timeout_s: float = 60.0, step_timeout_s: float = 60.0) -> dict[str, Any]:
+    """Run the zombie handoff of §11.5.1 once, with real processes and real signals.
+
+    1. A worker takes a lease (owner_epoch 1) from an SQLite ownership coordinator, runs the
+       trajectory and dispatches ``test_r18`` (the executor accepts it as ``job_tests_18``).
+    2. Right after that it renews its lease one last time and is frozen with ``SIGSTOP`` (not
+       killed); the test keeps running on the executor.
+    3. Its lease lapses (``lease_ttl_s``). A replacement process is granted owner_epoch 2,
+       installs it in the log and at the executor, and reconciles ``test_r18`` by operation id:
+       it waits for the running job and records its signed completion record. It dispatches
+       nothing.
+    4. The old worker gets ``SIGCONT`` and acts as if it still owned the trajectory: it appends
+       the completion evidence, tries a second attempt through its dispatch gate, and re-sends its
+       original request to the executor. Each boundary must refuse it.
+
+    Args:
+        store_kind: ``sqlite`` (the only store two worker processes can open at once; the
+            segment log admits a single opener through its directory lock).
+        workdir: parent of this run's private work directory (default: the system temp dir).
+        seed: the model stand-in's seed.
+        test_delay_s: the executor's wait before pytest starts, so the test is still running at
+            the stall (seconds).
+        lease_ttl_s: the old worker's lease term (seconds, 0.2..60).
+        usd_per_s, reconcile_timeout_s, step_timeout_s: as :func:`run_worksheet`.
+
+    Returns:
+        ``{epochs, stall, takeover, resume, rejections, lease_after_resume, preserved, log,
+        executor, checks, ok, processes, cleanup}``; ``ok`` is True when every late action was
+        refused, the log's epochs never go down, and ``test_r18`` was dispatched exactly once.
+
+    Raises:
+        ConfigError: a bad argument (or ``store_kind="segment"``). LiveProcessError: a process
+        failed or timed out (everything is still torn down).
+    """
+    from ..log import open_store
+    from ..ownership import SQLiteOwnershipCoordinator
+    from ..record import fold, initial_record
+
+    if store_kind != "sqlite":
+        raise ConfigError(f"the zombie scenario needs the sqlite store, not {store_kind!r}: the segment log admits "
+                          "one opener at a time (its directory lock), so a replacement cannot even open it while "
+                          "the stalled worker lives; its fencing is tested in-process (tests/test_ownership.py)")
+    for name, value, lo, hi in (("lease_ttl_s", lease_ttl_s, 0.2, 60), ("test_delay_s", test_delay_s, 0, 600),
+                                ("reconcile_timeout_s", reconcile_timeout_s, 0, 600)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not lo <= value <= hi:
+            raise ConfigError(f"{name} must be between {lo} and {hi} seconds, got {value!r}")
+    work = make_workdir(workdir)
+    executor = old = None
+    port = None
+    result: dict[str, Any] = {"store": store_kind, "seed": seed, "lease_ttl_s": lease_ttl_s}
+    env = live_env()
+    coord_path = work / "leases.sqlite"
+    coord = None
+    try:
+        snap = build_snapshot(work / "snapshots")
+        store_path = work / "log.sqlite"
+        executor, ready = spawn_executor(work, snap, usd_per_s=usd_per_s, test_delay_s=test_delay_s, env=env,
+                                         timeout_s=step_timeout_s)
+        port, url = ready["port"], ready["url"]
+        old, marker = spawn_worker(
+            work, store_kind=store_kind, store_path=store_path, ready=ready, digest=snap.digest, seed=seed,
+            pause_at=None, env=env, timeout_s=step_timeout_s, wait_for_marker=True,
+            extra_args=["--coordinator", str(coord_path), "--owner-id", "worker-old", "--lease-ttl-s",
+                        str(lease_ttl_s), "--stall-after-dispatch"])
+        os.kill(old.pid, signal.SIGSTOP)                 # frozen, not killed
+        deadline = time.monotonic() + 5
+        while process_state(old.pid) != "T" and time.monotonic() < deadline:
+            time.sleep(0.01)
+        state_when_stopped = process_state(old.pid)
+        import httpx
+        client = httpx.Client(timeout=10.0, trust_env=False)
+        at_stall = client.get(f"{url}/operations/{OPERATION}").json()
+
+        coord = SQLiteOwnershipCoordinator.open(coord_path)
+        held = coord.current(TRAJECTORY)
+        time.sleep(max(0.0, held.expires_at_s - time.time()) + 0.05)   # let the old lease lapse
+        lapsed = not coord.current(TRAJECTORY).live(time.time())
+
+        out = run_replacement(store_kind=store_kind, store_path=store_path, ready=ready, seed=seed, reconcile=True,
+                              reconcile_timeout_s=reconcile_timeout_s, step_timeout_s=step_timeout_s, env=env,
+                              extra_args=["--coordinator", str(coord_path), "--owner-id", "worker-new",
+                                          "--lease-ttl-s", "300"])
+        os.kill(old.pid, signal.SIGCONT)
+        try:
+            rc = old.wait(timeout=step_timeout_s)
+        except subprocess.TimeoutExpired:
+            raise LiveProcessError(f"the resumed worker did not finish within {step_timeout_s:g} s: "
+                                   f"{_tail(work / 'worker.log')}") from None
+        zombie = (_last_json(work / "worker.log", "zombie") or {}).get("zombie")
+        if zombie is None:
+            raise LiveProcessError(f"the resumed worker (exit {rc}) printed no report: {_tail(work / 'worker.log')}")
+
+        final = client.get(f"{url}/operations/{OPERATION}").json()
+        fences = client.get(f"{url}/fences/{TRAJECTORY}").json()
+        client.close()
+        store = open_store(store_kind, store_path, read_only=True)
+        try:
+            events = list(store.read(TRAJECTORY))
+            log_fence = store.fence(TRAJECTORY)
+        finally:
+            store.close()
+        record = fold(initial_record(TRAJECTORY), events)
+        op = record.operations[OPERATION]
+        grants = coord.history(TRAJECTORY)
+        epochs = [e.owner_epoch for e in events]
+        ownership = out.get("ownership") or {}
+        new_epoch = ownership.get("lease", {}).get("owner_epoch")
+        action = (out.get("reconciled") or {}).get("actions", {}).get(OPERATION, {})
+
+        result["epochs"] = {"old_worker": marker["owner_epoch"], "new_worker": new_epoch, "log_fence": log_fence,
+                            "executor_fence": fences.get("owner_epoch"),
+                            "grants": [{"owner_id": g.owner_id, "owner_epoch": g.owner_epoch,
+                                        "granted_at_s": round(g.granted_at_s, 3)} for g in grants]}
+        result["stall"] = {"signal": "SIGSTOP", "worker_pid": old.pid, "process_state": state_when_stopped,
+                           "stalled_after": marker["stalled_after"], "log_position": marker["log_position"],
+                           "executor_status_at_stall": at_stall.get("status"),
+                           "job_handle": at_stall.get("job_handle"), "lease_lapsed_before_takeover": lapsed,
+                           "stalled_s": round(zombie["resumed_at_s"] - zombie["stalled_at_s"], 3)}
+        result["takeover"] = {"owner_id": "worker-new", "owner_epoch": new_epoch,
+                              "waited_for_lease_s": ownership.get("waited_for_lease_s"),
+                              "log_fence_installed": ownership.get("log_fence"),
+                              "executor_fence": ownership.get("executor_fence"),
+                              "availability": out.get("availability", {}).get("status"),
+                              "reconciliation": action}
+        result["resume"] = {"signal": "SIGCONT", "worker_exit": rc}
+        result["rejections"] = zombie["attempts"]
+        result["lease_after_resume"] = zombie.get("lease_after_resume")
+        result["preserved"] = {
+            "operation_id": OPERATION, "job_handle": final.get("job_handle"),
+            "executor_status": final.get("status"), "dispatched_under_owner_epoch": final.get("owner_epoch"),
+            "executor_submissions": final.get("submissions"), "attempts_in_log": sorted(op.attempts),
+            "status_in_log": op.status, "outcome": op.outcome,
+            "evidence": [{"sequence_number": e.sequence_number, "status": e.payload.status,
+                          "source": e.payload.source, "owner_epoch": e.owner_epoch} for e in events
+                         if e.event_type == "ToolResult" and e.payload.operation_id == OPERATION],
+        }
+        result["log"] = {"head": len(events), "owner_epochs": epochs,
+                         "events": [[e.sequence_number, e.event_type, e.owner_epoch] for e in events]}
+        result["executor"] = {"pid": executor.pid, "port": port, "url": url, "rejected": fences.get("rejected", [])}
+        checks = {
+            "old_worker_was_stopped": state_when_stopped == "T",
+            "new_epoch_is_newer": isinstance(new_epoch, int) and new_epoch > marker["owner_epoch"],
+            "fences_installed": log_fence == new_epoch == fences.get("owner_epoch"),
+            "every_late_action_refused": all(not a.get("accepted") for a in zombie["attempts"]),
+            "no_request_left_the_gate": all(not a.get("request_sent") for a in zombie["attempts"]
+                                            if a.get("boundary") == "dispatch gate"),
+            "log_epochs_never_go_down": epochs == sorted(epochs),
+            "dispatched_once": final.get("submissions") == 1 and sorted(op.attempts) == ["attempt1"],
+            "settled_by_reconciliation": op.status == "established" and action.get("signature_verified") is True
+            and result["preserved"]["evidence"][-1]["source"] == "reconciliation",
+            "old_lease_lost": (zombie.get("lease_after_resume") or {}).get("renewed") is False,
+        }
+        result["checks"] = checks
+        result["ok"] = all(checks.values())
+        return result
+    finally:
+        if coord is not None:
+            coord.close()
+        if old is not None and old.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(old.pid, signal.SIGCONT)     # a stopped process still dies of SIGKILL; be tidy anyway
+        stop_executor(executor)
+        _kill_group(old)
+        remove_tree(work)
+        result["processes"] = {"executor_pid": executor.pid if executor else None,
+                               "worker_pid": old.pid if old else None}
         result["cleanup"] = {"workdir_removed": not work.exists(), "workdir": str(work),
                              "executor_port_closed": (not port_accepts(port)) if port else None}

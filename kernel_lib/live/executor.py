@@ -14,6 +14,16 @@ Endpoints:
   private directory, waits ``--test-delay-s`` (so a test is still running when the worker is
   killed), runs ``pytest -q`` in a subprocess, and charges ``--usd-per-s`` per second of test time
   for as long as it runs — whether or not anyone is still listening.
+* Fencing (§11.5.1): ``POST /jobs`` may carry ``trajectory_id`` and ``owner_epoch`` (an int ≥ 0).
+  The service keeps the highest owner_epoch it has seen per trajectory and per operation. A
+  request whose epoch is lower than the one seen for its trajectory or its operation is refused
+  with 409 and ``reason: "stale_owner_epoch"`` before anything else is looked at (also for a repeat
+  of an accepted request); once an epoch was seen, a request without one is refused too
+  (``reason: "unfenced_request"``). Requests that never carried an epoch are served as before.
+  ``POST /fences`` ``{trajectory_id, owner_epoch}`` installs a new owner's epoch without
+  submitting work (409 ``stale_owner_epoch`` when it is lower than the one held);
+  ``GET /fences/{trajectory_id}`` → ``{trajectory_id, owner_epoch, rejected}`` lists it and every
+  refusal. The fences live in this process's memory: they last as long as the service.
 * ``GET /operations/{operation_id}`` → ``{operation_id, status: running|completed|failed|unknown,
   job_handle, charged_usd, outcome, record, signature}``: a status query by logical operation id.
   ``record`` (once finished) is the completion record, signed with the executor's Ed25519 key;
@@ -125,6 +135,9 @@ class Job:
     outcome: dict[str, Any] | None = None
     charged_usd: float = 0.0
     record: dict[str, Any] | None = None
+    trajectory_id: str | None = None
+    owner_epoch: int | None = None
+    submissions: int = 1   # accepted POSTs naming this operation (the first and its identical repeats)
     task: asyncio.Task | None = field(default=None, repr=False)
     proc: asyncio.subprocess.Process | None = field(default=None, repr=False)
 
@@ -138,6 +151,8 @@ class ExecutorService:
         self.usd_per_s, self.test_delay_s, self.test_timeout_s = usd_per_s, test_delay_s, test_timeout_s
         self.jobs_dir = state_dir / "jobs"
         self.jobs: dict[str, Job] = {}
+        self.fences: dict[str, int] = {}          # "trajectory:<id>" / "operation:<id>" -> newest owner_epoch
+        self.rejections: list[dict[str, Any]] = []
         self._key = Ed25519PrivateKey.generate()   # private key lives in memory only
         raw = self._key.public_key().public_bytes_raw()
         self.public_key_hex = raw.hex()
@@ -153,12 +168,23 @@ class ExecutorService:
         if not isinstance(body, dict) or any(not isinstance(body.get(k), str) or not body.get(k) for k in need):
             return 422, {"error": f"body must be a JSON object with string fields {list(need)}"}
         op = body["operation_id"]
+        epoch, tid = body.get("owner_epoch"), body.get("trajectory_id")
+        if epoch is not None and (type(epoch) is not int or not 0 <= epoch < 2**63):
+            return 422, {"error": f"owner_epoch must be an integer 0 <= owner_epoch < 2**63, got {epoch!r}"}
+        if tid is not None and (not isinstance(tid, str) or not tid):
+            return 422, {"error": f"trajectory_id must be a non-empty string, got {tid!r}"}
         job = self.jobs.get(op)
+        if tid is None and job is not None:
+            tid = job.trajectory_id   # an operation stays under its trajectory's fence
+        refused = self._fence(tid, op, epoch, "POST /jobs")
+        if refused is not None:
+            return 409, refused
         if job is not None:
             if (job.snapshot_digest, job.check) != (body["snapshot_digest"], body["check"]):
                 return 409, {"error": f"operation {op!r} already names a different request (snapshot or check); "
                                       "an operation's request is fixed by its first submission",
-                             "job_handle": job.job_handle}
+                             "reason": "conflicting_request", "job_handle": job.job_handle}
+            job.submissions += 1
             return 200, {"job_handle": job.job_handle, "status": "accepted", "duplicate": True,
                          "attempt_id": job.attempt_id}
         if body["check"] not in CHECKS:
@@ -167,11 +193,60 @@ class ExecutorService:
             return 422, {"error": f"unknown snapshot {body['snapshot_digest'][:16]}…; this executor holds "
                                   f"{self.snapshot_digest[:16]}…"}
         job = Job(op, body["attempt_id"], body["snapshot_digest"], body["check"], job_handle_for(op),
-                  time.time(), time.monotonic())
+                  time.time(), time.monotonic(), trajectory_id=tid, owner_epoch=epoch)
         self.jobs[op] = job
         job.task = asyncio.get_running_loop().create_task(self._run(job))
         return 200, {"job_handle": job.job_handle, "status": "accepted", "duplicate": False,
                      "attempt_id": job.attempt_id}
+
+    # --- fencing (§11.5.1) -----------------------------------------------------------------------
+    def _fence(self, trajectory_id: str | None, operation_id: str | None, epoch: int | None,
+               what: str) -> dict[str, Any] | None:
+        """Check ``epoch`` against the newest seen for the trajectory and the operation; raise both
+        to it when it is not older. Returns the 409 body of a refusal (recorded), or None."""
+        keys = ([f"trajectory:{trajectory_id}"] if trajectory_id else []) + \
+               ([f"operation:{operation_id}"] if operation_id else [])
+        seen = max((self.fences[k] for k in keys if k in self.fences), default=None)
+        where = f"trajectory {trajectory_id!r}" if trajectory_id else f"operation {operation_id!r}"
+        refusal = None
+        if seen is not None and epoch is None:
+            refusal = {"reason": "unfenced_request",
+                       "error": f"{what} for {where} carries no owner_epoch, but owner_epoch={seen} was already "
+                                "seen for it: a request that cannot show its ownership generation is refused"}
+        elif seen is not None and epoch < seen:
+            refusal = {"reason": "stale_owner_epoch",
+                       "error": f"{what} for {where} is stamped owner_epoch={epoch}, older than owner_epoch={seen} "
+                                "already seen: the sender no longer owns the trajectory; nothing was run"}
+        if refusal is not None:
+            refusal.update(owner_epoch=epoch, fence=seen, trajectory_id=trajectory_id, operation_id=operation_id)
+            self.rejections.append({**refusal, "what": what, "at_unix_s": round(time.time(), 6)})
+            return refusal
+        if epoch is not None:
+            for k in keys:
+                self.fences[k] = max(self.fences.get(k, epoch), epoch)
+        return None
+
+    def install_fence(self, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        """``POST /fences``: a new owner installs its epoch here before relying on exclusion."""
+        if not isinstance(body, dict):
+            return 422, {"error": "body must be a JSON object {trajectory_id, owner_epoch}"}
+        tid, epoch = body.get("trajectory_id"), body.get("owner_epoch")
+        if not isinstance(tid, str) or not tid or type(epoch) is not int or not 0 <= epoch < 2**63:
+            return 422, {"error": "body must be {trajectory_id: non-empty string, owner_epoch: int >= 0}"}
+        previous = self.fences.get(f"trajectory:{tid}")
+        refused = self._fence(tid, None, epoch, "POST /fences")
+        if refused is not None:
+            return 409, refused
+        for job in self.jobs.values():   # the trajectory's operations come under the new fence too
+            if job.trajectory_id == tid:
+                k = f"operation:{job.operation_id}"
+                self.fences[k] = max(self.fences.get(k, epoch), epoch)
+        return 200, {"trajectory_id": tid, "owner_epoch": self.fences[f"trajectory:{tid}"], "previous": previous}
+
+    def fence_status(self, trajectory_id: str) -> dict[str, Any]:
+        """``GET /fences/{trajectory_id}``: the epoch held and every refusal for the trajectory."""
+        return {"trajectory_id": trajectory_id, "owner_epoch": self.fences.get(f"trajectory:{trajectory_id}"),
+                "rejected": [r for r in self.rejections if r.get("trajectory_id") == trajectory_id]}
 
     async def _run(self, job: Job) -> None:
         workdir = self.jobs_dir / job.job_handle
@@ -231,6 +306,7 @@ class ExecutorService:
                     "outcome": None, "record": None, "signature": None}
         return {"operation_id": operation_id, "attempt_id": job.attempt_id, "status": job.status,
                 "job_handle": job.job_handle, "charged_usd": self.charged(job), "outcome": job.outcome,
+                "owner_epoch": job.owner_epoch, "submissions": job.submissions,
                 "record": job.record, "signature": job.record["signature"] if job.record else None}
 
     async def shutdown(self) -> None:
@@ -271,6 +347,17 @@ def build_app(service: ExecutorService, on_ready=None):
         code, payload = service.submit(body)
         return JSONResponse(payload, status_code=code)
 
+    async def post_fences(request: Request) -> JSONResponse:
+        try:
+            body = await request.json()
+        except (ValueError, UnicodeDecodeError):
+            return JSONResponse({"error": "body is not JSON"}, status_code=400)
+        code, payload = service.install_fence(body)
+        return JSONResponse(payload, status_code=code)
+
+    async def get_fences(request: Request) -> JSONResponse:
+        return JSONResponse(service.fence_status(request.path_params["trajectory_id"]))
+
     async def get_operation(request: Request) -> JSONResponse:
         return JSONResponse(service.status(request.path_params["operation_id"]))
 
@@ -289,6 +376,8 @@ def build_app(service: ExecutorService, on_ready=None):
 
     return Starlette(routes=[Route("/jobs", post_jobs, methods=["POST"]),
                              Route("/operations/{operation_id}", get_operation, methods=["GET"]),
+                             Route("/fences", post_fences, methods=["POST"]),
+                             Route("/fences/{trajectory_id}", get_fences, methods=["GET"]),
                              Route("/health", health, methods=["GET"])], lifespan=lifespan)
 
 

@@ -21,6 +21,29 @@ invents no outcome. With ``--reconcile`` it then queries the executor by operati
 in-doubt tool operation, authenticates a completion record before recording it as new evidence
 (``source="reconciliation"``) plus usage evidence, and otherwise keeps the operation in doubt and
 says why. It prints one JSON object ``{"recovered", "reconciled", "model"}`` on stdout.
+
+Availability and ownership (§11.5.1). Before it folds anything the replacement proves the
+authoritative prefix complete (:func:`kernel_lib.ownership.check_available_at`, on a read-only
+open so that a missing store is reported, not created empty); if it cannot, it prints
+``{"status": "unavailable", "availability": {...}}`` and exits with code 3. Both modes send
+``trajectory_id`` and their ``owner_epoch`` with every ``POST /jobs``, and the replacement
+installs its new epoch at the executor (``POST /fences``) as well as in the log.
+
+``--coordinator FILE --owner-id ID --lease-ttl-s S``: ownership comes from a lease granted by the
+:class:`~kernel_lib.ownership.SQLiteOwnershipCoordinator` in FILE (a new owner_epoch per grant,
+installed as the log's fence before the log is read, and checked again by the dispatch gate at
+its recheck). The worker renews its lease while it polls; the replacement waits up to
+``--lease-wait-s`` for an earlier owner's lease to expire.
+
+``--stall-after-dispatch`` (with ``--coordinator`` and ``--marker``): the zombie of §11.5.1. Right
+after ``test_r18`` was dispatched and its acceptance logged, the worker renews its lease (its last
+successful ownership check), writes the marker ``{"stalled_after", "owner_epoch", "pid", ...}`` and
+parks until it receives SIGCONT; the controller freezes it with SIGSTOP meanwhile. The parking only
+pins the stall to one exact point: between a lease check and the next action, where any real
+pause (a GC pause, swapping, a partition) can land. Resumed, it acts on its stale belief: it
+appends the completion evidence, tries a new attempt through its dispatch gate, and re-sends its
+original request to the executor as an HTTP retry would, and only then looks at its lease. It
+prints ``{"zombie": {...}}`` with what each boundary answered.
 """
 
 from __future__ import annotations
@@ -34,10 +57,31 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..dispatch import AdmissionPolicy, DispatchGate, ModelCall, ToolProposal, ToolReply, conclude
-from ..errors import KernelError
+from ..dispatch import (
+    AdmissionPolicy,
+    DispatchGate,
+    ModelCall,
+    ToolProposal,
+    ToolReply,
+    conclude,
+)
+from ..errors import (
+    AdmissionDenied,
+    DispatchWithheld,
+    FencedRequestError,
+    KernelError,
+    LeaseHeldError,
+    LeaseLostError,
+    StoreError,
+)
 from ..events import Event, TaskStarted, ToolIntent
 from ..log import TrajectoryLog, open_store
+from ..ownership import (
+    LeaseCheck,
+    SQLiteOwnershipCoordinator,
+    check_available_at,
+    take_ownership,
+)
 from ..record import TrajectoryRecord, fold, initial_record
 from .errors import EvidenceSignatureError
 from .executor import load_public_key, verify_completion
@@ -98,6 +142,65 @@ def check_correlates(record: dict[str, Any], op_id: str, attempt_id: str | None,
         raise EvidenceSignatureError(f"completion record does not correlate with the logged intent: {bad}")
 
 
+def job_request(intent: ToolIntent, trajectory_id: str, owner_epoch: int) -> dict[str, Any]:
+    """The ``POST /jobs`` body for ``intent``, stamped with the sender's ownership generation."""
+    return {"operation_id": intent.operation_id, "attempt_id": intent.attempt_id,
+            "snapshot_digest": intent.arguments["snapshot_digest"], "check": intent.arguments["check"],
+            "trajectory_id": trajectory_id, "owner_epoch": owner_epoch}
+
+
+def make_transport(client, url: str, log: TrajectoryLog):
+    """The tool transport: ``POST /jobs`` stamped with ``log``'s current owner_epoch.
+
+    A 409 for a stale or missing epoch raises FencedRequestError (nothing ran, and this worker is
+    not the owner, so there is nothing it may record); other refusals become failed evidence."""
+
+    def transport(intent: ToolIntent) -> ToolReply:
+        r = client.post(f"{url}/jobs", json=job_request(intent, log.trajectory_id, log.owner_epoch))
+        body = r.json()
+        if r.status_code == 409 and body.get("reason") in ("stale_owner_epoch", "unfenced_request"):
+            raise FencedRequestError(f"the executor refused {intent.operation_id}: {body.get('error')}",
+                                     owner_epoch=body.get("owner_epoch"), fence=body.get("fence"))
+        if r.status_code != 200:
+            return ToolReply(status="failed", outcome={"error": body.get("error", r.text)[:300]},
+                             observation_complete=True, charged_usd=0.0)
+        return ToolReply(status="accepted", job_handle=body["job_handle"])
+
+    return transport
+
+
+def install_executor_fence(client, url: str | None, trajectory_id: str, owner_epoch: int) -> dict[str, Any]:
+    """Install ``owner_epoch`` at the executor (``POST /fences``); returns what it answered
+    (``{"installed": bool, ...}``), never raises: an unreachable executor is reported."""
+    if not url:
+        return {"installed": False, "note": "no executor URL"}
+    try:
+        r = client.post(f"{url}/fences", json={"trajectory_id": trajectory_id, "owner_epoch": owner_epoch})
+        return {"installed": r.status_code == 200, "status_code": r.status_code, **r.json()}
+    except Exception as exc:   # noqa: BLE001 - reported; the executor then still holds the older epoch
+        return {"installed": False, "note": f"executor unreachable ({type(exc).__name__})"}
+
+
+def _coordinator(args: argparse.Namespace) -> SQLiteOwnershipCoordinator | None:
+    return SQLiteOwnershipCoordinator.open(args.coordinator) if args.coordinator else None
+
+
+def _acquire(coord: SQLiteOwnershipCoordinator, store, args: argparse.Namespace, wait_s: float):
+    """take_ownership, retrying while another owner's lease is live, for up to ``wait_s`` seconds."""
+    deadline = time.monotonic() + wait_s
+    waited = 0.0
+    while True:
+        try:
+            lease = take_ownership(coord, store, args.trajectory, args.owner_id, args.lease_ttl_s)
+            return lease, waited
+        except LeaseHeldError as exc:
+            if time.monotonic() >= deadline:
+                raise
+            pause = min(max(exc.remaining_s, 0.01), 0.1)
+            time.sleep(pause)
+            waited += pause
+
+
 # ------------------------------------------------------------------------------------------------
 # the worker
 # ------------------------------------------------------------------------------------------------
@@ -105,8 +208,13 @@ def check_correlates(record: dict[str, Any], op_id: str, attempt_id: str | None,
 
 def run_worker(args: argparse.Namespace) -> int:
     store = open_store(args.store, args.store_path)
+    coord = _coordinator(args)
     try:
-        log = TrajectoryLog(store, args.trajectory, must_survive="host_crash")
+        lease = None
+        if coord is not None:
+            lease, _ = _acquire(coord, store, args, args.lease_wait_s)
+        log = TrajectoryLog(store, args.trajectory, must_survive="host_crash",
+                            owner_epoch=lease.owner_epoch if lease else 0)
 
         def on_position(name: str, ev: Event | None) -> None:
             if args.pause_at and ev is not None and name == f"after:{args.pause_at}" and _concerns(ev, OPERATION):
@@ -119,7 +227,8 @@ def run_worker(args: argparse.Namespace) -> int:
                 while True:   # block until killed
                     signal.pause()
 
-        gate = DispatchGate(log, policy(), on_position=on_position)
+        gate = DispatchGate(log, policy(), on_position=on_position,
+                            fence_check=LeaseCheck(coord, lease) if lease else None)
         gate.start(task(args.snapshot_digest))
         model = StochasticModel(args.seed)
         ref = f"ws_r18@sha256:{args.snapshot_digest}"
@@ -132,23 +241,23 @@ def run_worker(args: argparse.Namespace) -> int:
                                 arguments=arguments, grant_id=GRANT, cost_bound_usd=TEST_BOUND_USD,
                                 repeat_contract="idempotency_key", input_ref=ref, revision="r18")
         client = _client()
-
-        def transport(intent: ToolIntent) -> ToolReply:
-            r = client.post(f"{args.executor_url}/jobs", json={
-                "operation_id": intent.operation_id, "attempt_id": intent.attempt_id,
-                "snapshot_digest": intent.arguments["snapshot_digest"], "check": intent.arguments["check"]})
-            body = r.json()
-            if r.status_code != 200:
-                return ToolReply(status="failed", outcome={"error": body.get("error", r.text)[:300]},
-                                 observation_complete=True, charged_usd=0.0)
-            return ToolReply(status="accepted", job_handle=body["job_handle"])
+        transport = make_transport(client, args.executor_url, log)
 
         rec = gate.run_tool(proposal, transport)
+        if args.stall_after_dispatch:
+            return _zombie(args, coord, lease, gate, proposal, transport, client)
         op = rec.operations[OPERATION]
         if op.status != "established":
             key = load_public_key(args.public_key)
             deadline = time.monotonic() + args.poll_timeout_s
             while time.monotonic() < deadline:
+                if lease is not None:
+                    try:
+                        lease = coord.renew(lease)
+                    except LeaseLostError as exc:   # not the owner any more: stop acting
+                        print(json.dumps({"lease_lost": str(exc), "record": gate.record.to_dict()}, sort_keys=True),
+                              flush=True)
+                        return 4
                 st = client.get(f"{args.executor_url}/operations/{OPERATION}").json()
                 if st["status"] in ("completed", "failed") and st.get("record"):
                     record = verify_completion(st["record"], key)
@@ -157,9 +266,94 @@ def run_worker(args: argparse.Namespace) -> int:
                     break
                 time.sleep(args.poll_interval_s)
         print(json.dumps({"record": gate.record.to_dict()}, sort_keys=True), flush=True)
+        if lease is not None:
+            coord.release(lease)
         return 0
     finally:
         store.close()
+        if coord is not None:
+            coord.close()
+
+
+def _zombie(args: argparse.Namespace, coord, lease, gate: DispatchGate, proposal: ToolProposal, transport,
+            client) -> int:
+    """Stall after the dispatch, then act on a stale belief of ownership (module docstring)."""
+    lease = coord.renew(lease)                     # the last ownership check that succeeds
+    continued = []
+    signal.signal(signal.SIGCONT, lambda signum, frame: continued.append(time.time()))
+    marker = {"stalled_after": "dispatch", "operation_id": OPERATION, "owner_epoch": lease.owner_epoch,
+              "owner_id": lease.owner_id, "pid": os.getpid(), "log_position": gate.log.head,
+              "lease_expires_at_s": lease.expires_at_s, "stalled_at_s": time.time()}
+    tmp = Path(args.marker + ".tmp")
+    tmp.write_text(json.dumps(marker))
+    os.replace(tmp, args.marker)
+    while not continued:                           # parked; SIGSTOP freezes it here
+        time.sleep(0.02)
+    out: dict[str, Any] = {"owner_epoch": lease.owner_epoch, "owner_id": lease.owner_id,
+                           "resumed_at_s": continued[0], "stalled_at_s": marker["stalled_at_s"], "attempts": []}
+
+    # 1. late append: the completion evidence it was waiting for
+    key = load_public_key(args.public_key)
+    deadline = time.monotonic() + args.poll_timeout_s
+    record = None
+    while time.monotonic() < deadline:
+        st = client.get(f"{args.executor_url}/operations/{OPERATION}").json()
+        if st["status"] in ("completed", "failed") and st.get("record"):
+            record = verify_completion(st["record"], key)
+            break
+        time.sleep(args.poll_interval_s)
+    step: dict[str, Any] = {"action": f"append ToolResult({record['status'] if record else 'none'}) for "
+                                      f"{OPERATION}/{ATTEMPT}", "boundary": "log"}
+    try:
+        if record is None:
+            raise KernelError("no completion record arrived to append")
+        gate.record_evidence(OPERATION, ATTEMPT, reply_from_record(record))
+        step.update(accepted=True, note="the log accepted an append from a stale owner")
+    except StoreError as exc:
+        step.update(accepted=False, error_type=type(exc).__name__, error=str(exc))
+    out["attempts"].append(step)
+
+    # 2. late dispatch through its gate: a second attempt of the same operation
+    retry = ToolProposal(**{**proposal.__dict__, "attempt_id": "attempt2"})
+    step = {"action": f"dispatch {OPERATION}/attempt2 through the dispatch gate", "boundary": "dispatch gate"}
+    sent = []
+
+    def counting(intent: ToolIntent) -> ToolReply:
+        sent.append(intent.attempt_id)
+        return transport(intent)
+
+    try:
+        gate.run_tool(retry, counting)
+        step.update(accepted=True, request_sent=bool(sent), note="the gate let a stale owner dispatch")
+    except (StoreError, DispatchWithheld, AdmissionDenied, FencedRequestError) as exc:
+        step.update(accepted=False, request_sent=bool(sent), error_type=type(exc).__name__, error=str(exc),
+                    refused_by="log fence at the gate's first durable step" if isinstance(exc, StoreError)
+                    else "dispatch-time recheck" if isinstance(exc, DispatchWithheld) else type(exc).__name__)
+    step["gate_recheck_now"] = gate.fence_check(gate.log.trajectory_id, gate.log.owner_epoch) \
+        if gate.fence_check else None
+    out["attempts"].append(step)
+
+    # 3. late dispatch past the gate: its original request re-sent, as an HTTP client's retry would
+    original = gate.record.operations[OPERATION]
+    r = client.post(f"{args.executor_url}/jobs", json={
+        "operation_id": OPERATION, "attempt_id": ATTEMPT, "snapshot_digest": original.arguments["snapshot_digest"],
+        "check": original.arguments["check"], "trajectory_id": gate.log.trajectory_id,
+        "owner_epoch": gate.log.owner_epoch})
+    body = r.json()
+    out["attempts"].append({"action": f"re-send POST /jobs for {OPERATION}/{ATTEMPT} (an HTTP retry)",
+                            "boundary": "executor", "accepted": r.status_code == 200, "status_code": r.status_code,
+                            "reason": body.get("reason"), "error": body.get("error"),
+                            "fence": body.get("fence")})
+
+    # 4. only now does it look at its lease
+    try:
+        coord.renew(lease)
+        out["lease_after_resume"] = {"renewed": True}
+    except LeaseLostError as exc:
+        out["lease_after_resume"] = {"renewed": False, "error_type": type(exc).__name__, "reason": exc.reason,
+                                     "current_epoch": exc.current_epoch, "error": str(exc)}
+    print(json.dumps({"zombie": out}, sort_keys=True), flush=True)
+    return 0
 
 
 # ------------------------------------------------------------------------------------------------
@@ -246,8 +440,26 @@ def _reconcile_one(gate: DispatchGate, op_id: str, client, url: str, key, timeou
 
 
 def run_recover(args: argparse.Namespace) -> int:
+    blobs = None
+    if args.blobs:
+        from ..checkpoint import DirectoryBlobStore
+        blobs = DirectoryBlobStore(args.blobs)
+    availability = check_available_at(args.store, args.store_path, args.trajectory, blobs)
+    if not availability.ok:
+        print(json.dumps({"status": "unavailable", "availability": availability.to_dict(), "recovered": None,
+                          "reconciled": None, "model": {}}, sort_keys=True), flush=True)
+        print("error: reconstruction unavailable: " + "; ".join(availability.reasons), file=sys.stderr)
+        return 3
     store = open_store(args.store, args.store_path)
+    coord = _coordinator(args)
     try:
+        ownership: dict[str, Any] | None = None
+        lease = None
+        if coord is not None and args.reconcile:   # ownership first: once the fence is in, no older owner
+            # extends the log (reading it for inspection alone needs no ownership)
+            lease, waited = _acquire(coord, store, args, args.lease_wait_s)
+            ownership = {"lease": lease.to_dict(), "waited_for_lease_s": round(waited, 3),
+                         "log_fence": store.fence(args.trajectory)}
         events = list(store.read(args.trajectory))
         recovered_rec = fold(initial_record(args.trajectory), events)
         recovered = summarize(recovered_rec)
@@ -262,13 +474,23 @@ def run_recover(args: argparse.Namespace) -> int:
                           "fresh_seed": args.fresh_seed, "fresh_reply": fresh.reply if fresh else None,
                           "note": "folding reproduces the recorded reply exactly; re-prompting with a fresh sample "
                                   "gives a different continuation, so recovery uses the log, not the model"}
-        out: dict[str, Any] = {"recovered": recovered, "model": model_view, "reconciled": None}
+        out: dict[str, Any] = {"recovered": recovered, "model": model_view, "reconciled": None,
+                               "availability": availability.to_dict()}
+        if ownership is not None:
+            out["ownership"] = ownership
         if args.reconcile:
-            new_epoch = max(store.fence(args.trajectory), recovered_rec.owner_epoch) + 1
-            store.install_fence(args.trajectory, new_epoch)
+            if lease is not None:
+                new_epoch = lease.owner_epoch
+            else:
+                new_epoch = max(store.fence(args.trajectory), recovered_rec.owner_epoch) + 1
+                store.install_fence(args.trajectory, new_epoch)
             log = TrajectoryLog(store, args.trajectory, must_survive="host_crash", owner_epoch=new_epoch)
-            gate = DispatchGate(log, policy(), record=recovered_rec)
+            gate = DispatchGate(log, policy(), record=recovered_rec,
+                                fence_check=LeaseCheck(coord, lease) if lease else None)
             client = _client()
+            executor_fence = install_executor_fence(client, args.executor_url, args.trajectory, new_epoch)
+            if ownership is not None:
+                ownership["executor_fence"] = executor_fence
             key = load_public_key(args.public_key)
             actions: dict[str, Any] = {}
             for op_id, op in list(recovered_rec.operations.items()):
@@ -287,10 +509,14 @@ def run_recover(args: argparse.Namespace) -> int:
                 actions[OPERATION] = {"action": "absent", "note": f"{OPERATION} was never proposed in the surviving "
                                       "log; the next model turn may propose it"}
             out["reconciled"] = {**summarize(gate.record), "actions": actions, "owner_epoch_installed": new_epoch}
+        if lease is not None and args.release_lease:
+            coord.release(lease)
         print(json.dumps(out, sort_keys=True), flush=True)
         return 0
     finally:
         store.close()
+        if coord is not None:
+            coord.close()
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -311,6 +537,16 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--reconcile", action="store_true", help="with --recover: reconcile in-doubt operations")
     ap.add_argument("--reconcile-timeout-s", type=float, default=30.0,
                     help="how long reconciliation waits for a running job to finish")
+    ap.add_argument("--coordinator", help="SQLite ownership coordinator file: take ownership by lease (§11.5.1)")
+    ap.add_argument("--owner-id", default=None, help="with --coordinator: this worker's claimant id")
+    ap.add_argument("--lease-ttl-s", type=float, default=30.0, help="with --coordinator: lease term (seconds)")
+    ap.add_argument("--lease-wait-s", type=float, default=30.0,
+                    help="with --coordinator: how long to wait for an earlier owner's lease to expire")
+    ap.add_argument("--blobs", help="--recover: blob directory holding the log's checkpoint objects (verified "
+                                    "before anything is folded)")
+    ap.add_argument("--release-lease", action="store_true", help="--recover: release the lease before exiting")
+    ap.add_argument("--stall-after-dispatch", action="store_true",
+                    help="zombie mode: park after test_r18 is dispatched until SIGCONT, then act on a stale lease")
     return ap
 
 
@@ -319,7 +555,11 @@ def main(argv: list[str] | None = None) -> int:
     watch_parent(lambda: os._exit(70))   # the controller is gone: leave nothing running behind it
     if args.fresh_seed is None:
         args.fresh_seed = args.seed + 1
+    if args.coordinator and not args.owner_id:
+        args.owner_id = f"worker-{os.getpid()}"
     try:
+        if args.stall_after_dispatch and not (args.coordinator and args.marker):
+            raise KernelError("--stall-after-dispatch needs --coordinator and --marker")
         if args.recover:
             return run_recover(args)
         if not (args.executor_url and args.public_key and args.snapshot_digest):
