@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Literal, Sequence
 
@@ -189,6 +190,8 @@ class DispatchGate:
             None when this writer may still dispatch, or the reason to withhold (e.g.
             :class:`kernel_lib.ownership.LeaseCheck`: the lease was superseded or expired). A hook
             that raises withholds too: ownership that cannot be verified is not assumed.
+        clock: wall clock in seconds since the epoch (default ``time.time``), read only at the
+            dispatch-time recheck to test an approval's expiry (§11.5.3); the fold reads no clock.
 
     The gate keeps :attr:`record` current by folding each event it appends.
     """
@@ -196,8 +199,10 @@ class DispatchGate:
     def __init__(self, log: TrajectoryLog, policy: AdmissionPolicy, *, record: TrajectoryRecord | None = None,
                  on_position: Callable[[str, Event | None], None] | None = None,
                  coalesce_admission: bool = False,
-                 fence_check: Callable[[str, int], "str | None"] | None = None):
+                 fence_check: Callable[[str, int], "str | None"] | None = None,
+                 clock: Callable[[], float] = time.time):
         self.log = log
+        self.clock = clock
         self.policy = policy
         self.fence_check = fence_check
         self.record = record if record is not None else fold(initial_record(log.trajectory_id), log.events())
@@ -298,6 +303,8 @@ class DispatchGate:
             why = f"trajectory is {rec.control_state}"
         elif rec.control_epoch != admitted_control_epoch:
             why = f"control_epoch moved from {admitted_control_epoch} to {rec.control_epoch}"
+        elif (blocker := rec.approval_blocker(subject_id, self.clock())) is not None:
+            why = blocker      # pending, void (refused, withdrawn, expired) or past its expiry now
         elif self.log.store.fence(self.log.trajectory_id) > self.log.owner_epoch:
             why = (f"ownership moved: the log's fence is owner_epoch={self.log.store.fence(self.log.trajectory_id)}, "
                    f"this worker holds {self.log.owner_epoch}")

@@ -106,11 +106,11 @@ def test_held_action_recovers_into_awaiting_approval():
 @pytest.mark.parametrize("decision", ["expired", "withdrawn", "refused"])
 def test_void_approval_stays_void_across_workers(decision):
     """An expired, revoked or refused approval cannot be turned into a grant by a later worker, and
-    the dispatch-time recheck (the gate's hook, fed by the recovered record) withholds the action."""
+    the gate's own dispatch-time recheck (fed by the recovered record) withholds the action."""
     store, gate = first_worker()
     hold_for_approval(gate)
     gate.log.append(ApprovalResolved(approval_id="ap1", decision=decision, reviewer="bob"))
-    new = take_over(store, fence_check=lambda t, e: new.record.approval_blocker("test_r18"))
+    new = take_over(store)
     assert new.record.approvals["ap1"].status == decision
     assert "void" in new.record.approval_blocker("test_r18")
     with pytest.raises(DispatchWithheld):
@@ -136,19 +136,19 @@ def test_approval_granted_before_the_crash_releases_only_if_the_recheck_passes_n
         return store
 
     store = approved_then_crashed()
-    late_clock = take_over(store, fence_check=lambda t, e: late_clock.record.approval_blocker("test_r18", 2_000.0))
+    late_clock = take_over(store, clock=lambda: 2_000.0)        # the gate reads the wall clock at the recheck
     assert late_clock.record.control_state == "RUNNING"
     with pytest.raises(DispatchWithheld, match="expired"):
         late_clock.run_tool(PROPOSAL, never)
 
     store = approved_then_crashed()
-    lost_lease = take_over(store, fence_check=lambda t, e: "lease superseded")
+    lost_lease = take_over(store, fence_check=lambda t, e: "lease superseded", clock=lambda: 500.0)
     with pytest.raises(DispatchWithheld, match="lease superseded"):
         lost_lease.run_tool(PROPOSAL, never)
 
     store = approved_then_crashed()
     sent = []
-    ok = take_over(store, fence_check=lambda t, e: ok.record.approval_blocker("test_r18", 500.0))
+    ok = take_over(store, clock=lambda: 500.0)
     ok.run_tool(PROPOSAL, lambda intent: sent.append(intent) or ToolReply(status="completed",
                                                                         observation_complete=True, charged_usd=0.4))
     assert len(sent) == 1
