@@ -221,6 +221,19 @@ def stop_executor(proc: subprocess.Popen | None) -> None:
     _kill_group(proc)
 
 
+def _tear_down_run(result: dict[str, Any], executor: subprocess.Popen | None, worker: subprocess.Popen | None,
+                   work: Path, port: int | None) -> None:
+    """Stop the executor, kill the worker's group, remove the work directory, and say so in
+    ``result`` (``processes`` and ``cleanup``)."""
+    stop_executor(executor)
+    _kill_group(worker)
+    remove_tree(work)
+    result["processes"] = {"executor_pid": executor.pid if executor else None,
+                           "worker_pid": worker.pid if worker else None}
+    result["cleanup"] = {"workdir_removed": not work.exists(), "workdir": str(work),
+                         "executor_port_closed": (not port_accepts(port)) if port else None}
+
+
 def run_worksheet(crash_after: str = "ToolResult", store_kind: str = "sqlite", workdir: str | os.PathLike | None = None,
                   seed: int = 0, test_delay_s: float = 2.0, *, usd_per_s: float = 0.01,
                   reconcile_timeout_s: float = 60.0, step_timeout_s: float = 60.0,
@@ -301,13 +314,7 @@ def run_worksheet(crash_after: str = "ToolResult", store_kind: str = "sqlite", w
             result["kept_log"] = str(target)
         return result
     finally:
-        stop_executor(executor)
-        _kill_group(worker)
-        remove_tree(work)
-        result["processes"] = {"executor_pid": executor.pid if executor else None,
-                               "worker_pid": worker.pid if worker else None}
-        result["cleanup"] = {"workdir_removed": not work.exists(), "workdir": str(work),
-                             "executor_port_closed": (not port_accepts(port)) if port else None}
+        _tear_down_run(result, executor, worker, work, port)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -505,10 +512,4 @@ def run_zombie(store_kind: str = "sqlite", workdir: str | os.PathLike | None = N
         if old is not None and old.poll() is None:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(old.pid, signal.SIGCONT)     # a stopped process still dies of SIGKILL; be tidy anyway
-        stop_executor(executor)
-        _kill_group(old)
-        remove_tree(work)
-        result["processes"] = {"executor_pid": executor.pid if executor else None,
-                               "worker_pid": old.pid if old else None}
-        result["cleanup"] = {"workdir_removed": not work.exists(), "workdir": str(work),
-                             "executor_port_closed": (not port_accepts(port)) if port else None}
+        _tear_down_run(result, executor, old, work, port)
