@@ -58,3 +58,16 @@ def network_dependent_outputs(nb) -> list[str]:
             if "cdn.jsdelivr.net" in blob or "unpkg.com" in blob or "<script src=\"http" in blob:
                 found.append(f"cell {i}: {blob[:160]}")
     return found
+
+
+def wrong_answer(v):
+    """A value that an exercise grader must mark wrong for a quantity whose right answer is ``v``."""
+    if isinstance(v, bool):
+        return not v
+    if isinstance(v, str):
+        return v + "_not"
+    if isinstance(v, list):
+        return v + [99]
+    if isinstance(v, int):
+        return v + 1
+    return v * 1.05 if abs(v) > 1e-9 else 0.1

@@ -20,7 +20,7 @@ from kernel_lib.cli import main
 from kernel_lib.errors import ConfigError
 from kernel_lib.exercises import EXERCISES, get
 from kernel_lib.exercises.strip import render, strip_source, sync
-from tests.helpers import network_dependent_outputs
+from tests.helpers import network_dependent_outputs, wrong_answer
 
 ROOT = Path(__file__).resolve().parents[1]
 IDS = list(EXERCISES)
@@ -110,18 +110,6 @@ def test_seeds_give_different_variants(ex):
     assert len({json.dumps(mod.generate(s), sort_keys=True) for s in range(20)}) > 10
 
 
-def _wrong(v):
-    if isinstance(v, bool):
-        return not v
-    if isinstance(v, str):
-        return "established" if v != "established" else "in_doubt"
-    if isinstance(v, list):
-        return v + [99]
-    if isinstance(v, int):
-        return v + 1
-    return v * 1.05 if abs(v) > 1e-9 else 0.1
-
-
 @pytest.mark.parametrize("ex", IDS)
 def test_a_wrong_answer_fails_check(ex):
     mod = get(ex)
@@ -129,7 +117,7 @@ def test_a_wrong_answer_fails_check(ex):
         params = mod.generate(seed) if seed is not None else mod.DEFAULTS
         good = graded_answers(mod, params)
         for name in mod.GRADED:
-            report = mod.check(params, {**good, name: _wrong(good[name])})
+            report = mod.check(params, {**good, name: wrong_answer(good[name])})
             assert not report["all_ok"] and not report["quantities"][name]["ok"], name
             assert sum(not q["ok"] for q in report["quantities"].values()) == 1
         # missing, misspelt and wrongly typed answers fail too

@@ -22,6 +22,7 @@ from kernel_lib.cli import main
 from kernel_lib.errors import ConfigError
 from kernel_lib.exercises import EXERCISES, get
 from kernel_lib.exercises._common import exact
+from tests.helpers import wrong_answer
 
 NEW = ("11.2", "11.3", "11.5", "11.9")
 
@@ -210,15 +211,6 @@ def test_chapter_flat_minimum_claim_within_2x_holds_in_exercise_5():
 # --- properties -------------------------------------------------------------------------------------
 
 
-def _wrong(v):
-    if isinstance(v, bool):
-        return not v
-    if isinstance(v, str):
-        return v + "_not"
-    if isinstance(v, int):
-        return v + 1
-    return v * 1.05 if abs(v) > 1e-12 else 0.1
-
 
 @pytest.mark.parametrize("ex", NEW)
 @settings(max_examples=60)
@@ -234,7 +226,7 @@ def test_generated_variants_are_solvable_and_self_consistent(ex, seed, pick):
             assert math.isfinite(v), name
     assert mod.check(params, good)["all_ok"]
     name = list(mod.GRADED)[pick % len(mod.GRADED)]
-    report = mod.check(params, {**good, name: _wrong(good[name])})
+    report = mod.check(params, {**good, name: wrong_answer(good[name])})
     assert not report["all_ok"] and not report["quantities"][name]["ok"]
 
 
@@ -376,7 +368,7 @@ def test_cli_text_solve_check_and_wrong_answers(ex, tmp_path, capsys):
     assert main(["exercise", "check", ex, "--answers", str(f)]) == 0
     capsys.readouterr()
     name = next(iter(get(ex).GRADED))
-    f.write_text(json.dumps({**answers, name: _wrong(answers[name])}))
+    f.write_text(json.dumps({**answers, name: wrong_answer(answers[name])}))
     assert main(["exercise", "check", ex, "--answers", str(f), "--reveal"]) == 1
     assert "NO " in capsys.readouterr().out
 

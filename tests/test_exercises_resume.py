@@ -35,7 +35,7 @@ from kernel_lib.resume_sim import (
     ps_schedule,
     simulate,
 )
-from tests.helpers import network_dependent_outputs
+from tests.helpers import network_dependent_outputs, wrong_answer
 
 ROOT = Path(__file__).resolve().parents[1]
 EX = "11.6"
@@ -54,15 +54,6 @@ def graded_answers(params):
     sol = mod().solve(params)
     return {k: sol[k] for k in mod().GRADED}
 
-
-def _wrong(v):
-    if isinstance(v, bool):
-        return not v
-    if isinstance(v, str):
-        return v + "_not"
-    if isinstance(v, int):
-        return v + 1
-    return v * 1.05 if abs(v) > 1e-12 else 0.1
 
 
 def default_parts(**over):
@@ -156,7 +147,7 @@ def test_check_round_trip_and_every_perturbed_answer_fails(seed):
     good = graded_answers(params)
     assert mod().check(params, good)["all_ok"]
     for name in mod().GRADED:
-        report = mod().check(params, {**good, name: _wrong(good[name])})
+        report = mod().check(params, {**good, name: wrong_answer(good[name])})
         assert not report["all_ok"] and not report["quantities"][name]["ok"], name
         assert sum(not q["ok"] for q in report["quantities"].values()) == 1
 
