@@ -245,7 +245,7 @@ class DispatchGate:
     # --- admission ---------------------------------------------------------------------------------
     def _admit(self, subject_id: str, kind: str, grant_id: str, subject: str, bound_usd: float,
                then: Payload | None, attempt_id: str | None = None,
-               repeat_contract: str | None = None) -> list[Event]:
+               repeat_contract: str | None = None, finalization: bool = False) -> list[Event]:
         rec = self.record
         if rec.control_state != "RUNNING":
             raise AdmissionDenied(f"{subject_id}: trajectory is {rec.control_state}, not RUNNING")
@@ -279,11 +279,12 @@ class DispatchGate:
             return self._append(then) if then is not None else []
         ok, why = self.policy.authorize(rec, grant_id, subject)
         b = rec.budget
+        reserve = 0.0 if finalization else b.finalization_reserve_usd   # finalization work may use the reserve
         if ok and (b.actual_consumption_usd + b.outstanding_reservations_usd + bound_usd
-                   + b.finalization_reserve_usd) > b.ceiling_usd + 1e-9:
+                   + reserve) > b.ceiling_usd + 1e-9:
             ok, why = False, (f"bounded liability {bound_usd:.4f} USD does not fit: consumption "
                               f"{b.actual_consumption_usd:.4f} + outstanding {b.outstanding_reservations_usd:.4f} "
-                              f"+ reserve {b.finalization_reserve_usd:.4f} > ceiling {b.ceiling_usd:.4f}")
+                              f"+ reserve {reserve:.4f} > ceiling {b.ceiling_usd:.4f}")
         auth = Authorized(decision_id=decision_id(subject_id, attempt_id), subject_id=subject_id, subject_kind=kind,
                           policy_version=self.policy.policy_version, grant_id=grant_id,
                           decision="allow" if ok else "deny", reason=why)
@@ -319,8 +320,12 @@ class DispatchGate:
         self.on_position("after:recheck", None)
 
     # --- tool calls --------------------------------------------------------------------------------
-    def run_tool(self, proposal: ToolProposal, transport: ToolTransport) -> TrajectoryRecord:
+    def run_tool(self, proposal: ToolProposal, transport: ToolTransport, *,
+                 finalization: bool = False) -> TrajectoryRecord:
         """Run one tool attempt through the whole of eq. 1. Returns the updated record.
+
+        ``finalization=True`` marks finalization work, whose bound may draw on the finalization
+        reserve (§11.5.4); all other work must leave the reserve untouched.
 
         Raises:
             AdmissionDenied: refused at admission (the denial is logged).
@@ -334,7 +339,7 @@ class DispatchGate:
                             reservation_ref=reservation_id(proposal.operation_id, proposal.attempt_id))
         epoch = self.record.control_epoch
         self._admit(proposal.operation_id, "tool", proposal.grant_id, proposal.tool, proposal.cost_bound_usd,
-                    intent, proposal.attempt_id, proposal.repeat_contract)
+                    intent, proposal.attempt_id, proposal.repeat_contract, finalization)
         return self._release(intent, transport, epoch)
 
     def release(self, operation_id: str, transport: ToolTransport) -> TrajectoryRecord:
@@ -385,8 +390,9 @@ class DispatchGate:
         return self.record
 
     # --- model calls -------------------------------------------------------------------------------
-    def run_model(self, call: ModelCall, transport: ModelTransport) -> ModelReply:
-        """ContextBuilt and its reservation durable before the request leaves (§11.3.2)."""
+    def run_model(self, call: ModelCall, transport: ModelTransport, *, finalization: bool = False) -> ModelReply:
+        """ContextBuilt and its reservation durable before the request leaves (§11.3.2);
+        ``finalization`` as in :meth:`run_tool`."""
         try:
             sha = hashlib.sha256(call.delivered_input.encode()).hexdigest()
         except UnicodeEncodeError:
@@ -395,7 +401,8 @@ class DispatchGate:
         ctx = ContextBuilt(invocation_id=call.invocation_id, model=call.model, delivered_input=call.delivered_input,
                            delivered_input_sha256=sha, request_config=call.request_config)
         epoch = self.record.control_epoch
-        self._admit(call.invocation_id, "model", call.grant_id, call.model, call.cost_bound_usd, ctx)
+        self._admit(call.invocation_id, "model", call.grant_id, call.model, call.cost_bound_usd, ctx,
+                    finalization=finalization)
         self._recheck(call.invocation_id, epoch)
         reply = transport(ctx)
         self.on_position("after:dispatch", None)
