@@ -25,7 +25,7 @@ from kernel_lib.dispatch import (
 )
 from kernel_lib.errors import AdmissionDenied, ConfigError, DispatchWithheld
 from kernel_lib.events import (
-    ApprovalRequested, Authorized, BudgetReserved, BudgetSettled, ModelReplied, PlanChanged, TaskStarted,
+    ApprovalRequested, Authorized, BudgetReserved, BudgetSettled, PlanChanged, TaskStarted,
 )
 from kernel_lib.log import FailureDomain, MemoryStore, TrajectoryLog
 from kernel_lib.record import fold, initial_record
