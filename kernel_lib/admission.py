@@ -380,19 +380,19 @@ def evaluate(record: TrajectoryRecord, step: ProposedStep, *, policy: AdmissionP
     mode: Literal["normal", "finalization_only", "closed"] = "normal"
     if fin_deadline is not None and now_unix_s > fin_deadline:
         mode = "closed"
-        add("deadline", "refuse", f"the finalization deadline ({fin_deadline:g}) has passed (now {now_unix_s:g}); "
+        add("deadline", "refuse", f"the finalization deadline ({fin_deadline:.3f}) has passed (now {now_unix_s:.3f}); "
                                   "nothing more is admitted")
     elif deadline is not None and now_unix_s > deadline:
         mode = "finalization_only"
         if step.finalization:
-            add("deadline", "admit", f"the operating deadline ({deadline:g}) has passed; this is finalization "
+            add("deadline", "admit", f"the operating deadline ({deadline:.3f}) has passed; this is finalization "
                                      "work, which the declared reserve is for")
         else:
-            add("deadline", "refuse", f"the operating deadline ({deadline:g}) passed {now_unix_s - deadline:g} s "
+            add("deadline", "refuse", f"the operating deadline ({deadline:.3f}) passed {now_unix_s - deadline:.3f} s "
                                       "ago: only finalization work is admitted now, whatever budget remains")
     else:
         add("deadline", "admit", "no deadline has passed" if deadline is None
-            else f"{deadline - now_unix_s:g} s left before the operating deadline")
+            else f"{deadline - now_unix_s:.3f} s left before the operating deadline")
 
     # source: a partial stream is discarded
     src = step.source_invocation_id

@@ -197,8 +197,8 @@ class TrajectoryRecord:
             if a.status != "approved":
                 return f"approval {a.approval_id} for {operation_id} is void ({a.status}); it releases nothing"
             if now_unix_s is not None and a.expires_unix_s is not None and now_unix_s > a.expires_unix_s:
-                return (f"approval {a.approval_id} for {operation_id} expired at {a.expires_unix_s:g} "
-                        f"(now {now_unix_s:g}); a fresh approval is needed")
+                return (f"approval {a.approval_id} for {operation_id} expired at {a.expires_unix_s:.3f} "
+                        f"(now {now_unix_s:.3f}, seconds since the epoch); a fresh approval is needed")
         return None
 
     def to_dict(self) -> dict[str, Any]:
