@@ -24,6 +24,7 @@ from kernel_lib.live.errors import EvidenceSignatureError, SnapshotMismatchError
 from kernel_lib.live.executor import job_handle_for, verify_completion
 from kernel_lib.live.model import StochasticModel
 from kernel_lib.live.workspace import build_snapshot, manifest_digest, remove_tree, verify
+from kernel_lib.resume import DEFAULT_PREFILL, STAGE_NAMES, PrefillModel, ResumeTimeline
 
 from .conftest import DURABLE_KINDS
 from tests.helpers import group_gone, process_gone
@@ -84,6 +85,14 @@ def test_sigkill_worker_and_recover(crash_after, store_kind, tmp_path):
         assert recon["owner_epoch"] == 1
     if crash_after != "ToolResult":   # no invented outcome anywhere
         assert all(o["outcome"] is None for k, o in recon["operations"].items() if o["kind"] == "tool")
+    # the replacement timed each stage of eq. 7 it ran (§11.5); the prefill is computed, not measured
+    tl = ResumeTimeline.from_dict(r["resume_timeline"])
+    assert [s.name for s in tl.stages] == list(STAGE_NAMES)
+    for name in ("ownership", "checkpoint_suffix_read", "fold", "workspace_restore", "reconciliation"):
+        assert tl.stage(name).measured and tl.stage(name).duration_s > 0, name
+    assert not tl.stage("prefill").measured
+    assert tl.stage("prefill").duration_s == pytest.approx(DEFAULT_PREFILL.prefill_s)
+    assert tl.critical_path_s <= tl.serial_sum_s
     # the fold reproduces the recorded model reply; a fresh sample is a different continuation
     m = r["model"]
     assert m["recorded_reply"] == StochasticModel(7).reply(_prompt_of(recon)).reply
@@ -95,6 +104,35 @@ def test_sigkill_worker_and_recover(crash_after, store_kind, tmp_path):
     assert r["cleanup"]["workdir_removed"] and r["cleanup"]["executor_port_closed"]
     assert not port_accepts(ex["port"])
     assert list(tmp_path.iterdir()) == []   # the run's work directory (snapshot, log, job trees) is gone
+
+
+def test_session_reconcile_reports_the_timed_resume(tmp_path):
+    """After a real SIGKILL right after the durable intent, ``reconcile()`` carries the
+    replacement's timed stages: five measured on this machine, the prefill computed from the
+    given model; an inspection-only ``recovered()`` times only the read and the fold."""
+    from kernel_lib.live.session import WorksheetSession
+
+    prefill = PrefillModel(32_000, 1_000, 5_000.0)
+    with WorksheetSession("sqlite", seed=0, test_delay_s=0.5, workdir=tmp_path) as s:
+        s.start(pause_at="ToolIntent")
+        s.crash()
+        looked = ResumeTimeline.from_dict(s.recovered()["resume_timeline"])
+        assert [n for n in STAGE_NAMES if looked.stage(n).measured] == ["checkpoint_suffix_read", "fold"]
+        assert looked.stage("ownership").duration_s == 0 and not looked.prefill.needed
+        out = s.reconcile(timeout_s=10, prefill=prefill)
+        tl = ResumeTimeline.from_dict(out["resume_timeline"])
+        assert out["actions"]["test_r18"]["action"] == "kept in doubt"        # the usual keys are still there
+        assert s.resume_timeline == out["resume_timeline"]
+        for name in ("ownership", "checkpoint_suffix_read", "fold", "workspace_restore", "reconciliation"):
+            st = tl.stage(name)
+            assert st.measured and st.duration_s > 0 and st.source == "measured on this machine", name
+        assert "copied" in tl.stage("workspace_restore").detail
+        assert tl.prefill == prefill and tl.stage("prefill").duration_s == pytest.approx((32_000 - 1_000) / 5_000.0)
+        assert tl.stage("prefill").source == "computed from the prefill model (given)"
+        assert tl.serial_sum_s == pytest.approx(sum(tl.durations_s.values()))
+        assert tl.critical_path[-2:] == ["reconciliation", "prefill"]        # the prefill given dominates
+        assert tl.availability_s > 0
+    assert list(tmp_path.iterdir()) == []
 
 
 def _prompt_of(reconciled: dict) -> str:

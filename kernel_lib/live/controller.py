@@ -187,16 +187,29 @@ def spawn_worker(work: Path, *, store_kind: str, store_path: Path, ready: dict[s
 
 def run_replacement(*, store_kind: str, store_path: Path, ready: dict[str, Any], seed: int, reconcile: bool,
                     reconcile_timeout_s: float, step_timeout_s: float, env: dict[str, str],
-                    extra_args: Sequence[str] = ()) -> dict[str, Any]:
+                    extra_args: Sequence[str] = (), snapshot: Any = None,
+                    prefill: Any = None) -> dict[str, Any]:
     """Run a replacement worker in a new process: fold the surviving log (and, with ``reconcile``,
     take ownership and reconcile by operation id). ``extra_args`` go to the worker (e.g.
-    ``--coordinator FILE --owner-id ID``). Returns its JSON report ``{recovered, reconciled?, model,
-    availability, ownership?}``. Raises LiveProcessError if it fails (an unavailable log exits 3,
-    with the reasons) or times out."""
+    ``--coordinator FILE --owner-id ID``). ``snapshot`` (the run's ``ws_r18``
+    :class:`~kernel_lib.live.workspace.Snapshot`) lets the resume restore the workspace into a fresh
+    directory next to the log; ``prefill`` (a :class:`kernel_lib.resume.PrefillModel`) sets the
+    givens of the computed prefill stage (one that needs no prefill is sent as an empty context).
+    Returns its JSON report ``{recovered, reconciled?, model, availability, ownership?,
+    resume_timeline}``. Raises LiveProcessError if it fails (an unavailable log exits 3, with the
+    reasons) or times out."""
     cmd = [sys.executable, "-m", "kernel_lib.live.worker", "--recover", "--store", store_kind,
            "--store-path", str(store_path), "--executor-url", ready["url"], "--public-key", ready["public_key_path"],
            "--seed", str(seed), "--fresh-seed", str(seed + 1), "--reconcile-timeout-s", str(reconcile_timeout_s),
            *extra_args]
+    if snapshot is not None:
+        cmd += ["--workspace-snapshot", str(snapshot.path), "--snapshot-digest", snapshot.digest,
+                "--restore-root", str(Path(store_path).resolve().parent)]
+    if prefill is not None:   # a model needing no prefill is sent as an empty context
+        cmd += ["--prefill-context-tokens", str(prefill.context_tokens),
+                "--prefill-cached-prefix-tokens", str(prefill.cached_prefix_tokens)]
+        if prefill.needed:
+            cmd += ["--prefill-tokens-per-s", repr(prefill.prefill_tokens_per_s)]
     if reconcile:
         cmd.append("--reconcile")
     try:
@@ -256,7 +269,9 @@ def run_worksheet(crash_after: str = "ToolResult", store_kind: str = "sqlite", w
 
     Returns:
         ``{crash: {signal, log_position, worker_pid, ...}, executor: {job_running_at_crash, ...},
-        recovered: {...}, reconciled: {...}, model: {...}, expected, processes, cleanup}``.
+        recovered: {...}, reconciled: {...}, model: {...}, resume_timeline: {...}, expected,
+        processes, cleanup}`` (``resume_timeline``: the replacement's stages of eq. 7, see
+        :mod:`kernel_lib.resume`).
 
     Raises:
         ConfigError: a bad argument. LiveProcessError: a process failed or timed out (everything
@@ -301,8 +316,10 @@ def run_worksheet(crash_after: str = "ToolResult", store_kind: str = "sqlite", w
                               "port": port, "url": url}
 
         out = run_replacement(store_kind=store_kind, store_path=store_path, ready=ready, seed=seed, reconcile=True,
-                              reconcile_timeout_s=reconcile_timeout_s, step_timeout_s=step_timeout_s, env=env)
+                              reconcile_timeout_s=reconcile_timeout_s, step_timeout_s=step_timeout_s, env=env,
+                              snapshot=snap)
         result["recovered"], result["reconciled"], result["model"] = out["recovered"], out["reconciled"], out["model"]
+        result["resume_timeline"] = out.get("resume_timeline")
         if keep is not None:
             dest = Path(keep)
             dest.mkdir(parents=True, exist_ok=True)
@@ -432,7 +449,7 @@ def run_zombie(store_kind: str = "sqlite", workdir: str | os.PathLike | None = N
         out = run_replacement(store_kind=store_kind, store_path=store_path, ready=ready, seed=seed, reconcile=True,
                               reconcile_timeout_s=reconcile_timeout_s, step_timeout_s=step_timeout_s, env=env,
                               extra_args=["--coordinator", str(coord_path), "--owner-id", "worker-new",
-                                          "--lease-ttl-s", "300"])
+                                          "--lease-ttl-s", "300"], snapshot=snap)
         os.kill(old.pid, signal.SIGCONT)
         try:
             rc = old.wait(timeout=step_timeout_s)
@@ -474,7 +491,7 @@ def run_zombie(store_kind: str = "sqlite", workdir: str | os.PathLike | None = N
                               "log_fence_installed": ownership.get("log_fence"),
                               "executor_fence": ownership.get("executor_fence"),
                               "availability": out.get("availability", {}).get("status"),
-                              "reconciliation": action}
+                              "reconciliation": action, "resume_timeline": out.get("resume_timeline")}
         result["resume"] = {"signal": "SIGCONT", "worker_exit": rc}
         result["rejections"] = zombie["attempts"]
         result["lease_after_resume"] = zombie.get("lease_after_resume")

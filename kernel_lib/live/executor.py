@@ -30,6 +30,12 @@ Endpoints:
   ``signature`` is the hex signature over the record's RFC 8785 encoding. Verify it with
   :func:`verify_completion`.
 
+Result inbox (§11.5.3): with ``--inbox FILE`` every signed completion record is also deposited in
+the durable :class:`~kernel_lib.inbox.ResultInbox` in FILE (an SQLite file of its own, outside any
+worker), under the trajectory the request named, as soon as the job finishes. The record then
+outlives this process as well as the worker; the next owner ingests it. A deposit that fails is
+kept in memory and listed by ``GET /inbox-failures`` (the status query still serves the record).
+
 SIGTERM/SIGINT shut it down cleanly: running test processes are killed and every job directory
 is removed (``ready.json`` and the public key stay in the state directory, which the caller owns).
 """
@@ -146,13 +152,15 @@ class ExecutorService:
     """State and behaviour of one executor process (see the module docstring)."""
 
     def __init__(self, snapshot_dir: Path, snapshot_digest: str, state_dir: Path, *, usd_per_s: float,
-                 test_delay_s: float, test_timeout_s: float = 120.0):
+                 test_delay_s: float, test_timeout_s: float = 120.0, inbox_path: Path | None = None):
         self.snapshot_dir, self.snapshot_digest, self.state_dir = snapshot_dir, snapshot_digest, state_dir
         self.usd_per_s, self.test_delay_s, self.test_timeout_s = usd_per_s, test_delay_s, test_timeout_s
         self.jobs_dir = state_dir / "jobs"
         self.jobs: dict[str, Job] = {}
         self.fences: dict[str, int] = {}          # "trajectory:<id>" / "operation:<id>" -> newest owner_epoch
         self.rejections: list[dict[str, Any]] = []
+        self.inbox_path = inbox_path
+        self.inbox_failures: list[dict[str, Any]] = []
         self._key = Ed25519PrivateKey.generate()   # private key lives in memory only
         raw = self._key.public_key().public_bytes_raw()
         self.public_key_hex = raw.hex()
@@ -298,6 +306,17 @@ class ExecutorService:
                   "public_key_sha256": hashlib.sha256(bytes.fromhex(self.public_key_hex)).hexdigest()}
         record["signature"] = self._key.sign(signing_bytes(record)).hex()
         job.record = record
+        if self.inbox_path is not None and job.trajectory_id:
+            self._deposit(job, record)
+
+    def _deposit(self, job: Job, record: dict[str, Any]) -> None:
+        from ..inbox import ResultInbox   # imported here: kernel_lib.inbox imports this module
+
+        try:
+            with ResultInbox(self.inbox_path, {EXECUTOR_ID: self.public_key_hex}) as inbox:
+                inbox.deposit(record, trajectory_id=job.trajectory_id)
+        except Exception as exc:   # noqa: BLE001 - the record is still served by the status query
+            self.inbox_failures.append({"operation_id": job.operation_id, "error": f"{type(exc).__name__}: {exc}"})
 
     def status(self, operation_id: str) -> dict[str, Any]:
         job = self.jobs.get(operation_id)
@@ -365,6 +384,10 @@ def build_app(service: ExecutorService, on_ready=None):
         return JSONResponse({"ok": True, "pid": os.getpid(), "executor_id": EXECUTOR_ID,
                              "snapshot_digest": service.snapshot_digest, "public_key": service.public_key_hex})
 
+    async def get_inbox_failures(request: Request) -> JSONResponse:
+        return JSONResponse({"inbox": str(service.inbox_path) if service.inbox_path else None,
+                             "failures": list(service.inbox_failures)})
+
     @contextlib.asynccontextmanager
     async def lifespan(app):
         if on_ready:
@@ -378,6 +401,7 @@ def build_app(service: ExecutorService, on_ready=None):
                              Route("/operations/{operation_id}", get_operation, methods=["GET"]),
                              Route("/fences", post_fences, methods=["POST"]),
                              Route("/fences/{trajectory_id}", get_fences, methods=["GET"]),
+                             Route("/inbox-failures", get_inbox_failures, methods=["GET"]),
                              Route("/health", health, methods=["GET"])], lifespan=lifespan)
 
 
@@ -396,6 +420,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--usd-per-s", type=float, default=0.01, help="charge per second of test time (USD)")
     ap.add_argument("--test-delay-s", type=float, default=0.0,
                     help="artificial wait before pytest starts (so a test is still running at a crash)")
+    ap.add_argument("--inbox", help="durable result inbox (SQLite file): every signed completion record is "
+                                    "deposited there too, under its trajectory")
     args = ap.parse_args(argv)
     import uvicorn
 
@@ -403,7 +429,7 @@ def main(argv: list[str] | None = None) -> int:
     state.mkdir(parents=True, exist_ok=True)
     verify(args.snapshot, args.digest)   # refuse to start on a tampered snapshot
     service = ExecutorService(Path(args.snapshot), args.digest, state, usd_per_s=args.usd_per_s,
-                              test_delay_s=args.test_delay_s)
+                              test_delay_s=args.test_delay_s, inbox_path=Path(args.inbox) if args.inbox else None)
     key_path = state / PUBLIC_KEY_FILE
     _write_atomic(key_path, service.public_key_hex + "\n")
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)

@@ -8,8 +8,13 @@
 * ``crash()``: a real ``SIGKILL`` of the worker, now;
 * ``log_tail(n)``: the last ``n`` events of the surviving log (opened read-only);
 * ``recovered()``: a replacement worker process folds the surviving log (``--recover``);
-* ``reconcile(timeout_s)``: a replacement worker takes ownership and reconciles by operation id
-  against the executor (``--recover --reconcile``);
+* ``reconcile(timeout_s)``: a replacement worker takes ownership, restores the workspace and
+  reconciles by operation id against the executor (``--recover --reconcile``);
+
+Both replacement steps return the replacement's report with one more key, ``resume_timeline``: the
+stages of eq. 7 as the replacement timed them (:meth:`kernel_lib.resume.ResumeTimeline.to_dict`;
+rebuild it with :meth:`~kernel_lib.resume.ResumeTimeline.from_dict`). The last one is also kept
+in :attr:`WorksheetSession.resume_timeline`.
 * ``close()``: tear everything down (idempotent; also the context-manager exit).
 
 The process plumbing (waiting for a report file, killing a process group, probing a port, the
@@ -100,6 +105,8 @@ class WorksheetSession:
         self._worker: subprocess.Popen | None = None
         self._ready: dict[str, Any] | None = None
         self._digest: str | None = None
+        self._snapshot = None              # the run's ws_r18 Snapshot (the replacement restores it)
+        self.resume_timeline: dict[str, Any] | None = None   # the last replacement's timed stages
         self._closed = False
         self.pause_at: str | None = None
         self.paused: dict[str, Any] | None = None
@@ -182,7 +189,7 @@ class WorksheetSession:
         work = self._work
         try:
             snap = build_snapshot(work / "snapshots")
-            self._digest = snap.digest
+            self._digest, self._snapshot = snap.digest, snap
             self._executor, self._ready = spawn_executor(work, snap, usd_per_s=self.usd_per_s,
                                                          test_delay_s=self.test_delay_s, env=self._env,
                                                          timeout_s=self.step_timeout_s)
@@ -259,7 +266,7 @@ class WorksheetSession:
             raise ConfigError(f"n must be a positive integer, got {n!r}")
         return [_event_view(e) for e in self.events()[-n:]]
 
-    def _replacement(self, reconcile: bool, timeout_s: float) -> dict[str, Any]:
+    def _replacement(self, reconcile: bool, timeout_s: float, prefill: Any = None) -> dict[str, Any]:
         self._check_open()
         if self.worker_running():
             raise SessionStateError(f"worker {self._worker.pid} is still running: a replacement takes over only "
@@ -270,33 +277,49 @@ class WorksheetSession:
             raise SessionStateError("the executor is not running, so there is nothing to reconcile against")
         out = run_replacement(store_kind=self.store_kind, store_path=self.store_path, ready=self._ready,
                               seed=self.seed, reconcile=reconcile, reconcile_timeout_s=timeout_s,
-                              step_timeout_s=self.step_timeout_s, env=self._env)
+                              step_timeout_s=self.step_timeout_s, env=self._env, snapshot=self._snapshot,
+                              prefill=prefill)
         self.model = out.get("model") or {}
+        self.resume_timeline = out.get("resume_timeline")
         self._unrecovered = False
         return out
 
     def recovered(self) -> dict[str, Any]:
         """Fold the surviving log in a new process, as a replacement worker does, without taking
         ownership: operations (status, attempt id, table 3 conclusion), held reservations, in-doubt
-        list. The model stand-in's recorded vs fresh reply is kept in :attr:`model`.
+        list. The model stand-in's recorded vs fresh reply is kept in :attr:`model`. The result
+        also holds ``resume_timeline`` (inspection only: no ownership, workspace, reconciliation
+        or prefill, so only the read and the fold are timed).
 
         Raises: SessionStateError: a worker is still running, or there is no log yet.
         LiveProcessError: the replacement failed.
         """
-        return self._replacement(False, 1.0)["recovered"]
+        out = self._replacement(False, 1.0)
+        return {**out["recovered"], "resume_timeline": out.get("resume_timeline")}
 
-    def reconcile(self, timeout_s: float = 30.0) -> dict[str, Any]:
-        """A replacement worker takes ownership (owner_epoch + 1), queries the executor by operation
-        id for each in-doubt tool operation (waiting up to ``timeout_s`` for a running job) and
-        records authenticated completion records as new evidence (§11.5.3). Returns the reconciled
-        summary with ``actions`` per operation.
+    def reconcile(self, timeout_s: float = 30.0, *, prefill: Any = None) -> dict[str, Any]:
+        """A replacement worker takes ownership (owner_epoch + 1), restores ``ws_r18`` into a fresh
+        directory, queries the executor by operation id for each in-doubt tool operation (waiting
+        up to ``timeout_s`` for a running job) and records authenticated completion records as new
+        evidence (§11.5.3). Returns the reconciled summary with ``actions`` per operation and
+        ``resume_timeline``, the replacement's timed stages of eq. 7 (§11.5).
 
-        Raises: ConfigError: bad ``timeout_s``. SessionStateError / LiveProcessError as
-        :meth:`recovered`, or the executor is not running.
+        Args:
+            timeout_s: how long to wait for a running job (seconds, 0..600).
+            prefill: a :class:`kernel_lib.resume.PrefillModel` for the computed prefill stage
+                (default: the worker's ``--prefill-*`` defaults).
+
+        Raises: ConfigError: bad ``timeout_s`` or ``prefill``. SessionStateError / LiveProcessError
+        as :meth:`recovered`, or the executor is not running.
         """
+        from ..resume import PrefillModel
+
         if not (isinstance(timeout_s, (int, float)) and 0 <= timeout_s <= 600):
             raise ConfigError(f"timeout_s must be between 0 and 600 seconds, got {timeout_s!r}")
-        return self._replacement(True, float(timeout_s))["reconciled"]
+        if prefill is not None and not isinstance(prefill, PrefillModel):
+            raise ConfigError(f"prefill must be a kernel_lib.resume.PrefillModel, got {type(prefill).__name__}")
+        out = self._replacement(True, float(timeout_s), prefill)
+        return {**out["reconciled"], "resume_timeline": out.get("resume_timeline")}
 
     # -------------------------------------------------------------------------------- teardown
     def _teardown(self) -> dict[str, Any]:
@@ -309,7 +332,7 @@ class WorksheetSession:
         report = {"workdir_removed": work is None or not work.exists(),
                   "executor_port_closed": (not port_accepts(port)) if port else None}
         self._executor = self._worker = None
-        self._ready, self._work = None, None
+        self._ready, self._work, self._snapshot = None, None, None
         return report
 
     def close(self) -> dict[str, Any]:

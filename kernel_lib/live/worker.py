@@ -20,7 +20,19 @@ and attempt id, budget with the held reservations, the table 3 conclusion per op
 invents no outcome. With ``--reconcile`` it then queries the executor by operation id for every
 in-doubt tool operation, authenticates a completion record before recording it as new evidence
 (``source="reconciliation"``) plus usage evidence, and otherwise keeps the operation in doubt and
-says why. It prints one JSON object ``{"recovered", "reconciled", "model"}`` on stdout.
+says why. It prints one JSON object ``{"recovered", "reconciled", "model", "resume_timeline"}`` on
+stdout.
+
+Timing the resume (§11.5, eq. 7). The replacement times each stage it runs with
+:class:`kernel_lib.resume.StageTimer` and reports them under ``resume_timeline``
+(:meth:`kernel_lib.resume.ResumeTimeline.to_dict`): ``ownership`` (the lease or bare fence in the
+log plus the fence at the executor), ``checkpoint_suffix_read`` (reading the log; it has no
+checkpoint), ``fold``, ``workspace_restore`` (with ``--workspace-snapshot``: the ``ws_r18`` snapshot
+the log names is verified and copied into a fresh directory under ``--restore-root``),
+``reconciliation`` (the executor queries and the evidence recorded) and ``prefill``, which is
+computed from the ``--prefill-*`` givens, never measured. Without ``--reconcile`` the replacement
+only inspects: ownership, workspace and reconciliation are reported as not run and no prefill is
+needed.
 
 Availability and ownership (§11.5.1). Before it folds anything the replacement proves the
 authoritative prefix complete (:func:`kernel_lib.ownership.check_available_at`, on a read-only
@@ -53,6 +65,7 @@ import json
 import os
 import signal
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -82,17 +95,23 @@ from ..ownership import (
     check_available_at,
     take_ownership,
 )
-from ..record import TrajectoryRecord, fold, initial_record
-from .errors import EvidenceSignatureError
+from ..record import TERMINAL_STATES, TrajectoryRecord, fold, initial_record
+from ..resume import DEFAULT_PREFILL as _DP
+from ..resume import PrefillModel, StageTimer
+from .errors import EvidenceSignatureError, SnapshotMismatchError
 from .executor import load_public_key, verify_completion
 from .model import MODEL_NAME, StochasticModel, repair_prompt
 from .orphan import watch_parent
+from .workspace import copy_verified
 
 TRAJECTORY = "traj_repair_r18"
 OPERATION = "test_r18"
 ATTEMPT = "attempt1"
 GRANT = "grant_repair"
 TEST_BOUND_USD = 0.50
+#: Default givens of the computed prefill stage (context tokens, cached prefix tokens, tokens/s):
+#: :data:`kernel_lib.resume.DEFAULT_PREFILL`, an assumption, not a measurement.
+DEFAULT_PREFILL = (_DP.context_tokens, _DP.cached_prefix_tokens, _DP.prefill_tokens_per_s)
 PAUSABLE = ("TaskStarted", "ContextBuilt", "ModelReplied", "Authorized", "BudgetReserved", "ToolIntent",
             "ToolResult", "BudgetSettled")
 
@@ -439,12 +458,46 @@ def _reconcile_one(gate: DispatchGate, op_id: str, client, url: str, key, timeou
     return out
 
 
+def prefill_model(args: argparse.Namespace) -> PrefillModel:
+    """The :class:`~kernel_lib.resume.PrefillModel` of the ``--prefill-*`` options (givens, not
+    measurements). Raises ConfigError for values out of range."""
+    return PrefillModel(args.prefill_context_tokens, args.prefill_cached_prefix_tokens, args.prefill_tokens_per_s)
+
+
+def _snapshot_digest_of(rec: TrajectoryRecord) -> str | None:
+    ref = (rec.task or {}).get("workspace_ref") or ""
+    return ref.split("@sha256:", 1)[1] if "@sha256:" in ref else None
+
+
+def restore_workspace(args: argparse.Namespace, rec: TrajectoryRecord) -> tuple[Path, str]:
+    """The workspace stage of the live resume: verify the ``ws_r18`` snapshot the recovered record
+    names (its ``workspace_ref`` digest) and copy it into a fresh directory under
+    ``--restore-root`` (default: the directory holding the log), verifying the copy too.
+
+    Returns (the restored directory, the digest). Raises SnapshotMismatchError when the snapshot
+    does not hash to the digest the log names, or ``--snapshot-digest`` names another one."""
+    logged = _snapshot_digest_of(rec)
+    digest = logged or args.snapshot_digest
+    if digest is None:
+        raise SnapshotMismatchError("neither the recovered record nor --snapshot-digest names the workspace snapshot")
+    if logged and args.snapshot_digest and args.snapshot_digest != logged:
+        raise SnapshotMismatchError(f"--snapshot-digest {args.snapshot_digest[:16]}… is not the snapshot the log "
+                                    f"names ({logged[:16]}…)")
+    root = Path(args.restore_root) if args.restore_root else Path(args.store_path).resolve().parent
+    fresh = Path(tempfile.mkdtemp(prefix="restored_ws_r18_", dir=root))
+    return copy_verified(args.workspace_snapshot, digest, fresh / "ws_r18"), digest
+
+
 def run_recover(args: argparse.Namespace) -> int:
+    prefill = prefill_model(args)               # refuse bad givens before anything is read
+    timer = StageTimer()
     blobs = None
     if args.blobs:
         from ..checkpoint import DirectoryBlobStore
         blobs = DirectoryBlobStore(args.blobs)
+    a0 = timer.now_s()
     availability = check_available_at(args.store, args.store_path, args.trajectory, blobs)
+    timer.availability_s = timer.now_s() - a0
     if not availability.ok:
         print(json.dumps({"status": "unavailable", "availability": availability.to_dict(), "recovered": None,
                           "reconciled": None, "model": {}}, sort_keys=True), flush=True)
@@ -455,13 +508,36 @@ def run_recover(args: argparse.Namespace) -> int:
     try:
         ownership: dict[str, Any] | None = None
         lease = None
-        if coord is not None and args.reconcile:   # ownership first: once the fence is in, no older owner
-            # extends the log (reading it for inspection alone needs no ownership)
-            lease, waited = _acquire(coord, store, args, args.lease_wait_s)
-            ownership = {"lease": lease.to_dict(), "waited_for_lease_s": round(waited, 3),
-                         "log_fence": store.fence(args.trajectory)}
-        events = list(store.read(args.trajectory))
-        recovered_rec = fold(initial_record(args.trajectory), events)
+        client = None
+        new_epoch = 0
+        if args.reconcile:
+            # ownership first: once the fence is in, no older owner extends the log (reading it for
+            # inspection alone needs no ownership)
+            client = _client()
+            with timer.stage("ownership") as st:
+                if coord is not None:
+                    lease, waited = _acquire(coord, store, args, args.lease_wait_s)
+                    new_epoch = lease.owner_epoch
+                    ownership = {"lease": lease.to_dict(), "waited_for_lease_s": round(waited, 3),
+                                 "log_fence": store.fence(args.trajectory)}
+                else:
+                    new_epoch = store.fence(args.trajectory) + 1
+                    store.install_fence(args.trajectory, new_epoch)
+                executor_fence = install_executor_fence(client, args.executor_url, args.trajectory, new_epoch)
+                if ownership is not None:
+                    ownership["executor_fence"] = executor_fence
+                st.detail = ((f"lease owner_epoch={new_epoch} from the coordinator (waited {waited:.3f} s)"
+                              if lease is not None else f"owner_epoch={new_epoch} installed without a lease")
+                             + "; fenced in the log and at the executor"
+                             + ("" if executor_fence.get("installed") else " (the executor did not take it)"))
+        else:
+            timer.skip("ownership", "inspection only: reading the log needs no ownership, none taken")
+        with timer.stage("checkpoint_suffix_read") as st:
+            events = list(store.read(args.trajectory))
+            st.detail = f"{len(events)} events read from the {args.store} log (no checkpoint: all of it is the suffix)"
+        with timer.stage("fold") as st:
+            recovered_rec = fold(initial_record(args.trajectory), events)
+            st.detail = f"{len(events)} events folded from record_0; in doubt: {recovered_rec.in_doubt()}"
         recovered = summarize(recovered_rec)
         recovered["store_recovery_notes"] = list(store.recovery.notes()) if getattr(store, "recovery", None) else []
         # model: the recorded reply (reproduced by the fold) next to a fresh sample
@@ -479,41 +555,51 @@ def run_recover(args: argparse.Namespace) -> int:
         if ownership is not None:
             out["ownership"] = ownership
         if args.reconcile:
-            if lease is not None:
-                new_epoch = lease.owner_epoch
+            if args.workspace_snapshot:
+                with timer.stage("workspace_restore") as st:
+                    restored, digest = restore_workspace(args, recovered_rec)
+                    st.detail = f"ws_r18@sha256:{digest[:16]}… verified, copied to {restored} and the copy verified"
             else:
-                new_epoch = max(store.fence(args.trajectory), recovered_rec.owner_epoch) + 1
-                store.install_fence(args.trajectory, new_epoch)
-            log = TrajectoryLog(store, args.trajectory, must_survive="host_crash", owner_epoch=new_epoch)
-            gate = DispatchGate(log, policy(), record=recovered_rec,
-                                fence_check=LeaseCheck(coord, lease) if lease else None)
-            client = _client()
-            executor_fence = install_executor_fence(client, args.executor_url, args.trajectory, new_epoch)
-            if ownership is not None:
-                ownership["executor_fence"] = executor_fence
-            key = load_public_key(args.public_key)
-            actions: dict[str, Any] = {}
-            for op_id, op in list(recovered_rec.operations.items()):
-                if op.kind != "tool":
-                    continue
-                if op.status == "in_doubt":
-                    actions[op_id] = _reconcile_one(gate, op_id, client, args.executor_url, key,
-                                                    args.reconcile_timeout_s, args.poll_interval_s)
-                elif op.status in ("proposed", "admitted"):
-                    actions[op_id] = {"attempt_id": op.current_attempt_id, "action": "not dispatched",
-                                      "note": f"no durable intent for {op_id} in a complete authoritative prefix: "
-                                              "it was not dispatched; reconsider the proposal under current "
-                                              "admission, do not dispatch automatically"
-                                              + ("; its reservation stays held until then" if op.reservation_id else "")}
-            if OPERATION not in recovered_rec.operations:
-                actions[OPERATION] = {"action": "absent", "note": f"{OPERATION} was never proposed in the surviving "
-                                      "log; the next model turn may propose it"}
+                timer.skip("workspace_restore", "no --workspace-snapshot given: no workspace restored")
+            with timer.stage("reconciliation") as st:
+                log = TrajectoryLog(store, args.trajectory, must_survive="host_crash", owner_epoch=new_epoch)
+                gate = DispatchGate(log, policy(), record=recovered_rec,
+                                    fence_check=LeaseCheck(coord, lease) if lease else None)
+                key = load_public_key(args.public_key)
+                actions: dict[str, Any] = {}
+                for op_id, op in list(recovered_rec.operations.items()):
+                    if op.kind != "tool":
+                        continue
+                    if op.status == "in_doubt":
+                        actions[op_id] = _reconcile_one(gate, op_id, client, args.executor_url, key,
+                                                        args.reconcile_timeout_s, args.poll_interval_s)
+                    elif op.status in ("proposed", "admitted"):
+                        actions[op_id] = {"attempt_id": op.current_attempt_id, "action": "not dispatched",
+                                          "note": f"no durable intent for {op_id} in a complete authoritative "
+                                                  "prefix: it was not dispatched; reconsider the proposal under "
+                                                  "current admission, do not dispatch automatically"
+                                                  + ("; its reservation stays held until then" if op.reservation_id
+                                                     else "")}
+                if OPERATION not in recovered_rec.operations:
+                    actions[OPERATION] = {"action": "absent", "note": f"{OPERATION} was never proposed in the "
+                                          "surviving log; the next model turn may propose it"}
+                st.detail = "; ".join(f"{k}: {a.get('action')}" for k, a in actions.items()) or "nothing to settle"
             out["reconciled"] = {**summarize(gate.record), "actions": actions, "owner_epoch_installed": new_epoch}
+            state = gate.record.control_state
+            chosen = (PrefillModel.none(f"the trajectory is {state}: no model call follows")
+                      if state == "PAUSED" or state in TERMINAL_STATES else prefill)
+        else:
+            timer.skip("workspace_restore", "inspection only: no workspace needed to read the record")
+            timer.skip("reconciliation", "inspection only: nothing reconciled")
+            chosen = PrefillModel.none("inspection only: no model call follows")
+        out["resume_timeline"] = timer.timeline(chosen).to_dict()
         if lease is not None and args.release_lease:
             coord.release(lease)
         print(json.dumps(out, sort_keys=True), flush=True)
         return 0
     finally:
+        if client is not None:
+            client.close()
         store.close()
         if coord is not None:
             coord.close()
@@ -526,7 +612,8 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--trajectory", default=TRAJECTORY)
     ap.add_argument("--executor-url", required=False)
     ap.add_argument("--public-key", help="file with the executor's Ed25519 public key (hex)")
-    ap.add_argument("--snapshot-digest", help="digest of ws_r18 (worker mode)")
+    ap.add_argument("--snapshot-digest", help="digest of ws_r18 (worker mode; with --recover it must be the one the "
+                                              "log names)")
     ap.add_argument("--seed", type=int, default=0, help="the model stand-in's seed")
     ap.add_argument("--fresh-seed", type=int, default=None, help="--recover: seed of the fresh re-prompt sample")
     ap.add_argument("--pause-at", choices=PAUSABLE, help="pause right after this event for test_r18 is durable")
@@ -545,6 +632,20 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--blobs", help="--recover: blob directory holding the log's checkpoint objects (verified "
                                     "before anything is folded)")
     ap.add_argument("--release-lease", action="store_true", help="--recover: release the lease before exiting")
+    ap.add_argument("--workspace-snapshot", help="--recover --reconcile: the ws_r18 snapshot directory; the resume "
+                                                 "verifies it against the digest the log names and copies it into "
+                                                 "a fresh directory (the workspace_restore stage)")
+    ap.add_argument("--restore-root", help="--recover: where the fresh workspace directory is made (default: the "
+                                           "directory of the log)")
+    ap.add_argument("--prefill-context-tokens", type=int, default=DEFAULT_PREFILL[0],
+                    help="--recover: tokens of the next model call's context, for the computed prefill stage "
+                         "(a given, not a measurement; default %(default)s)")
+    ap.add_argument("--prefill-cached-prefix-tokens", type=int, default=DEFAULT_PREFILL[1],
+                    help="--recover: leading tokens of that context still in the serving engine's prefix cache "
+                         "(0..context; default %(default)s)")
+    ap.add_argument("--prefill-tokens-per-s", type=float, default=DEFAULT_PREFILL[2],
+                    help="--recover: prefill throughput in tokens per second (> 0; default %(default)s); "
+                         "prefill = (context - cached) / rate")
     ap.add_argument("--stall-after-dispatch", action="store_true",
                     help="zombie mode: park after test_r18 is dispatched until SIGCONT, then act on a stale lease")
     return ap
