@@ -303,3 +303,30 @@ def test_cli_worksheet_refuses_a_non_finite_timeout():
         r = subprocess.run([sys.executable, "-m", "kernel_lib", "worksheet", "--reconcile-timeout-s", bad],
                            capture_output=True, text=True, timeout=60)
         assert r.returncode == 2 and "reconcile_timeout_s" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_a_record_waiting_in_the_result_inbox_settles_test_r18_without_asking_the_executor(tmp_path):
+    """Fault model: the worker is SIGKILLed after the executor accepted test_r18; the test finishes
+    while no worker exists. Invariant: the executor's signed completion record is kept in the
+    durable result inbox, outside every process that could die with the worker. Goal: the
+    replacement ingests it (authenticated again) and settles test_r18 from it, asking the executor
+    nothing about that operation."""
+    import time
+
+    from kernel_lib.live.session import WorksheetSession
+
+    with WorksheetSession("sqlite", seed=0, test_delay_s=0.2, workdir=tmp_path) as s:
+        s.start(pause_at="ToolResult")
+        s.crash()
+        deadline = time.monotonic() + 60
+        while s._executor_status().get("status") == "running" and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert s._executor_status().get("status") == "completed"
+        out = s.reconcile(timeout_s=10)
+        act = out["actions"]["test_r18"]
+        assert act["source"] == "inbox" and act["action"] == "recorded verified evidence", act
+        assert [o["action"] for o in out["inbox"]["outcomes"]] == ["established"]
+        sources = [e["payload"]["source"] for e in (ev.to_dict() for ev in s.events())
+                   if e["event_type"] == "ToolResult"]
+        assert sources == ["reply", "inbox"]
+        assert out["record"]["operations"]["test_r18"]["status"] == "established"

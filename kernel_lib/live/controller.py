@@ -142,14 +142,16 @@ def spawn_executor(work: Path, snap: Any, *, usd_per_s: float, test_delay_s: flo
                    timeout_s: float) -> tuple[subprocess.Popen, dict[str, Any]]:
     """Start the executor service in its own session, on loopback, and wait for its ready file.
 
-    Returns the process and its ready record ``{port, url, public_key_path, pid}``.
+    Returns the process and its ready record ``{port, url, public_key_path, pid, inbox_path}``; the
+    executor deposits every signed completion record in the durable result inbox ``work/inbox.sqlite``.
     Raises LiveProcessError if it exits or does not report within ``timeout_s``.
     """
     state, log = work / "executor", work / "executor.log"
     with open(log, "wb") as fh:
         proc = subprocess.Popen(
             [sys.executable, "-m", "kernel_lib.live.executor", "--snapshot", str(snap.path), "--digest", snap.digest,
-             "--state-dir", str(state), "--usd-per-s", str(usd_per_s), "--test-delay-s", str(test_delay_s)],
+             "--state-dir", str(state), "--usd-per-s", str(usd_per_s), "--test-delay-s", str(test_delay_s),
+             "--inbox", str(work / "inbox.sqlite")],
             stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True, env=env)
     try:
         return proc, _wait_for_file(state / "ready.json", proc, timeout_s, "the executor", log)
@@ -202,6 +204,8 @@ def run_replacement(*, store_kind: str, store_path: Path, ready: dict[str, Any],
            "--store-path", str(store_path), "--executor-url", ready["url"], "--public-key", ready["public_key_path"],
            "--seed", str(seed), "--fresh-seed", str(seed + 1), "--reconcile-timeout-s", str(reconcile_timeout_s),
            *extra_args]
+    if ready.get("inbox_path"):
+        cmd += ["--inbox", ready["inbox_path"]]
     if snapshot is not None:
         cmd += ["--workspace-snapshot", str(snapshot.path), "--snapshot-digest", snapshot.digest,
                 "--restore-root", str(Path(store_path).resolve().parent)]

@@ -442,7 +442,9 @@ def main(argv: list[str] | None = None) -> int:
     def ready() -> None:
         _write_atomic(state / "ready.json", json.dumps({"url": url, "port": port, "pid": os.getpid(),
                                                         "public_key_path": str(key_path),
-                                                        "snapshot_digest": args.digest}))
+                                                        "snapshot_digest": args.digest,
+                                                        "inbox_path": str(service.inbox_path) if service.inbox_path
+                                                        else None}))
         print(f"executor ready {url}", flush=True)
 
     config = uvicorn.Config(build_app(service, ready), log_level="warning", lifespan="on", access_log=False)

@@ -301,8 +301,10 @@ class WorksheetSession:
         """A replacement worker takes ownership (owner_epoch + 1), restores ``ws_r18`` into a fresh
         directory, queries the executor by operation id for each in-doubt tool operation (waiting
         up to ``timeout_s`` for a running job) and records authenticated completion records as new
-        evidence (§11.5.3). Returns the reconciled summary with ``actions`` per operation and
-        ``resume_timeline``, the replacement's timed stages of eq. 7 (§11.5).
+        evidence (§11.5.3). A record the executor already deposited in the durable result inbox
+        (``work/inbox.sqlite``) is ingested first, and then the executor is not asked about that
+        operation. Returns the reconciled summary with ``actions`` per operation, ``inbox`` (what the
+        ingestion did) and ``resume_timeline``, the replacement's timed stages of eq. 7 (§11.5).
 
         Args:
             timeout_s: how long to wait for a running job (seconds, 0..600).
@@ -319,7 +321,7 @@ class WorksheetSession:
         if prefill is not None and not isinstance(prefill, PrefillModel):
             raise ConfigError(f"prefill must be a kernel_lib.resume.PrefillModel, got {type(prefill).__name__}")
         out = self._replacement(True, float(timeout_s), prefill)
-        return {**out["reconciled"], "resume_timeline": out.get("resume_timeline")}
+        return {**out["reconciled"], "resume_timeline": out.get("resume_timeline"), "inbox": out.get("inbox")}
 
     # -------------------------------------------------------------------------------- teardown
     def _teardown(self) -> dict[str, Any]:

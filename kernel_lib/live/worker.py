@@ -61,6 +61,7 @@ prints ``{"zombie": {...}}`` with what each boundary answered.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import signal
@@ -488,6 +489,31 @@ def restore_workspace(args: argparse.Namespace, rec: TrajectoryRecord) -> tuple[
     return copy_verified(args.workspace_snapshot, digest, fresh / "ws_r18"), digest
 
 
+def _ingest_inbox(args: argparse.Namespace, log: TrajectoryLog, gate: DispatchGate) -> dict[str, Any]:
+    """Ingest the durable result inbox (§11.5.3) into the new owner's log before anything is asked
+    of the executor: records the executor deposited while no worker listened settle their
+    operations here, each authenticated again. Returns ``{path, outcomes, settled}`` where
+    ``settled`` maps each operation the inbox established to its reconciliation action."""
+    from ..inbox import ResultInbox
+    from .executor import EXECUTOR_ID
+
+    before = {k for k, op in gate.record.operations.items() if op.status == "established"}
+    try:
+        with ResultInbox(args.inbox, {EXECUTOR_ID: args.public_key}) as inbox:
+            report = inbox.ingest(log, gate.record)
+    except KernelError as exc:   # an unreadable inbox settles nothing; the executor is asked instead
+        return {"path": args.inbox, "error": f"{type(exc).__name__}: {exc}", "outcomes": [], "settled": {}}
+    outcomes = [dataclasses.asdict(o) for o in report.outcomes]
+    settled = {}
+    for k, op in gate.record.operations.items():
+        if op.status == "established" and k not in before:
+            settled[k] = {"attempt_id": op.current_attempt_id, "action": "recorded verified evidence",
+                          "source": "inbox", "signature_verified": True, "outcome": op.outcome,
+                          "note": f"the executor's signed completion record for {k} was waiting in the durable "
+                                  "result inbox; authenticated again and ingested, so the executor was not asked"}
+    return {"path": args.inbox, "outcomes": outcomes, "settled": settled}
+
+
 def run_recover(args: argparse.Namespace) -> int:
     prefill = prefill_model(args)               # refuse bad givens before anything is read
     timer = StageTimer()
@@ -567,10 +593,15 @@ def run_recover(args: argparse.Namespace) -> int:
                                     fence_check=LeaseCheck(coord, lease) if lease else None)
                 key = load_public_key(args.public_key)
                 actions: dict[str, Any] = {}
+                inbox_view = _ingest_inbox(args, log, gate) if args.inbox else None
+                if inbox_view is not None:
+                    out["inbox"] = inbox_view
                 for op_id, op in list(recovered_rec.operations.items()):
                     if op.kind != "tool":
                         continue
-                    if op.status == "in_doubt":
+                    if op_id in (inbox_view or {}).get("settled", {}):
+                        actions[op_id] = inbox_view["settled"][op_id]
+                    elif op.status == "in_doubt":
                         actions[op_id] = _reconcile_one(gate, op_id, client, args.executor_url, key,
                                                         args.reconcile_timeout_s, args.poll_interval_s)
                     elif op.status in ("proposed", "admitted"):
@@ -631,6 +662,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="with --coordinator: how long to wait for an earlier owner's lease to expire")
     ap.add_argument("--blobs", help="--recover: blob directory holding the log's checkpoint objects (verified "
                                     "before anything is folded)")
+    ap.add_argument("--inbox", help="--recover --reconcile: the durable result inbox (SQLite file) the executor "
+                                    "deposits signed completion records in; ingested before the executor is asked")
     ap.add_argument("--release-lease", action="store_true", help="--recover: release the lease before exiting")
     ap.add_argument("--workspace-snapshot", help="--recover --reconcile: the ws_r18 snapshot directory; the resume "
                                                  "verifies it against the digest the log names and copies it into "
