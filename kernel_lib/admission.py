@@ -20,6 +20,9 @@ every reason at once, not only the first):
 =================  ===========================================================================
 check              rule
 =================  ===========================================================================
+``identity``       the ids the step would log are free: not another kind's operation id, not an
+                   attempt (or invocation) that already has a durable intent, not a reservation
+                   already made (a refused or settled attempt is retried under a new attempt id)
 ``control``        the trajectory is RUNNING; PAUSED or AWAITING_APPROVAL withhold (leaving
                    PAUSED needs the guarded ``ControlChanged`` transition); a terminal state or
                    a trajectory that never started refuses
@@ -28,8 +31,9 @@ check              rule
 ``source``         a step proposed by a model invocation needs that invocation's *complete*
                    reply; a partial stream recovered from the log is discarded, never promoted
 ``dependencies``   every operation the step depends on (its own ``depends_on`` and the
-                   ``depends_on`` of its entry in the logged plan) is established; one in doubt
-                   or not yet run withholds; a denied one refuses
+                   ``depends_on`` of its entry in the logged plan) is established with no attempt
+                   still in doubt; one in doubt or not yet run withholds; a denied one, a
+                   dependency cycle or an unreadable plan entry refuses
 ``in_doubt``       a step that is not read-only and touches a resource an in-doubt operation
                    used (its ``input_ref``, or a listed resource) is withheld; so is a new
                    attempt of an in-doubt operation (reconciliation settles it first). An
@@ -41,7 +45,8 @@ check              rule
 ``budget``         consumption + outstanding reservations + the step's bound + finalization
                    reserve <= ceiling (a finalization step may draw on the reserve). An
                    admitted but unsent attempt keeps its reservation: it passes without
-                   reserving again when its bound is within the held amount
+                   reserving again when its bound is within the held amount and the rule still
+                   holds with that reservation counted once
 ``versions``       each version the step runs under (model, prompt template, tool schema) is
                    unchanged, pinned to the recorded one, or migrated by a registered path;
                    otherwise continuation halts
@@ -76,7 +81,7 @@ Verdict = Literal["admit", "withhold", "refuse"]
 Resolution = Literal["unchanged", "pinned", "migrated", "halt"]
 
 #: Check names in report order.
-CHECKS = ("control", "deadline", "source", "dependencies", "in_doubt", "grant", "approval", "capacity", "budget",
+CHECKS = ("identity", "control", "deadline", "source", "dependencies", "in_doubt", "grant", "approval", "capacity", "budget",
           "versions")
 _EPS = 1e-9
 _RANK = {"admit": 0, "withhold": 1, "refuse": 2}
@@ -86,6 +91,36 @@ def _text(name: str, v: Any) -> str:
     if not isinstance(v, str) or not v:
         raise ConfigError(f"{name} must be a non-empty string, got {v!r}")
     return v
+
+
+def _names(name: str, v: Any) -> tuple[str, ...]:
+    """A tuple of non-empty strings from a list or tuple; a bare string is refused (it would
+    otherwise be read as its characters)."""
+    if not isinstance(v, (list, tuple, set, frozenset)):
+        raise ConfigError(f"{name} must be a list, tuple or set of names, got {type(v).__name__} {v!r:.80}")
+    for x in v:
+        _text(f"each entry of {name}", x)
+    return tuple(v)
+
+
+def _finite(name: str, v: Any) -> float:
+    """``v`` as a finite float; bools, non-numbers and values beyond float range are refused."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise ConfigError(f"{name} must be a number, got {type(v).__name__} {v!r:.80}")
+    try:
+        f = float(v)
+    except OverflowError:
+        raise ConfigError(f"{name} is beyond the range of a float") from None
+    if not math.isfinite(f):
+        raise ConfigError(f"{name} must be finite, got {v!r}")
+    return f
+
+
+def _usd_amount(name: str, v: Any) -> float:
+    f = _finite(name, v)
+    if f < 0:
+        raise ConfigError(f"{name} must be >= 0, got {v!r}")
+    return f
 
 
 @dataclass(frozen=True)
@@ -129,11 +164,18 @@ class ProposedStep:
         _text("grant_id", self.grant_id)
         if self.kind not in ("tool", "model"):
             raise ConfigError(f"kind must be 'tool' or 'model', got {self.kind!r}")
-        b = self.bound_usd
-        if isinstance(b, bool) or not isinstance(b, (int, float)) or not math.isfinite(b) or b < 0:
-            raise ConfigError(f"{self.step_id}: bound_usd must be a finite number >= 0, got {b!r}")
-        object.__setattr__(self, "depends_on", tuple(self.depends_on))
-        object.__setattr__(self, "resources", tuple(self.resources))
+        object.__setattr__(self, "bound_usd", _usd_amount(f"{self.step_id}: bound_usd", self.bound_usd))
+        if self.kind == "tool":
+            _text(f"{self.step_id}: attempt_id (a tool step needs its transport attempt id)", self.attempt_id)
+        elif self.attempt_id is not None:
+            raise ConfigError(f"{self.step_id}: a model step has no attempt id (its invocation id is its identity)")
+        for name in ("read_only", "finalization"):
+            if not isinstance(getattr(self, name), bool):
+                raise ConfigError(f"{self.step_id}: {name} must be True or False, got {getattr(self, name)!r}")
+        if self.source_invocation_id is not None:
+            _text(f"{self.step_id}: source_invocation_id", self.source_invocation_id)
+        object.__setattr__(self, "depends_on", _names(f"{self.step_id}: depends_on", self.depends_on))
+        object.__setattr__(self, "resources", _names(f"{self.step_id}: resources", self.resources))
 
     @classmethod
     def from_tool(cls, proposal: ToolProposal, **kw: Any) -> "ProposedStep":
@@ -183,12 +225,21 @@ class Deployment:
         s = self.free_dispatch_slots
         if isinstance(s, bool) or not isinstance(s, int) or s < 0:
             raise ConfigError(f"free_dispatch_slots must be an integer >= 0, got {s!r}")
+        for name in ("versions", "servable", "migrations"):
+            if not isinstance(getattr(self, name), Mapping):
+                raise ConfigError(f"{name} must be a mapping, got {type(getattr(self, name)).__name__}")
         for k, v in self.versions.items():
+            _text("a version key", k)
             _text(f"versions[{k!r}]", v)
-        object.__setattr__(self, "servable", {k: frozenset(v) for k, v in self.servable.items()})
-        for key in self.migrations:
-            if not (isinstance(key, tuple) and len(key) == 3 and all(isinstance(x, str) for x in key)):
+        servable = {}
+        for k, v in self.servable.items():
+            _text("a version key", k)
+            servable[k] = frozenset(_names(f"servable[{k!r}] (the versions that can still be served)", v))
+        object.__setattr__(self, "servable", servable)
+        for key, path in self.migrations.items():
+            if not (isinstance(key, tuple) and len(key) == 3 and all(isinstance(x, str) and x for x in key)):
                 raise ConfigError(f"a migration key is (version key, from_version, to_version), got {key!r}")
+            _text(f"the migration path for {key!r} (a name or a reference to its validation evidence)", path)
 
 
 @dataclass(frozen=True)
@@ -312,13 +363,55 @@ def record_version_transition(gate: DispatchGate, resolution: VersionResolution,
 # --- the evaluation ----------------------------------------------------------------------------
 
 
-def _plan_dependencies(record: TrajectoryRecord, step_id: str) -> tuple[str, ...]:
+def _plan_dependencies(record: TrajectoryRecord, step_id: str) -> tuple[tuple[str, ...], list[str]]:
+    """The ``depends_on`` of ``step_id``'s entries in the logged plan, and the problems found in
+    them. A bare string is read as one dependency (the stricter reading); any other shape cannot
+    be interpreted and is reported, so the step is refused rather than run on a guess."""
     deps: list[str] = []
+    problems: list[str] = []
     for s in record.plan_steps:
-        if isinstance(s, dict) and s.get("step_id") == step_id:
-            d = s.get("depends_on") or []
-            deps += [x for x in d if isinstance(x, str)] if isinstance(d, list) else []
-    return tuple(deps)
+        if not (isinstance(s, dict) and s.get("step_id") == step_id):
+            continue
+        d = s.get("depends_on", [])
+        if isinstance(d, str):
+            d = [d]
+        if not isinstance(d, list) or not all(isinstance(x, str) and x for x in d):
+            problems.append(f"the logged plan gives {step_id} a depends_on that is not a list of operation ids "
+                            f"({d!r:.80}); its dependencies cannot be proven")
+            continue
+        deps += d
+    return tuple(deps), problems
+
+
+def _plan_graph(record: TrajectoryRecord) -> dict[str, set[str]]:
+    graph: dict[str, set[str]] = {}
+    for s in record.plan_steps:
+        if isinstance(s, dict) and isinstance(s.get("step_id"), str):
+            d = s.get("depends_on", [])
+            d = [d] if isinstance(d, str) else d
+            if isinstance(d, list):
+                graph.setdefault(s["step_id"], set()).update(x for x in d if isinstance(x, str))
+    return graph
+
+
+def _cycle_through(step_id: str, deps: tuple[str, ...], graph: dict[str, set[str]]) -> list[str] | None:
+    """A dependency path from ``step_id`` back to itself (through ``deps`` and the plan), or None."""
+    stack = [(d, [step_id, d]) for d in deps]
+    seen: set[str] = set()
+    while stack:
+        node, path = stack.pop()
+        if node == step_id:
+            return path
+        if node in seen:
+            continue
+        seen.add(node)
+        stack.extend((n, path + [n]) for n in graph.get(node, ()))
+    return None
+
+
+def _unsettled_attempts(record: TrajectoryRecord, op_id: str) -> list[str]:
+    op = record.operations.get(op_id)
+    return [] if op is None else [a.attempt_id for a in op.attempts.values() if a.in_doubt]
 
 
 def _unsent_reservation(record: TrajectoryRecord, step: ProposedStep) -> str | None:
@@ -352,13 +445,43 @@ def evaluate(record: TrajectoryRecord, step: ProposedStep, *, policy: AdmissionP
     Raises:
         ConfigError: ``now_unix_s`` is not a finite number.
     """
-    if isinstance(now_unix_s, bool) or not isinstance(now_unix_s, (int, float)) or not math.isfinite(now_unix_s):
-        raise ConfigError(f"now_unix_s must be a finite number of seconds, got {now_unix_s!r}")
+    now_unix_s = _finite("now_unix_s (seconds since the epoch)", now_unix_s)
+    if not isinstance(record, TrajectoryRecord):
+        raise ConfigError(f"record must be a TrajectoryRecord, got {type(record).__name__}")
+    if not isinstance(step, ProposedStep):
+        raise ConfigError(f"step must be a ProposedStep (ProposedStep.from_tool / from_model), got {type(step).__name__}")
+    if not isinstance(policy, AdmissionPolicy):
+        raise ConfigError(f"policy must be an AdmissionPolicy, got {type(policy).__name__}")
+    if deployment is not None and not isinstance(deployment, Deployment):
+        raise ConfigError(f"deployment must be a Deployment, got {type(deployment).__name__}")
     dep = deployment or Deployment()
     checks: list[AdmissionCheck] = []
 
     def add(name: str, outcome: Verdict, reason: str) -> None:
         checks.append(AdmissionCheck(name, outcome, reason))
+
+    # identity: the ids the step would log must not clash with what the log holds
+    own = record.operations.get(step.step_id)
+    rid = reservation_id(step.step_id, step.attempt_id)
+    prior = record.budget.reservations.get(rid)
+    reusable = _unsent_reservation(record, step)
+    if own is not None and own.kind != step.kind:
+        add("identity", "refuse", f"{step.step_id} is a {own.kind} operation in the log; a {step.kind} step needs an "
+                                  "id of its own")
+    elif step.kind == "model" and own is not None and reusable is None and (
+            own.attempts.get(step.step_id) is not None or own.status in ("in_doubt", "established")):
+        add("identity", "refuse", f"invocation {step.step_id} was already built or decided; asking the model again "
+                                  "needs a fresh invocation id")
+    elif step.kind == "tool" and own is not None and step.attempt_id in own.attempts \
+            and own.attempts[step.attempt_id].intent_sequence is not None:
+        add("identity", "refuse", f"{step.step_id}/{step.attempt_id} already has a durable intent; another try is a "
+                                  "new attempt id (and only if the endpoint's repeat contract allows it)")
+    elif prior is not None and reusable is None:
+        add("identity", "refuse", f"reservation {rid} was already made and is "
+                                  f"{'released' if prior.released else 'in use'}; a new try needs a new attempt id")
+    else:
+        add("identity", "admit", "its ids are new to the log" if own is None else
+            f"continues {step.step_id} under ids the log allows")
 
     # control
     state = record.control_state
@@ -412,17 +535,28 @@ def evaluate(record: TrajectoryRecord, step: ProposedStep, *, policy: AdmissionP
                                     "invocation id")
 
     # dependencies
-    deps = tuple(dict.fromkeys(step.depends_on + _plan_dependencies(record, step.step_id)))
-    dep_out: list[tuple[Verdict, str]] = []
+    plan_deps, plan_problems = _plan_dependencies(record, step.step_id)
+    deps = tuple(dict.fromkeys(step.depends_on + plan_deps))
+    dep_out: list[tuple[Verdict, str]] = [("refuse", p) for p in plan_problems]
+    cycle = _cycle_through(step.step_id, deps, _plan_graph(record))
+    if cycle is not None:
+        dep_out.append(("refuse", "its dependencies lead back to itself (" + " -> ".join(cycle) + "); the plan must "
+                                  "change"))
     for d in deps:
         op = record.operations.get(d)
+        unsettled = _unsettled_attempts(record, d)
+        if d == step.step_id:
+            continue   # reported as a cycle
         if op is None or op.status in ("proposed", "admitted"):
             dep_out.append(("withhold", f"{d} has not run yet"))
         elif op.status == "in_doubt":
             dep_out.append(("withhold", f"{d} is in doubt; work that depends on it waits for reconciliation"))
         elif op.status == "denied":
             dep_out.append(("refuse", f"{d} was denied; the plan must change before this step can run"))
-    if not deps:
+        elif unsettled:
+            dep_out.append(("withhold", f"{d} is established, but its attempt(s) {', '.join(unsettled)} are still in "
+                                        "doubt; their effects are unknown"))
+    if not deps and not dep_out:
         add("dependencies", "admit", "depends on no other operation")
     elif not dep_out:
         add("dependencies", "admit", f"{', '.join(deps)} established")
@@ -431,14 +565,13 @@ def evaluate(record: TrajectoryRecord, step: ProposedStep, *, policy: AdmissionP
         add("dependencies", worst, "; ".join(r for _, r in dep_out))
 
     # in doubt: conflicts with unsettled effects
-    own = record.operations.get(step.step_id)
     touching = []
     if not step.read_only and step.resources:
         wanted = set(step.resources)
         for k, op in record.operations.items():
-            if op.status == "in_doubt" and k != step.step_id and op.kind == "tool" and op.input_ref in wanted:
+            if k != step.step_id and op.kind == "tool" and op.input_ref in wanted and _unsettled_attempts(record, k):
                 touching.append(f"{k} (on {op.input_ref})")
-    if own is not None and own.status == "in_doubt" and not (
+    if own is not None and own.kind == step.kind and own.status == "in_doubt" and not (
             step.kind == "tool" and step.attempt_id not in own.attempts and own.repeat_contract in REPEAT_SAFE_CONTRACTS):
         add("in_doubt", "withhold", f"{step.step_id} itself is in doubt (contract {own.repeat_contract!r}); "
                                     "reconciliation settles it before anything re-runs it")
@@ -469,16 +602,26 @@ def evaluate(record: TrajectoryRecord, step: ProposedStep, *, policy: AdmissionP
 
     # budget
     b = record.budget
-    reuse = _unsent_reservation(record, step)
+    reuse = reusable
     if reuse is not None:
         held = b.reservations[reuse]
-        if step.bound_usd <= held.amount_usd + _EPS:
-            add("budget", "admit", f"admitted before the crash and never sent: keeps {reuse} ({held.amount_usd:g} USD) "
-                                   "and reserves nothing again")
-        else:
+        reserve = 0.0 if step.finalization else b.finalization_reserve_usd
+        need = b.actual_consumption_usd + b.outstanding_reservations_usd + reserve   # the held bound is in outstanding
+        if step.bound_usd > held.amount_usd + _EPS:
             add("budget", "refuse", f"admitted with a bound of {held.amount_usd:g} USD under {reuse}; a bound of "
                                     f"{step.bound_usd:g} USD needs a new attempt id")
             reuse = None
+        elif need > b.ceiling_usd + _EPS:
+            others = b.outstanding_reservations_usd - held.outstanding_usd
+            add("budget", "withhold" if need - others <= b.ceiling_usd + _EPS else "refuse",
+                f"keeps {reuse}, but consumption {b.actual_consumption_usd:.4f} + outstanding "
+                f"{b.outstanding_reservations_usd:.4f} (its own {held.outstanding_usd:.4f} included) + reserve "
+                f"{reserve:.4f} = {need:.4f} USD is over the ceiling {b.ceiling_usd:.4f} (usage beyond a bound since "
+                "the admission)")
+            reuse = None
+        else:
+            add("budget", "admit", f"admitted before the crash and never sent: keeps {reuse} ({held.amount_usd:g} USD) "
+                                   "and reserves nothing again")
     else:
         reserve = 0.0 if step.finalization else b.finalization_reserve_usd
         need = b.actual_consumption_usd + b.outstanding_reservations_usd + step.bound_usd + reserve
@@ -528,6 +671,10 @@ class ContinuationGate:
 
     def __init__(self, gate: DispatchGate, deployment: Deployment | None = None, *,
                  clock: Callable[[], float] | None = None, issuer: str = "resume"):
+        if not isinstance(gate, DispatchGate):
+            raise ConfigError(f"gate must be a DispatchGate, got {type(gate).__name__}")
+        if deployment is not None and not isinstance(deployment, Deployment):
+            raise ConfigError(f"deployment must be a Deployment, got {type(deployment).__name__}")
         self.gate = gate
         self.deployment = deployment or Deployment()
         self.clock = clock or gate.clock
@@ -544,6 +691,10 @@ class ContinuationGate:
         self.decisions.append(d)
         if d.verdict == "refuse":
             unsent = _unsent_reservation(self.gate.record, step)   # before the deny changes its status
+            own = self.gate.record.operations.get(step.step_id)
+            if own is not None and own.kind != step.kind:   # a deny under a clashing id would not fold: log nothing
+                raise AdmissionDenied(f"{step.step_id} refused at continuation admission (not logged: the id "
+                                      f"belongs to a {own.kind} operation): " + "; ".join(d.reasons()))
             self.gate._append(Authorized(decision_id=decision_id(step.step_id, step.attempt_id), subject_id=step.step_id,
                                          subject_kind=step.kind, policy_version=self.gate.policy.policy_version,
                                          grant_id=step.grant_id, decision="deny",

@@ -276,6 +276,14 @@ class DispatchGate:
             if bound_usd > held.amount_usd + 1e-12:
                 raise AdmissionDenied(f"{subject_id}/{attempt_id} was admitted with a bound of {held.amount_usd} USD; "
                                       f"a bound of {bound_usd} USD needs a new attempt id")
+            b = rec.budget
+            reserve = 0.0 if finalization else b.finalization_reserve_usd
+            if b.actual_consumption_usd + b.outstanding_reservations_usd + reserve > b.ceiling_usd + 1e-9:
+                # its bound is already in the outstanding figure; usage past other bounds since then
+                # can still push the total over the ceiling
+                raise AdmissionDenied(f"{subject_id}/{attempt_id} keeps its reservation, but consumption "
+                                      f"{b.actual_consumption_usd:.4f} + outstanding {b.outstanding_reservations_usd:.4f}"
+                                      f" + reserve {reserve:.4f} is over the ceiling {b.ceiling_usd:.4f} now")
             return self._append(then) if then is not None else []
         ok, why = self.policy.authorize(rec, grant_id, subject)
         b = rec.budget

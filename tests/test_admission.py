@@ -322,10 +322,14 @@ def test_resolve_version_is_unchanged_when_the_deployment_does_not_name_the_key(
 
 # --- bad input ----------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("kw", [dict(bound_usd=float("nan")), dict(bound_usd=-1), dict(bound_usd=True),
-                                dict(step_id=""), dict(kind="shell")])
+@pytest.mark.parametrize("kw", [
+    dict(bound_usd=float("nan")), dict(bound_usd=-1), dict(bound_usd=True), dict(bound_usd=10**400),
+    dict(bound_usd="0.1"), dict(step_id=""), dict(kind="shell"), dict(attempt_id=None), dict(attempt_id=""),
+    dict(resources="ws_r18"), dict(depends_on="test_r18"), dict(depends_on=None), dict(depends_on=[["x"]]),
+    dict(read_only="no"), dict(finalization="false"), dict(finalization=1), dict(source_invocation_id=3)])
 def test_malformed_steps_are_refused_with_a_typed_error(kw):
-    base = dict(step_id="s", kind="tool", subject="run_tests", grant_id="g", bound_usd=0.1)
+    base = dict(step_id="s", kind="tool", subject="run_tests", grant_id="g", bound_usd=0.1, attempt_id="a1")
+    ProposedStep(**base)   # the base itself is fine: each case fails for its own field
     with pytest.raises(ConfigError):
         ProposedStep(**{**base, **kw})
 
@@ -356,7 +360,8 @@ def test_verdict_is_the_strictest_check_and_admission_keeps_the_budget_rule(cons
                           BudgetSettled(reservation_id="res-other", subject_id="other", actual_usd=consumed,
                                         final=False)])
     rec = refold(store)
-    step = ProposedStep("read_x", "tool", "read_logs", "g", bound, read_only=True, finalization=finalization)
+    step = ProposedStep("read_x", "tool", "read_logs", "g", bound, attempt_id="a1", read_only=True,
+                        finalization=finalization)
     d = evaluate(rec, step, policy=POLICY, now_unix_s=NOW, deployment=Deployment(free_dispatch_slots=slots))
     assert [c.name for c in d.checks] == list(CHECKS)
     rank = {"admit": 0, "withhold": 1, "refuse": 2}
@@ -366,3 +371,110 @@ def test_verdict_is_the_strictest_check_and_admission_keeps_the_budget_rule(cons
         used_reserve = 0.0 if finalization else b.finalization_reserve_usd
         assert b.actual_consumption_usd + b.outstanding_reservations_usd + bound + used_reserve <= b.ceiling_usd + 1e-9
         assert slots > 0
+
+
+@pytest.mark.parametrize("kw", [dict(servable={"model": "m1"}), dict(versions=None), dict(versions={"model": 2}),
+                                dict(migrations={("model", "a", "b"): ""}), dict(migrations={("model", "a", "b"): 7}),
+                                dict(servable={"model": [5]})])
+def test_deployment_refuses_shapes_that_would_be_misread(kw):
+    """A string of servable versions would otherwise be read as its characters, so "m1" would
+    halt and a recorded "1" would be silently pinned."""
+    with pytest.raises(ConfigError):
+        Deployment(**kw)
+
+
+def test_evaluate_refuses_arguments_of_the_wrong_type_with_a_typed_error():
+    store, _ = started()
+    rec = refold(store)
+    step = ProposedStep.from_tool(READ)
+    for bad in (dict(record=None), dict(step=READ), dict(deployment={"free_dispatch_slots": 1}),
+                dict(now_unix_s=10**400), dict(policy=None)):
+        args = dict(record=rec, step=step, policy=POLICY, now_unix_s=NOW, deployment=None) | bad
+        with pytest.raises(ConfigError):
+            evaluate(args.pop("record"), args.pop("step"), **args)
+
+
+# --- identity: nothing admitted may make the log unfoldable ----------------------------------------
+
+def test_a_step_reusing_another_kinds_id_is_refused_and_the_log_still_folds():
+    store = with_test_in_doubt(deadline=NOW - 1)
+    cg = resume(store)
+    head = store.head(TRAJ)
+    call = ModelCall("test_r18", "m", "prompt", "g", 0.1)
+    with pytest.raises(AdmissionDenied, match="tool operation"):
+        cg.run_model(call, lambda ctx: ModelReply(status="complete"))
+    assert store.head(TRAJ) == head and refold(store).operations["test_r18"].kind == "tool"
+
+
+def test_a_refused_unsent_attempt_cannot_be_admitted_again_under_the_same_attempt_id():
+    store, gate = started(config={"tool_schema:edit_file": "1"})
+    edit = ToolProposal("edit_r19", "attempt1", "edit_file", {}, "g", 0.1, input_ref="ws_r19")
+    gate.log.append_many([
+        Authorized(decision_id=decision_id("edit_r19", "attempt1"), subject_id="edit_r19", subject_kind="tool",
+                   policy_version="v1", grant_id="g", decision="allow"),
+        BudgetReserved(reservation_id=reservation_id("edit_r19", "attempt1"), subject_id="edit_r19", amount_usd=0.1)])
+    moved = Deployment(versions={"tool_schema:edit_file": "2"})
+    with pytest.raises(AdmissionDenied, match="versions"):
+        resume(store, deployment=moved).run_tool(edit, ok)
+    migrated = Deployment(versions={"tool_schema:edit_file": "2"},
+                          migrations={("tool_schema:edit_file", "1", "2"): "schema-migration-3"})
+    cg = resume(store, 2, deployment=migrated)
+    d = cg.evaluate(ProposedStep.from_tool(edit))
+    assert d.verdict == "refuse" and outcome(d, "identity") == "refuse" and "new attempt id" in d.reasons()[0]
+    with pytest.raises(AdmissionDenied):
+        cg.run_tool(edit, ok)
+    again = ToolProposal("edit_r19", "attempt2", "edit_file", {}, "g", 0.1, input_ref="ws_r19")
+    rec = cg.run_tool(again, ok)          # a fresh attempt id is fine, and the log folds throughout
+    assert rec.operations["edit_r19"].status == "established"
+    assert refold(store).operations["edit_r19"].status == "established"
+
+
+def test_an_established_operation_with_an_attempt_still_in_doubt_still_blocks_its_dependents():
+    store, gate = started()
+    with pytest.raises(SystemExit):
+        gate.run_tool(TEST, crash_in_doubt)            # attempt1 left, in doubt
+    second = ToolProposal("test_r18", "attempt2", "run_tests", {"snapshot": "ws_r18"}, "g", 0.5, input_ref="ws_r18")
+    gate.run_tool(second, ok)                          # attempt2 settles the operation
+    rec = refold(store)
+    assert rec.operations["test_r18"].status == "established" and ("test_r18", "attempt1") in rec.attempts_in_doubt()
+    d = resume(store).evaluate(ProposedStep.from_tool(EDIT, depends_on=("test_r18",)))
+    assert outcome(d, "dependencies") == "withhold" and outcome(d, "in_doubt") == "withhold"
+
+
+@pytest.mark.parametrize("depends_on, expected", [("test_r18", "withhold"), ({"op": "test_r18"}, "refuse"),
+                                                  (["test_r18"], "withhold")])
+def test_a_plan_entry_of_an_odd_shape_is_never_ignored(depends_on, expected):
+    store = with_test_in_doubt()
+    gate = resume(store).gate
+    gate._append(PlanChanged(plan_revision=1, steps=[{"step_id": "edit_r19", "depends_on": depends_on}]))
+    other = ToolProposal("edit_r19", "attempt1", "edit_file", {}, "g", 0.1, input_ref="ws_r19")
+    d = ContinuationGate(gate, clock=lambda: NOW).evaluate(ProposedStep.from_tool(other))
+    assert outcome(d, "dependencies") == expected
+
+
+def test_dependency_cycles_and_self_dependencies_are_refused_not_withheld_forever():
+    store, gate = started()
+    d = resume(store).evaluate(ProposedStep.from_tool(EDIT, depends_on=("edit_r19",)))
+    assert outcome(d, "dependencies") == "refuse" and "back to itself" in d.reasons()[0]
+    store, gate = started()
+    gate._append(PlanChanged(plan_revision=1, steps=[{"step_id": "a", "depends_on": ["edit_r19"]},
+                                                     {"step_id": "edit_r19", "depends_on": ["a"]}]))
+    d = resume(store).evaluate(ProposedStep.from_tool(EDIT))
+    assert outcome(d, "dependencies") == "refuse" and "edit_r19 -> a -> edit_r19" in d.reasons()[0]
+
+
+def test_an_unsent_attempt_keeps_its_reservation_only_while_the_budget_rule_holds():
+    # ceiling 1.0, reserve 0.3; test_r18/attempt1 admitted (0.1 held), then another call overran
+    # its bound: consumption 0.8, so 0.8 + 0.1 + 0.3 > 1.0
+    store, gate = started(ceiling=1.0, reserve=0.3)
+    gate.log.append_many([
+        Authorized(decision_id=decision_id("test_r18", "attempt1"), subject_id="test_r18", subject_kind="tool",
+                   policy_version="v1", grant_id="g", decision="allow"),
+        BudgetReserved(reservation_id=reservation_id("test_r18", "attempt1"), subject_id="test_r18", amount_usd=0.1),
+        BudgetReserved(reservation_id="res-other", subject_id="other", amount_usd=0.2),
+        BudgetSettled(reservation_id="res-other", subject_id="other", actual_usd=0.8, final=True)])
+    small = ToolProposal("test_r18", "attempt1", "run_tests", {"snapshot": "ws_r18"}, "g", 0.1, input_ref="ws_r18")
+    d = resume(store).evaluate(ProposedStep.from_tool(small))
+    assert d.verdict == "refuse" and outcome(d, "budget") == "refuse" and d.reuses_reservation is None
+    with pytest.raises(AdmissionDenied, match="over the ceiling"):   # the dispatch gate agrees on its own
+        resume(store).gate.run_tool(small, ok)
