@@ -170,7 +170,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="python -m kernel_lib",
         description="durable-agents-lab kernel: trajectory logs, fold, intent before dispatch, "
                     "crash analysis, the live crash worksheet, checkpoints and cadence, "
-                    "benchmarks (Durable Execution §11.1-11.4).")
+                    "benchmarks (Durable Execution §11.1-11.5).")
     ap.add_argument("--version", action="version", version=f"kernel_lib {__version__}")
     sub = ap.add_subparsers(dest="command", metavar="COMMAND")
 

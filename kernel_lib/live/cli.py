@@ -60,10 +60,19 @@ def _print_zombie(r: dict) -> None:
 
 
 def _cmd(args: argparse.Namespace) -> int:
+    if args.zombie and (args.crash_after is not None or args.keep):
+        print("error: --crash-after and --keep belong to the crash worksheet; --zombie stalls the worker "
+              "(SIGSTOP) right after it dispatched test_r18 instead of killing it", file=sys.stderr)
+        return 2
+    if not args.zombie and args.lease_ttl_s is not None:
+        print("error: --lease-ttl-s applies only with --zombie", file=sys.stderr)
+        return 2
+    args.crash_after = args.crash_after or "ToolResult"
     previous = signal.signal(signal.SIGTERM, _on_sigterm)
     try:
         if args.zombie:
-            r = run_zombie(args.store, None, args.seed, args.test_delay_s, lease_ttl_s=args.lease_ttl_s,
+            r = run_zombie(args.store, None, args.seed, args.test_delay_s,
+                           lease_ttl_s=1.0 if args.lease_ttl_s is None else args.lease_ttl_s,
                            reconcile_timeout_s=args.reconcile_timeout_s)
         else:
             r = run_worksheet(args.crash_after, args.store, None, args.seed, args.test_delay_s, keep=args.keep,
@@ -101,14 +110,19 @@ def _cmd(args: argparse.Namespace) -> int:
 def add_cli(subparsers) -> argparse.ArgumentParser:
     """Register the ``worksheet`` subcommand on an argparse ``subparsers`` object."""
     p = subparsers.add_parser(
-        "worksheet", help="the crash worksheet for real: SIGKILL a worker mid-test, recover from the log",
+        "worksheet", help="the crash worksheet for real: SIGKILL a worker mid-test and recover from the log, "
+                          "or (--zombie) freeze a leased worker and watch the fences refuse it",
         description="Run the repair trajectory with real processes, kill the worker with SIGKILL right after "
                     "an event is durable, rebuild the record in a new process and reconcile test_r18 against "
                     "the executor (§11.1, §11.3.3, §11.5.3). Prints one JSON object with --json: crash, "
-                    "executor, recovered, reconciled, model.",
+                    "executor, recovered, reconciled, model, resume_timeline (the replacement's timed stages, "
+                    "eq. 7). With --zombie (§11.5.1) the JSON holds epochs, stall, takeover, resume, "
+                    "rejections (one per boundary that refused the old worker), preserved (test_r18, "
+                    "dispatched once), log, checks and ok.",
         epilog=_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--crash-after", choices=CRASH_POINTS, default="ToolResult",
-                   help="kill the worker right after this event for test_r18 is durable (default ToolResult)")
+    p.add_argument("--crash-after", choices=CRASH_POINTS, default=None,
+                   help="kill the worker right after this event for test_r18 is durable (default ToolResult; "
+                        "not with --zombie)")
     p.add_argument("--store", choices=["sqlite", "segment"], default="sqlite", help="log store (default sqlite)")
     p.add_argument("--seed", type=int, default=0, help="seed of the model stand-in (default 0)")
     p.add_argument("--test-delay-s", type=float, default=2.0,
@@ -120,7 +134,7 @@ def add_cli(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--zombie", action="store_true",
                    help="the §11.5.1 handoff: SIGSTOP a leased worker after it dispatched test_r18, let a "
                         "replacement take over, SIGCONT the old one and show each boundary refusing it")
-    p.add_argument("--lease-ttl-s", type=float, default=1.0,
+    p.add_argument("--lease-ttl-s", type=float, default=None,
                    help="with --zombie: the old worker's lease term in seconds (default 1.0)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=_cmd)
