@@ -50,6 +50,14 @@ passes ``margin_s`` to :meth:`OwnershipCoordinator.check` / :class:`LeaseCheck`.
 rest on that assumption: a wrong clock can only make a takeover early or late, and an early one
 is still caught by the fences above, because the old owner's epoch is older. Tests inject a
 :class:`ManualClock` (or pass ``now=``) instead of sleeping.
+
+Every reading of a coordinator's clock is checked: a clock that raises, or returns anything but a
+finite number of seconds (NaN, an infinity, a string, a bool), makes the call raise
+:class:`~kernel_lib.errors.CoordinatorUnavailableError` before anything is decided (a lease
+service that cannot tell the time cannot grant, renew or vouch for a lease). :class:`LeaseCheck`
+turns that error into a reason to withhold, never into "valid". A ``now=`` argument that is not a
+finite number is a caller's mistake and raises ConfigError, as does a :class:`ManualClock` started
+or advanced to a non-finite time.
 """
 
 from __future__ import annotations
@@ -118,7 +126,7 @@ class ManualClock:
     Call it like ``time.time``: ``clock()`` returns the current time in seconds."""
 
     def __init__(self, start_s: float = 1_000_000.0):
-        self.now_s = float(start_s)
+        self.now_s = _check_seconds("ManualClock start_s", start_s)
 
     def __call__(self) -> float:
         return self.now_s
@@ -128,7 +136,10 @@ class ManualClock:
         if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not math.isfinite(seconds) \
                 or seconds < 0:
             raise ConfigError(f"a clock only moves forward by a finite number of seconds, got {seconds!r}")
-        self.now_s += seconds
+        later = self.now_s + seconds
+        if not math.isfinite(later):
+            raise ConfigError(f"advancing the clock by {seconds!r} s from {self.now_s!r} s leaves finite time")
+        self.now_s = later
         return self.now_s
 
 
@@ -176,11 +187,22 @@ def _check_id(name: str, value: object) -> str:
     return value
 
 
+def _finite_seconds(value: object) -> float | None:
+    """``value`` as a finite float, or None if it is not a finite int or float (bools excluded)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        v = float(value)
+    except OverflowError:
+        return None
+    return v if math.isfinite(v) else None
+
+
 def _check_seconds(name: str, value: object, *, positive: bool = False) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
-            or (positive and value <= 0):
+    v = _finite_seconds(value)
+    if v is None or (positive and v <= 0):
         raise ConfigError(f"{name} must be a finite number of seconds{' > 0' if positive else ''}, got {value!r}")
-    return float(value)
+    return v
 
 
 class OwnershipCoordinator(ABC):
@@ -243,11 +265,34 @@ class OwnershipCoordinator(ABC):
 
     # --- built on the four methods ----------------------------------------------------------------
     def _now(self, now: float | None) -> float:
-        return self.clock() if now is None else _check_seconds("now", now)
+        """``now`` checked (ConfigError unless a finite number), or the clock read and checked.
+
+        Raises:
+            CoordinatorUnavailableError: the clock raised, or did not return a finite number of
+                seconds (see the module docstring on clocks)."""
+        if now is not None:
+            return _check_seconds("now", now)
+        try:
+            value = self.clock()
+        except Exception as exc:   # noqa: BLE001 - any failure to read the time is the same answer
+            raise CoordinatorUnavailableError(f"{self.name}: its clock failed ({type(exc).__name__}: {exc}); "
+                                              "nothing was decided") from exc
+        t = _finite_seconds(value)
+        if t is None:
+            raise CoordinatorUnavailableError(f"{self.name}: its clock returned {value!r}, not a finite number of "
+                                              "seconds; nothing was decided")
+        return t
 
     def check(self, lease: Lease, now: float | None = None, *, margin_s: float = 0.0) -> str | None:
         """Why ``lease`` may not be relied on at ``now`` (None when it is the current grant and
-        has more than ``margin_s`` seconds left). Raises CoordinatorUnavailableError."""
+        has more than ``margin_s`` seconds left).
+
+        Raises:
+            CoordinatorUnavailableError: the coordinator, or its clock, cannot answer.
+            ConfigError: ``now`` or ``margin_s`` is not a finite number (``margin_s`` >= 0)."""
+        margin_s = _check_seconds("margin_s", margin_s)
+        if margin_s < 0:
+            raise ConfigError(f"margin_s must be >= 0, got {margin_s!r}")
         t = self._now(now)
         cur = self.current(lease.trajectory_id, t)
         if cur is None or cur.owner_epoch < lease.owner_epoch:
@@ -260,7 +305,7 @@ class OwnershipCoordinator(ABC):
             return f"owner_epoch={lease.owner_epoch} of {lease.trajectory_id} was granted to {cur.owner_id}"
         if cur.released:
             return f"the lease with owner_epoch={lease.owner_epoch} on {lease.trajectory_id} was released"
-        if t + margin_s >= cur.expires_at_s:
+        if not t + margin_s < cur.expires_at_s:       # written so that a NaN would withhold too
             late = t - cur.expires_at_s
             return (f"the lease with owner_epoch={lease.owner_epoch} on {lease.trajectory_id} "
                     + (f"expired {late:.3f} s ago" if late >= 0 else
@@ -540,9 +585,12 @@ def take_ownership(coordinator: OwnershipCoordinator, store: LogStore, trajector
     """Acquire the trajectory and install the new owner_epoch as the log's fence (§11.5.1).
 
     The grant is placed above the log's current fence (``min_epoch=store.fence(...)``), so the
-    new epoch is newer than every epoch the log has seen. Once this returns, the log refuses any
-    append stamped with an older epoch (StaleOwnerError). Read the log *after* this call: no
-    earlier owner can extend it past that point.
+    new epoch is newer than every epoch the log has seen, and installed with
+    :meth:`~kernel_lib.log.base.LogStore.claim_epoch`, which accepts it only if it is still
+    strictly newer than the fence when it is written: a claimant that fenced the log in between
+    (with or without a coordinator) makes this grant lost, so no two owners hold the same epoch.
+    Once this returns, the log refuses any append stamped with an older epoch (StaleOwnerError).
+    Read the log *after* this call: no earlier owner can extend it past that point.
 
     Returns:
         The :class:`Lease`; stamp ``lease.owner_epoch`` on every append (``TrajectoryLog``) and
@@ -550,15 +598,19 @@ def take_ownership(coordinator: OwnershipCoordinator, store: LogStore, trajector
 
     Raises:
         LeaseHeldError: another owner's lease is live.
-        LeaseLostError: a newer epoch reached the log between the grant and the fence (a faster
-            claimant won); this grant must not be used.
+        LeaseLostError: the same or a newer epoch reached the log between the grant and the fence
+            (a faster claimant won); this grant must not be used (it is released).
         CoordinatorUnavailableError; and the store's errors (StoreReadOnlyError, StoreBusyError, ...)
-            from ``install_fence``: ownership is then not established.
+            from ``claim_epoch``: ownership is then not established (the grant is released).
     """
     lease = coordinator.acquire(trajectory_id, owner_id, ttl_s, now, min_epoch=store.fence(trajectory_id))
     try:
-        store.install_fence(trajectory_id, lease.owner_epoch)
-    except StaleOwnerError as exc:
+        store.claim_epoch(trajectory_id, lease.owner_epoch)
+    except BaseException as exc:
+        with contextlib.suppress(KernelError):     # a grant that never reached the log blocks nobody
+            coordinator.release(lease, now)
+        if not isinstance(exc, StaleOwnerError):
+            raise
         raise LeaseLostError(f"owner_epoch={lease.owner_epoch} of {trajectory_id} could not be installed in the log: "
                              f"{exc}", trajectory_id=trajectory_id, owner_epoch=lease.owner_epoch,
                              current_epoch=store.fence(trajectory_id), reason="superseded") from exc
@@ -806,6 +858,9 @@ class ReplicaView(LogStore):
 
     def install_fence(self, trajectory_id: str, owner_epoch: int) -> None:
         raise StoreReadOnlyError("a replica view takes no fences: install them in the authoritative log")
+
+    def claim_epoch(self, trajectory_id: str, owner_epoch: int | None = None) -> int:
+        raise StoreReadOnlyError("a replica view takes no fences: claim epochs in the authoritative log")
 
     def close(self) -> None:
         pass

@@ -58,13 +58,14 @@ from typing import Any
 
 from .checkpoint.restore import RestoreResult, restore
 from .dispatch import AdmissionPolicy, DispatchGate
-from .errors import ConfigError, ReconstructionUnavailableError
+from .errors import ConfigError, KernelError, ReconstructionUnavailableError
 from .log import FailureDomain, LogStore, TrajectoryLog
 from .ownership import Availability, Lease, LeaseCheck, OwnershipCoordinator, check_available, take_ownership
 from .record import TERMINAL_STATES, TrajectoryRecord, fold, initial_record
 
 __all__ = [
     "DEPENDS_ON",
+    "MAX_SECONDS",
     "MAX_TOKENS",
     "DEFAULT_PREFILL",
     "MEASURED_LABEL",
@@ -103,12 +104,37 @@ NOT_RUN_LABEL = "not run"
 #: the arithmetic in exact float range).
 MAX_TOKENS = 10 ** 12
 
+#: Largest time in seconds a stage may start or end at, and the longest prefill a
+#: :class:`PrefillModel` may compute (about 31.7 million years: far above any resume, and low
+#: enough that sums of stages and their values in milliseconds stay finite).
+MAX_SECONDS = 1e15
+
 EQUATION = "§11.5, eq. 7"
 
 
 # ------------------------------------------------------------------------------------------------
 # the prefill model
 # ------------------------------------------------------------------------------------------------
+
+
+def _short(value: Any, limit: int = 60) -> str:
+    """``value`` for a message: its repr, cut to ``limit`` characters (a huge int by its size)."""
+    if isinstance(value, int) and abs(value) >= 10 ** 30:
+        return f"an int of {value.bit_length()} bits"
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit] + "…"
+
+
+def _finite(value: Any) -> float | None:
+    """``value`` as a finite float, or None: not a real number, a bool, NaN, infinite, or an int
+    too large for a float."""
+    if isinstance(value, bool) or not isinstance(value, Real):
+        return None
+    try:
+        v = float(value)
+    except (OverflowError, ValueError, TypeError):
+        return None
+    return v if math.isfinite(v) else None
 
 
 def _whole(name: str, value: Any) -> int:
@@ -137,8 +163,8 @@ class PrefillModel:
 
     Raises:
         ConfigError: a count that is not a whole number in 0..:data:`MAX_TOKENS`, a cached prefix
-            longer than the context, a rate that is not a finite number > 0, or a prefill time
-            that would not be a finite number of seconds.
+            longer than the context, a rate that is not a finite number > 0 (an int too large for
+            a float included), or a prefill time longer than :data:`MAX_SECONDS`.
     """
 
     context_tokens: int
@@ -158,13 +184,14 @@ class PrefillModel:
         if cached > ctx:
             raise ConfigError(f"cached_prefix_tokens ({cached:,}) cannot exceed context_tokens ({ctx:,}): the cache "
                               "can only hold a prefix of the context")
-        rate = self.prefill_tokens_per_s
-        if isinstance(rate, bool) or not isinstance(rate, Real) or not math.isfinite(float(rate)) or rate <= 0:
-            raise ConfigError(f"prefill_tokens_per_s must be a finite number of tokens per second > 0, got {rate!r}")
-        rate = float(rate)
-        if not math.isfinite((ctx - cached) / rate):
+        rate = _finite(self.prefill_tokens_per_s)
+        if rate is None or rate <= 0:
+            raise ConfigError(f"prefill_tokens_per_s must be a finite number of tokens per second > 0, got "
+                              f"{_short(self.prefill_tokens_per_s)}")
+        seconds = (ctx - cached) / rate
+        if not seconds <= MAX_SECONDS:
             raise ConfigError(f"prefill_tokens_per_s = {rate!r} is too small: {ctx - cached:,} tokens would take "
-                              "longer than any finite number of seconds")
+                              f"longer than {MAX_SECONDS:g} s (or than any finite number of seconds)")
         object.__setattr__(self, "context_tokens", ctx)
         object.__setattr__(self, "cached_prefix_tokens", cached)
         object.__setattr__(self, "prefill_tokens_per_s", rate)
@@ -204,15 +231,37 @@ class PrefillModel:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> PrefillModel:
-        """Inverse of :meth:`to_dict` (derived fields are recomputed). Raises ConfigError."""
+        """Inverse of :meth:`to_dict`. The derived fields (``prefill_tokens``, ``prefill_s``) are
+        recomputed; when present they must agree with the recomputed ones.
+
+        Raises:
+            ConfigError: not a mapping, a missing field, a ``no_prefill_reason`` next to tokens or
+                a rate (a model either needs no prefill or has givens, not both), derived fields
+                that disagree, or any value :class:`PrefillModel` refuses.
+        """
         if not isinstance(d, Mapping):
             raise ConfigError(f"a prefill model is a mapping, got {type(d).__name__}")
         if d.get("no_prefill_reason") is not None:
-            return cls.none(d["no_prefill_reason"])
-        try:
-            return cls(d["context_tokens"], d["cached_prefix_tokens"], d["prefill_tokens_per_s"])
-        except KeyError as exc:
-            raise ConfigError(f"a prefill model needs {exc.args[0]!r}") from None
+            givens = {k: d.get(k) for k in ("context_tokens", "cached_prefix_tokens", "prefill_tokens_per_s")}
+            if any(v is not None and (isinstance(v, bool) or v != 0) for v in givens.values()):
+                raise ConfigError(f"a prefill model with no_prefill_reason={d['no_prefill_reason']!r} has no tokens "
+                                  f"and no rate, got {givens}")
+            model = cls.none(d["no_prefill_reason"])
+        else:
+            try:
+                model = cls(d["context_tokens"], d["cached_prefix_tokens"], d["prefill_tokens_per_s"])
+            except KeyError as exc:
+                raise ConfigError(f"a prefill model needs {exc.args[0]!r}") from None
+        if "prefill_tokens" in d and (isinstance(d["prefill_tokens"], bool)
+                                      or d["prefill_tokens"] != model.prefill_tokens):
+            raise ConfigError(f"prefill_tokens = {_short(d['prefill_tokens'])} disagrees with the model's "
+                              f"{model.prefill_tokens:,} (context - cached)")
+        if "prefill_s" in d:
+            given = _finite(d["prefill_s"])
+            if given is None or not math.isclose(given, model.prefill_s, rel_tol=1e-9, abs_tol=1e-12):
+                raise ConfigError(f"prefill_s = {_short(d['prefill_s'])} disagrees with the model's "
+                                  f"{model.prefill_s!r} s ({model.describe()})")
+        return model
 
 
 #: Illustrative prefill givens (8,192 context tokens, 6,144 of them cached, 20,000 tokens/s): an
@@ -227,9 +276,27 @@ DEFAULT_PREFILL = PrefillModel(8192, 6144, 20000.0)
 
 
 def _seconds(name: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, Real) or not math.isfinite(float(value)):
-        raise ConfigError(f"{name} must be a finite number of seconds, got {value!r}")
-    return float(value)
+    v = _finite(value)
+    if v is None:
+        raise ConfigError(f"{name} must be a finite number of seconds, got {_short(value)}")
+    return v
+
+
+def _stage_time(name: str, value: Any) -> float:
+    v = _seconds(name, value)
+    if not 0 <= v <= MAX_SECONDS:
+        raise ConfigError(f"{name} must be between 0 and {MAX_SECONDS:g} seconds from the start of the resume, "
+                          f"got {v!r}")
+    return v
+
+
+def _names(what: str, value: Any) -> tuple[str, ...]:
+    """A list or tuple of stage names as a tuple; a string is refused, not split into characters."""
+    if isinstance(value, (str, bytes)) or not isinstance(value, Sequence):
+        raise ConfigError(f"{what} must be a list of stage names, got {_short(value)}")
+    if not all(isinstance(d, str) for d in value):
+        raise ConfigError(f"{what} must name stages (strings), got {_short(value)}")
+    return tuple(value)
 
 
 @dataclass(frozen=True)
@@ -239,15 +306,18 @@ class Stage:
     Fields:
         name: one of :data:`STAGE_NAMES`.
         start_s, end_s: when it ran, seconds from the start of the resume (the availability proof
-            included), on the clock that timed it; ``end_s >= start_s``.
-        depends_on: names of the stages that must finish before it can start.
+            included), on the clock that timed it; ``0 <= start_s <= end_s <=`` :data:`MAX_SECONDS`.
+        depends_on: names of the stages that must finish before it can start (a list or tuple of
+            strings; a bare string is refused).
         measured: True when the duration was timed on this machine; False when it was computed
             (the prefill) or given, or the stage did not run (then the duration is 0 and
-            ``detail`` says why).
+            ``detail`` says why). Must be a bool.
         detail: what the stage did (or why it did nothing).
 
     Raises:
-        ConfigError: a non-finite time, an end before the start, a non-string name or detail.
+        ConfigError: a time that is not a finite number in 0..MAX_SECONDS, an end before the
+            start, a non-string name or detail, ``depends_on`` that is not a list of names, or
+            ``measured`` that is not a bool.
     """
 
     name: str
@@ -260,18 +330,18 @@ class Stage:
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
             raise ConfigError(f"a stage needs a name, got {self.name!r}")
-        start, end = _seconds(f"{self.name}.start_s", self.start_s), _seconds(f"{self.name}.end_s", self.end_s)
+        start = _stage_time(f"{self.name}.start_s", self.start_s)
+        end = _stage_time(f"{self.name}.end_s", self.end_s)
         if end < start:
             raise ConfigError(f"stage {self.name} ends ({end!r} s) before it starts ({start!r} s)")
-        deps = tuple(self.depends_on)
-        if not all(isinstance(d, str) for d in deps):
-            raise ConfigError(f"stage {self.name}: depends_on must name stages, got {self.depends_on!r}")
+        deps = _names(f"stage {self.name}: depends_on", self.depends_on)
+        if not isinstance(self.measured, bool):
+            raise ConfigError(f"stage {self.name}: measured must be True or False, got {_short(self.measured)}")
         if not isinstance(self.detail, str):
-            raise ConfigError(f"stage {self.name}: detail must be a string")
+            raise ConfigError(f"stage {self.name}: detail must be a string, got {type(self.detail).__name__}")
         object.__setattr__(self, "start_s", start)
         object.__setattr__(self, "end_s", end)
         object.__setattr__(self, "depends_on", deps)
-        object.__setattr__(self, "measured", bool(self.measured))
 
     @property
     def duration_s(self) -> float:
@@ -295,12 +365,15 @@ class Stage:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> Stage:
-        """Inverse of :meth:`to_dict` (``duration_s`` and ``source`` are recomputed). Raises ConfigError."""
+        """Inverse of :meth:`to_dict` (``duration_s`` and ``source`` are recomputed; a missing
+        ``depends_on``, ``measured`` or ``detail`` means none, True and ""). Values are taken as
+        they are, not coerced: ``"false"`` is not a bool, ``None`` is not a detail. Raises
+        ConfigError."""
         if not isinstance(d, Mapping):
             raise ConfigError(f"a stage is a mapping, got {type(d).__name__}")
         try:
-            return cls(d["name"], d["start_s"], d["end_s"], tuple(d.get("depends_on", ())),
-                       bool(d.get("measured", True)), str(d.get("detail", "")))
+            return cls(d["name"], d["start_s"], d["end_s"], d.get("depends_on", ()), d.get("measured", True),
+                       d.get("detail", ""))
         except KeyError as exc:
             raise ConfigError(f"a stage needs {exc.args[0]!r}") from None
 
@@ -323,8 +396,10 @@ class ResumeTimeline:
     stages were run and timed one after another.
 
     Raises:
-        ConfigError: a missing, unknown or repeated stage name, a dependency on an unknown stage,
-            or a dependency cycle.
+        ConfigError: ``stages`` not a list or tuple of :class:`Stage`; a missing, unknown or
+            repeated stage name, a dependency on an unknown stage, or a dependency cycle; a
+            ``clock`` that is not a non-empty string; with ``prefill``, a prefill stage whose
+            duration is not the model's ``prefill_s`` or that claims to be measured.
     """
 
     stages: tuple[Stage, ...]
@@ -333,6 +408,9 @@ class ResumeTimeline:
     clock: str = "time.perf_counter"
 
     def __post_init__(self) -> None:
+        if isinstance(self.stages, (str, bytes)) or not isinstance(self.stages, Sequence):
+            raise ConfigError(f"a timeline's stages are a list or tuple of Stage objects, got "
+                              f"{type(self.stages).__name__}")
         stages = tuple(self.stages)
         if not all(isinstance(s, Stage) for s in stages):
             raise ConfigError("a timeline holds Stage objects")
@@ -351,6 +429,17 @@ class ResumeTimeline:
         self._topological()                  # raises on a cycle
         if self.prefill is not None and not isinstance(self.prefill, PrefillModel):
             raise ConfigError(f"prefill must be a PrefillModel or None, got {type(self.prefill).__name__}")
+        if self.prefill is not None:
+            st, want = by["prefill"], self.prefill.prefill_s
+            tol = 4 * math.ulp(max(abs(st.end_s), 1.0))     # end_s - start_s rounds start + prefill_s
+            if not math.isclose(st.duration_s, want, rel_tol=1e-9, abs_tol=tol):
+                raise ConfigError(f"the prefill stage lasts {st.duration_s!r} s but its prefill model gives "
+                                  f"{want!r} s ({self.prefill.describe()}): the two disagree")
+            if st.measured:
+                raise ConfigError("the prefill stage is computed from its prefill model, so it cannot be measured")
+        if not isinstance(self.clock, str) or not self.clock:
+            raise ConfigError(f"clock must be a non-empty string naming what timed the stages, got "
+                              f"{_short(self.clock)}")
         if self.availability_s is not None:
             v = _seconds("availability_s", self.availability_s)
             if v < 0:
@@ -369,11 +458,23 @@ class ResumeTimeline:
         prefill stage's duration is the model's ``prefill_s`` (and ``durations_s`` may omit it).
         ``depends_on`` overrides the dependencies of :data:`DEPENDS_ON` per stage.
 
-        Raises: ConfigError (a missing or negative duration, an unknown name, a bad dependency)."""
-        unknown = sorted(set(durations_s) - set(STAGE_NAMES))
+        Raises: ConfigError (a missing or negative duration, an unknown name, a bad dependency,
+        ``prefill`` not a PrefillModel, a ``measured`` flag that is not a bool, an argument of
+        the wrong type)."""
+        if not isinstance(durations_s, Mapping):
+            raise ConfigError(f"durations_s must map stage names to seconds, got {type(durations_s).__name__}")
+        if prefill is not None and not isinstance(prefill, PrefillModel):
+            raise ConfigError(f"prefill must be a PrefillModel or None, got {type(prefill).__name__}")
+        for arg, value in (("measured", measured), ("depends_on", depends_on), ("details", details)):
+            if value is not None and not isinstance(value, Mapping) and not (arg == "measured"
+                                                                           and isinstance(value, bool)):
+                raise ConfigError(f"{arg} must be a mapping by stage name{' or one bool' if arg == 'measured' else ''}"
+                                  f", got {type(value).__name__}")
+        unknown = sorted(map(repr, {*durations_s, *(depends_on or {}), *(details or {}),
+                                    *(measured if isinstance(measured, Mapping) else {})} - set(STAGE_NAMES)))
         if unknown:
-            raise ConfigError(f"unknown stage(s) {unknown}: the stages are {list(STAGE_NAMES)}")
-        deps = {**DEPENDS_ON, **{k: tuple(v) for k, v in (depends_on or {}).items()}}
+            raise ConfigError(f"unknown stage(s) {', '.join(unknown)}: the stages are {list(STAGE_NAMES)}")
+        deps = {**DEPENDS_ON, **{k: _names(f"depends_on[{k!r}]", v) for k, v in (depends_on or {}).items()}}
         stages, t = [], 0.0
         for name in STAGE_NAMES:
             if name == "prefill" and prefill is not None:
@@ -382,7 +483,7 @@ class ResumeTimeline:
                 if name not in durations_s:
                     raise ConfigError(f"no duration given for stage {name!r}")
                 d = _seconds(name, durations_s[name])
-                m = measured if isinstance(measured, bool) else bool(measured.get(name, True))
+                m = measured if isinstance(measured, bool) else measured.get(name, True)
             if d < 0:
                 raise ConfigError(f"stage {name} has a negative duration ({d!r} s)")
             detail = (details or {}).get(name, prefill.describe() if name == "prefill" and prefill else "")
@@ -497,7 +598,7 @@ class ResumeTimeline:
         prefill = d.get("prefill")
         return cls(tuple(Stage.from_dict(s) for s in d["stages"]),
                    prefill=PrefillModel.from_dict(prefill) if prefill is not None else None,
-                   availability_s=d.get("availability_s"), clock=str(d.get("clock", "time.perf_counter")))
+                   availability_s=d.get("availability_s"), clock=d.get("clock", "time.perf_counter"))
 
     def to_frame(self):
         """A polars DataFrame, one row per stage in :data:`STAGE_NAMES` order: ``stage``,
@@ -551,7 +652,8 @@ class StageTimer:
 
     Args:
         clock: ``() -> seconds`` (default ``time.perf_counter``); read once now (the origin) and
-            twice per timed stage.
+            twice per timed stage. Every reading must be a finite number: one that is not (NaN,
+            an infinity, not a number) raises ConfigError, the first one already here.
 
     Use ``with timer.stage("fold") as st: ...; st.detail = "..."`` (nothing is recorded if the
     block raises), :meth:`skip` for a stage that did not run, :meth:`add` for one timed
@@ -562,13 +664,21 @@ class StageTimer:
         if not callable(clock):
             raise ConfigError(f"clock must be callable, got {clock!r}")
         self.clock = clock
-        self.origin = clock()
+        self.origin = self._read()
         self.stages: dict[str, Stage] = {}
         self.availability_s: float | None = None
 
+    def _read(self) -> float:
+        value = self.clock()
+        t = _finite(value)
+        if t is None:
+            raise ConfigError(f"the clock {_clock_name(self.clock)} returned {_short(value)}, not a finite number "
+                              "of seconds")
+        return t
+
     def now_s(self) -> float:
-        """Seconds since the origin."""
-        return self.clock() - self.origin
+        """Seconds since the origin. Raises ConfigError if the clock's reading is not finite."""
+        return self._read() - self.origin
 
     @contextlib.contextmanager
     def stage(self, name: str) -> Iterator[_Open]:
@@ -709,18 +819,35 @@ def timed_resume(store: LogStore, trajectory_id: str, *, blobs=None, coordinator
         :class:`TimedResume` with the record, lease, epoch and :class:`ResumeTimeline`.
 
     Raises:
-        ConfigError: a bad argument (checked before anything is read).
+        ConfigError: a bad argument, checked before anything is read: ``store`` not a LogStore,
+            ``blobs`` not a BlobStore, a ``workspace_dest`` that is not an absent or empty
+            directory (or lies under a file), a ``clock`` that is not callable or whose first
+            reading is not a finite number, and the others' types.
         ReconstructionUnavailableError: the availability proof failed (``availability`` holds the
             reasons); nothing further runs: no lease, no fence, no restore, no files.
         LeaseHeldError, LeaseLostError, CoordinatorUnavailableError: ownership not obtained.
+        StaleOwnerError: without a coordinator, the fence could not be claimed.
         UnrecoverableStateError, CheckpointError, FoldError: from restore / the fold.
-        ConfigError: ``reconcile`` returned something other than a mapping (after it ran).
+        ConfigError: ``reconcile`` returned something other than a mapping, or a later clock
+            reading was not finite (after ownership).
         Whatever ``reconcile`` raises.
+
+    Anything raised after the lease was granted releases it (the epoch stays installed as the
+    log's fence), so the next replacement need not wait out ``lease_ttl_s``.
     """
+    from .checkpoint.blobs import BlobStore
+
+    if not isinstance(store, LogStore):
+        raise ConfigError(f"store must be a LogStore (the authoritative log), got {type(store).__name__}")
     if not isinstance(trajectory_id, str) or not trajectory_id:
         raise ConfigError(f"trajectory_id must be a non-empty string, got {trajectory_id!r}")
+    if blobs is not None and not isinstance(blobs, BlobStore):
+        raise ConfigError(f"blobs must be a BlobStore (e.g. DirectoryBlobStore(path)) or None, got "
+                          f"{type(blobs).__name__}")
     if workspace_dest is not None and blobs is None:
         raise ConfigError("a workspace can only be restored from a blob store: pass blobs= with workspace_dest=")
+    if workspace_dest is not None:
+        _check_workspace_dest(workspace_dest)
     if reconcile is not None and not callable(reconcile):
         raise ConfigError(f"reconcile must be callable, got {reconcile!r}")
     if prefill is not None and not isinstance(prefill, PrefillModel):
@@ -729,8 +856,11 @@ def timed_resume(store: LogStore, trajectory_id: str, *, blobs=None, coordinator
         raise ConfigError(f"policy must be an AdmissionPolicy, got {type(policy).__name__}")
     if coordinator is not None and not isinstance(coordinator, OwnershipCoordinator):
         raise ConfigError(f"coordinator must be an OwnershipCoordinator, got {type(coordinator).__name__}")
-    domain = FailureDomain.parse(must_survive) if must_survive is not None else \
-        store.strongest_tier().survives_up_to
+    try:
+        domain = FailureDomain.parse(must_survive) if must_survive is not None else \
+            store.strongest_tier().survives_up_to
+    except KernelError as exc:
+        raise ConfigError(f"must_survive: {exc}") from None
     timer = StageTimer(clock)
 
     a0 = timer.now_s()
@@ -741,17 +871,55 @@ def timed_resume(store: LogStore, trajectory_id: str, *, blobs=None, coordinator
                                              availability=availability)
 
     lease: Lease | None = None
-    with timer.stage("ownership") as st:
-        if coordinator is not None:
-            lease = take_ownership(coordinator, store, trajectory_id, owner_id, lease_ttl_s)
-            epoch = lease.owner_epoch
-            st.detail = (f"lease from {coordinator.name}: owner_epoch={epoch} for {owner_id} ({lease.ttl_s:g} s), "
-                         "installed as the log's fence")
-        else:
-            epoch = store.fence(trajectory_id) + 1
-            store.install_fence(trajectory_id, epoch)
-            st.detail = f"no coordinator: owner_epoch={epoch} installed as the log's fence directly (no lease)"
+    try:
+        with timer.stage("ownership") as st:
+            if coordinator is not None:
+                lease = take_ownership(coordinator, store, trajectory_id, owner_id, lease_ttl_s)
+                epoch = lease.owner_epoch
+                st.detail = (f"lease from {coordinator.name}: owner_epoch={epoch} for {owner_id} "
+                             f"({lease.ttl_s:g} s), installed as the log's fence")
+            else:
+                # read the fence and install the next epoch in one atomic step: two replacements
+                # racing without a coordinator never both get the same epoch
+                epoch = store.claim_epoch(trajectory_id)
+                st.detail = f"no coordinator: owner_epoch={epoch} claimed as the log's fence directly (no lease)"
+        return _resume_owned(store, trajectory_id, blobs, coordinator, lease, epoch, workspace_dest, reconcile,
+                             policy, prefill, domain, timer, availability)
+    except BaseException:
+        if lease is not None:
+            with contextlib.suppress(KernelError):   # the fence stays; only the lease's wait is lifted
+                coordinator.release(lease)
+        raise
 
+
+def _check_workspace_dest(dest: Any) -> None:
+    """ConfigError unless ``dest`` is a path that is absent or an empty directory (not a link),
+    whose nearest existing ancestor is a directory."""
+    if not isinstance(dest, (str, os.PathLike)) or not isinstance(os.fspath(dest), str) or not os.fspath(dest):
+        raise ConfigError(f"workspace_dest must be a path (str or os.PathLike), got {_short(dest)}")
+    path = Path(os.path.abspath(dest))
+    try:
+        if os.path.islink(path):
+            raise ConfigError(f"workspace_dest {path} is a symbolic link; give an absent or empty directory")
+        if path.exists():
+            if not path.is_dir() or any(path.iterdir()):
+                raise ConfigError(f"workspace_dest {path} exists and is not an empty directory; the restore writes "
+                                  "the workspace only into an absent or empty directory")
+            return
+        anc = path.parent
+        while not os.path.lexists(anc):
+            anc = anc.parent
+        if not anc.is_dir():
+            raise ConfigError(f"workspace_dest {path} lies under {anc}, which is not a directory")
+    except OSError as exc:
+        raise ConfigError(f"workspace_dest {path} cannot be checked: {exc.strerror or exc}") from None
+
+
+def _resume_owned(store: LogStore, trajectory_id: str, blobs, coordinator: OwnershipCoordinator | None,
+                  lease: Lease | None, epoch: int, workspace_dest, reconcile, policy: AdmissionPolicy | None,
+                  prefill: PrefillModel | None, domain: FailureDomain, timer: StageTimer,
+                  availability: Availability) -> TimedResume:
+    """The stages of :func:`timed_resume` after ownership (see there)."""
     result: RestoreResult | None = None
     if blobs is not None:
         t0 = timer.now_s()

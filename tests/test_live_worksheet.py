@@ -330,3 +330,155 @@ def test_a_record_waiting_in_the_result_inbox_settles_test_r18_without_asking_th
                    if e["event_type"] == "ToolResult"]
         assert sources == ["reply", "inbox"]
         assert out["record"]["operations"]["test_r18"]["status"] == "established"
+
+
+# ------------------------------------------------------------------------------------------------
+# the replacement's arguments and ownership (in process: nothing here needs the executor)
+# ------------------------------------------------------------------------------------------------
+
+def _replacement_log(tmp_path):
+    """An SQLite log holding the worksheet's TaskStarted (it names a ws_r18 digest), and a public
+    key file. Returns (log path, key path)."""
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    from kernel_lib.live import worker
+    from kernel_lib.log import SQLiteStore, TrajectoryLog
+
+    path = tmp_path / "log.sqlite"
+    store = SQLiteStore.open(path)
+    TrajectoryLog(store, worker.TRAJECTORY, must_survive="host_crash").append(worker.task("ab" * 32))
+    store.close()
+    key = tmp_path / "executor.pub"
+    key.write_text(Ed25519PrivateKey.generate().public_key().public_bytes_raw().hex() + "\n")
+    return path, key
+
+
+def _fence(path):
+    from kernel_lib.live import worker
+    from kernel_lib.log import SQLiteStore
+
+    s = SQLiteStore.open(path, read_only=True)
+    try:
+        return s.fence(worker.TRAJECTORY)
+    finally:
+        s.close()
+
+
+def test_worker_help_names_its_caller_and_explains_every_option():
+    from kernel_lib.live import worker
+
+    ap = worker.build_parser()
+    assert "python -m kernel_lib worksheet" in ap.description and "internal" in ap.description
+    undocumented = [a.option_strings[0] for a in ap._actions if a.option_strings and not a.help]
+    assert undocumented == []
+
+
+def test_replacement_refuses_bad_paths_before_taking_ownership(tmp_path, capsys, monkeypatch):
+    """Fault model: the replacement is started with a --restore-root that does not exist (or is a
+    file), an --inbox that is a directory, lies in a missing directory or is not an SQLite inbox,
+    a --workspace-snapshot that does not exist, or no usable --public-key. Invariant: arguments
+    are checked before ownership. Goal: exit 2 with ``error: ...`` (no traceback), no lease in
+    the coordinator, the log's fence unchanged, no inbox file created."""
+    from kernel_lib.live import worker
+    from kernel_lib.live.orphan import PARENT_ENV
+    from kernel_lib.ownership import SQLiteOwnershipCoordinator
+
+    import sqlite3
+
+    monkeypatch.delenv(PARENT_ENV, raising=False)
+    path, key = _replacement_log(tmp_path)
+    coord = tmp_path / "leases.sqlite"
+    (tmp_path / "adir").mkdir()
+    (tmp_path / "garbage.sqlite").write_bytes(b"not sqlite" * 200)
+    other_db = tmp_path / "other.sqlite"
+    db = sqlite3.connect(other_db)
+    db.execute("CREATE TABLE unrelated (x)")
+    db.commit()
+    db.close()
+    base = ["--recover", "--reconcile", "--store", "sqlite", "--store-path", str(path), "--coordinator", str(coord),
+            "--owner-id", "B", "--public-key", str(key)]
+    cases = [
+        (["--restore-root", str(tmp_path / "no" / "such")], "--restore-root"),
+        (["--restore-root", str(key)], "not a directory"),
+        (["--workspace-snapshot", str(tmp_path / "no-snapshot")], "--workspace-snapshot"),
+        (["--inbox", str(tmp_path / "adir")], "is a directory"),
+        (["--inbox", str(tmp_path / "no" / "inbox.sqlite")], "does not exist"),
+        (["--inbox", str(tmp_path / "garbage.sqlite")], "not a readable SQLite"),
+        (["--inbox", str(other_db)], "completions"),
+        (["--public-key", str(tmp_path / "missing.pub")], "--public-key"),
+    ]
+    for extra, match in cases:
+        rc = worker.main(base + extra)
+        err = capsys.readouterr().err
+        assert rc == 2 and err.startswith("error: ") and match in err and "Traceback" not in err, (extra, err)
+    rc = worker.main([a for a in base if a != str(key) and a != "--public-key"])
+    assert rc == 2 and "--public-key" in capsys.readouterr().err
+    assert _fence(path) == 0
+    if coord.exists():
+        with SQLiteOwnershipCoordinator.open(coord) as c:
+            assert c.current(worker.TRAJECTORY) is None
+    # an absent inbox in an existing directory is fine: the run goes through and takes ownership
+    rc = worker.main(base + ["--inbox", str(tmp_path / "fresh.sqlite"), "--restore-root", str(tmp_path)])
+    out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert rc == 0 and out["reconciled"]["owner_epoch_installed"] == 1 == _fence(path)
+
+
+def test_replacement_gives_its_lease_back_when_it_fails_after_ownership(tmp_path, capsys, monkeypatch):
+    """Fault model: the replacement is granted the lease and fences the log, then fails (here the
+    workspace snapshot does not hash to the digest the log names). Invariant: a failed owner does
+    not block the next replacement for the lease's ttl. Goal: exit 2 with the typed error, the
+    lease released (its epoch stays the log's fence), and the next replacement granted at once."""
+    from kernel_lib.live import worker
+    from kernel_lib.live.orphan import PARENT_ENV
+    from kernel_lib.ownership import SQLiteOwnershipCoordinator
+
+    monkeypatch.delenv(PARENT_ENV, raising=False)
+    path, key = _replacement_log(tmp_path)
+    coord = tmp_path / "leases.sqlite"
+    (tmp_path / "not_the_snapshot").mkdir()
+    base = ["--recover", "--reconcile", "--store", "sqlite", "--store-path", str(path), "--coordinator", str(coord),
+            "--public-key", str(key), "--lease-ttl-s", "600", "--lease-wait-s", "0"]
+    rc = worker.main(base + ["--owner-id", "A", "--workspace-snapshot", str(tmp_path / "not_the_snapshot")])
+    err = capsys.readouterr().err
+    assert rc == 2 and err.startswith("error: ") and "Traceback" not in err
+    with SQLiteOwnershipCoordinator.open(coord) as c:
+        lease = c.current(worker.TRAJECTORY)
+    assert lease.owner_id == "A" and lease.released and _fence(path) == lease.owner_epoch == 1
+    rc = worker.main(base + ["--owner-id", "B"])                   # no LeaseHeldError, no 600 s wait
+    out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert rc == 0 and out["ownership"]["lease"]["owner_epoch"] == 2 == _fence(path)
+
+
+def test_two_replacements_racing_without_a_coordinator_never_share_an_epoch(tmp_path, capsys, monkeypatch):
+    """Fault model: two replacements run ``--recover --reconcile`` on one SQLite log at once,
+    without a coordinator. Every read of the log's fence through a writable handle waits for the
+    other replacement's, pinning the interleaving in which both read it before either installs.
+    Invariant: no two owners hold one epoch. Goal: the two install different epochs."""
+    import threading
+
+    from kernel_lib.live import worker
+    from kernel_lib.live.orphan import PARENT_ENV
+    from kernel_lib.log import SQLiteStore
+
+    monkeypatch.delenv(PARENT_ENV, raising=False)
+    path, key = _replacement_log(tmp_path)
+    barrier = threading.Barrier(2)
+    read = SQLiteStore.fence
+
+    def fence(self, tid):
+        value = read(self, tid)
+        if not self.read_only:
+            try:
+                barrier.wait(2.0)
+            except threading.BrokenBarrierError:
+                pass
+        return value
+    monkeypatch.setattr(SQLiteStore, "fence", fence)
+    rcs: list[int] = []
+    args = ["--recover", "--reconcile", "--store", "sqlite", "--store-path", str(path), "--public-key", str(key)]
+    threads = [threading.Thread(target=lambda: rcs.append(worker.main(args))) for _ in range(2)]
+    [t.start() for t in threads]
+    [t.join(60) for t in threads]
+    outs = [json.loads(line) for line in capsys.readouterr().out.strip().splitlines() if line.startswith("{")]
+    assert rcs == [0, 0] and len(outs) == 2
+    assert sorted(o["reconciled"]["owner_epoch_installed"] for o in outs) == [1, 2] and _fence(path) == 2

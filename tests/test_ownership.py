@@ -40,6 +40,7 @@ from kernel_lib.errors import (
     LeaseLostError,
     ReconstructionUnavailableError,
     StaleOwnerError,
+    StoreReadOnlyError,
 )
 from kernel_lib.events import Event
 from kernel_lib.examples import WORKSHEET_TRAJECTORY, worksheet_events
@@ -195,6 +196,58 @@ def test_coordinator_bad_input_and_failure_domain(tmp_path, coord):
         coord.current(TID)
 
 
+def _nan():
+    return float("nan")
+
+
+def _broken():
+    raise OSError("clock unavailable")
+
+
+@pytest.mark.parametrize("bad_clock", [_nan, lambda: float("inf"), lambda: "1000", lambda: None, lambda: True,
+                                       _broken], ids=["nan", "inf", "str", "none", "bool", "raises"])
+def test_a_coordinator_whose_clock_is_not_finite_decides_nothing(tmp_path, clock, bad_clock):
+    """Fault model: the coordinator's clock returns NaN (or another non-time) or fails.
+    Invariant: a lease service that cannot tell the time vouches for nothing: an expired lease
+    is never reported valid, no grant is made over a live one, nothing is renewed or released.
+    Goal: every decision raises CoordinatorUnavailableError; the gate's LeaseCheck withholds
+    with a reason (never None); the rows are unchanged."""
+    c = SQLiteOwnershipCoordinator.open(tmp_path / "c.sqlite", clock=clock)
+    try:
+        expired = c.acquire(TID, "A", ttl_s=10)
+        live = c.acquire("other", "A", ttl_s=1_000)
+        clock.advance(60)                                  # A's lease on TID expired 50 s ago
+        assert "expired" in c.check(expired)
+        c.clock = bad_clock
+        before = (c.current(TID), c.current("other"))
+        for call in (lambda: c.check(expired), lambda: c.check(live), lambda: c.acquire("other", "B", ttl_s=5),
+                     lambda: c.acquire(TID, "B", ttl_s=5), lambda: c.renew(live), lambda: c.release(live),
+                     lambda: c.verify(expired)):
+            with pytest.raises(CoordinatorUnavailableError, match="clock"):
+                call()
+        for lease in (expired, live):
+            why = LeaseCheck(c, lease)(lease.trajectory_id, lease.owner_epoch)
+            assert why is not None and "cannot be verified" in why
+        assert (c.current(TID), c.current("other")) == before
+        assert c.check(expired, now=clock()) is not None   # an explicit, finite now still answers
+        with pytest.raises(ConfigError):
+            c.check(expired, now=float("nan"))
+        with pytest.raises(ConfigError):
+            c.check(live, now=clock(), margin_s=float("nan"))
+    finally:
+        c.close()
+
+
+def test_manual_clock_holds_only_finite_times():
+    for bad in (float("nan"), float("inf"), -float("inf"), "5", None, True, 10**400):
+        with pytest.raises(ConfigError):
+            ManualClock(bad)
+    c = ManualClock(1e308)
+    with pytest.raises(ConfigError):
+        c.advance(1e308)                                   # would overflow to inf
+    assert c() == 1e308
+
+
 # ------------------------------------------------------------------------------------------------
 # fencing at the log
 # ------------------------------------------------------------------------------------------------
@@ -248,6 +301,49 @@ def test_take_ownership_lands_above_the_log_fence(tmp_path, coord):
     assert take_ownership(coord, store, TID, "A", ttl_s=5).owner_epoch == 8
     assert store.fence(TID) == 8
     store.close()
+
+
+def test_take_ownership_never_shares_an_epoch_with_a_claimant_without_a_coordinator(tmp_path, coord):
+    """Fault model: A is granted owner_epoch=1 by the coordinator; before A installs it, a
+    replacement running without a coordinator claims the log's next epoch (also 1). Invariant:
+    no two owners hold one epoch. Goal: A's grant is refused as lost (the log already saw
+    epoch 1) and given back, so the coordinator blocks nobody; the bare claimant alone writes."""
+    store_a = make_store("sqlite", tmp_path)
+    store_b = SQLiteStore.open(tmp_path / "log.sqlite")
+    grant = coord.acquire
+    bare = []
+
+    def acquire_then_race(*a, **kw):
+        lease = grant(*a, **kw)
+        bare.append(store_b.claim_epoch(TID))      # the other replacement reaches the log first
+        return lease
+    coord.acquire = acquire_then_race
+    try:
+        with pytest.raises(LeaseLostError) as lost:
+            take_ownership(coord, store_a, TID, "A", ttl_s=30)
+        assert lost.value.owner_epoch == 1 == bare[0] and store_a.fence(TID) == 1
+        assert coord.current(TID).released                     # not left blocking the next owner
+        TrajectoryLog(store_b, TID, owner_epoch=1).append(task())
+        coord.acquire = grant
+        lease = take_ownership(coord, store_a, TID, "C", ttl_s=30)   # no wait for A's ttl
+        assert lease.owner_epoch == 2 and store_a.fence(TID) == 2
+    finally:
+        store_b.close()
+        store_a.close()
+
+
+def test_take_ownership_gives_the_grant_back_when_the_log_refuses_the_fence(tmp_path, coord):
+    """Fault model: the log cannot take the fence (here: opened read-only). Invariant: ownership
+    is not established, and the grant does not block the next claimant for its whole ttl."""
+    make_store("sqlite", tmp_path).close()
+    ro = SQLiteStore.open(tmp_path / "log.sqlite", read_only=True)
+    try:
+        with pytest.raises(StoreReadOnlyError):
+            take_ownership(coord, ro, TID, "A", ttl_s=30)
+    finally:
+        ro.close()
+    assert coord.current(TID).released
+    assert coord.acquire(TID, "B", ttl_s=30).owner_epoch == 2
 
 
 # ------------------------------------------------------------------------------------------------

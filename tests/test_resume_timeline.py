@@ -367,6 +367,205 @@ def test_timed_resume_checks_its_arguments_before_touching_anything(tmp_path):
         store.close()
 
 
+def _coord_and_store(tmp_path):
+    path, blobs, _, _ = _build(tmp_path)
+    return SQLiteStore.open(path), blobs, SQLiteOwnershipCoordinator.open(tmp_path / "leases.sqlite")
+
+
+def test_timed_resume_refuses_bad_arguments_before_taking_ownership(tmp_path):
+    """Fault model: a caller passes a workspace destination that holds files (or lies under a
+    file), a clock that does not return a finite time, or a store/blob store of the wrong type.
+    Invariant: arguments are checked before anything is owned. Goal: ConfigError with no lease
+    granted, no fence moved and the destination untouched."""
+    store, blobs, coord = _coord_and_store(tmp_path)
+    full = tmp_path / "full"
+    full.mkdir()
+    (full / "keep.txt").write_text("precious")
+    a_file = tmp_path / "a_file"
+    a_file.write_text("x")
+    fence = store.fence(TID)
+    cases = [
+        ({"workspace_dest": full}, "not an empty directory"),
+        ({"workspace_dest": a_file}, "not an empty directory"),
+        ({"workspace_dest": a_file / "sub"}, "not a directory"),
+        ({"workspace_dest": 5}, "workspace_dest"),
+        ({"clock": lambda: math.nan}, "finite"),
+        ({"clock": lambda: "now"}, "finite"),
+        ({"clock": lambda: 10**400}, "finite"),
+        ({"blobs": str(tmp_path / "blobs")}, "BlobStore"),
+        ({"must_survive": "meteor_strike"}, "must_survive"),
+    ]
+    try:
+        for kw, match in cases:
+            kw = {"blobs": blobs, **kw}
+            with pytest.raises(ConfigError, match=match):
+                timed_resume(store, TID, coordinator=coord, owner_id="A", **kw)
+        for bad_store in (None, str(tmp_path / "log.sqlite")):
+            with pytest.raises(ConfigError, match="LogStore"):
+                timed_resume(bad_store, TID, coordinator=coord)
+        assert coord.current(TID) is None and store.fence(TID) == fence
+        assert _files(full) == {"keep.txt": b"precious"} and not (a_file.is_dir())
+        # the same call with an absent destination goes through
+        r = timed_resume(store, TID, blobs=blobs, coordinator=coord, owner_id="A", workspace_dest=tmp_path / "new")
+        assert r.owner_epoch == fence + 1 and _files(tmp_path / "new") == FILES_NOW
+    finally:
+        coord.close()
+        store.close()
+
+
+class ClockGoingBad:
+    """Finite readings for ``good`` calls, then NaN."""
+
+    def __init__(self, good: int):
+        self.good, self.calls = good, 0
+
+    def __call__(self) -> float:
+        self.calls += 1
+        return float(self.calls) if self.calls <= self.good else math.nan
+
+
+def test_timed_resume_gives_its_lease_back_when_a_later_stage_fails(tmp_path):
+    """Fault model: after the lease was granted and fenced, the reconcile callable raises, or
+    the clock stops returning finite times. Invariant: the failed resume keeps no claim that
+    blocks the next replacement. Goal: the error propagates, the lease is released (its epoch
+    stays the log's fence), and the next owner is granted at once with a newer epoch."""
+    store, blobs, coord = _coord_and_store(tmp_path)
+
+    def boom(gate):
+        raise RuntimeError("the executor query failed")
+    try:
+        with pytest.raises(RuntimeError, match="executor query"):
+            timed_resume(store, TID, blobs=blobs, coordinator=coord, owner_id="A", reconcile=boom)
+        first = coord.current(TID)
+        assert first.owner_id == "A" and first.released and store.fence(TID) == first.owner_epoch
+        with pytest.raises(ConfigError, match="finite"):   # readings 1-5: availability and ownership
+            timed_resume(store, TID, blobs=blobs, coordinator=coord, owner_id="B", clock=ClockGoingBad(5))
+        second = coord.current(TID)
+        assert second.owner_id == "B" and second.released and second.owner_epoch == first.owner_epoch + 1
+        r = timed_resume(store, TID, blobs=blobs, coordinator=coord, owner_id="C")   # no LeaseHeldError
+        assert r.owner_epoch == second.owner_epoch + 1 and not coord.current(TID).released
+    finally:
+        coord.close()
+        store.close()
+
+
+def test_two_timed_resumes_racing_without_a_coordinator_never_share_an_epoch(tmp_path):
+    """Fault model: two replacement workers resume the same SQLite log at once, without a
+    coordinator, each on its own connection (as two processes). Every read of the fence waits
+    for the other replacement's, which pins the interleaving in which both read the fence
+    before either installs. Invariant: no two owners hold one epoch. Goal: the epochs differ,
+    and the one with the older epoch is fenced out of the log."""
+    import threading
+
+    path, _, _, _ = _build(tmp_path)
+    barrier = threading.Barrier(2)
+    results: dict[str, tuple[int, SQLiteStore]] = {}
+    errors: list[BaseException] = []
+
+    def worker(name):
+        st = SQLiteStore.open(path)
+        read = st.fence
+
+        def fence(tid):
+            value = read(tid)
+            try:
+                barrier.wait(2.0)
+            except threading.BrokenBarrierError:
+                pass
+            return value
+        st.fence = fence
+        try:
+            blobs = DirectoryBlobStore(str(tmp_path / "blobs"))
+            results[name] = (timed_resume(st, TID, blobs=blobs).owner_epoch, st)
+        except BaseException as exc:   # noqa: BLE001 - reported by the assertion below
+            errors.append(exc)
+            st.close()
+
+    threads = [threading.Thread(target=worker, args=(n,)) for n in "AB"]
+    [t.start() for t in threads]
+    [t.join(60) for t in threads]
+    try:
+        assert not errors and sorted(e for e, _ in results.values()) == [1, 2]
+        older = min(results, key=lambda n: results[n][0])
+        newer = "B" if older == "A" else "A"
+        epoch, st = results[older]
+        with pytest.raises(StaleOwnerError):
+            TrajectoryLog(st, TID, must_survive="host_crash", owner_epoch=epoch).append(intent(op="late"))
+        epoch, st = results[newer]
+        TrajectoryLog(st, TID, must_survive="host_crash", owner_epoch=epoch).append(intent(op="next"))
+    finally:
+        for _, st in results.values():
+            st.close()
+
+
+# ------------------------------------------------------------------------------------------------
+# timelines from data: inconsistent or mistyped input is refused
+# ------------------------------------------------------------------------------------------------
+
+BASE = ResumeTimeline.from_durations({n: 0.1 for n in STAGE_NAMES[:-1]}, prefill=PrefillModel(100, 0, 1000.0))
+
+
+def _stage(d, name):
+    return next(s for s in d["stages"] if s["name"] == name)
+
+
+@pytest.mark.parametrize("mutate, match", [
+    (lambda d: _stage(d, "prefill").update(end_s=_stage(d, "prefill")["start_s"] + 50.0), "disagree"),
+    (lambda d: _stage(d, "prefill").update(measured=True), "cannot be measured"),
+    (lambda d: _stage(d, "ownership").update(measured="false"), "measured"),
+    (lambda d: _stage(d, "ownership").update(measured=1), "measured"),
+    (lambda d: _stage(d, "ownership").update(detail=None), "detail"),
+    (lambda d: _stage(d, "ownership").update(detail=7), "detail"),
+    (lambda d: d.update(clock=None), "clock"),
+    (lambda d: d.update(clock=5), "clock"),
+    (lambda d: _stage(d, "ownership").update(start_s=-1e6), "start_s"),
+    (lambda d: _stage(d, "ownership").update(end_s=math.inf), "end_s"),
+    (lambda d: _stage(d, "ownership").update(end_s=1e300), "end_s"),
+    (lambda d: _stage(d, "ownership").update(start_s=10**400), "start_s"),
+    (lambda d: d["prefill"].update(no_prefill_reason="paused"), "no tokens"),
+    (lambda d: d["prefill"].update(prefill_s=3.0), "disagrees"),
+    (lambda d: d["prefill"].update(prefill_tokens_per_s=10**400), "prefill_tokens_per_s"),
+    (lambda d: _stage(d, "fold").update(depends_on=None), "depends_on"),
+    (lambda d: _stage(d, "fold").update(depends_on=5), "depends_on"),
+    (lambda d: _stage(d, "fold").update(depends_on="checkpoint_suffix_read"), "depends_on"),
+    (lambda d: _stage(d, "fold").update(depends_on=[3]), "depends_on"),
+    (lambda d: d.update(availability_s=10**400), "availability_s"),
+])
+def test_timeline_from_dict_refuses_inconsistent_or_mistyped_data(mutate, match):
+    import json
+
+    d = json.loads(json.dumps(BASE.to_dict()))
+    assert ResumeTimeline.from_dict(d) == BASE
+    mutate(d)
+    with pytest.raises(ConfigError, match=match):
+        ResumeTimeline.from_dict(d)
+
+
+def test_bad_arguments_to_the_timeline_api_are_config_errors():
+    durations = {n: 0.1 for n in STAGE_NAMES}
+    for call, match in [
+        (lambda: PrefillModel(100, 0, 10**400), "prefill_tokens_per_s"),
+        (lambda: PrefillModel(10**12, 0, 1e-6), "too small"),              # 1e18 s: finite, but absurd
+        (lambda: ResumeTimeline.from_durations(durations, prefill="x"), "PrefillModel"),
+        (lambda: ResumeTimeline.from_durations(None), "durations_s"),
+        (lambda: ResumeTimeline.from_durations(durations, measured="yes"), "measured"),
+        (lambda: ResumeTimeline.from_durations(durations, measured={"fold": "yes"}), "measured"),
+        (lambda: ResumeTimeline.from_durations(durations, depends_on={"fold": "ownership"}), "depends_on"),
+        (lambda: ResumeTimeline.from_durations(durations, details={"nowhere": "x"}), "unknown stage"),
+        (lambda: ResumeTimeline.from_durations({**durations, "fold": 10**400}), "fold"),
+        (lambda: ResumeTimeline(None), "list or tuple"),
+        (lambda: ResumeTimeline("stages"), "list or tuple"),
+        (lambda: Stage("reconciliation", 0, 1, "fold"), "depends_on"),
+        (lambda: Stage("fold", 0, 1, measured=None), "measured"),
+    ]:
+        with pytest.raises(ConfigError, match=match):
+            call()
+    # a list of names is still fine, and becomes a tuple
+    assert Stage("reconciliation", 0, 1, ["fold", "ownership"]).depends_on == ("fold", "ownership")
+    paused = ResumeTimeline.from_durations({n: 0.1 for n in STAGE_NAMES[:-1]}, prefill=PrefillModel.none("paused"))
+    assert ResumeTimeline.from_dict(paused.to_dict()) == paused
+
+
 # ------------------------------------------------------------------------------------------------
 # the widget
 # ------------------------------------------------------------------------------------------------
@@ -447,6 +646,37 @@ def test_widget_on_a_resume_without_prefill_says_so_until_a_given_moves():
         ResumeTimelineView({"stages": []})
     with pytest.raises(ConfigError):
         ResumeTimelineView(tl, context_tokens=-5)
+
+
+@pytest.mark.parametrize("givens, name", [
+    ({"context_tokens": 10**12, "cached_prefix_tokens": 0, "prefill_tokens_per_s": 1e-296}, "context_tokens"),
+    ({"prefill_tokens_per_s": 1e-296}, "prefill_tokens_per_s"),
+    ({"prefill_tokens_per_s": 0.5}, "prefill_tokens_per_s"),
+    ({"context_tokens": 10**8 + 1}, "context_tokens"),
+])
+def test_widget_refuses_givens_that_make_the_prefill_absurd(givens, name):
+    """Givens the PrefillModel takes but that put the prefill at ~1e308 s (``inf ms`` in the
+    chart, non-JSON numbers in the synced traits) are refused like any out-of-range value."""
+    import json
+
+    from widgets import ResumeTimelineView
+
+    for draw in (False, True):
+        w = ResumeTimelineView(ResumeTimeline.from_durations(HAND, prefill=PREFILL), draw_svg=draw)
+        before = {n: getattr(w, n) for n in ("context_tokens", "cached_prefix_tokens", "prefill_tokens_per_s")}
+        readout, revision = dict(w.readout), w.revision
+        if len(givens) == 1:
+            setattr(w, *next(iter(givens.items())))
+        else:
+            assert not w.update(**givens)
+        assert name in w.error and "kept the previous value" in w.error
+        assert {n: getattr(w, n) for n in before} == before and w.readout == readout and w.revision == revision
+        for trait in ("stages", "chart_spec", "readout"):
+            json.dumps(getattr(w, trait), allow_nan=False)
+    # the edges are taken
+    w = ResumeTimelineView(ResumeTimeline.from_durations(HAND, prefill=PREFILL), draw_svg=False)
+    assert w.update(context_tokens=10**8, cached_prefix_tokens=0, prefill_tokens_per_s=1.0)
+    assert w.readout["durations_s"]["prefill"] == 1e8 and math.isfinite(w.readout["serial_sum_s"] * 1e3)
 
 
 def test_worker_refuses_bad_prefill_givens_before_reading_anything(tmp_path, capsys):

@@ -253,3 +253,139 @@ def test_a_long_lived_read_only_sqlite_reader_sees_writers_that_came_and_went(tm
     assert ro.head("traj-a") == 2 and ro.trajectories() == ["traj-a", "traj-b"]
     assert [e.sequence_number for e in ro.read("traj-a")] == [1, 2]
     ro.close()
+
+
+# --- claiming an epoch atomically (§11.5.1: no two owners with one epoch) ---------------------
+
+def test_claim_epoch_installs_a_strictly_newer_epoch_in_every_store(any_store):
+    """claim_epoch() is fence + 1; a given epoch is installed only if strictly newer (unlike
+    install_fence, which takes the current epoch again); bad arguments change nothing."""
+    from kernel_lib.errors import StoreError
+
+    assert any_store.claim_epoch("traj-a") == 1 and any_store.fence("traj-a") == 1
+    assert any_store.claim_epoch("traj-a") == 2
+    any_store.install_fence("traj-a", 2)                       # install_fence accepts an equal epoch
+    with pytest.raises(StaleOwnerError, match="owner_epoch=2"):
+        any_store.claim_epoch("traj-a", 2)                     # claim_epoch never does
+    with pytest.raises(StaleOwnerError):
+        any_store.claim_epoch("traj-a", 1)
+    assert any_store.claim_epoch("traj-a", 7) == 7 and any_store.fence("traj-a") == 7
+    for tid, epoch in (("", None), (None, None), ("traj-a", 0), ("traj-a", True), ("traj-a", 2**63), ("traj-a", 8.0)):
+        with pytest.raises(StoreError):
+            any_store.claim_epoch(tid, epoch)
+    assert any_store.fence("traj-a") == 7
+    with pytest.raises(StaleOwnerError):                       # an append under the old epoch is fenced
+        any_store.append(ev(task(), 1, epoch=6), tier_of(any_store))
+    assert any_store.claim_epoch("traj-b") == 1                # per trajectory
+
+
+def test_claim_epoch_is_durable_and_refused_read_only(durable_store_kind, tmp_path):
+    from kernel_lib.errors import StoreReadOnlyError
+    from kernel_lib.log import open_store
+
+    s = make_store(durable_store_kind, tmp_path)
+    assert s.claim_epoch("traj-a") == 1
+    s.close()
+    path = tmp_path / ("log.sqlite" if durable_store_kind == "sqlite" else "seglog")
+    ro = open_store(durable_store_kind, path, read_only=True)
+    assert ro.fence("traj-a") == 1
+    with pytest.raises(StoreReadOnlyError):
+        ro.claim_epoch("traj-a")
+    ro.close()
+    s = make_store(durable_store_kind, tmp_path)
+    assert s.claim_epoch("traj-a") == 2
+    s.close()
+
+
+def _racing_handles(kind, tmp_path):
+    """Two handles on one log, as two claimants would hold: two SQLite connections; the segment
+    log admits one writer per directory, so its claimants share the store object."""
+    if kind == "memory":
+        s = MemoryStore()
+        return [s, s]
+    if kind == "segment":
+        s = make_store(kind, tmp_path)
+        return [s, s]
+    return [SQLiteStore.open(tmp_path / "log.sqlite") for _ in range(2)]
+
+
+@pytest.mark.parametrize("kind", ["memory", "sqlite", "segment"])
+def test_two_claimants_reading_the_fence_together_never_share_an_epoch(kind, tmp_path):
+    """Fault: two replacement workers claim the trajectory at the same moment, without a
+    coordinator. The handles' ``fence``/``install_fence`` are instrumented so that a claimant
+    going through them must read the fence together with the other before either installs (the
+    interleaving that gave both owner_epoch=1). Invariant: claim_epoch reads and installs in one
+    step, so the two epochs differ and the older owner's append is fenced."""
+    import threading
+
+    handles = _racing_handles(kind, tmp_path)
+    barrier = threading.Barrier(2)
+
+    def instrument(store):
+        read = store.fence
+
+        def fence(tid):
+            value = read(tid)
+            try:
+                barrier.wait(1.0)     # wait for the other claimant to have read it too
+            except threading.BrokenBarrierError:
+                pass
+            return value
+        store.fence = fence
+
+    for h in {id(h): h for h in handles}.values():
+        instrument(h)
+    got: dict[int, int] = {}
+    errors: list[BaseException] = []
+
+    def claim(i):
+        try:
+            got[i] = handles[i].claim_epoch("traj-a")
+        except BaseException as exc:   # noqa: BLE001 - reported by the assertion below
+            errors.append(exc)
+    threads = [threading.Thread(target=claim, args=(i,)) for i in range(2)]
+    [t.start() for t in threads]
+    [t.join(30) for t in threads]
+    try:
+        assert not errors and sorted(got.values()) == [1, 2]
+        loser = min(got, key=got.get)
+        with pytest.raises(StaleOwnerError):
+            handles[loser].append(ev(task(), 1, epoch=got[loser]), tier_of(handles[loser]))
+        handles[1 - loser].append(ev(task(), 1, epoch=got[1 - loser]), tier_of(handles[1 - loser]))
+    finally:
+        for h in {id(h): h for h in handles}.values():
+            h.close()
+
+
+_CLAIMER = """
+import json, sys
+from kernel_lib.log import SQLiteStore
+s = SQLiteStore.open(sys.argv[1])
+print(json.dumps([s.claim_epoch("traj-a") for _ in range(int(sys.argv[2]))]))
+s.close()
+"""
+
+
+def test_claim_epoch_from_several_processes_hands_out_each_epoch_once(tmp_path):
+    """Three processes claim 15 epochs each on one SQLite log at once: every claim is one BEGIN
+    IMMEDIATE transaction, so the 45 epochs are exactly 1..45, none twice."""
+    import json
+    import subprocess
+    import sys
+
+    path = tmp_path / "log.sqlite"
+    SQLiteStore.open(path).close()
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    procs = [subprocess.Popen([sys.executable, "-c", _CLAIMER, str(path), "15"], stdout=subprocess.PIPE, text=True,
+                              cwd=root) for _ in range(3)]
+    claimed = []
+    for p in procs:
+        out, _ = p.communicate(timeout=120)
+        assert p.returncode == 0
+        claimed += json.loads(out)
+    assert sorted(claimed) == list(range(1, 46))
+    s = SQLiteStore.open(path)
+    assert s.fence("traj-a") == 45
+    s.close()

@@ -20,9 +20,12 @@ Givens (number boxes, synced traits): ``context_tokens``, ``cached_prefix_tokens
 ``prefill_tokens_per_s`` of the :class:`~kernel_lib.resume.PrefillModel`. Changing one recomputes
 the prefill stage and both totals; the measured stages never change. A value the model refuses (a
 negative or fractional count, a cached prefix longer than the context, a rate that is zero,
-negative, NaN or infinite, an empty box, text) is not applied: ``error`` says why and the trait goes
-back to its previous value. Nothing raises into the notebook. To move two givens at once (e.g. a
-shorter context with a shorter cached prefix) use :meth:`ResumeTimelineView.update`.
+negative, NaN or infinite, an empty box, text), or one outside the widget's range (a count above
+:data:`MAX_GIVEN_TOKENS`, a rate below :data:`MIN_GIVEN_RATE` tokens/s: together they keep the
+prefill under about three years, so every figure shown stays a plain finite number), is not
+applied: ``error`` says why and the trait goes back to its previous value. Nothing raises into
+the notebook. To move two givens at once (e.g. a shorter context with a shorter cached prefix)
+use :meth:`ResumeTimelineView.update`.
 
 If the resume needed no prefill (inspection only, or a paused trajectory), the widget first shows
 it that way and says so in ``notice``; changing a given then models a prefill from those numbers.
@@ -60,6 +63,11 @@ GIVENS: dict[str, tuple[str, str, bool]] = {
     "prefill_tokens_per_s": ("prefill throughput", "tokens/s", False),
 }
 
+#: Largest token count the widget takes for a given (a context far beyond any model's).
+MAX_GIVEN_TOKENS = 10 ** 8
+#: Smallest prefill throughput the widget takes, tokens per second.
+MIN_GIVEN_RATE = 1.0
+
 SERIAL = "serial: stages end to end (eq. 7 sum)"
 OVERLAPPED = "overlapped: earliest start after dependencies"
 COLORS = {MEASURED_LABEL: "#1f77b4", PREFILL_LABEL: "#ff7f0e", NOT_RUN_LABEL: "#bbbbbb",
@@ -90,15 +98,22 @@ def _plain(name: str, value: Any) -> int | float:
         raise ConfigError(f"{name} must be finite, got {_short(value)}")
     if whole:
         if isinstance(value, Integral):
-            return int(value)
-        if as_float.is_integer():
-            return int(as_float)
-        raise ConfigError(f"{name} must be a whole number of tokens, got {_short(value)}")
+            count = int(value)
+        elif as_float.is_integer():
+            count = int(as_float)
+        else:
+            raise ConfigError(f"{name} must be a whole number of tokens, got {_short(value)}")
+        if count > MAX_GIVEN_TOKENS:
+            raise ConfigError(f"{name} must be at most {MAX_GIVEN_TOKENS:,} tokens, got {count:,}")
+        return count
+    if as_float < MIN_GIVEN_RATE:
+        raise ConfigError(f"{name} must be at least {MIN_GIVEN_RATE:g} token/s, got {_short(value)}")
     return as_float
 
 
 def prefill_from(givens: dict[str, Any]) -> PrefillModel:
-    """The :class:`PrefillModel` of the three givens. Raises ConfigError naming a bad one."""
+    """The :class:`PrefillModel` of the three givens. Raises ConfigError naming a bad one
+    (including a count above :data:`MAX_GIVEN_TOKENS` or a rate below :data:`MIN_GIVEN_RATE`)."""
     vals = {n: _plain(n, givens[n]) for n in GIVENS}
     return PrefillModel(vals["context_tokens"], vals["cached_prefix_tokens"], vals["prefill_tokens_per_s"])
 
@@ -273,7 +288,8 @@ class ResumeTimelineView(anywidget.AnyWidget):
 
     Raises:
         ConfigError: ``timeline`` is not a ResumeTimeline, an unknown given, or starting givens the
-            prefill model refuses (after construction, bad values only set ``error``).
+            prefill model or the widget's range refuses (after construction, bad values only set
+            ``error``).
     """
 
     _esm = _ESM

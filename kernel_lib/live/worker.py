@@ -1,5 +1,8 @@
 """The worker process and the replacement worker (§11.1, §11.3.2, §11.5.3).
 
+This is the internal entry point the live worksheet's controller starts as a child process; users
+run ``python -m kernel_lib worksheet ...``.
+
 ``python -m kernel_lib.live.worker --store KIND --store-path PATH --executor-url URL
 --public-key FILE --snapshot-digest HEX [--pause-at EVENTTYPE --marker FILE]`` runs the repair
 trajectory through the dispatch gate: TaskStarted; a model call to the seeded stand-in (recorded
@@ -14,7 +17,9 @@ durable (the gate's ``on_position`` hook), the worker atomically writes ``--mark
 ``{"paused_at", "log_position", "pid"}``, prints ``paused at position N``, and blocks until it is
 killed (the crash controller sends a real SIGKILL).
 
-``--recover``: the replacement worker. It takes ownership (installs owner_epoch + 1 as the fence),
+``--recover``: the replacement worker. It takes ownership (claims the log's fence + 1 as its
+owner_epoch, read and installed in one atomic step of the store, so two replacements racing
+without a coordinator never share an epoch),
 folds the surviving log and reports the record it rebuilt (``recovered``: operations with status
 and attempt id, budget with the held reservations, the table 3 conclusion per operation) — it
 invents no outcome. With ``--reconcile`` it then queries the executor by operation id for every
@@ -33,6 +38,13 @@ the log names is verified and copied into a fresh directory under ``--restore-ro
 computed from the ``--prefill-*`` givens, never measured. Without ``--reconcile`` the replacement
 only inspects: ownership, workspace and reconciliation are reported as not run and no prefill is
 needed.
+
+Arguments are checked before anything is read or owned: ``--restore-root`` and
+``--workspace-snapshot`` must be existing directories, ``--inbox`` must name a file in an existing
+directory that is absent or an SQLite result inbox (opened read-only to check), and with
+``--reconcile`` the ``--public-key`` must load. A bad value exits 2 with ``error: ...`` on stderr;
+no lease is taken and no fence moves. If anything fails once a lease was granted, the lease is
+released before the worker exits, so the next replacement need not wait out its ttl.
 
 Availability and ownership (§11.5.1). Before it folds anything the replacement proves the
 authoritative prefix complete (:func:`kernel_lib.ownership.check_available_at`, on a read-only
@@ -61,10 +73,12 @@ prints ``{"zombie": {...}}`` with what each boundary answered.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import os
 import signal
+import sqlite3
 import sys
 import tempfile
 import time
@@ -81,6 +95,7 @@ from ..dispatch import (
 )
 from ..errors import (
     AdmissionDenied,
+    ConfigError,
     DispatchWithheld,
     FencedRequestError,
     KernelError,
@@ -226,11 +241,18 @@ def _acquire(coord: SQLiteOwnershipCoordinator, store, args: argparse.Namespace,
 # ------------------------------------------------------------------------------------------------
 
 
+def _release_quietly(coord, lease) -> None:
+    """Give a lease back after a failure (the epoch stays fenced; only the wait is lifted)."""
+    if coord is not None and lease is not None:
+        with contextlib.suppress(KernelError):
+            coord.release(lease)
+
+
 def run_worker(args: argparse.Namespace) -> int:
     store = open_store(args.store, args.store_path)
     coord = _coordinator(args)
+    lease = None
     try:
-        lease = None
         if coord is not None:
             lease, _ = _acquire(coord, store, args, args.lease_wait_s)
         log = TrajectoryLog(store, args.trajectory, must_survive="host_crash",
@@ -289,6 +311,9 @@ def run_worker(args: argparse.Namespace) -> int:
         if lease is not None:
             coord.release(lease)
         return 0
+    except BaseException:
+        _release_quietly(coord, lease)
+        raise
     finally:
         store.close()
         if coord is not None:
@@ -501,7 +526,8 @@ def _ingest_inbox(args: argparse.Namespace, log: TrajectoryLog, gate: DispatchGa
     try:
         with ResultInbox(args.inbox, {EXECUTOR_ID: args.public_key}) as inbox:
             report = inbox.ingest(log, gate.record)
-    except KernelError as exc:   # an unreadable inbox settles nothing; the executor is asked instead
+    except (KernelError, sqlite3.Error, OSError) as exc:
+        # an unreadable inbox settles nothing; the executor is asked instead
         return {"path": args.inbox, "error": f"{type(exc).__name__}: {exc}", "outcomes": [], "settled": {}}
     outcomes = [dataclasses.asdict(o) for o in report.outcomes]
     settled = {}
@@ -514,8 +540,66 @@ def _ingest_inbox(args: argparse.Namespace, log: TrajectoryLog, gate: DispatchGa
     return {"path": args.inbox, "outcomes": outcomes, "settled": settled}
 
 
+def _check_directory(option: str, value: str) -> None:
+    path = Path(value)
+    if not path.exists():
+        raise ConfigError(f"{option} {value}: no such directory")
+    if not path.is_dir():
+        raise ConfigError(f"{option} {value}: not a directory")
+
+
+def check_inbox_path(value: str) -> None:
+    """ConfigError unless ``value`` can be the durable result inbox: a path in an existing
+    directory that is not itself a directory and is either absent (the inbox is then created
+    empty) or an SQLite database holding the inbox's ``completions`` table (or no table yet).
+    An existing file is opened read-only to check it; nothing is created or changed."""
+    path = Path(value)
+    parent = path.parent if str(path.parent) else Path(".")
+    if not parent.is_dir():
+        raise ConfigError(f"--inbox {value}: its directory {parent} does not exist")
+    if path.is_dir():
+        raise ConfigError(f"--inbox {value}: is a directory, not an SQLite inbox file")
+    if not path.exists():
+        return
+    try:
+        db = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
+        try:
+            tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        finally:
+            db.close()
+    except sqlite3.Error as exc:
+        raise ConfigError(f"--inbox {value}: not a readable SQLite result inbox ({exc})") from None
+    if tables and "completions" not in tables:
+        raise ConfigError(f"--inbox {value}: an SQLite database without the inbox's 'completions' table "
+                          f"(it holds {sorted(tables)[:5]}); refusing to use it as the result inbox")
+
+
+def check_recover_args(args: argparse.Namespace) -> None:
+    """The replacement's path arguments, checked before anything is read or owned (module
+    docstring). Raises ConfigError."""
+    if args.restore_root:
+        _check_directory("--restore-root", args.restore_root)
+    if args.workspace_snapshot:
+        _check_directory("--workspace-snapshot", args.workspace_snapshot)
+    if args.inbox:
+        check_inbox_path(args.inbox)
+
+
+def _public_key(args: argparse.Namespace):
+    """The executor's public key for reconciliation, loaded before ownership. Raises ConfigError."""
+    if not args.public_key:
+        raise ConfigError("--recover --reconcile needs --public-key (the executor's Ed25519 public key) to "
+                          "authenticate completion records")
+    try:
+        return load_public_key(args.public_key)
+    except (OSError, ValueError, TypeError) as exc:
+        raise ConfigError(f"--public-key {args.public_key}: not an Ed25519 public key file or hex "
+                          f"({type(exc).__name__}: {exc})") from None
+
+
 def run_recover(args: argparse.Namespace) -> int:
     prefill = prefill_model(args)               # refuse bad givens before anything is read
+    check_recover_args(args)
     timer = StageTimer()
     blobs = None
     if args.blobs:
@@ -529,12 +613,17 @@ def run_recover(args: argparse.Namespace) -> int:
                           "reconciled": None, "model": {}}, sort_keys=True), flush=True)
         print("error: reconstruction unavailable: " + "; ".join(availability.reasons), file=sys.stderr)
         return 3
+    key = _public_key(args) if args.reconcile else None     # before ownership, like every argument
     store = open_store(args.store, args.store_path)
-    coord = _coordinator(args)
+    lease = None
+    client = None
+    try:
+        coord = _coordinator(args)
+    except BaseException:
+        store.close()
+        raise
     try:
         ownership: dict[str, Any] | None = None
-        lease = None
-        client = None
         new_epoch = 0
         if args.reconcile:
             # ownership first: once the fence is in, no older owner extends the log (reading it for
@@ -546,9 +635,8 @@ def run_recover(args: argparse.Namespace) -> int:
                     new_epoch = lease.owner_epoch
                     ownership = {"lease": lease.to_dict(), "waited_for_lease_s": round(waited, 3),
                                  "log_fence": store.fence(args.trajectory)}
-                else:
-                    new_epoch = store.fence(args.trajectory) + 1
-                    store.install_fence(args.trajectory, new_epoch)
+                else:   # read the fence and install the next epoch in one atomic step of the store
+                    new_epoch = store.claim_epoch(args.trajectory)
                 executor_fence = install_executor_fence(client, args.executor_url, args.trajectory, new_epoch)
                 if ownership is not None:
                     ownership["executor_fence"] = executor_fence
@@ -591,7 +679,6 @@ def run_recover(args: argparse.Namespace) -> int:
                 log = TrajectoryLog(store, args.trajectory, must_survive="host_crash", owner_epoch=new_epoch)
                 gate = DispatchGate(log, policy(), record=recovered_rec,
                                     fence_check=LeaseCheck(coord, lease) if lease else None)
-                key = load_public_key(args.public_key)
                 actions: dict[str, Any] = {}
                 inbox_view = _ingest_inbox(args, log, gate) if args.inbox else None
                 if inbox_view is not None:
@@ -628,6 +715,9 @@ def run_recover(args: argparse.Namespace) -> int:
             coord.release(lease)
         print(json.dumps(out, sort_keys=True), flush=True)
         return 0
+    except BaseException:
+        _release_quietly(coord, lease)
+        raise
     finally:
         if client is not None:
             client.close()
@@ -637,39 +727,64 @@ def run_recover(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="python -m kernel_lib.live.worker", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--store", choices=["sqlite", "segment"], required=True)
-    ap.add_argument("--store-path", required=True)
-    ap.add_argument("--trajectory", default=TRAJECTORY)
-    ap.add_argument("--executor-url", required=False)
-    ap.add_argument("--public-key", help="file with the executor's Ed25519 public key (hex)")
+    ap = argparse.ArgumentParser(
+        prog="python -m kernel_lib.live.worker",
+        description="The worker and the replacement worker of the live worksheet (§11.1, §11.3.2, §11.5.3). "
+                    "This is the internal entry point the worksheet's controller starts as a child process; "
+                    "to run the worksheet, use `python -m kernel_lib worksheet ...`. Without --recover it runs the "
+                    "repair trajectory through the dispatch gate; with --recover it is the replacement that folds "
+                    "the surviving log (and, with --reconcile, takes ownership and settles in-doubt operations), "
+                    "printing one JSON object on stdout. Bad arguments exit 2 with `error: ...` on stderr.")
+    ap.add_argument("--store", choices=["sqlite", "segment"], required=True,
+                    help="kind of the durable log store holding the trajectory")
+    ap.add_argument("--store-path", required=True,
+                    help="the log: the SQLite file (--store sqlite) or the segment directory (--store segment)")
+    ap.add_argument("--trajectory", default=TRAJECTORY,
+                    help="id of the trajectory to run or recover (default %(default)s)")
+    ap.add_argument("--executor-url", required=False,
+                    help="base URL of the executor service (e.g. http://127.0.0.1:PORT); needed in worker mode, and "
+                         "by --recover --reconcile to install its fence and query in-doubt operations")
+    ap.add_argument("--public-key", help="file with the executor's Ed25519 public key (hex); needed in worker mode "
+                                         "and by --recover --reconcile to authenticate completion records")
     ap.add_argument("--snapshot-digest", help="digest of ws_r18 (worker mode; with --recover it must be the one the "
                                               "log names)")
-    ap.add_argument("--seed", type=int, default=0, help="the model stand-in's seed")
-    ap.add_argument("--fresh-seed", type=int, default=None, help="--recover: seed of the fresh re-prompt sample")
+    ap.add_argument("--seed", type=int, default=0, help="the model stand-in's seed (default %(default)s)")
+    ap.add_argument("--fresh-seed", type=int, default=None,
+                    help="--recover: seed of the fresh re-prompt sample (default: --seed + 1)")
     ap.add_argument("--pause-at", choices=PAUSABLE, help="pause right after this event for test_r18 is durable")
-    ap.add_argument("--marker", help="file the pause marker is written to")
-    ap.add_argument("--poll-timeout-s", type=float, default=60.0)
-    ap.add_argument("--poll-interval-s", type=float, default=0.05)
+    ap.add_argument("--marker", help="file the worker writes (atomically) when it pauses at --pause-at or stalls "
+                                     "with --stall-after-dispatch; the controller waits for it")
+    ap.add_argument("--poll-timeout-s", type=float, default=60.0,
+                    help="worker mode: how long to poll the executor for test_r18's completion, seconds "
+                         "(default %(default)s)")
+    ap.add_argument("--poll-interval-s", type=float, default=0.05,
+                    help="seconds between two polls of the executor, in worker mode and during reconciliation "
+                         "(default %(default)s)")
     ap.add_argument("--recover", action="store_true", help="replacement worker: fold the surviving log")
     ap.add_argument("--reconcile", action="store_true", help="with --recover: reconcile in-doubt operations")
     ap.add_argument("--reconcile-timeout-s", type=float, default=30.0,
-                    help="how long reconciliation waits for a running job to finish")
+                    help="--recover --reconcile: how long reconciliation waits for a running job to finish, "
+                         "seconds (default %(default)s)")
     ap.add_argument("--coordinator", help="SQLite ownership coordinator file: take ownership by lease (§11.5.1)")
-    ap.add_argument("--owner-id", default=None, help="with --coordinator: this worker's claimant id")
-    ap.add_argument("--lease-ttl-s", type=float, default=30.0, help="with --coordinator: lease term (seconds)")
+    ap.add_argument("--owner-id", default=None,
+                    help="with --coordinator: this worker's claimant id (default: worker-PID)")
+    ap.add_argument("--lease-ttl-s", type=float, default=30.0,
+                    help="with --coordinator: lease term, seconds (default %(default)s)")
     ap.add_argument("--lease-wait-s", type=float, default=30.0,
-                    help="with --coordinator: how long to wait for an earlier owner's lease to expire")
+                    help="with --coordinator: how long to wait for an earlier owner's lease to expire, seconds "
+                         "(default %(default)s)")
     ap.add_argument("--blobs", help="--recover: blob directory holding the log's checkpoint objects (verified "
                                     "before anything is folded)")
     ap.add_argument("--inbox", help="--recover --reconcile: the durable result inbox (SQLite file) the executor "
                                     "deposits signed completion records in; ingested before the executor is asked")
-    ap.add_argument("--release-lease", action="store_true", help="--recover: release the lease before exiting")
+    ap.add_argument("--release-lease", action="store_true",
+                    help="--recover: release the lease before exiting (it is always released when the replacement "
+                         "fails)")
     ap.add_argument("--workspace-snapshot", help="--recover --reconcile: the ws_r18 snapshot directory; the resume "
                                                  "verifies it against the digest the log names and copies it into "
                                                  "a fresh directory (the workspace_restore stage)")
-    ap.add_argument("--restore-root", help="--recover: where the fresh workspace directory is made (default: the "
-                                           "directory of the log)")
+    ap.add_argument("--restore-root", help="--recover: an existing directory in which the fresh workspace directory "
+                                           "is made (default: the directory of the log)")
     ap.add_argument("--prefill-context-tokens", type=int, default=DEFAULT_PREFILL[0],
                     help="--recover: tokens of the next model call's context, for the computed prefill stage "
                          "(a given, not a measurement; default %(default)s)")

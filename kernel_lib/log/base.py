@@ -220,6 +220,39 @@ def check_fence_args(trajectory_id: str, owner_epoch: int) -> None:
                          f"{owner_epoch!r} for {trajectory_id!r}")
 
 
+def check_claim_args(trajectory_id: str, owner_epoch: "int | None") -> None:
+    """Check the arguments of :meth:`LogStore.claim_epoch`.
+
+    Raises:
+        StoreError: ``trajectory_id`` is not a non-empty string, or ``owner_epoch`` is neither None
+            nor an int (bool excluded) with ``1 <= owner_epoch <= MAX_OWNER_EPOCH``.
+    """
+    if not isinstance(trajectory_id, str) or not trajectory_id:
+        raise StoreError(f"claim_epoch needs a non-empty trajectory id, got {trajectory_id!r}")
+    if owner_epoch is not None and (type(owner_epoch) is not int or not 1 <= owner_epoch <= MAX_OWNER_EPOCH):
+        raise StoreError(f"claim_epoch takes None or an int owner_epoch with 1 <= owner_epoch < 2**63, got "
+                         f"{owner_epoch!r} for {trajectory_id!r}")
+
+
+def next_claimed_epoch(trajectory_id: str, owner_epoch: "int | None", current: int) -> int:
+    """The epoch :meth:`LogStore.claim_epoch` installs over the fence ``current``: ``current + 1``
+    when ``owner_epoch`` is None, else ``owner_epoch`` if it is strictly newer than ``current``.
+
+    Raises:
+        StaleOwnerError: ``owner_epoch`` is not newer than ``current`` (another claimant reached
+            the log first, or the epoch was already claimed).
+        StoreError: the fence is already at :data:`MAX_OWNER_EPOCH`.
+    """
+    if owner_epoch is None:
+        if current >= MAX_OWNER_EPOCH:
+            raise StoreError(f"cannot claim a new owner_epoch on {trajectory_id}: the fence is at 2**63 - 1")
+        return current + 1
+    if owner_epoch <= current:
+        raise StaleOwnerError(f"cannot claim owner_epoch={owner_epoch} on {trajectory_id}: the log has already seen "
+                              f"owner_epoch={current} (another claimant reached the log first)")
+    return owner_epoch
+
+
 def check_fence_not_older(trajectory_id: str, owner_epoch: int, current: int) -> None:
     """Raise StaleOwnerError if ``owner_epoch`` is older than the fence ``current`` (§11.5.1)."""
     if owner_epoch < current:
@@ -375,6 +408,26 @@ class LogStore(ABC):
             StoreError: bad arguments (see :func:`check_fence_args`).
             StoreReadOnlyError, StoreClosedError: opened read-only, or closed.
         """
+
+    def claim_epoch(self, trajectory_id: str, owner_epoch: "int | None" = None) -> int:
+        """Claim a new ownership generation for the trajectory in one atomic step and return it.
+
+        Reading the fence and installing it are one operation (one ``BEGIN IMMEDIATE``
+        transaction in SQLite, the store's lock in the segment and memory stores), and the epoch
+        installed is strictly newer than every epoch the log has seen: two claimants racing on
+        the same log, from two threads or two processes, never both get the same epoch. With
+        ``owner_epoch=None`` the epoch is the fence + 1; with an epoch (e.g. a lease's), that
+        epoch is installed only if it is newer than the fence. Contrast :meth:`install_fence`,
+        which also accepts the current epoch again.
+
+        Raises:
+            StaleOwnerError: ``owner_epoch`` is not newer than the fence (nothing installed).
+            StoreError: bad arguments (:func:`check_claim_args`), or a store that cannot claim
+                atomically (this default).
+            StoreReadOnlyError, StoreClosedError: opened read-only, or closed.
+        """
+        raise StoreError(f"store {self.name!r} cannot claim an owner_epoch atomically; use a store that implements "
+                         "claim_epoch")
 
     @abstractmethod
     def trajectories(self) -> list[str]:

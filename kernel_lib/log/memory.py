@@ -21,8 +21,10 @@ from .base import (
     StoredRef,
     decide_append,
     check_events,
+    check_claim_args,
     check_fence_args,
     check_fence_not_older,
+    next_claimed_epoch,
     read_bounds,
 )
 
@@ -93,6 +95,15 @@ class MemoryStore(LogStore):
             cur = self._fences.get(trajectory_id, 0)
             check_fence_not_older(trajectory_id, owner_epoch, cur)
             self._fences[trajectory_id] = owner_epoch
+
+    def claim_epoch(self, trajectory_id: str, owner_epoch: "int | None" = None) -> int:
+        """See :meth:`LogStore.claim_epoch`: read and raise the fence under the store's lock."""
+        check_claim_args(trajectory_id, owner_epoch)
+        with self._lock:
+            self._open()
+            epoch = next_claimed_epoch(trajectory_id, owner_epoch, self._fences.get(trajectory_id, 0))
+            self._fences[trajectory_id] = epoch
+            return epoch
 
     def trajectories(self) -> list[str]:
         with self._lock:

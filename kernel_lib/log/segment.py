@@ -141,8 +141,10 @@ from .base import (
     StoredRef,
     decide_append,
     check_events,
+    check_claim_args,
     check_fence_args,
     check_fence_not_older,
+    next_claimed_epoch,
     read_bounds,
 )
 from .fs import DirLock, FileHandle, FileSystem, OsFileSystem
@@ -734,18 +736,40 @@ class SegmentStore(LogStore):
             (an interrupt during the write or fdatasync likewise fails the store).
         """
         check_fence_args(trajectory_id, owner_epoch)
+
+        def decide(cur: int) -> int:
+            check_fence_not_older(trajectory_id, owner_epoch, cur)
+            return owner_epoch
+        self._set_fence(trajectory_id, decide)
+
+    def claim_epoch(self, trajectory_id: str, owner_epoch: "int | None" = None) -> int:
+        """See :meth:`LogStore.claim_epoch`: the fence is read, and the FENCE record written and
+        fdatasynced, under the store's lock (one process holds the directory's write lock, so
+        that lock serializes every claimant of this log).
+
+        Raises:
+            StoreError: bad arguments (:func:`~kernel_lib.log.base.check_claim_args`).
+            StaleOwnerError: ``owner_epoch`` is not newer than the current fence.
+            StoreFailedError, StoreReadOnlyError, StoreClosedError: as :meth:`install_fence`.
+        """
+        check_claim_args(trajectory_id, owner_epoch)
+        return self._set_fence(trajectory_id, lambda cur: next_claimed_epoch(trajectory_id, owner_epoch, cur))
+
+    def _set_fence(self, trajectory_id: str, decide) -> int:
+        """Under the lock: ``decide(current fence) -> new`` (it may raise), then write a FENCE
+        record for ``new`` and fdatasync it. Returns ``new``."""
         with self._lock:
             self._usable()
-            cur = self._fences.get(trajectory_id, 0)
-            check_fence_not_older(trajectory_id, owner_epoch, cur)
+            epoch = decide(self._fences.get(trajectory_id, 0))
             stage = "write"
             try:
-                self._write_records([(KIND_FENCE, _EPOCH.pack(owner_epoch) + trajectory_id.encode("utf-8"))])
+                self._write_records([(KIND_FENCE, _EPOCH.pack(epoch) + trajectory_id.encode("utf-8"))])
                 stage = "fdatasync"
                 self._sync()
-                self._fences[trajectory_id] = owner_epoch
+                self._fences[trajectory_id] = epoch
             except BaseException as exc:  # noqa: BLE001 - re-raised by _failing
                 self._failing(exc, stage)
+            return epoch
 
     # --- reads ---------------------------------------------------------------------------------
     def read(self, trajectory_id: str, start: int = 1, stop: int | None = None) -> Iterator[Event]:

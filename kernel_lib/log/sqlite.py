@@ -74,8 +74,10 @@ from .base import (
     StoredRef,
     check_append,
     check_events,
+    check_claim_args,
     check_fence_args,
     check_fence_not_older,
+    next_claimed_epoch,
     read_bounds,
 )
 
@@ -486,6 +488,30 @@ class SQLiteStore(LogStore):
             :meth:`append_batch`.
         """
         check_fence_args(trajectory_id, owner_epoch)
+
+        def decide(cur: int) -> int:
+            check_fence_not_older(trajectory_id, owner_epoch, cur)
+            return owner_epoch
+        self._set_fence(trajectory_id, decide, "install_fence")
+
+    def claim_epoch(self, trajectory_id: str, owner_epoch: "int | None" = None) -> int:
+        """See :meth:`LogStore.claim_epoch`: the fence is read and raised inside one ``BEGIN
+        IMMEDIATE`` transaction (the database's write lock is held from the read to the commit),
+        so claimants on other connections or in other processes are serialized.
+
+        Raises:
+            StoreError: bad arguments (:func:`~kernel_lib.log.base.check_claim_args`).
+            StaleOwnerError: ``owner_epoch`` is not newer than the current fence.
+            StoreBusyError, StoreFailedError, StoreReadOnlyError, StoreClosedError: as
+            :meth:`install_fence`.
+        """
+        check_claim_args(trajectory_id, owner_epoch)
+        return self._set_fence(trajectory_id, lambda cur: next_claimed_epoch(trajectory_id, owner_epoch, cur),
+                               "claim_epoch")
+
+    def _set_fence(self, trajectory_id: str, decide, what: str) -> int:
+        """Read the fence, let ``decide(current) -> new`` check it, and write ``new``, all in one
+        FDATASYNC ``BEGIN IMMEDIATE`` transaction. Returns ``new``."""
         with self._lock:
             self._usable()
             db = self._db
@@ -493,15 +519,15 @@ class SQLiteStore(LogStore):
                 self._set_tier(AckTier.FDATASYNC)
                 db.execute("BEGIN IMMEDIATE")
                 row = db.execute("SELECT owner_epoch FROM fences WHERE trajectory_id=?", (trajectory_id,)).fetchone()
-                cur = row[0] if row else 0
-                check_fence_not_older(trajectory_id, owner_epoch, cur)
+                epoch = decide(row[0] if row else 0)
                 db.execute("INSERT INTO fences VALUES (?,?) ON CONFLICT(trajectory_id) "
-                           "DO UPDATE SET owner_epoch=excluded.owner_epoch", (trajectory_id, owner_epoch))
+                           "DO UPDATE SET owner_epoch=excluded.owner_epoch", (trajectory_id, epoch))
                 db.execute("COMMIT")
                 self._fences.pop(trajectory_id, None)
                 self._heads.pop(trajectory_id, None)
+                return epoch
             except sqlite3.Error as exc:
-                self._raise_sqlite(exc, "install_fence")
+                self._raise_sqlite(exc, what)
             except BaseException:
                 self._abort()
                 raise
