@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import itertools
+import threading
 
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
@@ -19,8 +20,10 @@ from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kernel_lib.dispatch import AdmissionPolicy, DispatchGate, ToolProposal, ToolReply
-from kernel_lib.errors import InboxConflictError, InboxRecordError, StaleOwnerError
+from kernel_lib import record as record_module
+from kernel_lib.dispatch import AdmissionPolicy, DispatchGate, ModelCall, ModelReply, ToolProposal, ToolReply
+from kernel_lib.errors import (ConfigError, FoldError, InboxConflictError, InboxError, InboxRecordError,
+                               StaleOwnerError)
 from kernel_lib.events import BudgetSettled, ToolResult
 from kernel_lib.inbox import ResultInbox
 from kernel_lib.live.errors import EvidenceSignatureError
@@ -244,3 +247,185 @@ def test_any_order_any_repetition_gives_the_same_record(tmp_path_factory, plan, 
     store_b, b = run(list(itertools.chain(reversed(list(order)), order)))
     assert a.to_dict() == b.to_dict()
     assert [e.canonical for e in store_a.read(TRAJ)] == [e.canonical for e in store_b.read(TRAJ)]
+
+
+# --- ingestion never poisons the log ------------------------------------------------------------
+
+
+def _refused(report, op, att):
+    out = report.by_key()[(op, att)]
+    assert out.action == "refused" and out.reason, out
+    return out
+
+
+def test_record_naming_a_model_invocation_is_refused_and_the_log_still_folds(inbox):
+    """Fault: a validly signed record whose operation_id is a model invocation of this trajectory.
+    Invariant: an append never makes the log unfoldable, so it is refused and nothing is appended."""
+    store = crashed_worker()
+    gate = DispatchGate(TrajectoryLog(store, TRAJ, must_survive=FailureDomain.NONE, owner_epoch=0),
+                        AdmissionPolicy({"g": {"run_tests", "m"}}))
+    gate.run_model(ModelCall("inv_1", "m", "prompt", "g", 0.1),
+                   lambda ctx: ModelReply(status="partial", reply="h", charged_usd=0.01))
+    inbox.deposit(signed(op="inv_1", attempt="inv_1"), trajectory_id=TRAJ)
+    head = store.head(TRAJ)
+    out = _refused(inbox.ingest(new_owner(store)), "inv_1", "inv_1")
+    assert "model call" in out.reason
+    assert store.head(TRAJ) == head
+    rec = fold(initial_record(TRAJ), store.read(TRAJ))   # still folds
+    assert rec.operations["inv_1"].kind == "model"
+    assert len(inbox.entries(TRAJ)) == 1                 # the entry is kept
+
+
+def test_record_for_an_undispatched_attempt_or_unknown_operation_is_refused(inbox):
+    """Only an attempt whose ToolIntent is in the log can be settled from the inbox: a record for
+    attempt9 (never dispatched) or for an operation never proposed is refused, stays stored, and
+    establishes nothing; the in-doubt attempt1 stays in doubt."""
+    store = crashed_worker()
+    inbox.deposit(signed(attempt="attempt9"), trajectory_id=TRAJ)
+    inbox.deposit(signed(op="never_proposed"), trajectory_id=TRAJ)
+    head = store.head(TRAJ)
+    report = inbox.ingest(new_owner(store))
+    assert "attempt9" in _refused(report, "test_r18", "attempt9").reason
+    assert "never proposed" in _refused(report, "never_proposed", "attempt1").reason
+    assert store.head(TRAJ) == head
+    rec = fold(initial_record(TRAJ), store.read(TRAJ))
+    assert rec.operations["test_r18"].status == "in_doubt" and "never_proposed" not in rec.operations
+    assert rec.attempts_in_doubt() == [("test_r18", "attempt1")]
+    assert len(inbox.entries(TRAJ)) == 2
+
+
+def test_anything_the_reducer_would_refuse_is_refused_before_it_is_appended(inbox, monkeypatch):
+    """The events are folded onto a copy of the owner's record before the append: whatever the
+    reducer refuses (here: a reducer that refuses ToolResults from the inbox) is refused with
+    nothing appended."""
+    store = crashed_worker()
+    inbox.deposit(signed(), trajectory_id=TRAJ)
+    log = new_owner(store)
+    head = store.head(TRAJ)
+    original = record_module._HANDLERS[ToolResult]
+
+    def refuse(rec, ev, p):
+        if p.source == "inbox":
+            raise FoldError(f"event {ev.event_id}: refused by the test reducer")
+        original(rec, ev, p)
+
+    monkeypatch.setitem(record_module._HANDLERS, ToolResult, refuse)
+    out = _refused(inbox.ingest(log), "test_r18", "attempt1")
+    assert "refused by the test reducer" in out.reason and "nothing was appended" in out.reason
+    assert store.head(TRAJ) == head == log.head
+    monkeypatch.undo()
+    assert inbox.ingest(log).by_key()[("test_r18", "attempt1")].action == "established"   # retried later
+
+
+def test_a_record_not_at_the_log_head_is_refused_with_a_fold_error(inbox):
+    """``record`` must be the owner's fold of the log: a stale one would validate appends against
+    the wrong state, so ingestion refuses with a typed error and appends nothing."""
+    store = crashed_worker()
+    inbox.deposit(signed(), trajectory_id=TRAJ)
+    log = new_owner(store)
+    stale = fold(initial_record(TRAJ), list(store.read(TRAJ))[:-1])
+    with pytest.raises(FoldError):
+        inbox.ingest(log, stale)
+    assert fold(initial_record(TRAJ), store.read(TRAJ)).in_doubt() == ["test_r18"]
+
+
+def test_a_record_the_event_schema_refuses_is_refused_not_raised(inbox):
+    """A signed outcome that cannot be logged (it holds a credential) is refused, nothing appended."""
+    store = crashed_worker()
+    inbox.deposit(signed(outcome={"password": "hunter2-hunter2"}), trajectory_id=TRAJ)
+    head = store.head(TRAJ)
+    _refused(inbox.ingest(new_owner(store)), "test_r18", "attempt1")
+    assert store.head(TRAJ) == head
+
+
+def test_unreadable_stored_json_is_refused_and_the_other_entries_still_ingest(inbox):
+    store = crashed_worker(ops=("test_r18", "op_b"))
+    inbox.deposit(signed(), trajectory_id=TRAJ)
+    inbox.deposit(signed(op="op_b"), trajectory_id=TRAJ)
+    inbox._db.execute("UPDATE completions SET record_json = '{not json' WHERE operation_id = 'op_b'")
+    report = inbox.ingest(new_owner(store)).by_key()
+    assert report[("op_b", "attempt1")].action == "refused"
+    assert report[("test_r18", "attempt1")].action == "established"
+
+
+# --- typed errors on bad input --------------------------------------------------------------------
+
+
+def test_non_finite_or_invalid_usage_is_a_typed_refusal_and_nothing_is_stored(inbox):
+    """NaN cannot be canonicalised (RFC 8785), so the signature cannot even be checked: that is an
+    InboxRecordError, not a raw FloatDomainError. Negative or non-numeric usage is refused too."""
+    nan = {**signed(), "charged_usd": float("nan")}
+    huge = {**signed(), "outcome": {"n": 2**70}}
+    for bad in (nan, {**signed(), "charged_usd": float("inf")}, huge):
+        with pytest.raises(InboxRecordError, match="canonical"):
+            inbox.deposit(bad, trajectory_id=TRAJ)
+    for charged in (-0.1, "0.5", True):
+        with pytest.raises(InboxRecordError, match="charged_usd"):
+            inbox.deposit(signed(charged=charged), trajectory_id=TRAJ)
+    assert inbox.entries(TRAJ) == []
+
+
+def test_bad_endpoint_keys_are_a_config_error(tmp_path):
+    garbage = tmp_path / "garbage.pub"
+    garbage.write_text("not a key\n")
+    for keys in ({"executor-r18": tmp_path / "missing.pub"}, {"executor-r18": "zz"}, {"executor-r18": None},
+                 {"executor-r18": 5}, {"executor-r18": garbage}, {"executor-r18": tmp_path}, {"": PUB_HEX},
+                 {7: PUB_HEX}, [("executor-r18", PUB_HEX)], None):
+        with pytest.raises(ConfigError):
+            ResultInbox(tmp_path / "inbox.sqlite", keys)
+    key_file = tmp_path / "good.pub"
+    key_file.write_text(PUB_HEX + "\n")
+    with ResultInbox(tmp_path / "inbox.sqlite", {"executor-r18": key_file}) as box:
+        assert box.deposit(signed(), trajectory_id=TRAJ).status == "completed"
+
+
+def test_an_unusable_inbox_file_is_an_inbox_error_and_nothing_is_overwritten(tmp_path):
+    (tmp_path / "adir").mkdir()
+    garbage = tmp_path / "garbage.sqlite"
+    garbage.write_bytes(b"this is not sqlite" * 100)
+    import sqlite3
+    other = tmp_path / "other.sqlite"
+    with sqlite3.connect(other) as db:
+        db.execute("CREATE TABLE completions (x INTEGER)")
+    keys = {"executor-r18": PUB_HEX}
+    for path in (tmp_path / "adir", tmp_path / "no" / "inbox.sqlite", garbage, other):
+        with pytest.raises(InboxError):
+            ResultInbox(path, keys)
+    assert garbage.read_bytes() == b"this is not sqlite" * 100
+    with pytest.raises(InboxError):
+        ResultInbox(tmp_path / "absent.sqlite", keys, create=False)
+    assert not (tmp_path / "absent.sqlite").exists()
+    with pytest.raises(ConfigError):
+        ResultInbox(None, keys)
+
+
+# --- one inbox shared by threads ------------------------------------------------------------------
+
+
+def test_one_inbox_shared_by_threads_stores_every_deposit(tmp_path):
+    """The connection is opened with check_same_thread=False, so every use of it is under a lock:
+    concurrent deposits (and reads) from several threads all land, with no error."""
+    records = [signed(op=f"op{i}") for i in range(240)]
+    errors: list[BaseException] = []
+    with ResultInbox(tmp_path / "inbox.sqlite", {"executor-r18": PUB_HEX}) as box:
+        barrier = threading.Barrier(6)
+
+        def run(chunk):
+            barrier.wait()
+            for r in chunk:
+                try:
+                    box.deposit(r, trajectory_id=TRAJ)
+                    box.deposit(r, trajectory_id=TRAJ)   # a repeat is the same entry
+                    box.entries(TRAJ, r["operation_id"])
+                except BaseException as exc:   # noqa: BLE001 - collected and asserted below
+                    errors.append(exc)
+
+        threads = [threading.Thread(target=run, args=(records[i::6],)) for i in range(6)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert errors == []
+        stored = box.entries(TRAJ)
+        assert len(stored) == len(records)
+        assert {e.operation_id for e in stored} == {f"op{i}" for i in range(240)}

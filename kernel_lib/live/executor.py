@@ -34,7 +34,14 @@ Result inbox (§11.5.3): with ``--inbox FILE`` every signed completion record is
 the durable :class:`~kernel_lib.inbox.ResultInbox` in FILE (an SQLite file of its own, outside any
 worker), under the trajectory the request named, as soon as the job finishes. The record then
 outlives this process as well as the worker; the next owner ingests it. A deposit that fails is
-kept in memory and listed by ``GET /inbox-failures`` (the status query still serves the record).
+kept in memory and listed by ``GET /inbox-failures`` (the status query still serves the record),
+and so is a job submitted without ``trajectory_id`` (``reason: "no trajectory scope"``): its record
+has nowhere to go. An unusable ``--inbox`` (a directory, a missing parent directory, a file that is
+not an SQLite result inbox, one that cannot be written) is refused at startup: the executor prints
+``error: ...`` on stderr and exits with status 2 before it reports ready.
+
+The tests run with ``--color=no`` and without ``FORCE_COLOR``/``PY_COLORS``/``CLICOLOR_FORCE``
+inherited from the caller (e.g. a Jupyter kernel), so the ``summary`` line is plain text.
 
 SIGTERM/SIGINT shut it down cleanly: running test processes are killed and every job directory
 is removed (``ready.json`` and the public key stay in the state directory, which the caller owns).
@@ -47,6 +54,7 @@ import asyncio
 import contextlib
 import hashlib
 import json
+import math
 import os
 import re
 import signal
@@ -67,7 +75,10 @@ from .orphan import watch_parent
 from .workspace import copy_verified, remove_tree, verify
 
 #: The only check this executor runs (it never runs arbitrary commands).
-CHECKS = {"pytest -q": ["-m", "pytest", "-q", "-p", "no:cacheprovider"]}
+CHECKS = {"pytest -q": ["-m", "pytest", "-q", "-p", "no:cacheprovider", "--color=no"]}
+#: Variables that would make pytest colour its output even into a pipe; never passed to the tests.
+_COLOR_ENV = ("FORCE_COLOR", "PY_COLORS", "CLICOLOR_FORCE")
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
 EXECUTOR_ID = "executor-r18"
 PUBLIC_KEY_FILE = "executor_ed25519.pub"
 
@@ -267,7 +278,8 @@ class ExecutorService:
             if self.test_delay_s > 0:
                 await asyncio.sleep(self.test_delay_s)
             junit = workdir / "junit.xml"
-            env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST", "COV_"))}
+            env = {k: v for k, v in os.environ.items()
+                   if not k.startswith(("PYTEST", "COV_")) and k not in _COLOR_ENV}
             env["PYTHONDONTWRITEBYTECODE"] = "1"
             job.proc = await asyncio.create_subprocess_exec(
                 sys.executable, *CHECKS[job.check], f"--junitxml={junit}", cwd=tree, env=env,
@@ -282,8 +294,8 @@ class ExecutorService:
                 return
             counts = _junit_counts(junit)
             counts["exit_code"] = job.proc.returncode
-            counts["summary"] = (out or b"").decode(errors="replace").strip().splitlines()[-1:][0][:200] \
-                if out and out.strip() else ""
+            text = _ANSI.sub("", (out or b"").decode(errors="replace")).strip()
+            counts["summary"] = text.splitlines()[-1][:200] if text else ""
             status = "completed" if job.proc.returncode in (0, 1) and counts.get("tests", 0) > 0 else "failed"
             self._finish(job, status, counts)
         except asyncio.CancelledError:
@@ -306,8 +318,16 @@ class ExecutorService:
                   "public_key_sha256": hashlib.sha256(bytes.fromhex(self.public_key_hex)).hexdigest()}
         record["signature"] = self._key.sign(signing_bytes(record)).hex()
         job.record = record
-        if self.inbox_path is not None and job.trajectory_id:
+        if self.inbox_path is None:
+            return
+        if job.trajectory_id:
             self._deposit(job, record)
+        else:
+            self.inbox_failures.append({
+                "operation_id": job.operation_id, "attempt_id": job.attempt_id, "reason": "no trajectory scope",
+                "error": "the job was submitted without trajectory_id, so its signed completion record has no "
+                         "trajectory to be filed under and was not deposited in the inbox; it is served only by "
+                         f"GET /operations/{job.operation_id}"})
 
     def _deposit(self, job: Job, record: dict[str, Any]) -> None:
         from ..inbox import ResultInbox   # imported here: kernel_lib.inbox imports this module
@@ -316,7 +336,9 @@ class ExecutorService:
             with ResultInbox(self.inbox_path, {EXECUTOR_ID: self.public_key_hex}) as inbox:
                 inbox.deposit(record, trajectory_id=job.trajectory_id)
         except Exception as exc:   # noqa: BLE001 - the record is still served by the status query
-            self.inbox_failures.append({"operation_id": job.operation_id, "error": f"{type(exc).__name__}: {exc}"})
+            self.inbox_failures.append({"operation_id": job.operation_id, "attempt_id": job.attempt_id,
+                                        "trajectory_id": job.trajectory_id, "reason": "deposit failed",
+                                        "error": f"{type(exc).__name__}: {exc}"})
 
     def status(self, operation_id: str) -> dict[str, Any]:
         job = self.jobs.get(operation_id)
@@ -405,6 +427,20 @@ def build_app(service: ExecutorService, on_ready=None):
                              Route("/health", health, methods=["GET"])], lifespan=lifespan)
 
 
+def check_inbox(path: Path, public_key_hex: str) -> str | None:
+    """Why ``path`` cannot serve as this executor's result inbox, or None when it can: it is
+    opened (created when missing, in an existing directory) and a write transaction is tried."""
+    from ..errors import KernelError
+    from ..inbox import ResultInbox   # imported here: kernel_lib.inbox imports this module
+
+    try:
+        with ResultInbox(path, {EXECUTOR_ID: public_key_hex}) as inbox:
+            inbox.check_writable()
+    except KernelError as exc:
+        return str(exc)
+    return None
+
+
 def _write_atomic(path: Path, data: str) -> None:
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(data)
@@ -423,6 +459,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--inbox", help="durable result inbox (SQLite file): every signed completion record is "
                                     "deposited there too, under its trajectory")
     args = ap.parse_args(argv)
+    for name in ("usd_per_s", "test_delay_s"):
+        value = getattr(args, name)
+        if not math.isfinite(value) or value < 0:
+            ap.error(f"--{name.replace('_', '-')} must be a finite number >= 0, got {value!r}")
     import uvicorn
 
     state = Path(args.state_dir)
@@ -430,6 +470,12 @@ def main(argv: list[str] | None = None) -> int:
     verify(args.snapshot, args.digest)   # refuse to start on a tampered snapshot
     service = ExecutorService(Path(args.snapshot), args.digest, state, usd_per_s=args.usd_per_s,
                               test_delay_s=args.test_delay_s, inbox_path=Path(args.inbox) if args.inbox else None)
+    if service.inbox_path is not None:   # refuse an inbox that could never take a deposit
+        problem = check_inbox(service.inbox_path, service.public_key_hex)
+        if problem is not None:
+            print(f"error: --inbox {args.inbox}: unusable as the durable result inbox: {problem}",
+                  file=sys.stderr, flush=True)
+            return 2
     key_path = state / PUBLIC_KEY_FILE
     _write_atomic(key_path, service.public_key_hex + "\n")
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)

@@ -523,8 +523,10 @@ def _ingest_inbox(args: argparse.Namespace, log: TrajectoryLog, gate: DispatchGa
     from .executor import EXECUTOR_ID
 
     before = {k for k, op in gate.record.operations.items() if op.status == "established"}
+    if not os.path.exists(args.inbox):   # nothing was ever deposited; a reader does not create the file
+        return {"path": args.inbox, "outcomes": [], "settled": {}, "note": "no inbox file yet: nothing deposited"}
     try:
-        with ResultInbox(args.inbox, {EXECUTOR_ID: args.public_key}) as inbox:
+        with ResultInbox(args.inbox, {EXECUTOR_ID: args.public_key}, create=False) as inbox:
             report = inbox.ingest(log, gate.record)
     except (KernelError, sqlite3.Error, OSError) as exc:
         # an unreadable inbox settles nothing; the executor is asked instead
