@@ -591,8 +591,7 @@ def evaluate(record: TrajectoryRecord, step: ProposedStep, *, policy: AdmissionP
     if blocker is None:
         add("approval", "admit", "no approval holds it")
     else:
-        pending = any(a.status == "pending" for a in record.approvals.values() if a.held_operation_id == step.step_id)
-        add("approval", "withhold" if pending else "refuse", blocker)
+        add("approval", "withhold" if record.approval_pending(step.step_id, now_unix_s) else "refuse", blocker)
 
     # capacity
     if dep.free_dispatch_slots > 0:
@@ -631,7 +630,8 @@ def evaluate(record: TrajectoryRecord, step: ProposedStep, *, policy: AdmissionP
         if need <= b.ceiling_usd + _EPS:
             add("budget", "admit", figures + (" (finalization work may use the reserve)" if step.finalization else ""))
         elif need - b.outstanding_reservations_usd <= b.ceiling_usd + _EPS:
-            add("budget", "withhold", figures + "; it fits once outstanding reservations settle")
+            add("budget", "withhold", figures + "; it could fit only if the outstanding reservations settle below "
+                                                "their bounds (it fits if all are released unspent)")
         else:
             add("budget", "refuse", figures + "; it does not fit even with every reservation settled")
 

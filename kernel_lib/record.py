@@ -184,14 +184,19 @@ class TrajectoryRecord:
         """Why an approval still holds ``operation_id`` back, or None if none does (§11.5.3).
 
         Every approval logged for the operation counts: a pending one means the action is still
-        awaiting its reviewer; a refused, withdrawn or expired one is void, and a void approval is
-        never revived by a later worker. An approved one releases the action, unless
+        awaiting its reviewer, until ``now_unix_s`` passes its expiry (then it is void too); a
+        refused, withdrawn or expired one is void, and a void approval is never revived by a later
+        worker. An approved one releases the action, unless
         ``now_unix_s`` (the caller's clock at dispatch time, seconds since the epoch; the fold
         itself reads no clock) is past its ``expires_unix_s``. The result is meant for the
         dispatch-time recheck, e.g. as the reason a gate's hook returns to withhold.
         """
         held = [a for a in self.approvals.values() if a.held_operation_id == operation_id]
         for a in held:
+            lapsed = now_unix_s is not None and a.expires_unix_s is not None and now_unix_s > a.expires_unix_s
+            if a.status == "pending" and lapsed:
+                return (f"approval request {a.approval_id} for {operation_id} lapsed at {a.expires_unix_s:.3f} while "
+                        f"still pending with {a.reviewer} (now {now_unix_s:.3f}); it is void, a fresh request is needed")
             if a.status == "pending":
                 return f"approval {a.approval_id} for {operation_id} is still pending with {a.reviewer}"
             if a.status != "approved":
@@ -200,6 +205,13 @@ class TrajectoryRecord:
                 return (f"approval {a.approval_id} for {operation_id} expired at {a.expires_unix_s:.3f} "
                         f"(now {now_unix_s:.3f}, seconds since the epoch); a fresh approval is needed")
         return None
+
+    def approval_pending(self, operation_id: str, now_unix_s: float | None = None) -> bool:
+        """True when a request for ``operation_id`` still waits for its reviewer (pending and, at
+        ``now_unix_s``, not past its expiry): the action may yet be released, unlike a void one."""
+        return any(a.held_operation_id == operation_id and a.status == "pending"
+                   and not (now_unix_s is not None and a.expires_unix_s is not None and now_unix_s > a.expires_unix_s)
+                   for a in self.approvals.values())
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-compatible view, with derived budget figures included. Derived USD figures are

@@ -203,7 +203,7 @@ def test_pending_approval_withholds_and_expired_approval_refuses():
     gate.log.append_many([ApprovalRequested(approval_id="ap1", held_operation_id="edit_r19", held_attempt_id="attempt1",
                                             reviewer="bob", expires_unix_s=NOW - 5)])
     rec = refold(store)
-    d = evaluate(rec, ProposedStep.from_tool(EDIT), policy=POLICY, now_unix_s=NOW)
+    d = evaluate(rec, ProposedStep.from_tool(EDIT), policy=POLICY, now_unix_s=NOW - 10)   # before its expiry
     assert outcome(d, "approval") == "withhold"
     from kernel_lib.events import ApprovalResolved
     gate.log.append_many([ApprovalResolved(approval_id="ap1", decision="approved", reviewer="bob")])
@@ -478,3 +478,14 @@ def test_an_unsent_attempt_keeps_its_reservation_only_while_the_budget_rule_hold
     assert d.verdict == "refuse" and outcome(d, "budget") == "refuse" and d.reuses_reservation is None
     with pytest.raises(AdmissionDenied, match="over the ceiling"):   # the dispatch gate agrees on its own
         resume(store).gate.run_tool(small, ok)
+
+
+def test_an_approval_request_that_lapses_while_pending_is_void_not_waiting():
+    store, gate = started()
+    gate.log.append_many([ApprovalRequested(approval_id="ap1", held_operation_id="edit_r19", held_attempt_id="attempt1",
+                                            reviewer="bob", expires_unix_s=NOW + 10)])
+    rec = refold(store)
+    assert outcome(evaluate(rec, ProposedStep.from_tool(EDIT), policy=POLICY, now_unix_s=NOW), "approval") == "withhold"
+    late = evaluate(rec, ProposedStep.from_tool(EDIT), policy=POLICY, now_unix_s=NOW + 11)
+    assert outcome(late, "approval") == "refuse" and "lapsed" in dict((c.name, c.reason) for c in late.checks)["approval"]
+    assert rec.approval_pending("edit_r19", NOW) and not rec.approval_pending("edit_r19", NOW + 11)

@@ -206,3 +206,85 @@ def test_scrubber_arrow_keys_in_jupyterlab_move_the_slider_not_the_notebook(lab,
         assert scrubber.is_visible()        # no heading collapsed over it, no other cell took the keys
     finally:
         page.close()
+
+
+_CELL_TYPES = "() => window.jupyterapp.shell.currentWidget.content.widgets.map(c => c.model.type)"
+
+
+def test_resume_timeline_number_boxes_in_jupyterlab(lab, browser):
+    """The resume timeline in JupyterLab: an SVG chart and a readout with eq. 7's serial sum and the
+    critical path; a cached prefix longer than the context is refused in the widget (the box goes
+    back), a shorter one recomputes the prefill; digits typed in the box are not notebook shortcuts
+    ("0, 0" in command mode restarts the kernel, after a "Restart Kernel?" dialog)."""
+    import nbformat
+
+    base, token, root = lab
+    nb = nbformat.v4.new_notebook(cells=[
+        nbformat.v4.new_markdown_cell("# heading above"),
+        nbformat.v4.new_code_cell(
+            "from kernel_lib.resume import ResumeTimeline, PrefillModel\nfrom widgets import ResumeTimelineView\n"
+            "tl = ResumeTimeline.from_durations({'ownership': 0.005, 'checkpoint_suffix_read': 0.02, 'fold': 0.01,"
+            " 'workspace_restore': 0.002, 'reconciliation': 0.04}, measured=True,"
+            " prefill=PrefillModel(8192, 6144, 20000.0))\nResumeTimelineView(tl)"),
+        nbformat.v4.new_markdown_cell("## heading below")],
+        metadata={"kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"}})
+    nbformat.write(nb, root / "notebooks" / "resume_timeline_view.ipynb")
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    try:
+        # a workspace of its own: the shared JupyterLab would otherwise restore the earlier tests' tabs
+        page.goto(f"{base}/lab/workspaces/resume-timeline/tree/notebooks/resume_timeline_view.ipynb"
+                  f"?token={token}&reset")
+        page.wait_for_function("() => { const w = window.jupyterapp && window.jupyterapp.shell.currentWidget;"
+                               " return !!w && !!w.context && w.context.path.endsWith('resume_timeline_view.ipynb'); }",
+                               timeout=120_000)
+        page.wait_for_function(_KERNEL_IDLE, timeout=120_000)
+        kernel_id = page.evaluate("() => window.jupyterapp.shell.currentWidget.sessionContext.session.kernel.id")
+        page.evaluate("async () => { await window.jupyterapp.commands.execute('notebook:run-all-cells'); }")
+        view = page.locator(".dal-resume").first
+        view.wait_for(state="visible", timeout=120_000)
+        page.wait_for_function(_KERNEL_IDLE, timeout=120_000)
+        assert page.evaluate(_ERROR_OUTPUTS) == []
+        cell_types = page.evaluate(_CELL_TYPES)
+        assert cell_types == ["markdown", "code", "markdown"]
+
+        # (1) the chart and the readout: 5 + 20 + 10 + 2 + 40 ms measured, prefill (8192 - 6144) / 20000 s
+        view.locator(".dal-chart svg").first.wait_for(state="visible", timeout=30_000)
+        readout = view.locator(".dal-readout")
+        text = readout.inner_text()
+        assert "serial sum (eq. 7): 179.400 ms" in text
+        assert "critical path checkpoint_suffix_read → fold → reconciliation → prefill: 172.400 ms" in text
+        assert "prefill: 102.400 ms" in text
+        assert view.locator(".dal-error").inner_text().strip() == ""
+
+        # (2) a cached prefix longer than the context, typed key by key and committed with Enter
+        box = view.locator("input.dal-number[data-name=cached_prefix_tokens]")
+        assert box.input_value() == "6144"
+        box.click()
+        box.press("Control+a")
+        box.press_sequentially("10000")          # "0, 0" is a notebook shortcut in command mode
+        box.press("Enter")
+        page.wait_for_function("(el) => el.textContent.includes('cannot exceed context_tokens')",
+                               arg=view.locator(".dal-error").element_handle(), timeout=30_000)
+        assert "kept the previous value" in view.locator(".dal-error").inner_text()
+        page.wait_for_function("(el) => el.value === '6144'", arg=box.element_handle(), timeout=10_000)
+        assert "prefill: 102.400 ms" in readout.inner_text()
+
+        # (3) no cached prefix: the whole context is prefilled, 8192 / 20000 s
+        box.click()
+        box.press("Control+a")
+        box.press_sequentially("0")
+        box.press("Enter")
+        page.wait_for_function("(el) => el.textContent.includes('prefill: 409.600 ms')",
+                               arg=readout.element_handle(), timeout=30_000)
+        assert "serial sum (eq. 7): 486.600 ms" in readout.inner_text()
+        assert view.locator(".dal-error").inner_text().strip() == ""
+        assert box.input_value() == "0"
+
+        # the digits stayed in the box: no restart-kernel dialog, same kernel, no cell changed type
+        assert page.evaluate(_CELL_TYPES) == cell_types
+        assert page.locator(".jp-Dialog").count() == 0
+        assert page.evaluate("() => window.jupyterapp.shell.currentWidget.sessionContext.session.kernel.id") \
+            == kernel_id
+        assert view.is_visible()
+    finally:
+        page.close()

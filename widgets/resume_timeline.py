@@ -203,6 +203,7 @@ function render({ model, el }) {
   const table = document.createElement("table"); table.className = "dal-stages";
   el.append(grid, msg, notice, readout, chart, table);
   const boxes = {};
+  const typing = new Set();   // boxes typed in since their last commit: a redraw must not overwrite them
   for (const g of model.get("givens_spec")) {
     const row = document.createElement("div"); row.className = "dal-row"; row.dataset.name = g.name;
     const label = document.createElement("label"); label.textContent = `${g.label} (${g.name})`;
@@ -210,7 +211,9 @@ function render({ model, el }) {
     box.className = "dal-number"; box.dataset.name = g.name;
     const unit = document.createElement("span"); unit.className = "dal-unit"; unit.textContent = `${g.unit}, given`;
     row.append(label, box, unit); grid.appendChild(row);
+    box.addEventListener("input", () => typing.add(box));
     const commit = () => {
+      typing.delete(box);     // committed: show what the model keeps (a refused value goes back)
       const v = box.value.trim() === "" ? null : Number(box.value);
       model.set(g.name, v === null || Number.isNaN(v) ? null : v); model.save_changes();
     };
@@ -223,7 +226,7 @@ function render({ model, el }) {
   }
   function drawInputs() {
     for (const [name, box] of Object.entries(boxes)) {
-      if (document.activeElement !== box) box.value = fmt(model.get(name));
+      if (!(document.activeElement === box && typing.has(box))) box.value = fmt(model.get(name));
     }
   }
   function drawOutputs() {
