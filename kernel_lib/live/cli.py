@@ -43,12 +43,17 @@ def _print_zombie(r: dict) -> None:
           f"{st['executor_status_at_stall']}")
     print(f"its lease lapsed; {tk['owner_id']} was granted owner_epoch {e['new_worker']} and installed it in the log "
           f"(fence {e['log_fence']}) and at the executor (fence {e['executor_fence']})")
-    print(f"reconciliation of test_r18: {tk['reconciliation'].get('action')}")
+    rc = tk["reconciliation"]
+    print(f"reconciliation of test_r18: {rc.get('action')}"
+          + (f" ({rc.get('status')}: {(rc.get('outcome') or {}).get('summary', '')})" if rc.get("status") else ""))
     print(f"SIGCONT after {st['stalled_s']} s; the old worker acted on its stale lease:")
     for a in r["rejections"]:
         verdict = "ACCEPTED" if a.get("accepted") else "refused"
         why = a.get("error_type") or f"HTTP {a.get('status_code')} {a.get('reason')}"
-        print(f"  {a['boundary']:<14} {verdict}: {a['action']} ({why})")
+        by = f"; refused by the {a['refused_by']}" if a.get("refused_by") else ""
+        print(f"  {a['boundary']:<14} {verdict}: {a['action']} ({why}{by})")
+        if a.get("gate_recheck_now"):
+            print(f"  {'':<14} the gate's own recheck would say: {a['gate_recheck_now']}")
     lease = r.get("lease_after_resume") or {}
     print(f"  its lease renewal afterwards: {'renewed' if lease.get('renewed') else lease.get('reason')}")
     p = r["preserved"]
@@ -90,17 +95,25 @@ def _cmd(args: argparse.Namespace) -> int:
         return 0
     c, e, rec, recon = r["crash"], r["executor"], r["recovered"], r["reconciled"]
     op = rec["operations"].get("test_r18")
+    held = ", ".join(f"{k} {v:g} USD" for k, v in rec["budget"]["outstanding_reservations"].items()) or "none"
     print(f"crash: {c['signal']} to worker pid {c['worker_pid']} after {c['paused_at']} at log position "
           f"{c['log_position']} ({r['store']} store)")
     print(f"executor at the crash: test_r18 {e['status_at_crash']}"
           + (f" ({e['job_handle']}, {e['charged_usd_at_crash']} USD so far)" if e["job_handle"] else ""))
     print("recovered (new process, fold of the surviving log): test_r18 "
-          + (f"{op['status']} (attempt {op['attempt_id']}, job {op['job_handle']})" if op else "absent")
-          + f"; held reservations {rec['budget']['outstanding_reservations']}")
+          + (f"{op['status']} (attempt {op['attempt_id']}, job handle "
+             + (op["job_handle"] or "not in the log") + ")" if op else "absent")
+          + f"; held reservations: {held}")
     act = recon["actions"].get("test_r18", {})
     print(f"reconciled: {act.get('action')}: {act.get('note', '')}")
-    print(f"model: recorded reply {r['model'].get('recorded_reply')!r}; fresh sample "
-          f"{r['model'].get('fresh_reply')!r}")
+    print(f"model: the fold reproduces the recorded reply {r['model'].get('recorded_reply')!r}; asking the "
+          f"stand-in again samples {r['model'].get('fresh_reply')!r}, so recovery reads the log, not the model")
+    tl = r.get("resume_timeline")
+    if tl:
+        from ..resume import ResumeTimeline
+        print("resume stages (eq. 7):")
+        for line in ResumeTimeline.from_dict(tl).summary_lines():
+            print("  " + line)
     if r.get("kept_log"):
         print(f"log kept at {r['kept_log']} (python -m kernel_lib fold --log {r['kept_log']})")
     print("(--json prints the whole report)")

@@ -316,6 +316,8 @@ class ExecutorService:
                   "status": status, "outcome": outcome, "charged_usd": job.charged_usd,
                   "accepted_unix_s": round(job.accepted_unix_s, 6), "finished_unix_s": round(time.time(), 6),
                   "public_key_sha256": hashlib.sha256(bytes.fromhex(self.public_key_hex)).hexdigest()}
+        if job.trajectory_id:   # the scope is signed too: the record cannot be replayed into another trajectory
+            record["trajectory_id"] = job.trajectory_id
         record["signature"] = self._key.sign(signing_bytes(record)).hex()
         job.record = record
         if self.inbox_path is None:

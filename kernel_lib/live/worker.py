@@ -457,9 +457,11 @@ def _reconcile_one(gate: DispatchGate, op_id: str, client, url: str, key, timeou
     if st["status"] == "unknown":
         out.update(action="kept in doubt", signature_verified=None,
                    note=f"no job known to the executor for {op_id}; it stays in doubt with its reservation held. "
-                        "Absence is not proof of non-dispatch (a delayed request may still arrive): the endpoint's "
-                        f"repeat contract ({op.repeat_contract}), not this absence, governs whether another "
-                        "attempt is safe")
+                        "Absence alone is not proof of non-dispatch: a delayed request may still arrive. The new "
+                        "owner_epoch installed at the executor makes it refuse such a request, but this executor "
+                        "keeps its fences in memory only, so that protection ends if it restarts. The endpoint's "
+                        f"repeat contract ({op.repeat_contract}) decides whether another attempt is safe; it does "
+                        "not settle what happened to this one")
         return out
     if st["status"] == "running":
         if st.get("job_handle") and not op.job_handle:
