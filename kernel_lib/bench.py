@@ -1164,7 +1164,7 @@ def add_cli(subparsers: "argparse._SubParsersAction") -> argparse.ArgumentParser
     """
     bench = subparsers.add_parser("bench", help="measure this machine's durability costs",
                                   description="Benchmarks measured on this machine.")
-    sub = bench.add_subparsers(dest="bench_command", metavar="{append,restore}", required=True)
+    sub = bench.add_subparsers(dest="bench_command", metavar="{append,restore,diverge}", required=True)
     p = sub.add_parser("append", help="append latency, group commit and per-step overhead vs peers",
                        description=_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
@@ -1182,7 +1182,33 @@ def add_cli(subparsers: "argparse._SubParsersAction") -> argparse.ArgumentParser
                         "committer's own)")
     p.set_defaults(func=_cmd_append)
     _add_restore_cli(sub)
+    _add_diverge_cli(sub)
     return bench
+
+
+# --- bench diverge (§11.7): implemented in kernel_lib.diverge_bench ------------------------------
+
+
+def _cmd_diverge(args: argparse.Namespace) -> int:
+    from . import diverge_bench
+    try:
+        result = diverge_bench.run_diverge_bench(args.events, rounds=args.rounds, seed=args.seed)
+    except KernelError as exc:
+        print(f"bench diverge: {exc}", file=sys.stderr)
+        return 2
+    print(json.dumps(result, indent=2) if args.json else diverge_bench.format_diverge_bench(result))
+    return 0
+
+
+def _add_diverge_cli(sub: "argparse._SubParsersAction") -> None:
+    from . import diverge_bench
+    p = sub.add_parser("diverge", help="locating the first divergence of two logs vs a plain fold of one (ratio)",
+                       description=diverge_bench.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+    p.add_argument("--events", type=int, default=10_000, metavar="N", help="events per log (default 10000)")
+    p.add_argument("--rounds", type=int, default=5, metavar="N", help="interleaved timed rounds (default 5)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the synthetic logs (default 0)")
+    p.set_defaults(func=_cmd_diverge)
 
 
 # --- bench restore (§11.4): implemented in kernel_lib.checkpoint.bench ---------------------------

@@ -219,6 +219,8 @@ def build_parser() -> argparse.ArgumentParser:
     live_cli.add_cli(sub)
     from .cadence import cli as cadence_cli
     cadence_cli.add_cli(sub)
+    from . import diverge_cli
+    diverge_cli.add_cli(sub)
     return ap
 
 

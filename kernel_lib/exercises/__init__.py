@@ -1,4 +1,4 @@
-"""Seeded, self-checking exercises of §11.12 (Durable Execution): 1, 2, 3, 4, 5, 6, 8 and 9.
+"""Seeded, self-checking exercises of §11.12 (Durable Execution): 1 to 9.
 
 Each exercise module (``ex11_1`` ... ``ex11_9``) offers ``DEFAULTS`` (the papermill
 parameters of its notebook), ``solve(params)`` (every quantity the exercise asks for and its
@@ -12,14 +12,16 @@ from __future__ import annotations
 from types import ModuleType
 
 from ..errors import ConfigError
-from . import ex11_1, ex11_2, ex11_3, ex11_4, ex11_5, ex11_6, ex11_8, ex11_9
+from . import ex11_1, ex11_2, ex11_3, ex11_4, ex11_5, ex11_6, ex11_7, ex11_8, ex11_9
 from ._common import format_report
 
 EXERCISES: dict[str, ModuleType] = {
-    "11.1": ex11_1, "11.2": ex11_2, "11.3": ex11_3, "11.4": ex11_4, "11.5": ex11_5, "11.6": ex11_6, "11.8": ex11_8, "11.9": ex11_9,
+    "11.1": ex11_1, "11.2": ex11_2, "11.3": ex11_3, "11.4": ex11_4, "11.5": ex11_5, "11.6": ex11_6, "11.7": ex11_7,
+    "11.8": ex11_8, "11.9": ex11_9,
 }
 
-__all__ = ["EXERCISES", "get", "format_report", "ex11_1", "ex11_2", "ex11_3", "ex11_4", "ex11_5", "ex11_6", "ex11_8", "ex11_9"]
+__all__ = ["EXERCISES", "get", "format_report", "ex11_1", "ex11_2", "ex11_3", "ex11_4", "ex11_5", "ex11_6", "ex11_7", "ex11_8",
+           "ex11_9"]
 
 
 def get(exercise_id: str) -> ModuleType:

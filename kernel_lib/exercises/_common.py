@@ -167,7 +167,7 @@ def format_report(report: Mapping[str, Any], reveal: bool = False) -> str:
         mark = "ok " if q["ok"] else ("-- " if q["given"] is None else "NO ")
         given = "(unanswered)" if q["given"] is None else _fmt(q["given"])
         exp = f" expected {_fmt(q['expected']):<14}" if reveal else ""
-        hint = _hint(q["expected"], q["given"]) if not q["ok"] else ""
+        hint = (q.get("hint") or _hint(q["expected"], q["given"])) if not q["ok"] else ""
         lines.append(f"  {mark}{name:<{w}}  your answer {given:<14}{exp} [{q['tolerance']}]{hint}")
     for name in report["unknown_answers"]:
         lines.append(f"  ?? {name}: not a quantity of this exercise (misspelt?)")

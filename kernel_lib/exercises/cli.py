@@ -161,7 +161,7 @@ def add_cli(subparsers) -> argparse.ArgumentParser:
                     "student's answers, or derive the student notebooks from the solutions.",
         epilog=_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = top.add_subparsers(dest="exercise_command", metavar="SUBCOMMAND", required=True)
-    ex_help = "exercise id: 11.1, 11.2, 11.3, 11.4, 11.5, 11.6, 11.8 or 11.9 (also 1, 2, …)"
+    ex_help = "exercise id: 11.1, 11.2, 11.3, 11.4, 11.5, 11.6, 11.7, 11.8 or 11.9 (also 1, 2, …)"
 
     p = sub.add_parser("list", help="the exercises, their parameters and graded quantities")
     p.add_argument("--json", action="store_true", help="one JSON object")

@@ -1,0 +1,393 @@
+"""Harness regression replay (Durable Execution §11.6.2): run the harness code again, on recorded inputs.
+
+Folding a log shows what the old harness decided. To test a *changed* harness on the same history,
+the harness itself must run again while every external input it consumes comes from the record:
+model replies, tool observations, and the control events and late results that arrived while it
+ran. :class:`ReplayAdapter` is that source. It gives the harness two transports with the shapes
+the :class:`~kernel_lib.dispatch.DispatchGate` uses (``model(ContextBuilt) -> ModelReply`` and
+``tool(ToolIntent) -> ToolReply``) and the recorded external inputs in their logged order.
+
+The matching-request rule. A recorded reply is served only to the request it answered:
+
+* a model request is looked up by its invocation id, then its canonical form (model, the digest
+  of the delivered input, request configuration) must equal the recorded one;
+* a tool request is looked up by operation id and attempt id, then its canonical form (tool,
+  arguments, input reference, repeat contract) must equal the recorded one;
+* with ``order="recorded"`` (the default) requests must also arrive in the order the log holds
+  them; ``order="any"`` declares that any order of the recorded requests is equivalent (for
+  concurrent calls whose order the harness does not care about).
+
+Canonical forms are compared as canonical JSON after the declared normalizations only
+(:data:`NORMALIZATIONS`). The delivered input is compared by its digest, which is what every
+recording holds. Any difference raises :class:`ReplayMismatchError` at once, with both sides; a
+request the recording never saw raises it too. There is no fallback to a live call.
+
+Sealing. :func:`sealed` is a context manager that cuts the live side-effect paths of this process
+for the duration of a replay: socket connections (so HTTP clients fail), child processes, and
+``os.system``. An attempt raises :class:`LiveCallDuringReplayError`. The patch is process-wide,
+so run one replay at a time in a process.
+
+What a passing replay shows: that the harness, given exactly these inputs, makes exactly the
+recorded requests (and so reaches the recorded decisions). It says nothing about inputs it was not
+given, nor about whether the task was done well.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import socket
+import subprocess
+from dataclasses import dataclass, field
+from typing import Any, Iterator, Sequence
+
+import rfc8785
+
+from .dispatch import ModelReply, ToolReply
+from .errors import ConfigError, KernelError
+from .events import (
+    ApprovalResolved, BudgetSettled, ContextBuilt, ControlChanged, Event, ModelReplied, ToolIntent, ToolResult,
+)
+
+#: Declared normalizations a replay may apply to canonical requests before comparing them.
+NORMALIZATIONS = {
+    "ignore_request_config": "drop a model request's request_config (e.g. a changed timeout or trace header)",
+    "ignore_input_ref": "drop a tool request's input reference (when snapshots were renamed, not changed)",
+}
+ORDERS = ("recorded", "any")
+
+
+class ReplayMismatchError(KernelError):
+    """A request of the replayed harness does not match the recording (§11.6.2).
+
+    Attributes: ``kind`` (``"model"``/``"tool"``), ``key`` (the request's identity), ``expected``
+    (the recorded canonical request, or None when nothing was recorded under that identity),
+    ``actual`` (the request made), ``reason``."""
+
+    def __init__(self, reason: str, *, kind: str, key: str, expected: Any, actual: Any):
+        super().__init__(f"replay mismatch ({kind} {key}): {reason}\n  recorded: {_show(expected)}\n"
+                         f"  replayed: {_show(actual)}")
+        self.kind, self.key, self.expected, self.actual, self.reason = kind, key, expected, actual, reason
+
+
+class LiveCallDuringReplayError(KernelError):
+    """Something tried to reach the outside world while a replay was sealed."""
+
+
+def _show(x: Any, limit: int = 400) -> str:
+    text = json.dumps(x, sort_keys=True, default=str) if x is not None else "nothing recorded"
+    return text if len(text) <= limit else text[:limit] + "…"
+
+
+def _canon(x: Any) -> str:
+    return rfc8785.dumps(x).decode()
+
+
+@dataclass
+class _Recorded:
+    kind: str
+    key: str
+    request: dict[str, Any]
+    reply: Any = None
+    sequence_number: int = 0
+    served: bool = False
+    reply_sequence: int | None = None
+
+
+@dataclass(frozen=True)
+class ExternalInput:
+    """An input that reached the harness from outside, not as a reply to one of its requests:
+    a control change, an approval decision, or a late result (with its reported usage, USD)."""
+
+    event: Event
+    charged_usd: float | None = None
+
+
+@dataclass
+class ReplayReport:
+    """What a replay served: ``served`` requests in the order asked, ``unserved`` recorded
+    requests the harness never made (a harness that now skips a call), ``external_inputs``
+    delivered. ``complete`` is True when every recorded request was asked for."""
+
+    served: list[str] = field(default_factory=list)
+    unserved: list[str] = field(default_factory=list)
+    external_inputs: int = 0
+
+    @property
+    def complete(self) -> bool:
+        return not self.unserved
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"served": list(self.served), "unserved": list(self.unserved),
+                "external_inputs": self.external_inputs, "complete": self.complete}
+
+
+class ReplayAdapter:
+    """Serves a recorded trajectory's external inputs to a harness under replay (§11.6.2).
+
+    Args:
+        events: the recorded log (one trajectory, in sequence order).
+        normalizations: names from :data:`NORMALIZATIONS` applied to both sides before comparing.
+        order: ``"recorded"`` (requests must come in the logged order) or ``"any"`` (a declared
+            equivalence: any order of the recorded requests).
+
+    Raises:
+        ConfigError: an unknown normalization or order, events of several trajectories, or a
+            recording that answers one request twice in incompatible ways.
+    """
+
+    def __init__(self, events: Sequence[Event], *, normalizations: Sequence[str] = (), order: str = "recorded"):
+        unknown = sorted(set(normalizations) - set(NORMALIZATIONS))
+        if unknown:
+            raise ConfigError(f"unknown normalization(s) {unknown}; declared ones: {sorted(NORMALIZATIONS)}")
+        if order not in ORDERS:
+            raise ConfigError(f"order must be one of {ORDERS}, got {order!r}")
+        events = list(events)
+        if len({e.trajectory_id for e in events}) > 1:
+            raise ConfigError("a replay recording holds one trajectory; got events of "
+                              f"{sorted({e.trajectory_id for e in events})}")
+        self.normalizations = tuple(normalizations)
+        self.order = order
+        self._recorded: dict[tuple[str, str], _Recorded] = {}
+        self._order: list[tuple[str, str]] = []
+        self._inputs: list[ExternalInput] = []
+        usage: dict[int, float] = {}          # sequence number of a reply/result -> usage logged after it
+        last: dict[str, int] = {}             # subject -> sequence number of its latest reply/result
+        for ev in events:
+            p = ev.payload
+            if isinstance(p, ContextBuilt):
+                self._add(_Recorded("model", p.invocation_id, self._model_request(p), None, ev.sequence_number))
+            elif isinstance(p, ModelReplied):
+                rec = self._recorded.get(("model", p.invocation_id))
+                last[p.invocation_id] = ev.sequence_number
+                if rec is not None and rec.reply is None:
+                    rec.reply = p
+                    rec.reply_sequence = ev.sequence_number
+            elif isinstance(p, ToolIntent):
+                key = f"{p.operation_id}/{p.attempt_id}"
+                self._add(_Recorded("tool", key, self._tool_request(p), None, ev.sequence_number))
+            elif isinstance(p, ToolResult):
+                rec = self._recorded.get(("tool", f"{p.operation_id}/{p.attempt_id}"))
+                last[p.operation_id] = ev.sequence_number
+                if p.source == "reply" and rec is not None and rec.reply is None:
+                    rec.reply = p
+                    rec.reply_sequence = ev.sequence_number
+                else:   # a late result, reconciliation or inbox evidence: it arrived from outside
+                    self._inputs.append(ExternalInput(ev))
+            elif isinstance(p, BudgetSettled):
+                at = last.get(p.subject_id)   # usage evidence belongs to the reply or result just before it
+                if at is not None and at not in usage:
+                    usage[at] = p.actual_usd
+            elif isinstance(p, (ControlChanged, ApprovalResolved)):
+                self._inputs.append(ExternalInput(ev))
+        self._inputs = [ExternalInput(x.event, usage.get(x.event.sequence_number)) for x in self._inputs]
+        self._usage = usage
+        self._next = 0
+        self.report = ReplayReport()
+
+    # --- recording ------------------------------------------------------------------------------
+    def _add(self, rec: _Recorded) -> None:
+        k = (rec.kind, rec.key)
+        if k in self._recorded:
+            raise ConfigError(f"the recording holds two {rec.kind} requests under {rec.key}")
+        self._recorded[k] = rec
+        self._order.append(k)
+
+    def _model_request(self, p: ContextBuilt) -> dict[str, Any]:
+        req = {"model": p.model, "delivered_input_sha256": p.delivered_input_sha256,
+               "request_config": dict(p.request_config)}
+        if "ignore_request_config" in self.normalizations:
+            req.pop("request_config")
+        return req
+
+    def _tool_request(self, p: ToolIntent) -> dict[str, Any]:
+        req = {"tool": p.tool, "arguments": dict(p.arguments), "input_ref": p.input_ref,
+               "repeat_contract": p.repeat_contract}
+        if "ignore_input_ref" in self.normalizations:
+            req.pop("input_ref")
+        return req
+
+    # --- serving ----------------------------------------------------------------------------------
+    def _match(self, kind: str, key: str, actual: dict[str, Any]) -> _Recorded:
+        rec = self._recorded.get((kind, key))
+        if rec is None:
+            raise ReplayMismatchError(f"the recording has no {kind} request under this identity; a replay never "
+                                      "falls back to a live call", kind=kind, key=key, expected=None, actual=actual)
+        if rec.served:
+            raise ReplayMismatchError("this request was already served once in this replay", kind=kind, key=key,
+                                      expected=rec.request, actual=actual)
+        if _canon(rec.request) != _canon(actual):
+            diff = sorted(k for k in set(rec.request) | set(actual) if rec.request.get(k) != actual.get(k))
+            raise ReplayMismatchError(f"the request differs from the recorded one in {diff}", kind=kind, key=key,
+                                      expected=rec.request, actual=actual)
+        if self.order == "recorded":
+            pending = [k for k in self._order if not self._recorded[k].served]
+            if pending and pending[0] != (kind, key):
+                first = self._recorded[pending[0]]
+                raise ReplayMismatchError(f"out of the recorded order: {first.kind} {first.key} comes first (declare "
+                                          "order='any' if the order does not matter)", kind=kind, key=key,
+                                          expected=first.request, actual=actual)
+        if rec.reply is None:
+            raise ReplayMismatchError("the recording has this request but no reply to it (the run stopped there); "
+                                      "replay cannot invent one", kind=kind, key=key, expected=rec.request,
+                                      actual=actual)
+        rec.served = True
+        self.report.served.append(f"{kind} {key}")
+        return rec
+
+    def model(self, ctx: ContextBuilt) -> ModelReply:
+        """The model transport: the recorded reply to this exact request."""
+        rec = self._match("model", ctx.invocation_id, self._model_request(ctx))
+        r: ModelReplied = rec.reply
+        return ModelReply(status=r.status, reply=r.reply, proposal=r.proposal, input_tokens=r.input_tokens,
+                          output_tokens=r.output_tokens, charged_usd=self._usage.get(rec.reply_sequence))
+
+    def tool(self, intent: ToolIntent) -> ToolReply:
+        """The tool transport: the recorded reply to this exact operation attempt."""
+        key = f"{intent.operation_id}/{intent.attempt_id}"
+        rec = self._match("tool", key, self._tool_request(intent))
+        r: ToolResult = rec.reply
+        return ToolReply(status=r.status, job_handle=r.job_handle, outcome=r.outcome,
+                         observation_complete=r.observation_complete, evidence=r.evidence,
+                         charged_usd=self._usage.get(rec.reply_sequence))
+
+    def external_inputs(self) -> list[ExternalInput]:
+        """Control events, approval decisions and late results, in their logged order: the inputs
+        that reached the harness from outside rather than as replies to its requests."""
+        self.report.external_inputs = len(self._inputs)
+        return list(self._inputs)
+
+    def finish(self) -> ReplayReport:
+        """The report; ``unserved`` lists recorded requests the harness did not make."""
+        self.report.unserved = [f"{k} {key}" for (k, key) in self._order if not self._recorded[(k, key)].served]
+        return self.report
+
+
+# ------------------------------------------------------------------------------------------------
+# sealing the live side-effect paths
+# ------------------------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def sealed(reason: str = "a harness regression replay is running") -> Iterator[None]:
+    """Cut this process's live side-effect paths while the block runs: outgoing socket
+    connections (every HTTP client goes through them), new child processes and ``os.system``.
+    Each attempt raises :class:`LiveCallDuringReplayError`; everything is restored on exit.
+
+    Loopback connections are cut too: a tool service on 127.0.0.1 is a live endpoint.
+    """
+    def refuse(what: str):
+        def _refused(*args: Any, **kwargs: Any):
+            raise LiveCallDuringReplayError(f"{what} refused: {reason}; replay serves recorded observations only")
+        return _refused
+
+    patches = [(socket.socket, "connect", refuse("socket connect")),
+               (socket.socket, "connect_ex", refuse("socket connect")),
+               (socket, "create_connection", refuse("socket connection")),
+               (subprocess.Popen, "__init__", refuse("starting a child process")),
+               (os, "system", refuse("os.system"))]
+    saved = [(obj, name, getattr(obj, name)) for obj, name, _ in patches]
+    try:
+        for obj, name, fn in patches:
+            setattr(obj, name, fn)
+        yield
+    finally:
+        for obj, name, fn in saved:
+            setattr(obj, name, fn)
+
+
+# ------------------------------------------------------------------------------------------------
+# the §11.6.2 example: a late result arrives while the trajectory is PAUSED
+# ------------------------------------------------------------------------------------------------
+
+#: The harness of the example, as plain data (the grant and the bounds it uses).
+EXAMPLE_GRANT = "grant_repair"
+EXAMPLE_TRAJECTORY = "traj_r18_late_result"
+
+
+def example_policy():
+    from .dispatch import AdmissionPolicy
+    return AdmissionPolicy({EXAMPLE_GRANT: {"run_tests", "stand-in-model"}})
+
+
+def worksheet_harness(gate, model, tool, inputs: Sequence[ExternalInput], *,
+                      fire_model_on_late_result: bool = False) -> None:
+    """A small harness for the late-result example of §11.6.2, written the way a harness is: it
+    starts the task, asks the model, dispatches ``test_r18`` through the dispatch gate, and then
+    handles what arrives from outside (a pause, a late result).
+
+    ``fire_model_on_late_result=True`` is the regression the chapter describes: on a late result
+    it asks the model again, going around the dispatch gate. Replay must catch it.
+    """
+    from .dispatch import ModelCall, ToolProposal
+    from .events import TaskStarted
+
+    gate.start(TaskStarted(task_id="repair-r18", requester="alice", objective="fix the median bug",
+                           grant_ids=[EXAMPLE_GRANT], budget_ceiling_usd=2.0, finalization_reserve_usd=0.2))
+    gate.run_model(ModelCall("model_call_1", "stand-in-model", "tests for ws_r18?", EXAMPLE_GRANT, 0.05), model)
+    gate.run_tool(ToolProposal("test_r18", "attempt1", "run_tests", {"snapshot": "ws_r18"}, EXAMPLE_GRANT, 0.5,
+                               input_ref="ws_r18"), tool)
+    for inp in inputs:
+        p = inp.event.payload
+        if isinstance(p, ControlChanged):
+            gate.change_control(p.to_state, issuer=p.issuer, request_id=p.request_id, reason=p.reason,
+                                bump_control_epoch=p.bump_control_epoch)
+        elif isinstance(p, ToolResult):
+            # a late result updates the operation table; a paused trajectory takes no new turn
+            gate.record_evidence(p.operation_id, p.attempt_id,
+                                 ToolReply(status=p.status, job_handle=p.job_handle, outcome=p.outcome,
+                                           observation_complete=p.observation_complete, evidence=p.evidence,
+                                           charged_usd=inp.charged_usd), source=p.source)
+            if fire_model_on_late_result:   # the regression: a new model turn on a late result
+                import hashlib
+                text = f"test_r18 finished: {p.outcome}"
+                model(ContextBuilt(invocation_id="model_call_2", model="stand-in-model", delivered_input=text,
+                                   delivered_input_sha256=hashlib.sha256(text.encode()).hexdigest()))
+
+
+def record_example(store=None):
+    """Run :func:`worksheet_harness` once against scripted endpoints and return the recorded log
+    (a list of events): the model proposes the test, the executor accepts it, an operator pauses
+    the trajectory, and the test's completion arrives late, through the result inbox."""
+    from .dispatch import DispatchGate
+    from .log import FailureDomain, MemoryStore, TrajectoryLog
+
+    store = store or MemoryStore()
+    log = TrajectoryLog(store, EXAMPLE_TRAJECTORY, must_survive=FailureDomain.NONE)
+    gate = DispatchGate(log, example_policy())
+
+    def model(ctx: ContextBuilt) -> ModelReply:
+        return ModelReply(status="complete", reply="run the tests on ws_r18", proposal={"tool": "run_tests"},
+                          input_tokens=120, output_tokens=12, charged_usd=0.01)
+
+    def tool(intent: ToolIntent) -> ToolReply:
+        return ToolReply(status="accepted", job_handle="job_tests_18")
+
+    # what arrives from outside, built as the events they will be logged as
+    pause = ControlChanged(request_id="pause-1", issuer="operator", to_state="PAUSED", bump_control_epoch=True,
+                           reason="operator pause")
+    late = ToolResult(operation_id="test_r18", attempt_id="attempt1", status="completed", job_handle="job_tests_18",
+                      outcome={"passed": 5, "failed": 0}, observation_complete=True, source="inbox")
+    stub = [ExternalInput(Event.create(trajectory_id=EXAMPLE_TRAJECTORY, event_id="x1", sequence_number=1,
+                                       payload=pause)),
+            ExternalInput(Event.create(trajectory_id=EXAMPLE_TRAJECTORY, event_id="x2", sequence_number=2,
+                                       payload=late), charged_usd=0.12)]
+    worksheet_harness(gate, model, tool, stub)
+    return list(store.read(EXAMPLE_TRAJECTORY))
+
+
+def replay_harness(events: Sequence[Event], harness=worksheet_harness, **harness_kw) -> tuple[list[Event], ReplayReport]:
+    """Run ``harness`` against the recording ``events`` inside :func:`sealed`, on a fresh
+    in-memory log, and return the replayed log and the report. Raises ReplayMismatchError at the
+    first request that does not match; LiveCallDuringReplayError if anything tries to go live."""
+    from .dispatch import DispatchGate
+    from .log import FailureDomain, MemoryStore, TrajectoryLog
+
+    adapter = ReplayAdapter(events)
+    store = MemoryStore()
+    traj = events[0].trajectory_id if events else EXAMPLE_TRAJECTORY
+    gate = DispatchGate(TrajectoryLog(store, traj, must_survive=FailureDomain.NONE), example_policy())
+    with sealed():
+        harness(gate, adapter.model, adapter.tool, adapter.external_inputs(), **harness_kw)
+    return list(store.read(traj)), adapter.finish()

@@ -1,0 +1,478 @@
+"""Locating a divergence (§11.7, table 6): kernel_lib.diverge, its CLI and its benchmark."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from kernel_lib.cli import load_events
+from kernel_lib.diverge import (
+    ASSEMBLED_INPUT, CATEGORIES, HARNESS_DECISION, MODEL_RESPONSE, NOT_RECORDED, TOOL_OBSERVATION, Equivalence,
+    extract_boundaries, locate_divergence,
+)
+from kernel_lib.diverge_cli import main as diverge_main
+from kernel_lib.errors import ConfigError
+from kernel_lib.events import (
+    Authorized, BudgetReserved, BudgetSettled, ContextBuilt, Event, ModelReplied, Provenance, RuntimeInput,
+    TaskStarted, ToolIntent, ToolResult,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+WORKSHEET = ROOT / "datasets" / "worksheet_r18_example.jsonl"
+SWE = Path("/work/shared/data/trajectories/swe-agent")
+
+
+def _sha(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def turn_payloads(r: int, *, prompt: str | None = None, reply: str | None = None, tool: str = "run_tests",
+                  arguments: dict | None = None, outcome: dict | None = None, op: str | None = None,
+                  inv: str | None = None) -> list:
+    """One turn: context, reply, authorization, reservation, intent, result, settlement."""
+    inv = inv or f"inv{r}"
+    op = op or f"op{r}"
+    prompt = f"turn {r}: repair the failing test; observations so far …" if prompt is None else prompt
+    return [
+        ContextBuilt(invocation_id=inv, model="model-x", delivered_input=prompt, delivered_input_sha256=_sha(prompt),
+                     request_config={"temperature": 0}),
+        ModelReplied(invocation_id=inv, status="complete", reply=reply if reply is not None else f"run check {r}",
+                     input_tokens=100 + r, output_tokens=10),
+        Authorized(decision_id=f"{op}-auth", subject_id=op, subject_kind="tool", policy_version="p1",
+                   grant_id="grant_rw", decision="allow"),
+        BudgetReserved(reservation_id=f"{op}-res", subject_id=op, amount_usd=0.2),
+        ToolIntent(operation_id=op, attempt_id="a1", tool=tool,
+                   arguments=arguments if arguments is not None else {"check": f"test_r{r}", "snapshot": "ws_r18"},
+                   revision=f"r{r}", repeat_contract="idempotency_key", grant_id="grant_rw",
+                   authorization_ref=f"{op}-auth", reservation_ref=f"{op}-res"),
+        ToolResult(operation_id=op, attempt_id="a1", status="completed", observation_complete=True,
+                   job_handle=f"job-{op}", outcome=outcome if outcome is not None else {"passed": 3, "failed": 0}),
+        BudgetSettled(reservation_id=f"{op}-res", subject_id=op, actual_usd=0.01, final=True),
+    ]
+
+
+def task() -> TaskStarted:
+    return TaskStarted(task_id="t1", requester="alice", objective="make the failing test pass",
+                       budget_ceiling_usd=5.0, grant_ids=["grant_rw"])
+
+
+def make_log(payloads: list, *, run: str = "A", trajectory: str = "traj_x") -> list[Event]:
+    return [Event.create(trajectory_id=trajectory, event_id=f"{run}-{i}", sequence_number=i, payload=p,
+                         provenance=Provenance("default", f"worker-{run}"))
+            for i, p in enumerate(payloads, start=1)]
+
+
+def run(n_turns: int = 3, changes: dict[int, dict] | None = None) -> list:
+    out = [task()]
+    for r in range(n_turns):
+        out += turn_payloads(r, **(changes or {}).get(r, {}))
+    return out
+
+
+def replace(p, **changes):
+    d = {**p.model_dump(), **changes}
+    if "delivered_input" in changes and changes["delivered_input"] is not None:
+        d["delivered_input_sha256"] = _sha(changes["delivered_input"])
+    return type(p)(**d)
+
+
+# --- the four categories of table 6 -----------------------------------------------------------------
+
+
+def test_identical_logs_verify_every_boundary():
+    a, b = make_log(run(), run="A"), make_log(run(), run="B")
+    rep = locate_divergence(a, b)
+    bounds, _ = extract_boundaries(a)
+    assert rep.verdict == "equivalent" and rep.first_mismatch is None and not rep.diverged
+    assert len(rep.identical) == len(rep.steps) == len(bounds) == 21
+    assert rep.verified_prefix == 21 and rep.last_verified_boundary.key == bounds[-1].key
+    assert {s.category for s in rep.identical} == set(CATEGORIES)
+    assert rep.missing_evidence == [] and rep.differences == []
+    assert rep.alignment["method"] == "identity"
+    d = rep.to_dict()
+    assert d["identical_evidence"]["count"] == 21 and d["first_mismatch"] is None
+    assert any("agree" in s for s in d["establishes"]) and d["does_not_establish"]
+
+
+def test_changed_delivered_input_is_an_assembled_input_mismatch():
+    a = make_log(run())
+    b = make_log(run(changes={1: {"prompt": "turn 1: repair the failing test; r18 passed"}}))
+    rep = locate_divergence(a, b)
+    fm = rep.first_mismatch
+    assert fm.category == ASSEMBLED_INPUT and fm.key == "ContextBuilt inv1"
+    assert fm.a.sequence_number == fm.b.sequence_number == 9
+    assert rep.last_verified_boundary.key == "BudgetSettled op0"       # the whole first turn verified
+    assert any("delivered_input" in line for line in fm.diff)
+    assert any("context assembly" in s for s in rep.establishes)
+    assert any("causal question" in s for s in rep.does_not_establish)
+
+
+def test_same_input_different_reply_is_a_model_response_mismatch():
+    a = make_log(run())
+    b = make_log(run(changes={2: {"reply": "edit the test instead"}}))
+    rep = locate_divergence(a, b)
+    fm = rep.first_mismatch
+    assert fm.category == MODEL_RESPONSE and fm.key == "ModelReplied inv2"
+    assert rep.last_verified_boundary.key == "ContextBuilt inv2"
+    assert fm.differing_fields == ["reply"] and "request" in fm.same_fields
+    text = " ".join(rep.establishes)
+    assert "sampling nondeterminism" in text and "not a harness defect" in text
+    assert any("root cause" in s for s in rep.does_not_establish)
+
+
+def test_different_request_config_is_a_model_response_mismatch_named_as_configuration():
+    pa, pb = run(), run()
+    pb[1 + 7] = replace(pb[8], request_config={"temperature": 0.7})      # turn 1's ContextBuilt
+    rep = locate_divergence(make_log(pa), make_log(pb))
+    fm = rep.first_mismatch
+    assert fm.category == MODEL_RESPONSE and fm.key == "ModelReplied inv1"
+    assert "request" in fm.differing_fields and any("temperature" in line for line in fm.diff)
+    assert any("configuration change" in s for s in rep.establishes)
+
+
+def test_same_reply_different_tool_or_arguments_is_a_harness_decision():
+    a = make_log(run())
+    for change in ({"tool": "run_linter"}, {"arguments": {"check": "test_r1", "snapshot": "ws_r17"}}):
+        rep = locate_divergence(a, make_log(run(changes={1: change})))
+        fm = rep.first_mismatch
+        assert fm.category == HARNESS_DECISION and fm.key == "ToolIntent op1/a1"
+        assert fm.differing_fields == [next(iter(change))]
+        assert rep.last_verified_boundary.key == "BudgetReserved op1"
+        assert any("intended policy" in s for s in rep.does_not_establish)
+
+
+def test_same_call_different_observation_is_a_tool_observation():
+    a = make_log(run())
+    rep = locate_divergence(a, make_log(run(changes={2: {"outcome": {"passed": 2, "failed": 1}}})))
+    fm = rep.first_mismatch
+    assert fm.category == TOOL_OBSERVATION and fm.key == "ToolResult op2/a1"
+    assert fm.differing_fields == ["outcome"] and rep.last_verified_boundary.key == "ToolIntent op2/a1"
+    assert any("outcome.failed" in line for line in fm.diff)
+    assert any("same operation attempt" in s for s in rep.establishes)
+
+
+def test_later_differences_are_listed_after_the_first():
+    a = make_log(run())
+    b = make_log(run(changes={0: {"reply": "x"}, 2: {"outcome": {"passed": 0, "failed": 3}}}))
+    rep = locate_divergence(a, b)
+    assert rep.first_mismatch.key == "ModelReplied inv0"
+    assert [s.key for s in rep.differences] == ["ToolResult op2/a1"]
+    assert any("consequence" in s for s in rep.does_not_establish)
+    assert rep.to_dict(max_differences=0)["differences"] == {"count": 1, "items": [], "omitted": 1}
+
+
+# --- alignment --------------------------------------------------------------------------------------
+
+
+def _concurrent(order: str) -> list:
+    """A turn that issues two independent calls; ``order`` 'xy' or 'yx' is the recorded order."""
+    ops = {o: turn_payloads(0, op=o, arguments={"check": f"test_{o}"}) for o in "xy"}
+    first, second = (ops[c] for c in order)
+    head = turn_payloads(0)[:2]
+    return [task(), *head, first[2], first[3], first[4], second[2], second[3], second[4], first[5], second[5]]
+
+
+def test_reordered_concurrent_calls_aligned_by_identity_are_not_a_divergence():
+    a, b = make_log(_concurrent("xy")), make_log(_concurrent("yx"))
+    assert [e.event_type for e in a] == [e.event_type for e in b] and a[3].payload != b[3].payload
+    rep = locate_divergence(a, b)
+    assert rep.verdict == "equivalent" and rep.alignment["paired"] == len(rep.steps) == 10
+    strict = locate_divergence(a, b, Equivalence(strict_order=True))
+    assert strict.diverged and any("order" in line for line in strict.first_mismatch.diff)
+
+
+def test_extra_call_on_one_side_is_a_mismatch_and_a_short_log_is_missing_evidence():
+    pa = run(3)
+    extra = turn_payloads(9, op="op_extra")[2:6]
+    pb = pa[:8] + extra + pa[8:]
+    rep = locate_divergence(make_log(pa), make_log(pb))
+    fm = rep.first_mismatch
+    assert fm.key == "Authorized op_extra" and fm.a is None and fm.b is not None
+    assert fm.category == HARNESS_DECISION and "present in B only" in fm.diff[0]
+    short = locate_divergence(make_log(pa), make_log(pa[:13]))
+    assert short.verdict == "equivalent_prefix" and short.first_mismatch is None
+    assert short.halted_by.key == "ToolResult op1/a1" and short.last_verified_boundary.key == "ToolIntent op1/a1"
+    assert any("log B ends" in m["what"] for m in short.missing_evidence)
+    assert any("unsettled" in m["what"] or "no ToolResult" in m["what"] for m in short.missing_evidence)
+
+
+def test_ordinal_fallback_when_runs_do_not_share_ids():
+    pa = run(3)
+    pb = [task()] + [p for r in range(3) for p in turn_payloads(r, inv=f"call-{r * 7 + 5}", op=f"tool-{r * 3 + 1}")]
+    rep = locate_divergence(make_log(pa), make_log(pb))
+    assert rep.alignment["method"] == "ordinal" and rep.verdict == "equivalent"
+    assert "ordinal within kind" in rep.alignment["reason"]
+    assert any("same order" in s for s in rep.does_not_establish)
+    forced = locate_divergence(make_log(pa), make_log(pb), Equivalence(align="identity"))
+    assert forced.diverged and forced.alignment["method"] == "identity"
+
+
+# --- missing evidence -------------------------------------------------------------------------------
+
+
+def _digest_only(p: ContextBuilt, text: str | None = None) -> ContextBuilt:
+    return ContextBuilt(invocation_id=p.invocation_id, model=p.model, delivered_input=None,
+                        delivered_input_ref="blob://inputs/" + p.invocation_id,
+                        delivered_input_sha256=_sha(text) if text is not None else p.delivered_input_sha256,
+                        request_config=p.request_config)
+
+
+def test_digest_only_evidence_is_reported_missing():
+    pa, pb = run(), run()
+    pb[8] = _digest_only(pb[8])
+    rep = locate_divergence(make_log(pa), make_log(pb))
+    assert rep.verdict == "equivalent"
+    step = next(s for s in rep.steps if s.key == "ContextBuilt inv1")
+    assert step.status == "verified_by_digest"
+    m = [m for m in rep.missing_evidence if m["boundary"] == "ContextBuilt inv1"]
+    assert m and m[0]["side"] == "B" and "digest" in m[0]["what"]
+    assert any("SHA-256 only" in s for s in rep.does_not_establish)
+    assert rep.to_dict()["identical_evidence"]["by_digest_only"] == 1
+
+    pb[8] = _digest_only(pb[8], "another prompt")
+    rep = locate_divergence(make_log(pa), make_log(pb))
+    assert rep.first_mismatch.key == "ContextBuilt inv1" and rep.first_mismatch.category == ASSEMBLED_INPUT
+    assert "cannot be shown" in " ".join(rep.first_mismatch.diff)
+    # with a text-rewriting equivalence, different digests decide nothing: verification halts there
+    rep = locate_divergence(make_log(pa), make_log(pb), Equivalence(normalize_whitespace=True))
+    assert not rep.diverged and rep.halted_by.key == "ContextBuilt inv1" and rep.verdict == "equivalent_prefix"
+    assert rep.last_verified_boundary.key == "BudgetSettled op0"
+
+
+def test_not_recorded_sentinels_are_never_counted_as_agreement():
+    pa, pb = run(1), run(1)
+    for p in (pa, pb):
+        p[1] = ContextBuilt(invocation_id="inv0", model=NOT_RECORDED, delivered_input=None,
+                            delivered_input_ref=NOT_RECORDED, delivered_input_sha256=NOT_RECORDED)
+        p[5] = replace(p[5], grant_id=NOT_RECORDED)
+    rep = locate_divergence(make_log(pa), make_log(pb))
+    step = next(s for s in rep.steps if s.key == "ContextBuilt inv0")
+    assert step.status == "undetermined" and rep.halted_by is step and rep.last_verified_boundary is None
+    whats = " ".join(m["what"] for m in rep.missing_evidence)
+    assert "ToolIntent.grant_id" in whats and "request.model" in whats
+
+
+# --- the declared equivalence -----------------------------------------------------------------------
+
+
+_P1 = "turn 1: repair the failing test; observations so far …"
+
+
+@pytest.mark.parametrize("base, change, eq", [
+    ({}, {0: {"reply": "something else"}}, Equivalence(ignore_fields=("reply",))),
+    ({}, {0: {"reply": "something else"}}, Equivalence(ignore_fields=("ModelReplied.reply",))),
+    ({}, {0: {"reply": "run  check 0\n"}}, Equivalence(normalize_whitespace=True)),
+    ({1: {"outcome": {"passed": 3, "duration_s": 0.2}}}, {1: {"outcome": {"passed": 3, "duration_s": 1.5}}},
+     Equivalence(ignore_timestamps=True)),
+    ({1: {"outcome": {"passed": 3, "log": "/tmp/pytest-7/x"}}},
+     {1: {"outcome": {"passed": 3, "log": "/tmp/pytest-41/x"}}},
+     Equivalence(ignore_fields=("ToolResult.outcome.log",))),
+    ({1: {"prompt": _P1 + " (req 0c1d)"}}, {1: {"prompt": _P1 + " (req 5f3a)"}},
+     Equivalence(mask_patterns=(r"\(req [0-9a-f]+\)",))),
+    ({1: {"arguments": {"check": "test_r1", "tags": ["a", "b"]}}}, {1: {"arguments": {"check": "test_r1",
+                                                                                     "tags": ["b", "a"]}}},
+     Equivalence(ignore_list_order=True)),
+])
+def test_an_equivalence_option_makes_a_mismatch_disappear(base, change, eq):
+    a, b = make_log(run(2, base)), make_log(run(2, change))
+    assert locate_divergence(a, b).diverged
+    rep = locate_divergence(a, b, eq)
+    assert rep.verdict == "equivalent", rep.summary()
+    assert any("ignores or normalizes" in s for s in rep.does_not_establish)
+
+
+def test_cost_tolerance_and_embedded_json():
+    pa, pb = run(1), run(1)
+    pb[7] = replace(pb[7], actual_usd=0.0104)
+    a, b = make_log(pa), make_log(pb)
+    assert locate_divergence(a, b).first_mismatch.key == "BudgetSettled op0"
+    assert locate_divergence(a, b, Equivalence(cost_tolerance_usd=0.001)).verdict == "equivalent"
+    assert locate_divergence(a, b, Equivalence(cost_tolerance_usd=0.0001)).diverged
+    pa[5] = replace(pa[5], arguments={"json": '{"a": 1, "b": [1, 2]}'})
+    pb = run(1)
+    pb[5] = replace(pb[5], arguments={"json": '{"b":[1,2],"a":1}'})
+    a, b = make_log(pa), make_log(pb)
+    assert locate_divergence(a, b).diverged
+    assert locate_divergence(a, b, Equivalence(embedded_json=True)).verdict == "equivalent"
+
+
+def test_canonical_equality_keeps_bool_and_number_apart():
+    pa, pb = run(1), run(1)
+    pa[6] = replace(pa[6], outcome={"ok": True, "n": 1})
+    pb[6] = replace(pb[6], outcome={"ok": 1, "n": 1.0})
+    rep = locate_divergence(make_log(pa), make_log(pb))
+    assert rep.first_mismatch.key == "ToolResult op0/a1" and any("ok" in d for d in rep.first_mismatch.diff)
+
+
+@pytest.mark.parametrize("kwargs", [{"align": "positional"}, {"cost_tolerance_usd": -1}, {"cost_tolerance_usd":
+                                    float("nan")}, {"mask_patterns": ("(",)}, {"ignore_fields": ("",)}])
+def test_bad_equivalence_options_are_typed_errors(kwargs):
+    with pytest.raises(ConfigError):
+        Equivalence(**kwargs)
+
+
+def test_bad_arguments_are_typed_errors():
+    a = make_log(run(1))
+    with pytest.raises(ConfigError):
+        locate_divergence(a, "not events")
+    with pytest.raises(ConfigError):
+        locate_divergence(a, a + make_log(run(1), trajectory="other"))
+    with pytest.raises(ConfigError):
+        locate_divergence(a, a, equivalence={"ignore_fields": ["reply"]})
+
+
+def test_supporting_evidence_differences_are_reported_with_what_they_bear_on():
+    pa, pb = run(2), run(2)
+    pa.insert(8, RuntimeInput(kind="clock", name="now", value=1000.0))
+    pb.insert(8, RuntimeInput(kind="clock", name="now", value=2000.0))
+    pb[11] = replace(pb[11], decision="deny", reason="outside working hours")   # turn 1's Authorized
+    rep = locate_divergence(make_log(pa), make_log(pb))
+    assert rep.first_mismatch.key == "Authorized op1" and rep.first_mismatch.category == HARNESS_DECISION
+    assert rep.context_differences[0]["bears_on"] == HARNESS_DECISION
+    assert any("runtime inputs" in s for s in rep.establishes)
+
+
+# --- the worksheet dataset --------------------------------------------------------------------------
+
+
+def test_worksheet_example_and_the_r18_scope_limitation():
+    """§11.7.1's example: the replay keeps the test result but a compaction rule drops the scope
+    limitation from the next delivered context; the first divergence is the assembled input."""
+    base = load_events(str(WORKSHEET))
+    rep = locate_divergence(base, load_events(str(WORKSHEET)))
+    assert rep.verdict == "equivalent" and len(rep.identical) == 11
+
+    def extend(events, prompt):
+        nxt = ContextBuilt(invocation_id="model_call_2", model="stand-in-model", delivered_input=prompt,
+                           delivered_input_sha256=_sha(prompt))
+        return events + [Event.create(trajectory_id=events[0].trajectory_id, event_id="x/13", sequence_number=13,
+                                      payload=nxt)]
+    original = extend(base, "test_r18: r18 passed the targeted unit test; the broader regression suite was omitted.")
+    replayed = extend(base, "test_r18: r18 passed.")
+    rep = locate_divergence(original, replayed)
+    assert rep.first_mismatch.category == ASSEMBLED_INPUT and rep.first_mismatch.key == "ContextBuilt model_call_2"
+    assert rep.last_verified_boundary.key == "BudgetSettled test_r18"
+    assert rep.to_dict()["identical_evidence"]["by_category"][TOOL_OBSERVATION] == 2
+
+
+# --- hypothesis -------------------------------------------------------------------------------------
+
+
+_MUTATIONS = {
+    "ContextBuilt": lambda p: replace(p, delivered_input=p.delivered_input + " [changed]"),
+    "ModelReplied": lambda p: replace(p, reply=p.reply + " [changed]"),
+    "Authorized": lambda p: replace(p, reason="changed"),
+    "BudgetReserved": lambda p: replace(p, amount_usd=p.amount_usd + 0.05),
+    "ToolIntent": lambda p: replace(p, arguments={**p.arguments, "changed": True}),
+    "ToolResult": lambda p: replace(p, outcome={**(p.outcome or {}), "changed": True}),
+    "BudgetSettled": lambda p: replace(p, final=not p.final),
+}
+
+
+@settings(max_examples=60)
+@given(n_turns=st.integers(1, 5), data=st.data())
+def test_property_self_comparison_and_a_single_change(n_turns, data):
+    payloads = run(n_turns)
+    a = make_log(payloads, run="A")
+    # a second recording of the same run: other event ids, owner epoch, issuer (never compared)
+    b = [e.restamp(event_id=f"B-{e.sequence_number}", owner_epoch=3, provenance=Provenance("default", "worker-B"))
+         for e in a]
+    rep = locate_divergence(a, b)
+    assert rep.first_mismatch is None and rep.verdict == "equivalent" and len(rep.identical) == len(rep.steps)
+
+    bounds, _ = extract_boundaries(a)
+    k = data.draw(st.integers(0, len(bounds) - 1), label="boundary")
+    target = bounds[k]
+    changed = list(payloads)
+    changed[target.index] = _MUTATIONS[target.event_type](payloads[target.index])
+    rep = locate_divergence(a, make_log(changed, run="B"))
+    assert rep.first_mismatch is not None and rep.first_mismatch.key == target.key
+    assert rep.first_mismatch.category == target.category
+    assert rep.verified_prefix == k and (k == 0 or rep.last_verified_boundary.key == bounds[k - 1].key)
+    assert rep.differences == []
+
+
+# --- CLI ----------------------------------------------------------------------------------------------
+
+
+def _write(path: Path, events: list[Event]) -> str:
+    path.write_bytes(b"".join(e.canonical + b"\n" for e in events))
+    return str(path)
+
+
+def test_cli_json_output_and_exit_codes(tmp_path, capsys):
+    a = _write(tmp_path / "a.jsonl", make_log(run()))
+    b = _write(tmp_path / "b.jsonl", make_log(run(changes={1: {"reply": "other"}}), run="B"))
+    assert diverge_main([a, b, "--json"]) == 1
+    d = json.loads(capsys.readouterr().out)
+    assert d["verdict"] == "diverged" and d["first_mismatch"]["category"] == MODEL_RESPONSE
+    assert d["first_mismatch"]["boundary"] == "ModelReplied inv1"
+    assert d["last_verified_boundary"]["boundary"] == "ContextBuilt inv1"
+    assert d["log_a"]["label"] == a and d["identical_evidence"]["count"] == 20
+    assert set(d) >= {"differences", "missing_evidence", "establishes", "does_not_establish", "alignment",
+                      "equivalence"}
+    assert diverge_main([a, b, "--json", "--ignore", "reply"]) == 0
+    assert json.loads(capsys.readouterr().out)["equivalence"]["options"]["ignore_fields"] == ["reply"]
+    assert diverge_main([a, a]) == 0
+    out = capsys.readouterr().out
+    assert "verdict: equivalent" in out and "does not establish" in out
+
+
+def test_cli_errors_are_one_line_and_code_2(tmp_path, capsys):
+    a = _write(tmp_path / "a.jsonl", make_log(run(1)))
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"not": "an event"}\n')
+    assert diverge_main([a, str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and "bad.jsonl:1" in err and "Traceback" not in err
+    assert diverge_main([a, str(tmp_path / "missing.jsonl")]) == 2
+    assert diverge_main([a, a, "--mask", "("]) == 2
+    assert diverge_main([a, a, "--cost-tolerance", "-1"]) == 2
+    with pytest.raises(SystemExit) as exc:
+        diverge_main(["--help"])
+    assert exc.value.code == 0
+    assert "table 6" in capsys.readouterr().out
+
+
+# --- benchmark ----------------------------------------------------------------------------------------
+
+
+def test_bench_finds_the_late_divergence():
+    from kernel_lib.diverge_bench import format_diverge_bench, make_diverging_logs, run_diverge_bench
+    a, b, k = make_diverging_logs(400, seed=3)
+    assert len(a) == len(b) == 400 and k >= 360 and all(x.event_id != y.event_id for x, y in zip(a, b))
+    r = run_diverge_bench(400, rounds=1)
+    assert r["found_expected"] and r["ratio_locate_over_fold"] > 0
+    assert "ratio locate / fold" in format_diverge_bench(r)
+    with pytest.raises(ConfigError):
+        run_diverge_bench(400, rounds=0)
+
+
+# --- imported real runs ------------------------------------------------------------------------------
+
+
+@pytest.mark.skipif(importlib.util.find_spec("kernel_lib.imports") is None
+                    or not (SWE / "marshmallow-1867__default_sys-env_window100.traj").exists(),
+                    reason="kernel_lib.imports or the SWE-agent trajectories are not available")
+def test_imported_swe_agent_pair_diverges_at_the_prompt_template():
+    """Two real SWE-agent runs of one task with different system templates (default vs xml):
+    the first mismatch is the assembled input of the first turn."""
+    try:
+        from kernel_lib.imports.swe_agent import import_swe_agent
+    except ImportError as exc:   # the importer package is still being written
+        pytest.skip(f"kernel_lib.imports.swe_agent not importable: {exc}")
+    a = import_swe_agent(SWE / "marshmallow-1867__default_sys-env_window100.traj").events
+    b = import_swe_agent(SWE / "marshmallow-1867__xml_sys-env_window100.traj").events
+    rep = locate_divergence(a, b)
+    assert rep.first_mismatch is not None and rep.first_mismatch.category == ASSEMBLED_INPUT
+    assert rep.last_verified_boundary is None or rep.last_verified_boundary.category in CATEGORIES
+    assert rep.to_dict()["first_mismatch"]["diff"]
+    # with the prompts set aside, what is left to explain is in the model's replies
+    loose = locate_divergence(a, b, Equivalence(ignore_fields=("delivered_input",), normalize_whitespace=True))
+    assert loose.first_mismatch is not None and loose.first_mismatch.category == MODEL_RESPONSE

@@ -1,0 +1,171 @@
+"""Harness regression replay (§11.6.2).
+
+Fault model: a harness change that alters what the harness asks for, in what order, or that
+tries to reach a live endpoint while being tested on history.
+Invariant: a recorded reply is served only to the exact request it answered (identity, then the
+canonical request), never by position; nothing leaves the process while a replay is sealed.
+Goal: a faithful harness reproduces the recorded log; a regression fails at its first differing
+request, with both sides shown.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import socket
+import subprocess
+import sys
+
+import pytest
+
+from kernel_lib.dispatch import ModelCall, ToolProposal
+from kernel_lib.errors import ConfigError
+from kernel_lib.events import ContextBuilt
+from kernel_lib.replay import (
+    EXAMPLE_GRANT, LiveCallDuringReplayError, ReplayAdapter, ReplayMismatchError, record_example, replay_harness,
+    sealed, worksheet_harness,
+)
+
+
+@pytest.fixture(scope="module")
+def recording():
+    return record_example()
+
+
+def payloads(events):
+    return [(e.event_type, e.payload.model_dump(mode="json")) for e in events]
+
+
+def test_a_faithful_harness_reproduces_the_recorded_log(recording):
+    replayed, report = replay_harness(recording)
+    assert payloads(replayed) == payloads(recording)
+    assert report.complete and report.served == ["model model_call_1", "tool test_r18/attempt1"]
+    assert report.external_inputs == 2   # the pause and the late result
+
+
+def test_a_model_call_fired_on_a_late_result_while_paused_is_caught(recording):
+    with pytest.raises(ReplayMismatchError) as err:
+        replay_harness(recording, fire_model_on_late_result=True)
+    assert err.value.kind == "model" and err.value.key == "model_call_2" and err.value.expected is None
+    assert "never falls back to a live call" in str(err.value)
+
+
+def changed_harness(**change):
+    """The example harness with one request changed (prompt, arguments, order, a skipped call)."""
+    def harness(gate, model, tool, inputs):
+        from kernel_lib.events import TaskStarted
+        gate.start(TaskStarted(task_id="repair-r18", requester="alice", objective="fix the median bug",
+                               grant_ids=[EXAMPLE_GRANT], budget_ceiling_usd=2.0, finalization_reserve_usd=0.2))
+        call = ModelCall("model_call_1", "stand-in-model", change.get("prompt", "tests for ws_r18?"), EXAMPLE_GRANT,
+                         0.05, request_config=change.get("config", {}))
+        test = ToolProposal("test_r18", "attempt1", "run_tests", change.get("args", {"snapshot": "ws_r18"}),
+                            EXAMPLE_GRANT, 0.5, input_ref="ws_r18")
+        steps = [lambda: gate.run_model(call, model), lambda: gate.run_tool(test, tool)]
+        if change.get("swap"):
+            steps.reverse()
+        for step in steps[: change.get("steps", 2)]:
+            step()
+    return harness
+
+
+@pytest.mark.parametrize("change, field", [(dict(prompt="tests for ws_r19?"), "delivered_input_sha256"),
+                                           (dict(args={"snapshot": "ws_r19"}), "arguments"),
+                                           (dict(config={"temperature": 0.7}), "request_config")])
+def test_a_changed_request_fails_at_once_with_both_sides(recording, change, field):
+    with pytest.raises(ReplayMismatchError) as err:
+        replay_harness(recording, harness=changed_harness(**change))
+    assert field in err.value.reason and err.value.expected is not None and err.value.actual is not None
+    assert err.value.expected[field] != err.value.actual[field]
+
+
+def test_a_declared_normalization_admits_exactly_what_it_names(recording):
+    adapter = ReplayAdapter(recording, normalizations=["ignore_request_config"])
+    text = "tests for ws_r18?"
+    ctx = ContextBuilt(invocation_id="model_call_1", model="stand-in-model", delivered_input=text,
+                       delivered_input_sha256=hashlib.sha256(text.encode()).hexdigest(),
+                       request_config={"trace": "abc"})
+    assert adapter.model(ctx).reply == "run the tests on ws_r18"
+    with pytest.raises(ConfigError):
+        ReplayAdapter(recording, normalizations=["ignore_everything"])
+
+
+def test_requests_out_of_the_recorded_order_fail_unless_any_order_is_declared(recording):
+    with pytest.raises(ReplayMismatchError, match="recorded order"):
+        replay_harness(recording, harness=changed_harness(swap=True))
+    # declared equivalence: the two requests may come in either order
+    adapter = ReplayAdapter(recording, order="any")
+    intent = next(e.payload for e in recording if e.event_type == "ToolIntent")
+    ctx = next(e.payload for e in recording if e.event_type == "ContextBuilt")
+    assert adapter.tool(intent).status == "accepted" and adapter.model(ctx).status == "complete"
+    assert adapter.finish().complete
+
+
+def test_a_request_is_served_once_and_a_skipped_one_is_reported(recording):
+    adapter = ReplayAdapter(recording)
+    ctx = next(e.payload for e in recording if e.event_type == "ContextBuilt")
+    adapter.model(ctx)
+    with pytest.raises(ReplayMismatchError, match="already served"):
+        adapter.model(ctx)
+    _, report = replay_harness(recording, harness=changed_harness(steps=1))
+    assert report.unserved == ["tool test_r18/attempt1"] and not report.complete
+
+
+def test_a_request_recorded_without_a_reply_cannot_be_answered():
+    events = [e for e in record_example() if e.sequence_number <= 9]   # the run died right after the intent
+    with pytest.raises(ReplayMismatchError, match="no reply"):
+        replay_harness(events)
+
+
+def test_usage_is_served_with_the_reply_it_was_logged_after(recording):
+    adapter = ReplayAdapter(recording)
+    ctx = next(e.payload for e in recording if e.event_type == "ContextBuilt")
+    intent = next(e.payload for e in recording if e.event_type == "ToolIntent")
+    assert adapter.model(ctx).charged_usd == pytest.approx(0.01)
+    assert adapter.tool(intent).charged_usd is None          # the acceptance reported no usage
+    late = [x for x in adapter.external_inputs() if x.event.event_type == "ToolResult"]
+    assert [x.charged_usd for x in late] == [pytest.approx(0.12)]
+
+
+# --- sealing ------------------------------------------------------------------------------------
+
+def test_sealed_refuses_sockets_http_and_child_processes_and_restores_them():
+    import httpx
+
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(1)
+    port = server.getsockname()[1]
+    try:
+        with sealed():
+            with pytest.raises(LiveCallDuringReplayError):
+                socket.create_connection(("127.0.0.1", port), timeout=1)
+            with pytest.raises(LiveCallDuringReplayError):
+                s = socket.socket()
+                try:
+                    s.connect(("127.0.0.1", port))
+                finally:
+                    s.close()
+            with pytest.raises(LiveCallDuringReplayError):
+                httpx.get(f"http://127.0.0.1:{port}/", timeout=1)
+            with pytest.raises(LiveCallDuringReplayError):
+                subprocess.run([sys.executable, "-c", "pass"])
+        socket.create_connection(("127.0.0.1", port), timeout=1).close()   # restored
+        assert subprocess.run([sys.executable, "-c", "pass"]).returncode == 0
+    finally:
+        server.close()
+
+
+def test_a_harness_that_tries_a_live_call_during_replay_is_refused(recording):
+    def live(gate, model, tool, inputs, **kw):
+        worksheet_harness(gate, model, tool, inputs)
+        import httpx
+        httpx.post("http://127.0.0.1:9/jobs", json={"operation_id": "deploy"}, timeout=1)
+    with pytest.raises(LiveCallDuringReplayError):
+        replay_harness(recording, harness=live)
+
+
+def test_a_recording_of_two_trajectories_is_refused(recording):
+    other = record_example()
+    from kernel_lib.events import Event
+    foreign = Event.create(trajectory_id="other", event_id="o1", sequence_number=1, payload=other[0].payload)
+    with pytest.raises(ConfigError):
+        ReplayAdapter(recording + [foreign])
