@@ -391,3 +391,83 @@ def replay_harness(events: Sequence[Event], harness=worksheet_harness, **harness
     with sealed():
         harness(gate, adapter.model, adapter.tool, adapter.external_inputs(), **harness_kw)
     return list(store.read(traj)), adapter.finish()
+
+
+# ------------------------------------------------------------------------------------------------
+# time-travel replay (§11.6.1, definition 11.3)
+# ------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class TimeTravelView:
+    """The recorded state at one log position, rebuilt by the reducer alone.
+
+    ``record`` is the trajectory record at ``position``; ``restore`` the
+    :class:`~kernel_lib.checkpoint.restore.RestoreResult` when a blob store was given (checkpoint
+    used, workspace tree, bytes read); ``delivered_inputs`` maps each model invocation logged up
+    to ``position`` to the exact input it was sent, as recorded (text, or the bytes behind its
+    reference); ``missing`` lists ``(what, name, why)`` for every delivered input whose bytes are
+    no longer retained. ``in_doubt`` are the operations the projection keeps in doubt there.
+    """
+
+    position: int
+    record: Any
+    delivered_inputs: dict[str, str]
+    missing: list[tuple[str, str, str]]
+    restore: Any = None
+
+    @property
+    def in_doubt(self) -> list[str]:
+        return self.record.in_doubt()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"position": self.position, "in_doubt": self.in_doubt, "delivered_inputs": dict(self.delivered_inputs),
+                "missing": [list(m) for m in self.missing],
+                "restore": self.restore.to_dict() if self.restore is not None else None,
+                "record": self.record.to_dict()}
+
+
+def time_travel(store, trajectory_id: str, position: int, *, blobs=None, dest=None) -> TimeTravelView:
+    """Rebuild the recorded state of ``trajectory_id`` at log ``position`` without any model or
+    tool call (§11.6.1): from the newest usable checkpoint and the suffix when ``blobs`` is given
+    (the workspace too, written to ``dest`` if given), else by folding from record_0; plus the
+    exact delivered input of every ``ContextBuilt`` up to ``position``.
+
+    Raises:
+        ConfigError: ``position`` outside 0..head.
+        UnrecoverableStateError: retention pruned an object the record or workspace at that
+            position needs; ``missing`` names it (kind, digest). A delivered input whose bytes
+            are gone does not stop the view: it is listed in ``missing``.
+    """
+    from .record import fold, initial_record
+
+    head = store.head(trajectory_id)
+    if isinstance(position, bool) or not isinstance(position, int) or not 0 <= position <= head:
+        raise ConfigError(f"position {position!r} is outside the log of {trajectory_id!r} (0..{head})")
+    restored = None
+    if blobs is not None:
+        from .checkpoint.restore import restore
+        restored = restore(store, trajectory_id, blobs, target=position, dest=dest)
+        record = restored.record
+    else:
+        record = fold(initial_record(trajectory_id), store.read(trajectory_id, 1, position) if position else [])
+    inputs: dict[str, str] = {}
+    missing: list[tuple[str, str, str]] = []
+    for ev in (store.read(trajectory_id, 1, position) if position else []):
+        p = ev.payload
+        if not isinstance(p, ContextBuilt):
+            continue
+        if p.delivered_input is not None:
+            inputs[p.invocation_id] = p.delivered_input
+            continue
+        ref = p.delivered_input_ref or ""
+        if blobs is None:
+            missing.append(("delivered input", p.invocation_id, f"held by reference {ref[:16]}…; no blob store given"))
+            continue
+        try:
+            data = blobs.get(ref, kind="delivered input", needed_by=f"ContextBuilt {p.invocation_id}")
+        except KernelError as exc:
+            missing.append(("delivered input", p.invocation_id, str(exc)))
+            continue
+        inputs[p.invocation_id] = data.decode("utf-8", errors="replace")
+    return TimeTravelView(position, record, inputs, missing, restored)

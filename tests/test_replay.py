@@ -169,3 +169,46 @@ def test_a_recording_of_two_trajectories_is_refused(recording):
     foreign = Event.create(trajectory_id="other", event_id="o1", sequence_number=1, payload=other[0].payload)
     with pytest.raises(ConfigError):
         ReplayAdapter(recording + [foreign])
+
+
+# --- time travel (§11.6.1) ------------------------------------------------------------------------
+
+def test_time_travel_shows_the_in_doubt_intent_and_the_exact_delivered_input(recording):
+    from kernel_lib.log import FailureDomain, MemoryStore, TrajectoryLog
+    from kernel_lib.replay import time_travel
+
+    store = MemoryStore()
+    log = TrajectoryLog(store, recording[0].trajectory_id, must_survive=FailureDomain.NONE)
+    log.append_many([e.payload for e in recording])
+    at_intent = next(e.sequence_number for e in recording if e.event_type == "ToolIntent")
+    view = time_travel(store, log.trajectory_id, at_intent)
+    assert view.in_doubt == ["test_r18"] and view.missing == []
+    assert view.delivered_inputs == {"model_call_1": "tests for ws_r18?"}
+    end = time_travel(store, log.trajectory_id, store.head(log.trajectory_id))
+    assert end.in_doubt == [] and end.record.control_state == "PAUSED"
+    assert time_travel(store, log.trajectory_id, 0).record.last_sequence_number == 0
+    for bad in (-1, store.head(log.trajectory_id) + 1, "3", True):
+        with pytest.raises(ConfigError):
+            time_travel(store, log.trajectory_id, bad)
+
+
+def test_time_travel_names_a_delivered_input_that_retention_pruned(tmp_path):
+    from kernel_lib.checkpoint import DirectoryBlobStore
+    from kernel_lib.events import TaskStarted
+    from kernel_lib.log import FailureDomain, MemoryStore, TrajectoryLog
+    from kernel_lib.replay import time_travel
+
+    blobs = DirectoryBlobStore(str(tmp_path / "blobs"))
+    kept, pruned = b"the prompt we kept", b"the prompt retention pruned"
+    refs = [blobs.put(kept), blobs.put(pruned)]
+    store = MemoryStore()
+    log = TrajectoryLog(store, "t", must_survive=FailureDomain.NONE)
+    log.append(TaskStarted(task_id="t", requester="a", objective="o", budget_ceiling_usd=1.0))
+    for i, (ref, data) in enumerate(zip(refs, (kept, pruned))):
+        log.append(ContextBuilt(invocation_id=f"m{i}", model="m", delivered_input_ref=ref,
+                                delivered_input_sha256=hashlib.sha256(data).hexdigest()))
+    for p in (tmp_path / "blobs").rglob(refs[1] + "*"):
+        p.unlink()
+    view = time_travel(store, "t", 3, blobs=blobs)
+    assert view.delivered_inputs == {"m0": "the prompt we kept"}
+    assert [m[:2] for m in view.missing] == [("delivered input", "m1")] and refs[1][:16] in view.missing[0][2]
