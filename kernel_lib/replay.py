@@ -471,3 +471,150 @@ def time_travel(store, trajectory_id: str, position: int, *, blobs=None, dest=No
             continue
         inputs[p.invocation_id] = data.decode("utf-8", errors="replace")
     return TimeTravelView(position, record, inputs, missing, restored)
+
+
+# ------------------------------------------------------------------------------------------------
+# counterfactual branches (§11.6.3)
+# ------------------------------------------------------------------------------------------------
+
+BRANCH_ORIGIN = "branch:origin"
+
+
+@dataclass(frozen=True)
+class Intervention:
+    """What a counterfactual branch changes: ``kind`` (``prompt_template``, ``model``, ``policy``,
+    ``observation_filter`` or ``other``), a one-line ``description`` and the ``changes`` as data."""
+
+    kind: str
+    description: str
+    changes: dict[str, Any] = field(default_factory=dict)
+
+    KINDS = ("prompt_template", "model", "policy", "observation_filter", "other")
+
+    def __post_init__(self) -> None:
+        if self.kind not in self.KINDS:
+            raise ConfigError(f"intervention kind must be one of {self.KINDS}, got {self.kind!r}")
+        if not isinstance(self.description, str) or not self.description.strip():
+            raise ConfigError("an intervention needs a description (what is changed, and why)")
+        if not isinstance(self.changes, dict):
+            raise ConfigError(f"intervention changes must be a dict, got {type(self.changes).__name__}")
+
+
+class BranchTransports:
+    """Transports for a branch's continuation: the parent's recorded replies while the branch
+    makes exactly the parent's requests (the matching-request rule), then, from the first request
+    that differs, the ``sandbox`` transports for this and every later request (recorded replies
+    are obsolete from there on). Without a sandbox the first differing request halts the branch
+    with :class:`ReplayMismatchError`. ``diverged_at`` names that first request."""
+
+    def __init__(self, parent_suffix: Sequence[Event], *, sandbox_model=None, sandbox_tool=None):
+        self.adapter = ReplayAdapter(parent_suffix) if parent_suffix else None
+        self.sandbox_model, self.sandbox_tool = sandbox_model, sandbox_tool
+        self.diverged_at: str | None = None
+        self.fresh: list[str] = []
+
+    def _go(self, kind: str, key: str, recorded, sandbox, request):
+        if self.diverged_at is None and self.adapter is not None:
+            try:
+                return recorded(request)
+            except ReplayMismatchError:
+                if sandbox is None:
+                    raise
+                self.diverged_at = f"{kind} {key}"
+        elif self.diverged_at is None:
+            self.diverged_at = f"{kind} {key}"
+        if sandbox is None:
+            raise ReplayMismatchError("the branch left its recorded prefix and has no sandbox for new observations; "
+                                      "it halts here", kind=kind, key=key, expected=None, actual=None)
+        self.fresh.append(f"{kind} {key}")
+        return sandbox(request)
+
+    def model(self, ctx: ContextBuilt) -> ModelReply:
+        return self._go("model", ctx.invocation_id, self.adapter.model if self.adapter else None,
+                        self.sandbox_model, ctx)
+
+    def tool(self, intent: ToolIntent) -> ToolReply:
+        return self._go("tool", f"{intent.operation_id}/{intent.attempt_id}",
+                        self.adapter.tool if self.adapter else None, self.sandbox_tool, intent)
+
+
+@dataclass
+class Branch:
+    """A counterfactual branch: a new trajectory ``branch_id`` whose base record is the parent's
+    record at ``parent_position`` (folded, never re-executed), re-identified, with every parent
+    approval made void. Its own log (in ``store``) starts with a ``RuntimeInput`` named
+    ``branch:origin`` that records the parent, the position, the parent's prefix digest there and
+    the intervention. ``record()`` folds the branch log over the base record."""
+
+    branch_id: str
+    parent_trajectory: str
+    parent_position: int
+    intervention: Intervention
+    base_record: Any
+    store: Any
+    parent_suffix: list[Event]
+    voided_approvals: list[str]
+
+    def record(self):
+        from .record import fold
+        return fold(self.base_record, self.store.read(self.branch_id))
+
+    def gate(self, policy, **kw):
+        """A dispatch gate on the branch log, over the branch's current record."""
+        from .dispatch import DispatchGate
+        from .log import FailureDomain, TrajectoryLog
+        log = TrajectoryLog(self.store, self.branch_id, must_survive=FailureDomain.NONE)
+        return DispatchGate(log, policy, record=self.record(), **kw)
+
+    def transports(self, *, sandbox_model=None, sandbox_tool=None) -> BranchTransports:
+        """Recorded replies while the branch repeats the parent's requests, then the sandbox."""
+        return BranchTransports(self.parent_suffix, sandbox_model=sandbox_model, sandbox_tool=sandbox_tool)
+
+
+def fork_branch(parent_store, parent_trajectory: str, position: int, *, branch_id: str, intervention: Intervention,
+                store=None, blobs=None) -> Branch:
+    """Fork ``parent_trajectory`` at log ``position`` into a new branch (§11.6.3).
+
+    The shared prefix is rebuilt by :func:`time_travel` (checkpoint plus suffix when ``blobs`` is
+    given): no model or tool is called for it. The branch gets a fresh id, its own log in
+    ``store`` (default: a new in-memory store) that starts with the origin record, and a base
+    record in which every parent approval is void (an approval granted to the parent is never
+    a grant to the branch). The parent's log is only read.
+
+    Raises:
+        ConfigError: bad ``position`` or ``branch_id`` (empty, equal to the parent's, or already
+            present in ``store``), or a non-Intervention.
+        UnrecoverableStateError: the state at ``position`` cannot be rebuilt (see time_travel).
+    """
+    import copy as _copy
+
+    from .events import RuntimeInput
+    from .log import FailureDomain, MemoryStore, TrajectoryLog
+
+    if not isinstance(intervention, Intervention):
+        raise ConfigError(f"intervention must be an Intervention, got {type(intervention).__name__}")
+    if not isinstance(branch_id, str) or not branch_id or branch_id == parent_trajectory:
+        raise ConfigError(f"a branch needs a fresh, non-empty id distinct from its parent's, got {branch_id!r}")
+    store = store if store is not None else MemoryStore()
+    if store.head(branch_id) != 0:
+        raise ConfigError(f"{branch_id!r} already has events in the branch store; a branch id is used once")
+    view = time_travel(parent_store, parent_trajectory, position, blobs=blobs)
+    base = _copy.deepcopy(view.record)
+    prefix_sha256 = base.prefix_sha256
+    base.trajectory_id, base.last_sequence_number, base.owner_epoch = branch_id, 0, 0
+    voided = []
+    for a in base.approvals.values():
+        if a.status in ("pending", "approved"):
+            voided.append(a.approval_id)
+            a.status = "withdrawn"
+    if base.control_state == "AWAITING_APPROVAL":
+        base.control_state = "RUNNING"
+    head = parent_store.head(parent_trajectory)
+    suffix = list(parent_store.read(parent_trajectory, position + 1, head)) if position < head else []
+    log = TrajectoryLog(store, branch_id, must_survive=FailureDomain.NONE)
+    log.append(RuntimeInput(kind="config", name=BRANCH_ORIGIN, value={
+        "parent_trajectory": parent_trajectory, "parent_position": position, "parent_prefix_sha256": prefix_sha256,
+        "intervention": {"kind": intervention.kind, "description": intervention.description,
+                         "changes": intervention.changes},
+        "voided_parent_approvals": voided, "side_effects": "sandbox only"}))
+    return Branch(branch_id, parent_trajectory, position, intervention, base, store, suffix, voided)

@@ -17,7 +17,7 @@ import sys
 
 import pytest
 
-from kernel_lib.dispatch import ModelCall, ToolProposal
+from kernel_lib.dispatch import ModelCall, ToolProposal, ToolReply
 from kernel_lib.errors import ConfigError
 from kernel_lib.events import ContextBuilt
 from kernel_lib.replay import (
@@ -212,3 +212,109 @@ def test_time_travel_names_a_delivered_input_that_retention_pruned(tmp_path):
     view = time_travel(store, "t", 3, blobs=blobs)
     assert view.delivered_inputs == {"m0": "the prompt we kept"}
     assert [m[:2] for m in view.missing] == [("delivered input", "m1")] and refs[1][:16] in view.missing[0][2]
+
+
+# --- counterfactual branches (§11.6.3) -----------------------------------------------------------
+
+def parent_log(events):
+    from kernel_lib.log import FailureDomain, MemoryStore, TrajectoryLog
+    store = MemoryStore()
+    TrajectoryLog(store, events[0].trajectory_id, must_survive=FailureDomain.NONE).append_many(
+        [e.payload for e in events])
+    return store
+
+
+def test_a_branch_inherits_the_folded_prefix_and_records_its_origin(recording):
+    from kernel_lib.record import fold, initial_record
+    from kernel_lib.replay import BRANCH_ORIGIN, Intervention, fork_branch
+
+    parent = parent_log(recording)
+    traj = recording[0].trajectory_id
+    before = [e.digest for e in parent.read(traj)]
+    change = Intervention("prompt_template", "ask for the failing test first", {"prompt_template": "repair-v5"})
+    br = fork_branch(parent, traj, 6, branch_id="branch-1", intervention=change)
+    at6 = fold(initial_record(traj), list(parent.read(traj, 1, 6)))
+    rec = br.record()
+    assert rec.trajectory_id == "branch-1" and rec.operations.keys() == at6.operations.keys()
+    assert rec.budget.actual_consumption_usd == at6.budget.actual_consumption_usd
+    origin = rec.runtime_inputs[-1]
+    assert origin["name"] == BRANCH_ORIGIN and origin["value"]["parent_position"] == 6
+    assert origin["value"]["parent_prefix_sha256"] == at6.prefix_sha256
+    assert origin["value"]["intervention"]["changes"] == {"prompt_template": "repair-v5"}
+    assert [e.digest for e in parent.read(traj)] == before          # the parent is only read
+
+
+def test_a_branch_serves_recorded_replies_until_its_first_new_request_then_only_the_sandbox(recording):
+    from kernel_lib.replay import Intervention, example_policy, fork_branch
+
+    parent = parent_log(recording)
+    br = fork_branch(parent, recording[0].trajectory_id, 6, branch_id="branch-2",
+                     intervention=Intervention("policy", "run the tests on the next snapshot too"))
+    sandbox_calls = []
+
+    def sandbox_tool(intent):
+        sandbox_calls.append(intent.operation_id)
+        return ToolReply(status="completed", outcome={"sandbox": True}, observation_complete=True)
+    tr = br.transports(sandbox_tool=sandbox_tool)
+    gate = br.gate(example_policy())
+    same = ToolProposal("test_r18", "attempt1", "run_tests", {"snapshot": "ws_r18"}, EXAMPLE_GRANT, 0.5,
+                        input_ref="ws_r18")
+    rec = gate.run_tool(same, tr.tool)
+    assert rec.operations["test_r18"].job_handle == "job_tests_18" and sandbox_calls == []   # recorded reply
+    new = ToolProposal("test_r19", "attempt1", "run_tests", {"snapshot": "ws_r19"}, EXAMPLE_GRANT, 0.5,
+                       input_ref="ws_r19")
+    gate.run_tool(new, tr.tool)
+    assert tr.diverged_at == "tool test_r19/attempt1" and sandbox_calls == ["test_r19"]
+
+
+def test_without_a_sandbox_a_branch_halts_at_its_first_new_request(recording):
+    from kernel_lib.replay import Intervention, example_policy, fork_branch
+
+    br = fork_branch(parent_log(recording), recording[0].trajectory_id, 6, branch_id="branch-3",
+                     intervention=Intervention("model", "a different model"))
+    tr = br.transports()
+    changed = ToolProposal("test_r18", "attempt1", "run_tests", {"snapshot": "ws_r18", "k": "median"},
+                           EXAMPLE_GRANT, 0.5, input_ref="ws_r18")
+    with pytest.raises(ReplayMismatchError):
+        br.gate(example_policy()).run_tool(changed, tr.tool)
+
+
+def test_parent_approvals_never_carry_over_to_a_branch():
+    from kernel_lib.dispatch import AdmissionPolicy, DispatchGate
+    from kernel_lib.errors import DispatchWithheld
+    from kernel_lib.events import ApprovalRequested, ApprovalResolved, TaskStarted
+    from kernel_lib.log import FailureDomain, MemoryStore, TrajectoryLog
+    from kernel_lib.replay import Intervention, fork_branch
+
+    policy = AdmissionPolicy({"g": {"deploy"}})
+    store = MemoryStore()
+    log = TrajectoryLog(store, "p", must_survive=FailureDomain.NONE)
+    gate = DispatchGate(log, policy)
+    gate.start(TaskStarted(task_id="t", requester="a", objective="o", grant_ids=["g"], budget_ceiling_usd=5.0))
+    log.append_many([ApprovalRequested(approval_id="ap1", held_operation_id="deploy_1", held_attempt_id="a1",
+                                       reviewer="bob"),
+                     ApprovalResolved(approval_id="ap1", decision="approved", reviewer="bob")])
+    br = fork_branch(store, "p", store.head("p"), branch_id="p-branch",
+                     intervention=Intervention("other", "same plan, new branch"))
+    assert br.voided_approvals == ["ap1"] and br.record().approvals["ap1"].status == "withdrawn"
+    deploy = ToolProposal("deploy_1", "a1", "deploy", {}, "g", 1.0)
+    with pytest.raises(DispatchWithheld, match="void"):
+        br.gate(policy).run_tool(deploy, lambda intent: pytest.fail("dispatched on the parent's approval"))
+
+
+def test_fork_refuses_bad_arguments(recording):
+    from kernel_lib.replay import Intervention, fork_branch
+
+    parent = parent_log(recording)
+    traj = recording[0].trajectory_id
+    ok = Intervention("other", "x")
+    for kw in (dict(branch_id=traj), dict(branch_id=""), dict(intervention="x")):
+        with pytest.raises(ConfigError):
+            fork_branch(parent, traj, 3, **{"branch_id": "b", "intervention": ok, **kw})
+    with pytest.raises(ConfigError):
+        fork_branch(parent, traj, 99, branch_id="b", intervention=ok)
+    br = fork_branch(parent, traj, 3, branch_id="b", intervention=ok)
+    with pytest.raises(ConfigError, match="used once"):
+        fork_branch(parent, traj, 3, branch_id="b", intervention=ok, store=br.store)
+    with pytest.raises(ConfigError):
+        Intervention("vibes", "x")
