@@ -90,7 +90,8 @@ _DEFAULT_CAP = 20
 #: Value an importer (:mod:`kernel_lib.imports`) puts in a required field its source never
 #: recorded. A compared field holding it is left out of the comparison and reported as missing
 #: evidence: two sentinels agree about nothing.
-NOT_RECORDED = "not-recorded-by-source"
+from .imports._common import NOT_RECORDED  # noqa: E402  (one constant shared with the importers)
+
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 
 
