@@ -1164,7 +1164,7 @@ def add_cli(subparsers: "argparse._SubParsersAction") -> argparse.ArgumentParser
     """
     bench = subparsers.add_parser("bench", help="measure this machine's durability costs",
                                   description="Benchmarks measured on this machine.")
-    sub = bench.add_subparsers(dest="bench_command", metavar="{append,restore,diverge}", required=True)
+    sub = bench.add_subparsers(dest="bench_command", metavar="{append,restore,diverge,replay}", required=True)
     p = sub.add_parser("append", help="append latency, group commit and per-step overhead vs peers",
                        description=_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
@@ -1183,7 +1183,33 @@ def add_cli(subparsers: "argparse._SubParsersAction") -> argparse.ArgumentParser
     p.set_defaults(func=_cmd_append)
     _add_restore_cli(sub)
     _add_diverge_cli(sub)
+    _add_replay_cli(sub)
     return bench
+
+
+# --- bench replay (§11.6.2): implemented in kernel_lib.replay_bench -------------------------------
+
+
+def _cmd_replay(args: argparse.Namespace) -> int:
+    from . import replay_bench
+    try:
+        result = replay_bench.run_replay_bench(args.events, rounds=args.rounds, seed=args.seed)
+    except KernelError as exc:
+        print(f"bench replay: {exc}", file=sys.stderr)
+        return 2
+    print(json.dumps(result, indent=2) if args.json else replay_bench.format_replay_bench(result))
+    return 0
+
+
+def _add_replay_cli(sub: "argparse._SubParsersAction") -> None:
+    from . import replay_bench
+    p = sub.add_parser("replay", help="serving a recording through the replay adapter vs a plain fold (ratio)",
+                       description=replay_bench.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+    p.add_argument("--events", type=int, default=10_000, metavar="N", help="events in the recording (default 10000)")
+    p.add_argument("--rounds", type=int, default=5, metavar="N", help="interleaved timed rounds (default 5)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the synthetic recording (default 0)")
+    p.set_defaults(func=_cmd_replay)
 
 
 # --- bench diverge (§11.7): implemented in kernel_lib.diverge_bench ------------------------------

@@ -222,9 +222,10 @@ class ReplayAdapter:
             raise ReplayMismatchError(f"the request differs from the recorded one in {diff}", kind=kind, key=key,
                                       expected=rec.request, actual=actual)
         if self.order == "recorded":
-            pending = [k for k in self._order if not self._recorded[k].served]
-            if pending and pending[0] != (kind, key):
-                first = self._recorded[pending[0]]
+            while self._next < len(self._order) and self._recorded[self._order[self._next]].served:
+                self._next += 1   # the first recorded request not served yet
+            if self._next < len(self._order) and self._order[self._next] != (kind, key):
+                first = self._recorded[self._order[self._next]]
                 raise ReplayMismatchError(f"out of the recorded order: {first.kind} {first.key} comes first (declare "
                                           "order='any' if the order does not matter)", kind=kind, key=key,
                                           expected=first.request, actual=actual)

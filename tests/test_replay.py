@@ -318,3 +318,17 @@ def test_fork_refuses_bad_arguments(recording):
         fork_branch(parent, traj, 3, branch_id="b", intervention=ok, store=br.store)
     with pytest.raises(ConfigError):
         Intervention("vibes", "x")
+
+
+def test_bench_replay_and_bench_diverge_report_ratios_against_a_fold_in_the_same_run(capsys):
+    import json as _json
+
+    from kernel_lib.cli import main
+    assert main(["bench", "replay", "--events", "300", "--rounds", "1", "--json"]) == 0
+    r = _json.loads(capsys.readouterr().out)
+    assert r["requests"] > 0 and r["median_s"]["fold"] > 0
+    assert r["ratio_replay_over_fold"] == pytest.approx(r["median_s"]["replay"] / r["median_s"]["fold"])
+    assert main(["bench", "diverge", "--events", "300", "--rounds", "1", "--json"]) == 0
+    d = _json.loads(capsys.readouterr().out)
+    assert d["found_expected"] and d["ratio_locate_over_fold"] > 0
+    assert main(["bench", "replay", "--events", "3"]) == 2
