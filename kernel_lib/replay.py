@@ -39,6 +39,7 @@ import json
 import os
 import socket
 import subprocess
+import threading
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Sequence
 
@@ -143,7 +144,13 @@ class ReplayAdapter:
             raise ConfigError(f"unknown normalization(s) {unknown}; declared ones: {sorted(NORMALIZATIONS)}")
         if order not in ORDERS:
             raise ConfigError(f"order must be one of {ORDERS}, got {order!r}")
+        if isinstance(events, (str, bytes, dict)) or not hasattr(events, "__iter__"):
+            raise ConfigError(f"a recording is a sequence of Events, got {type(events).__name__}")
         events = list(events)
+        if any(not isinstance(e, Event) for e in events):
+            raise ConfigError("a recording holds Event objects only (load a log with kernel_lib.cli.load_events)")
+        if [e.sequence_number for e in events] != sorted(e.sequence_number for e in events):
+            raise ConfigError("a recording must be in sequence order")
         if len({e.trajectory_id for e in events}) > 1:
             raise ConfigError("a replay recording holds one trajectory; got events of "
                               f"{sorted({e.trajectory_id for e in events})}")
@@ -152,24 +159,42 @@ class ReplayAdapter:
         self._recorded: dict[tuple[str, str], _Recorded] = {}
         self._order: list[tuple[str, str]] = []
         self._inputs: list[ExternalInput] = []
+        early: set[tuple[str, str]] = set()   # replies seen before their request
         usage: dict[int, float] = {}          # sequence number of a reply/result -> usage logged after it
         last: dict[str, int] = {}             # subject -> sequence number of its latest reply/result
         for ev in events:
             p = ev.payload
             if isinstance(p, ContextBuilt):
+                if ("model", p.invocation_id) in early:
+                    raise ConfigError(f"the recording holds a reply to model request {p.invocation_id} before the "
+                                      "request itself; it cannot be a log this runtime wrote")
                 self._add(_Recorded("model", p.invocation_id, self._model_request(p), None, ev.sequence_number))
             elif isinstance(p, ModelReplied):
                 rec = self._recorded.get(("model", p.invocation_id))
+                if rec is None:
+                    early.add(("model", p.invocation_id))
                 last[p.invocation_id] = ev.sequence_number
+                if rec is not None and rec.reply is not None and rec.reply.model_dump() != p.model_dump():
+                    raise ConfigError(f"the recording answers model request {p.invocation_id} twice, differently "
+                                      f"(positions {rec.reply_sequence} and {ev.sequence_number})")
                 if rec is not None and rec.reply is None:
                     rec.reply = p
                     rec.reply_sequence = ev.sequence_number
             elif isinstance(p, ToolIntent):
                 key = f"{p.operation_id}/{p.attempt_id}"
+                if ("tool", key) in early:
+                    raise ConfigError(f"the recording holds a reply to tool request {key} before its intent; the "
+                                      "intent is always durable before dispatch (eq. 1)")
                 self._add(_Recorded("tool", key, self._tool_request(p), None, ev.sequence_number))
             elif isinstance(p, ToolResult):
                 rec = self._recorded.get(("tool", f"{p.operation_id}/{p.attempt_id}"))
+                if rec is None and p.source == "reply":
+                    early.add(("tool", f"{p.operation_id}/{p.attempt_id}"))
                 last[p.operation_id] = ev.sequence_number
+                if p.source == "reply" and rec is not None and rec.reply is not None:
+                    raise ConfigError(f"the recording holds two direct replies to tool request {p.operation_id}/"
+                                      f"{p.attempt_id} (positions {rec.reply_sequence} and {ev.sequence_number}); "
+                                      "later evidence arrives by reconciliation or the inbox, not as a reply")
                 if p.source == "reply" and rec is not None and rec.reply is None:
                     rec.reply = p
                     rec.reply_sequence = ev.sequence_number
@@ -239,6 +264,8 @@ class ReplayAdapter:
 
     def model(self, ctx: ContextBuilt) -> ModelReply:
         """The model transport: the recorded reply to this exact request."""
+        if not isinstance(ctx, ContextBuilt):
+            raise ConfigError(f"the model transport takes a ContextBuilt, got {type(ctx).__name__}")
         rec = self._match("model", ctx.invocation_id, self._model_request(ctx))
         r: ModelReplied = rec.reply
         return ModelReply(status=r.status, reply=r.reply, proposal=r.proposal, input_tokens=r.input_tokens,
@@ -246,6 +273,8 @@ class ReplayAdapter:
 
     def tool(self, intent: ToolIntent) -> ToolReply:
         """The tool transport: the recorded reply to this exact operation attempt."""
+        if not isinstance(intent, ToolIntent):
+            raise ConfigError(f"the tool transport takes a ToolIntent, got {type(intent).__name__}")
         key = f"{intent.operation_id}/{intent.attempt_id}"
         rec = self._match("tool", key, self._tool_request(intent))
         r: ToolResult = rec.reply
@@ -270,32 +299,73 @@ class ReplayAdapter:
 # ------------------------------------------------------------------------------------------------
 
 
-@contextlib.contextmanager
-def sealed(reason: str = "a harness regression replay is running") -> Iterator[None]:
-    """Cut this process's live side-effect paths while the block runs: outgoing socket
-    connections (every HTTP client goes through them), new child processes and ``os.system``.
-    Each attempt raises :class:`LiveCallDuringReplayError`; everything is restored on exit.
+_SEAL_LOCK = threading.Lock()
+_SEAL_STATE: dict[str, Any] = {"depth": 0, "saved": []}
+_INET = (socket.AF_INET, socket.AF_INET6)
 
-    Loopback connections are cut too: a tool service on 127.0.0.1 is a live endpoint.
-    """
+
+def _seal_patches(reason: str) -> list[tuple[Any, str, Any]]:
     def refuse(what: str):
         def _refused(*args: Any, **kwargs: Any):
             raise LiveCallDuringReplayError(f"{what} refused: {reason}; replay serves recorded observations only")
         return _refused
+
+    def refuse_inet(name: str):
+        original = getattr(socket.socket, name)
+
+        def _guarded(self, *args: Any, **kwargs: Any):
+            if self.family in _INET:   # a network peer; local pipes (AF_UNIX) of the event loop still work
+                raise LiveCallDuringReplayError(f"sending on a network socket ({name}) refused: {reason}; replay "
+                                                "serves recorded observations only")
+            return original(self, *args, **kwargs)
+        return _guarded
 
     patches = [(socket.socket, "connect", refuse("socket connect")),
                (socket.socket, "connect_ex", refuse("socket connect")),
                (socket, "create_connection", refuse("socket connection")),
                (subprocess.Popen, "__init__", refuse("starting a child process")),
                (os, "system", refuse("os.system"))]
-    saved = [(obj, name, getattr(obj, name)) for obj, name, _ in patches]
+    for name in ("send", "sendall", "sendto", "sendmsg"):   # connections opened before the seal (keep-alive pools)
+        patches.append((socket.socket, name, refuse_inet(name)))
+    import posix
+    for name in ("fork", "forkpty", "posix_spawn", "posix_spawnp", "spawnv", "spawnve", "spawnvp", "spawnvpe",
+                 "execv", "execve", "execvp", "execvpe"):
+        if hasattr(os, name):
+            patches.append((os, name, refuse(f"os.{name}")))
+    for name in ("system", "fork", "forkpty", "posix_spawn", "posix_spawnp", "execv", "execve"):
+        if hasattr(posix, name):   # the same functions under the posix module's own names
+            patches.append((posix, name, refuse(f"posix.{name}")))
+    return patches
+
+
+@contextlib.contextmanager
+def sealed(reason: str = "a harness regression replay is running") -> Iterator[None]:
+    """Cut this process's live side-effect paths while the block runs: outgoing socket
+    connections, sends on network sockets that were already open (a pooled keep-alive HTTP
+    connection), new child processes (``subprocess``, ``os.fork``/``posix_spawn``/``spawn*``/
+    ``exec*``) and ``os.system``. Each attempt raises :class:`LiveCallDuringReplayError`.
+
+    Blocks may nest or overlap across threads: the paths stay cut until the last one exits, and
+    are restored exactly once. Loopback is cut too (a tool service on 127.0.0.1 is live). This is a
+    guard of the test runtime, not a sandbox: code that calls the C socket module directly, or
+    another process, is outside its reach.
+    """
+    with _SEAL_LOCK:
+        if _SEAL_STATE["depth"] == 0:
+            patches = _seal_patches(reason)
+            _SEAL_STATE["saved"] = [(obj, name, getattr(obj, name)) for obj, name, _ in patches]
+            for obj, name, fn in patches:
+                setattr(obj, name, fn)
+        _SEAL_STATE["depth"] += 1
     try:
-        for obj, name, fn in patches:
-            setattr(obj, name, fn)
         yield
     finally:
-        for obj, name, fn in saved:
-            setattr(obj, name, fn)
+        with _SEAL_LOCK:
+            _SEAL_STATE["depth"] -= 1
+            if _SEAL_STATE["depth"] == 0:
+                for obj, name, fn in _SEAL_STATE["saved"]:
+                    setattr(obj, name, fn)
+                _SEAL_STATE["saved"] = []
 
 
 # ------------------------------------------------------------------------------------------------
@@ -499,6 +569,14 @@ class Intervention:
             raise ConfigError("an intervention needs a description (what is changed, and why)")
         if not isinstance(self.changes, dict):
             raise ConfigError(f"intervention changes must be a dict, got {type(self.changes).__name__}")
+        from .events import check_json, redact_secrets
+        try:
+            check_json(self.changes)
+        except ValueError as exc:
+            raise ConfigError(f"intervention changes must be plain JSON data (finite numbers, strings, lists, "
+                              f"objects): {exc}") from None
+        if redact_secrets(self.changes)[1]:
+            raise ConfigError("intervention changes hold credential-looking values; a log never stores secrets")
 
 
 class BranchTransports:
@@ -572,6 +650,21 @@ class Branch:
         return BranchTransports(self.parent_suffix, sandbox_model=sandbox_model, sandbox_tool=sandbox_tool)
 
 
+def _append_first(log, payload) -> None:
+    """Append the branch origin as event 1 of the branch log, at that position exactly: two forks
+    racing for one branch id both write position 1, and the store keeps the first and refuses a
+    different second one."""
+    from .errors import StoreError
+    ev = log.stamp(payload, 1)
+    try:
+        for res in log.store.append_batch([ev], log.tier):
+            if isinstance(res, Exception):
+                raise res
+    except StoreError as exc:
+        raise ConfigError(f"branch id {log.trajectory_id!r} is already in use (another fork wrote its first event): "
+                          f"{exc}") from None
+
+
 def fork_branch(parent_store, parent_trajectory: str, position: int, *, branch_id: str, intervention: Intervention,
                 store=None, blobs=None) -> Branch:
     """Fork ``parent_trajectory`` at log ``position`` into a new branch (§11.6.3).
@@ -597,6 +690,8 @@ def fork_branch(parent_store, parent_trajectory: str, position: int, *, branch_i
     if not isinstance(branch_id, str) or not branch_id or branch_id == parent_trajectory:
         raise ConfigError(f"a branch needs a fresh, non-empty id distinct from its parent's, got {branch_id!r}")
     store = store if store is not None else MemoryStore()
+    if parent_store.head(parent_trajectory) == 0:
+        raise ConfigError(f"the parent store holds no trajectory {parent_trajectory!r}: nothing to fork")
     if store.head(branch_id) != 0:
         raise ConfigError(f"{branch_id!r} already has events in the branch store; a branch id is used once")
     view = time_travel(parent_store, parent_trajectory, position, blobs=blobs)
@@ -613,7 +708,7 @@ def fork_branch(parent_store, parent_trajectory: str, position: int, *, branch_i
     head = parent_store.head(parent_trajectory)
     suffix = list(parent_store.read(parent_trajectory, position + 1, head)) if position < head else []
     log = TrajectoryLog(store, branch_id, must_survive=FailureDomain.NONE)
-    log.append(RuntimeInput(kind="config", name=BRANCH_ORIGIN, value={
+    _append_first(log, RuntimeInput(kind="config", name=BRANCH_ORIGIN, value={
         "parent_trajectory": parent_trajectory, "parent_position": position, "parent_prefix_sha256": prefix_sha256,
         "intervention": {"kind": intervention.kind, "description": intervention.description,
                          "changes": intervention.changes},

@@ -332,3 +332,86 @@ def test_bench_replay_and_bench_diverge_report_ratios_against_a_fold_in_the_same
     d = _json.loads(capsys.readouterr().out)
     assert d["found_expected"] and d["ratio_locate_over_fold"] > 0
     assert main(["bench", "replay", "--events", "3"]) == 2
+
+
+# --- adversarial pass -----------------------------------------------------------------------------
+
+def test_sealed_also_cuts_connections_opened_before_it_and_other_process_starts():
+    import os
+    import posix
+    import threading as _t
+
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(1)
+    conn = socket.create_connection(server.getsockname(), timeout=1)   # a pooled keep-alive connection
+    try:
+        with sealed():
+            with pytest.raises(LiveCallDuringReplayError):
+                conn.sendall(b"POST /jobs")
+            with pytest.raises(LiveCallDuringReplayError):
+                socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(b"x", ("127.0.0.1", 9))
+            for fn in (os.fork, posix.system):
+                with pytest.raises(LiveCallDuringReplayError):
+                    fn("true") if fn is posix.system else fn()
+            a, b = socket.socketpair()          # local pipes (an event loop's self-pipe) still work
+            a.sendall(b"ok")
+            assert b.recv(2) == b"ok"
+            a.close(), b.close()
+        conn.sendall(b"ping")                   # restored
+    finally:
+        conn.close()
+        server.close()
+    # overlapping blocks from two threads: cut until the last one exits, restored exactly once
+    entered, release = _t.Event(), _t.Event()
+
+    def other():
+        with sealed():
+            entered.set()
+            release.wait(5)
+    t = _t.Thread(target=other)
+    with sealed():
+        t.start()
+        entered.wait(5)
+    with pytest.raises(LiveCallDuringReplayError):   # the other thread's block still holds the seal
+        subprocess.run([sys.executable, "-c", "pass"])
+    release.set()
+    t.join(5)
+    assert subprocess.run([sys.executable, "-c", "pass"]).returncode == 0
+
+
+def test_recordings_that_this_runtime_could_not_have_written_are_refused(recording):
+    from kernel_lib.events import ModelReplied
+    other = ModelReplied(invocation_id="model_call_1", status="complete", reply="something else")
+    from kernel_lib.events import Event
+    bad = recording[:5] + [Event.create(trajectory_id=recording[0].trajectory_id, event_id="x6", sequence_number=6,
+                                        payload=other)]
+    with pytest.raises(ConfigError, match="twice"):
+        ReplayAdapter(bad)
+    with pytest.raises(ConfigError, match="sequence order"):
+        ReplayAdapter(list(reversed(recording)))
+    for junk in (None, "log.jsonl", {"a": 1}, [1, 2]):
+        with pytest.raises(ConfigError):
+            ReplayAdapter(junk)
+    adapter = ReplayAdapter(recording)
+    with pytest.raises(ConfigError):
+        adapter.model({"invocation_id": "model_call_1"})
+
+
+def test_fork_refuses_a_missing_parent_and_a_taken_branch_id(recording):
+    from kernel_lib.replay import Intervention, fork_branch
+
+    parent = parent_log(recording)
+    with pytest.raises(ConfigError, match="no trajectory"):
+        fork_branch(parent, "no_such_parent", 0, branch_id="b", intervention=Intervention("other", "x"))
+    with pytest.raises(ConfigError, match="JSON"):
+        Intervention("model", "x", {"temperature": float("nan")})
+    # two forks racing for one id: the second writes position 1 too and is refused
+    first = fork_branch(parent, recording[0].trajectory_id, 3, branch_id="exp", intervention=Intervention("other", "a"))
+    from kernel_lib.log import FailureDomain, TrajectoryLog
+    from kernel_lib.replay import _append_first
+    from kernel_lib.events import RuntimeInput
+    with pytest.raises(ConfigError, match="already in use"):
+        _append_first(TrajectoryLog(first.store, "exp", must_survive=FailureDomain.NONE),
+                      RuntimeInput(kind="config", name="branch:origin", value={"parent_position": 9}))
+    assert first.store.head("exp") == 1
