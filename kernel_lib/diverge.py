@@ -93,6 +93,19 @@ _DEFAULT_CAP = 20
 from .imports._common import NOT_RECORDED  # noqa: E402  (one constant shared with the importers)
 
 _HEX64 = re.compile(r"[0-9a-f]{64}")
+#: Name of the RuntimeInput an importer writes first; its ``value["lacks"]`` lists what the source
+#: never recorded (``"per-turn-usage"``: token counts of 0 mean "not recorded").
+IMPORT_HEADER = "import:source"
+
+
+def _lacks_usage(value: Any) -> bool:
+    lacks = value.get("lacks") if isinstance(value, dict) else None
+    if isinstance(lacks, str):
+        try:
+            lacks = json.loads(lacks)
+        except ValueError:
+            lacks = [x.strip() for x in lacks.split(",")]
+    return isinstance(lacks, (list, tuple)) and "per-turn-usage" in lacks
 
 
 # ------------------------------------------------------------------------------------------------
@@ -476,6 +489,8 @@ class Boundary:
     digest: str | None = None
     ref: str | None = None
     supporting: bool = False
+    request: dict[str, Any] | None = None
+    replied: bool = True
 
     def where(self) -> dict[str, Any]:
         """Where this boundary sits in its log."""
@@ -509,10 +524,16 @@ def extract_boundaries(events: Sequence[Event], *, ordinal: bool = False) -> tup
     Returns ``(boundaries, supporting)``. Events of unknown or storage types are skipped.
     """
     requests: dict[str, dict[str, Any]] = {}
+    replied: set[str] = set()
+    no_usage = False
     for e in events:
         if e.event_type == "ContextBuilt":
             p = e.payload
             requests.setdefault(p.invocation_id, {"model": p.model, "request_config": p.request_config})
+        elif e.event_type == "ModelReplied":
+            replied.add(e.payload.invocation_id)
+        elif e.event_type == "RuntimeInput" and e.payload.name == IMPORT_HEADER:
+            no_usage = no_usage or _lacks_usage(e.payload.value)
     maps: dict[Any, dict[str, int]] = {}
     seen: dict[str, int] = {}
     bounds: list[Boundary] = []
@@ -537,15 +558,25 @@ def extract_boundaries(events: Sequence[Event], *, ordinal: bool = False) -> tup
         occ = seen.get(base, 0) + 1
         seen[base] = occ
         key = base if occ == 1 and ident else f"{base} #{occ}"
-        digest = ref = None
+        digest = ref = request = None
+        has_reply = True
         if t == "ContextBuilt":
             value = {"delivered_input": p.delivered_input}
             digest, ref = p.delivered_input_sha256, p.delivered_input_ref
+            request = {"model": p.model, "request_config": p.request_config}
+            has_reply = p.invocation_id in replied
         else:
             value = dict(zip(spec.fields, get_fields(p)))
             if t == "ModelReplied":
                 value["request"] = requests.get(p.invocation_id)
-        b = Boundary(key, t, spec.category, i, e.sequence_number, e.event_id, raw, value, digest, ref, supporting)
+                if no_usage:
+                    # the import header says the source kept no per-turn usage: a 0 there is "not
+                    # recorded", not a count
+                    for f in ("input_tokens", "output_tokens"):
+                        if value.get(f) == 0 and type(value.get(f)) is int:
+                            value[f] = NOT_RECORDED
+        b = Boundary(key, t, spec.category, i, e.sequence_number, e.event_id, raw, value, digest, ref, supporting,
+                     request, has_reply)
         (support if supporting else bounds).append(b)
     return bounds, support
 
@@ -791,7 +822,9 @@ def _compare_value(step: Step, eq: Equivalence, unrec: dict) -> None:
             fields = _unrecorded(va)
             for f in fields:
                 _note_unrecorded(unrec, step, f, "A, B")
-            step.note = "not recorded by the source on either side (not compared): " + ", ".join(fields)
+            step.status = "undetermined"
+            step.note = ("not recorded by the source on either side (not compared, so this boundary is not "
+                         "verified): " + ", ".join(fields))
         return
     ua, ub = _unrecorded(va), _unrecorded(vb)
     if ua or ub:
@@ -801,6 +834,8 @@ def _compare_value(step: Step, eq: Equivalence, unrec: dict) -> None:
         va, vb = _without(va, gone), _without(vb, gone)
         step.note = "not recorded by the source (not compared): " + ", ".join(gone)
         if _equal(va, vb, tol):
+            step.status = "undetermined"
+            step.note += "; the other fields agree, but this boundary is not verified"
             return
     step.status = "mismatch"
     same, differing, diff = [], [], []
@@ -885,6 +920,56 @@ def _compare_input(step: Step, eq: Equivalence, missing: list) -> None:
                     "consequence": "the digests prove the bytes changed but not which text changed"})
 
 
+def _compare_request(step: Step, eq: Equivalence, unrec: dict) -> None:
+    """The request part of an assembled-input boundary (``model``, ``request_config``), compared
+    there when an invocation has no ``ModelReplied`` on a side (otherwise the reply's boundary
+    compares it)."""
+    a, b = step.a, step.b
+    if a.request is None or b.request is None or ("request",) in eq._typed.get("ModelReplied", ()):
+        return
+    va = eq.normalize("ContextBuilt", {"request": dict(a.request)})
+    vb = eq.normalize("ContextBuilt", {"request": dict(b.request)})
+    if "request" not in va or "request" not in vb:
+        return
+    step.a_value = {**(step.a_value or {}), "request": va["request"]}
+    step.b_value = {**(step.b_value or {}), "request": vb["request"]}
+    ua, ub = _unrecorded(va["request"]), _unrecorded(vb["request"])
+    gone = sorted(set(ua) | set(ub))
+    for f in gone:
+        _note_unrecorded(unrec, step, f"request.{f}", ", ".join(s for s, u in (("A", ua), ("B", ub)) if f in u))
+    ra, rb = _without(va["request"], gone), _without(vb["request"], gone)
+    if _equal(ra, rb, eq.cost_tolerance_usd):
+        if gone and step.verified:
+            step.status = "undetermined"
+            step.note = ("request not recorded by the source (not compared, so this boundary is not verified): "
+                         + ", ".join(f"request.{f}" for f in gone))
+        return
+    diff: list[str] = []
+    _diff(ra, rb, "request", diff, eq.cost_tolerance_usd)
+    step.status = "mismatch"
+    step.differing_fields = [*step.differing_fields, "request"]
+    step.diff = [*step.diff, *diff]
+
+
+def _causal_faults(bs: list[Boundary]) -> dict[int, str]:
+    """Boundaries of one log recorded in a causally impossible order: a ``ToolResult`` before its
+    ``ToolIntent``, a ``ModelReplied`` before its ``ContextBuilt`` (by ``id()`` of the boundary)."""
+    intent: dict[tuple, int] = {}
+    ctx: dict[tuple, int] = {}
+    for x in bs:
+        if x.event_type == "ToolIntent":
+            intent.setdefault(x.ids[:2], x.index)
+        elif x.event_type == "ContextBuilt":
+            ctx.setdefault(x.ids[:1], x.index)
+    out = {}
+    for x in bs:
+        if x.event_type == "ToolResult" and intent.get(x.ids[:2], -1) > x.index:
+            out[id(x)] = "ToolResult recorded before its ToolIntent"
+        elif x.event_type == "ModelReplied" and ctx.get(x.ids[:1], -1) > x.index:
+            out[id(x)] = "ModelReplied recorded before its ContextBuilt (the request it answered)"
+    return out
+
+
 def _choose_alignment(events_a, events_b, eq: Equivalence):
     ia = extract_boundaries(events_a)
     ib = extract_boundaries(events_b)
@@ -926,7 +1011,29 @@ def _check_events(events: Any, name: str) -> list[Event]:
     trajs = {e.trajectory_id for e in events}
     if len(trajs) > 1:
         raise ConfigError(f"{name} holds {len(trajs)} trajectories ({sorted(trajs)[:3]}); compare one run per side")
+    fault = sequence_fault(events)
+    if fault is not None:
+        raise ConfigError(f"{name}: event {fault[0] + 1} {fault[1]}")
     return events
+
+
+def sequence_fault(events: Sequence[Event]) -> tuple[int, str] | None:
+    """The first event (index, what is wrong) whose sequence number repeats or skips (each must be
+    the previous one plus 1) or whose event id repeats; None for a well-formed log. Such a log
+    was damaged or spliced: its boundaries cannot be compared honestly."""
+    ids: set[str] = set()
+    prev = None
+    for i, e in enumerate(events):
+        n = e.sequence_number
+        if prev is not None and n != prev + 1:
+            how = "repeats" if n <= prev else "skips"
+            return i, (f"(event_id {e.event_id!r}) has sequence_number {n} after {prev}: the log {how} sequence "
+                       "numbers, so it is damaged or spliced and cannot be compared")
+        if e.event_id in ids:
+            return i, (f"repeats event_id {e.event_id!r}: the log is damaged or spliced and cannot be compared")
+        ids.add(e.event_id)
+        prev = n
+    return None
 
 
 def locate_divergence(events_a: Sequence[Event], events_b: Sequence[Event], equivalence: Equivalence | None = None,
@@ -965,6 +1072,7 @@ def locate_divergence(events_a: Sequence[Event], events_b: Sequence[Event], equi
             last_pos["B"] = pos
     max_b_index = -1
     prev_key_b = None
+    faults = {"A": _causal_faults(ba), "B": _causal_faults(bb)}
     ends: dict[str, dict[str, Any]] = {}
     for pos, (a, b) in enumerate(pairs):
         one = a or b
@@ -972,6 +1080,8 @@ def locate_divergence(events_a: Sequence[Event], events_b: Sequence[Event], equi
         if a is not None and b is not None:
             if a.event_type == "ContextBuilt":
                 _compare_input(st, eq, missing)
+                if not (a.replied and b.replied):
+                    _compare_request(st, eq, unrec)
             else:
                 _compare_value(st, eq, unrec)
             if eq.strict_order:
@@ -1001,6 +1111,17 @@ def locate_divergence(events_a: Sequence[Event], events_b: Sequence[Event], equi
                 st.differing_fields = ["(presence)"]
                 st.diff = [f"present in {present} only: log {absent} records no {one.event_type} with this identity "
                            f"({'/'.join(one.ids) or 'no id'}) but goes on past this point"]
+        for side, x in (("A", a), ("B", b)):
+            why = faults[side].get(id(x)) if x is not None else None
+            if why is None:
+                continue
+            missing.append({"boundary": st.key, "side": side, "what": f"causally impossible order in log {side}: "
+                            f"{why} (invalid evidence)",
+                            "consequence": "the recorded order cannot be the order things happened, so the log is "
+                                           "damaged or reordered; this boundary is not counted as verified"})
+            if st.verified:
+                st.status = "undetermined"
+                st.note = f"causally impossible order in log {side}: {why}"
         steps.append(st)
     _note_unsettled(steps, ba, bb, missing)
     for item in ends.values():
@@ -1058,6 +1179,14 @@ def _note_unsettled(steps: list[Step], ba: list[Boundary], bb: list[Boundary], m
     """Paired tool intents with no observation on a side: the outcome cannot be compared there."""
     res = {side: {x.ids[:2] for x in bs if x.event_type == "ToolResult"} for side, bs in (("A", ba), ("B", bb))}
     for st in steps:
+        if st.event_type == "ContextBuilt" and st.a is not None and st.b is not None:
+            lacking = [s for s, x in (("A", st.a), ("B", st.b)) if not x.replied]
+            if lacking:
+                missing.append({"boundary": st.key, "side": ", ".join(lacking),
+                                "what": "no ModelReplied recorded for this invocation (in doubt or never answered)",
+                                "consequence": "its model response cannot be compared; only the delivered input and "
+                                               "the request (model, request_config) were"})
+            continue
         if st.event_type != "ToolIntent" or st.a is None or st.b is None:
             continue
         lacking = [s for s, x in (("A", st.a), ("B", st.b)) if x.ids[:2] not in res[s]]
@@ -1103,6 +1232,8 @@ def _claims(rep: DivergenceReport, steps: list[Step]) -> tuple[list[str], list[s
     yes: list[str] = []
     no: list[str] = []
     eqtxt = "exact canonical equality" if rep.equivalence.exact else "the declared equivalence"
+    if not rep.equivalence.strict_order:
+        eqtxt += " of the compared fields (the recorded order of paired boundaries was not compared)"
     fm = rep.first_mismatch
     n_before = steps.index(fm) if fm else len(steps)
     verified_before = sum(1 for s in steps[:n_before] if s.verified)
@@ -1135,9 +1266,13 @@ def _claims(rep: DivergenceReport, steps: list[Step]) -> tuple[list[str], list[s
         elif cat == ASSEMBLED_INPUT:
             how = "their bytes differ; only a digest survives on one side" if "delivered_input_sha256" in \
                 fm.differing_fields else "their texts differ"
-            yes.append(f"The invocations at {fm.key} did not receive the same recorded input ({how}){after}: "
-                       "the change arose in context assembly or in what it drew on (prompt template, compaction, "
-                       "source or workspace versions) before the model was called.")
+            if "request" in fm.differing_fields:
+                yes.append(f"The invocations at {fm.key} were assembled with a different model or decoding parameters "
+                           f"(request){after}: a configuration change, not sampling.")
+            if fm.differing_fields != ["request"]:
+                yes.append(f"The invocations at {fm.key} did not receive the same recorded input ({how}){after}: "
+                           "the change arose in context assembly or in what it drew on (prompt template, "
+                           "compaction, source or workspace versions) before the model was called.")
             no.append("Which assembly step or dependency changed: inspect the diff and the provenance of the "
                       "changed text.")
             no.append("Whether the changed input caused any later difference; that is a causal question for a "

@@ -11,7 +11,7 @@ import json
 import sys
 from typing import Sequence
 
-from .diverge import CATEGORIES, Equivalence, locate_divergence
+from .diverge import CATEGORIES, Equivalence, locate_divergence, sequence_fault
 from .errors import KernelError
 
 _DESCRIPTION = f"""\
@@ -104,13 +104,43 @@ def _cmd_diverge(args: argparse.Namespace) -> int:
         raise ConfigError(f"--max-differences must be >= 0, got {args.max_differences}")
     eq = equivalence_from_args(args)
     a = load_events(args.log_a, args.trajectory_a)
+    _check_sequence(a, args.log_a)
     b = load_events(args.log_b, args.trajectory_b)
+    _check_sequence(b, args.log_b)
     rep = locate_divergence(a, b, eq, label_a=args.log_a, label_b=args.log_b)
     if args.json:
         print(json.dumps(rep.to_dict(max_differences=args.max_differences), sort_keys=True))
     else:
         print(rep.summary(max_differences=args.max_differences))
     return 1 if rep.diverged else 0
+
+
+def _check_sequence(events, path: str) -> None:
+    """Refuse a log whose sequence numbers repeat or skip, or whose event ids repeat (ConfigError
+    naming the file and, for a JSON-lines file, the line)."""
+    from .errors import ConfigError
+    fault = sequence_fault(events)
+    if fault is None:
+        return
+    i, what = fault
+    where = f"{path}: event {i + 1}"
+    try:   # a JSON-lines file: find the line of the offending event
+        traj, target = events[i].trajectory_id, events[i].event_id
+        with open(path, "rb") as fh:
+            k = -1
+            for n, line in enumerate(fh, start=1):
+                if not line.strip():
+                    continue
+                d = json.loads(line)
+                if d.get("trajectory_id") != traj:
+                    continue
+                k += 1
+                if k == i and d.get("event_id") == target:
+                    where = f"{path}:{n}"
+                    break
+    except (OSError, ValueError, AttributeError):
+        pass
+    raise ConfigError(f"{where}: {what}")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -243,7 +243,8 @@ class ReplayAdapter:
             raise ReplayMismatchError("this request was already served once in this replay", kind=kind, key=key,
                                       expected=rec.request, actual=actual)
         if _canon(rec.request) != _canon(actual):
-            diff = sorted(k for k in set(rec.request) | set(actual) if rec.request.get(k) != actual.get(k))
+            diff = sorted(k for k in set(rec.request) | set(actual)   # canonical, so true and 1 differ
+                          if k not in rec.request or k not in actual or _canon(rec.request[k]) != _canon(actual[k]))
             raise ReplayMismatchError(f"the request differs from the recorded one in {diff}", kind=kind, key=key,
                                       expected=rec.request, actual=actual)
         if self.order == "recorded":

@@ -20,7 +20,7 @@ from kernel_lib.diverge_cli import main as diverge_main
 from kernel_lib.errors import ConfigError
 from kernel_lib.events import (
     Authorized, BudgetReserved, BudgetSettled, ContextBuilt, Event, ModelReplied, Provenance, RuntimeInput,
-    TaskStarted, ToolIntent, ToolResult,
+    TaskStarted, ToolIntent, ToolResult, encode,
 )
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -476,3 +476,71 @@ def test_imported_swe_agent_pair_diverges_at_the_prompt_template():
     # with the prompts set aside, what is left to explain is in the model's replies
     loose = locate_divergence(a, b, Equivalence(ignore_fields=("delivered_input",), normalize_whitespace=True))
     assert loose.first_mismatch is not None and loose.first_mismatch.category == MODEL_RESPONSE
+
+
+# --- adversarial findings (adv6): sentinels, in-doubt calls, usage, damaged logs, causal order -------
+
+
+def test_sentinel_on_one_side_is_not_agreement_and_claims_say_so():
+    pa, pb = run(1), run(1)
+    pa[5] = replace(pa[5], tool=NOT_RECORDED)            # ToolIntent: the source never recorded the tool
+    rep = locate_divergence(make_log(pa), make_log(pb, run="B"))
+    step = next(s for s in rep.steps if s.event_type == "ToolIntent")
+    assert step.status == "undetermined" and rep.halted_by is step
+    assert rep.verdict == "equivalent_prefix"
+    assert not any("aligned boundaries agree" in c for c in rep.establishes)
+    assert any("ToolIntent.tool" in m["what"] for m in rep.missing_evidence)
+
+
+def test_context_without_reply_compares_its_request_and_is_missing_evidence():
+    a = [task(), turn_payloads(0)[0]]
+    b = [task(), replace(turn_payloads(0)[0], model="other-model", request_config={"temperature": 1.0})]
+    rep = locate_divergence(make_log(a), make_log(b, run="B"))
+    assert rep.verdict == "diverged" and rep.first_mismatch.category == ASSEMBLED_INPUT
+    assert "request" in rep.first_mismatch.differing_fields
+    assert any("no ModelReplied" in m["what"] for m in rep.missing_evidence)
+    same = locate_divergence(make_log(a), make_log(a, run="B"))
+    assert same.verdict == "equivalent" and any("no ModelReplied" in m["what"] for m in same.missing_evidence)
+
+
+def test_zero_tokens_in_a_log_lacking_per_turn_usage_are_not_compared():
+    header = RuntimeInput(kind="config", name="import:source", value={"lacks": ["per-turn-usage"]})
+    pa = [task(), header] + [replace(p, input_tokens=0, output_tokens=0) if isinstance(p, ModelReplied) else p
+                             for p in turn_payloads(0)]
+    pb = [task(), header] + turn_payloads(0)
+    rep = locate_divergence(make_log(pa), make_log(pb, run="B"))
+    assert rep.first_mismatch is None and rep.verdict == "equivalent_prefix"
+    assert rep.halted_by.event_type == "ModelReplied"
+    assert any("input_tokens" in m["what"] for m in rep.missing_evidence)
+    # without the header, 0 is a value and the difference is a mismatch
+    rep2 = locate_divergence(make_log([task()] + pa[2:]), make_log([task()] + pb[2:], run="B"))
+    assert rep2.first_mismatch is not None and "input_tokens" in rep2.first_mismatch.differing_fields
+
+
+def test_repeated_or_skipped_sequence_numbers_are_refused(tmp_path, capsys):
+    good = make_log(run(1))
+    dup = good + [Event.create(trajectory_id="traj_x", event_id="A-dup", sequence_number=3, payload=run(1)[3])]
+    with pytest.raises(ConfigError, match="repeats sequence"):
+        locate_divergence(good, dup)
+    skip = [e for e in good if e.sequence_number != 4]
+    with pytest.raises(ConfigError, match="skips sequence"):
+        locate_divergence(skip, good)
+    pa, pd = tmp_path / "a.jsonl", tmp_path / "d.jsonl"
+    pa.write_bytes(b"".join(encode(e) + b"\n" for e in good))
+    pd.write_bytes(b"".join(encode(e) + b"\n" for e in dup))
+    assert diverge_main([str(pa), str(pd)]) == 2
+    err = capsys.readouterr().err
+    assert f"{pd}:{len(dup)}:" in err and "log A ends" not in err
+
+
+def test_causally_impossible_order_is_a_finding_and_order_caveat_is_stated():
+    pa = run(1)
+    pb = [pa[0], pa[2], pa[1], pa[3], pa[4], pa[6], pa[5], pa[7]]   # reply before context, result before intent
+    rep = locate_divergence(make_log(pa), make_log(pb, run="B"))
+    assert rep.verdict != "equivalent"
+    whats = " ".join(m["what"] for m in rep.missing_evidence)
+    assert "ToolResult recorded before its ToolIntent" in whats and "ModelReplied recorded before" in whats
+    ok = locate_divergence(make_log(pa), make_log(pa, run="B"))
+    assert ok.verdict == "equivalent" and "order of paired boundaries was not compared" in ok.establishes[0]
+    strict = locate_divergence(make_log(pa), make_log(pa, run="B"), Equivalence(strict_order=True))
+    assert "was not compared" not in strict.establishes[0]

@@ -415,3 +415,17 @@ def test_fork_refuses_a_missing_parent_and_a_taken_branch_id(recording):
         _append_first(TrajectoryLog(first.store, "exp", must_survive=FailureDomain.NONE),
                       RuntimeInput(kind="config", name="branch:origin", value={"parent_position": 9}))
     assert first.store.head("exp") == 1
+
+
+def test_a_mismatch_names_the_field_even_when_python_equality_would_hide_it(recording):
+    intent = next(e.payload for e in recording if e.event_type == "ToolIntent")
+    flagged = intent.model_copy(update={"arguments": {"snapshot": "ws_r18", "verbose": True}})
+    base = intent.model_copy(update={"arguments": {"snapshot": "ws_r18", "verbose": 1}})
+    from kernel_lib.events import Event
+    rec = [e if e.event_type != "ToolIntent" else Event.create(trajectory_id=e.trajectory_id, event_id=e.event_id,
+                                                               sequence_number=e.sequence_number, payload=base)
+           for e in recording]
+    adapter = ReplayAdapter(rec, order="any")
+    with pytest.raises(ReplayMismatchError) as err:
+        adapter.tool(flagged)
+    assert "['arguments']" in err.value.reason
