@@ -58,11 +58,33 @@ def _amount(name: str, value: Any, *, positive: bool = False) -> float:
     """``value`` as a finite float >= 0 (> 0 with ``positive``); ConfigError naming ``name`` otherwise."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ConfigError(f"{name} must be a number, got {value!r}")
-    v = float(value)
+    try:
+        v = float(value)
+    except OverflowError:
+        raise ConfigError(f"{name} is too large to represent as a float, got {_short(value)}") from None
     if not math.isfinite(v):
         raise ConfigError(f"{name} must be finite, got {value!r}")
     if v < 0 or (positive and v == 0):
         raise ConfigError(f"{name} must be {'> 0' if positive else '>= 0'}, got {value!r}")
+    return v
+
+
+def _short(value: Any) -> str:
+    """``repr(value)`` cut to a readable length (a 400-digit int is not a useful message)."""
+    r = repr(value)
+    return r if len(r) <= 40 else f"{r[:20]}...({len(r)} characters)"
+
+
+def _finite(name: str, compute: Any) -> float:
+    """The float ``compute()`` returns, refused with ConfigError naming ``name`` when it overflows.
+
+    Finite arguments can still multiply to infinity (1e308 x 1e308); such a result is not a bill."""
+    try:
+        v = float(compute())
+    except OverflowError:
+        v = math.inf
+    if not math.isfinite(v):
+        raise ConfigError(f"{name} overflows: the arguments are too large for a finite result")
     return v
 
 
@@ -114,6 +136,11 @@ class TrajectoryBytes:
     raw_pages: float = 0.0
     workspace: float = 0.0
 
+    def __post_init__(self) -> None:
+        for c in ARTIFACT_CLASSES:
+            object.__setattr__(self, c, _amount(c, getattr(self, c)))
+        _finite("total bytes of the trajectory", lambda: sum(self.by_class().values()))
+
     def by_class(self) -> dict[str, float]:
         """``{class: bytes}`` in the order of :data:`ARTIFACT_CLASSES`."""
         return {c: getattr(self, c) for c in ARTIFACT_CLASSES}
@@ -158,11 +185,15 @@ def trajectory_bytes(turns: int, envelope_kb_per_turn: float, observation_kb_per
     """
     n = _count("turns", turns)
     k = _count("pages", pages)
+    env = _amount("envelope_kb_per_turn", envelope_kb_per_turn)
+    obs = _amount("observation_kb_per_turn", observation_kb_per_turn)
+    page = _amount("page_kb_raw", page_kb_raw)
+    ws = _amount("workspace_mb", workspace_mb)
     return TrajectoryBytes(
-        envelopes=n * _amount("envelope_kb_per_turn", envelope_kb_per_turn) * BYTES_PER_KB,
-        observations=n * _amount("observation_kb_per_turn", observation_kb_per_turn) * BYTES_PER_KB,
-        raw_pages=k * _amount("page_kb_raw", page_kb_raw) * BYTES_PER_KB,
-        workspace=_amount("workspace_mb", workspace_mb) * BYTES_PER_MB)
+        envelopes=_finite("envelope bytes (turns x envelope_kb_per_turn)", lambda: n * env * BYTES_PER_KB),
+        observations=_finite("observation bytes (turns x observation_kb_per_turn)", lambda: n * obs * BYTES_PER_KB),
+        raw_pages=_finite("raw page bytes (pages x page_kb_raw)", lambda: k * page * BYTES_PER_KB),
+        workspace=_finite("workspace bytes (workspace_mb)", lambda: ws * BYTES_PER_MB))
 
 
 # --- the bill -------------------------------------------------------------------------------------
@@ -173,13 +204,17 @@ def storage_cost_usd(nbytes: float, usd_per_gb_month: float, months: float) -> f
 
     Napkin Math 11.2 prices a year of the repair trajectory this way: 0.054 GB x $0.023 x 12.
     """
-    return (bytes_to_gb(nbytes) * _amount("usd_per_gb_month", usd_per_gb_month)
-            * _amount("months", months))
+    gb = bytes_to_gb(nbytes)
+    price = _amount("usd_per_gb_month", usd_per_gb_month)
+    m = _amount("months", months)
+    return _finite("storage cost (GB x usd_per_gb_month x months)", lambda: gb * price * m)
 
 
 def share_of_attempt(cost_usd: float, attempt_cost_usd: float) -> float:
     """``cost_usd`` as a fraction (not a percentage) of one attempt's cost."""
-    return _amount("cost_usd", cost_usd) / _amount("attempt_cost_usd", attempt_cost_usd, positive=True)
+    c = _amount("cost_usd", cost_usd)
+    a = _amount("attempt_cost_usd", attempt_cost_usd, positive=True)
+    return _finite("share of attempt (cost_usd / attempt_cost_usd)", lambda: c / a)
 
 
 def fleet_cost_usd(per_trajectory_usd: float, trajectories: int) -> float:
@@ -188,7 +223,9 @@ def fleet_cost_usd(per_trajectory_usd: float, trajectories: int) -> float:
     With ``trajectories`` started per year this is also the steady-state yearly bill (Little's law:
     bytes held = arrival rate x bytes x lifetime), whatever the lifetimes.
     """
-    return _amount("per_trajectory_usd", per_trajectory_usd) * _count("trajectories", trajectories)
+    c = _amount("per_trajectory_usd", per_trajectory_usd)
+    n = _count("trajectories", trajectories)
+    return _finite("fleet cost (per_trajectory_usd x trajectories)", lambda: c * n)
 
 
 @dataclass(frozen=True)
@@ -205,7 +242,12 @@ class RetentionPolicy:
     lifetimes_months: Mapping[str, float | None] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        unknown = sorted(set(self.lifetimes_months) - set(ARTIFACT_CLASSES))
+        if not isinstance(self.name, str):
+            raise ConfigError(f"policy name must be a string, got {self.name!r}")
+        if not isinstance(self.lifetimes_months, Mapping):
+            raise ConfigError(f"policy {self.name!r}: lifetimes_months must be a mapping of artifact class to "
+                              f"months (or None), got {type(self.lifetimes_months).__name__}")
+        unknown = sorted(set(self.lifetimes_months) - set(ARTIFACT_CLASSES), key=repr)
         if unknown:
             raise ConfigError(f"policy {self.name!r}: unknown artifact class {unknown[0]!r}; "
                               f"known: {', '.join(ARTIFACT_CLASSES)}")
@@ -237,7 +279,7 @@ def policy_cost_usd(tb: TrajectoryBytes, policy: RetentionPolicy, usd_per_gb_mon
     """One trajectory's bill under ``policy``: ``{class: USD}`` for every class plus ``"total"``."""
     price = _amount("usd_per_gb_month", usd_per_gb_month)
     out = {c: storage_cost_usd(b, price, policy.lifetime(c) or 0.0) for c, b in tb.by_class().items()}
-    out["total"] = sum(out.values())
+    out["total"] = _finite("policy total cost", lambda: sum(out.values()))
     return out
 
 
@@ -382,6 +424,41 @@ class NapkinRetention:
         return d
 
 
+_NAPKIN_GIVENS = ("turns", "envelope_kb_per_turn", "payload_kb_per_turn", "usd_per_gb_month", "months")
+_NAPKIN_FIGURES = ("log_mb", "total_mb", "total_gb", "cost_cents", "share_of_attempt_percent",
+                   "log_share_of_attempt_percent", "workspace_share_of_bytes_percent", "under_percent")
+
+
+def _napkin_printed(printed: Any) -> dict[str, Any]:
+    """A custom ``printed`` table checked: every given and figure present and a finite number >= 0, and the
+    figures the method divides by large enough that their rounding band excludes zero (ConfigError otherwise)."""
+    if not isinstance(printed, Mapping):
+        raise ConfigError(f"printed must be a mapping like NAPKIN_11_2_PRINTED, got {type(printed).__name__}")
+    g = printed.get("givens")
+    if not isinstance(g, Mapping):
+        raise ConfigError(f"printed['givens'] must be a mapping with {', '.join(_NAPKIN_GIVENS)}, got {g!r}")
+    missing = [f"givens.{k}" for k in _NAPKIN_GIVENS if k not in g] + [k for k in _NAPKIN_FIGURES if k not in printed]
+    if missing:
+        raise ConfigError(f"printed is missing {', '.join(missing)}")
+    givens = {"turns": _count("printed givens.turns", g["turns"])}
+    for k in _NAPKIN_GIVENS[1:]:
+        givens[k] = _amount(f"printed givens.{k}", g[k], positive=k in ("usd_per_gb_month", "months"))
+    if givens["turns"] == 0 or givens["envelope_kb_per_turn"] + givens["payload_kb_per_turn"] == 0:
+        raise ConfigError("printed givens describe an empty log (turns or per-turn KB are 0): no share to infer from")
+    out: dict[str, Any] = {"givens": givens}
+    for k in _NAPKIN_FIGURES:
+        out[k] = _amount(f"printed {k}", printed[k])
+    half = NAPKIN_11_2_HALF_UNIT
+    for k in ("share_of_attempt_percent", "log_share_of_attempt_percent"):
+        if out[k] <= half[k]:
+            raise ConfigError(f"printed {k} must be more than {half[k]} (half a unit in its last place) for an "
+                              f"attempt cost to be inferred from it, got {out[k]!r}")
+    if out["workspace_share_of_bytes_percent"] + half["workspace_share_of_bytes_percent"] >= 100:
+        raise ConfigError(f"printed workspace_share_of_bytes_percent must be below "
+                          f"{100 - half['workspace_share_of_bytes_percent']}, got {out['workspace_share_of_bytes_percent']!r}")
+    return out
+
+
 def napkin_11_2(printed: Mapping[str, Any] | None = None, *,
                 other_attempt_cost_usd: float | None = None) -> NapkinRetention:
     """Recompute Napkin Math 11.2 and infer the workspace size and the attempt cost it does not state.
@@ -400,7 +477,18 @@ def napkin_11_2(printed: Mapping[str, Any] | None = None, *,
     """
     if other_attempt_cost_usd is not None:
         other_attempt_cost_usd = _amount("other_attempt_cost_usd", other_attempt_cost_usd, positive=True)
-    pr = dict(NAPKIN_11_2_PRINTED if printed is None else printed)
+    pr = _napkin_printed(NAPKIN_11_2_PRINTED if printed is None else printed)
+    try:
+        result = _napkin_11_2(pr, other_attempt_cost_usd)
+    except (ZeroDivisionError, OverflowError) as ex:      # a safety net: the checks above should prevent these
+        raise ConfigError(f"printed figures cannot be reconciled: {type(ex).__name__}: {ex}") from None
+    bad = [k for k, v in asdict(result).items() if isinstance(v, float) and not math.isfinite(v)]
+    if bad:
+        raise ConfigError(f"printed figures are too large for a finite result ({', '.join(bad)} overflow)")
+    return result
+
+
+def _napkin_11_2(pr: dict[str, Any], other_attempt_cost_usd: float | None) -> NapkinRetention:
     g = pr["givens"]
     half = NAPKIN_11_2_HALF_UNIT
     tb_log = trajectory_bytes(g["turns"], g["envelope_kb_per_turn"], g["payload_kb_per_turn"])

@@ -352,3 +352,43 @@ def test_cli_solve_and_check(tmp_path, capsys):
     assert main(["exercise", "solve", EX, "--param", "raw_page_months=24"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error:")
+
+
+# --- help lists 11.7; the no-change bill is phrased as such (round 6) ------------------------------
+
+
+def test_exercise_help_lists_every_registered_exercise_including_11_7(capsys):
+    with pytest.raises(SystemExit):
+        main(["exercise", "--help"])
+    top = capsys.readouterr().out
+    for sub in ("solve", "check", "generate"):
+        with pytest.raises(SystemExit):
+            main(["exercise", sub, "--help"])
+        text = capsys.readouterr().out
+        assert "11.7" in " ".join(text.split())       # the exercise id's help
+        if sub == "generate":                          # (no epilog on generate)
+            continue
+        listed = text[text.index("exercises:"):text.index("examples:")]
+        assert all(k in listed for k in EXERCISES) and "11.7 (second lighthouse: retention" in listed
+    listed = top[top.index("exercises:"):top.index("examples:")]
+    assert all(f"{k} (" in listed for k in EXERCISES)
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    overview = " ".join(capsys.readouterr().out.split())
+    assert "exercises 1, 2, 3, 4, 5, 6, 7, 8 and 9" in overview
+
+
+@pytest.mark.parametrize("change,why", [({"pages": 0}, "no raw pages"), ({"page_kb_raw": 0}, "no raw pages"),
+                                        ({"raw_page_months": 12}, "as long as the replay promise")])
+def test_a_bill_that_does_not_change_is_not_said_to_fall(change, why):
+    sol = mod().solve(mod().validate_params({**DEFAULTS, **change}))
+    text = sol["decision_text"]
+    full = f"${sol['fleet_full_retention_usd_per_year']:,.2f}"
+    assert f"falls from {full} to {full}" not in text and "falls" not in text
+    assert f"the bill stays at {full}" in text and why in text
+
+
+def test_a_bill_that_changes_still_falls():
+    sol = mod().solve(mod().validate_params(dict(DEFAULTS)))
+    assert (f"the bill falls from ${sol['fleet_full_retention_usd_per_year']:,.2f} to "
+            f"${sol['fleet_policy_usd_per_year']:,.2f}") in sol["decision_text"]

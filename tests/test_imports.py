@@ -563,3 +563,140 @@ def test_cli_help_and_errors(tmp_path, capsys):
     assert import_main(["openai-messages", str(good), "--out", str(out)]) == 2
     assert "--force" in capsys.readouterr().err
     assert import_main(["openai-messages", str(good), "--out", str(out), "--force"]) == 0
+
+
+# --- errors name the real place in the source file (round 6) ---------------------------------------
+
+
+def _deep(n: int, key: str = "a") -> dict:
+    x: dict = {}
+    for _ in range(n):
+        x = {key: x}
+    return x
+
+
+@pytest.mark.parametrize("as_string", [False, True])
+def test_deep_tool_call_arguments_are_blamed_on_their_place_in_the_file(tmp_path, as_string):
+    args = _deep(60)
+    f = _write(tmp_path, [{"role": "assistant", "content": "x", "tool_calls": [
+        {"id": "c1", "function": {"name": "f", "arguments": json.dumps(args) if as_string else args}}]}])
+    with pytest.raises(ImportFormatError, match="nested deeper") as info:
+        import_file("openai-messages", f)
+    assert info.value.where.startswith("$[0].tool_calls[0].function.arguments.a.a")
+    assert "proposal" not in info.value.where
+
+
+def test_arguments_just_within_the_limit_still_import(tmp_path):
+    f = _write(tmp_path, [{"role": "assistant", "content": "x", "tool_calls": [
+        {"id": "c1", "function": {"name": "f", "arguments": _deep(52)}}]}])
+    assert import_file("openai-messages", f).counts["tool_calls"] == 1
+
+
+def test_deep_swe_agent_state_is_blamed_on_the_step_state(tmp_path):
+    doc = _swe()
+    doc["trajectory"][0]["state"] = _deep(60, "d")
+    with pytest.raises(ImportFormatError, match="nested deeper") as info:
+        import_file("swe-agent", _write(tmp_path, doc, "s.traj"))
+    assert info.value.where.startswith("trajectory[0].state.d.d")
+
+
+def test_nan_inside_a_replay_config_string_is_blamed_on_replay_config(tmp_path):
+    rc = json.dumps({"agent": {"model": {"name": "gpt4", "temperature": 0}}}).replace("0}", "NaN}")
+    with pytest.raises(ImportFormatError, match="NaN") as info:
+        import_file("swe-agent", _write(tmp_path, _swe(replay_config=rc), "s.traj"))
+    assert info.value.where == "replay_config.agent.model.temperature"
+
+
+def test_deep_replay_config_info_and_extra_fields_are_blamed_on_their_place(tmp_path):
+    for over, where in (({"replay_config": _deep(60)}, "replay_config.a"), ({"info": _deep(60)}, "info.a"),
+                        ({"extra": _deep(60)}, "extra.a")):
+        with pytest.raises(ImportFormatError, match="nested deeper") as info:
+            import_file("swe-agent", _write(tmp_path, _swe(**over), "s.traj"))
+        assert info.value.where.startswith(where), (over.keys(), info.value.where)
+
+
+# --- import --out (round 6) ----------------------------------------------------------------------
+
+
+def _good(tmp_path: Path) -> Path:
+    return _write(tmp_path, [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}], "g.json")
+
+
+def test_out_in_a_missing_directory_is_refused_not_created(tmp_path, capsys):
+    out = tmp_path / "no" / "sub" / "x.jsonl"
+    assert import_main(["openai-messages", str(_good(tmp_path)), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and str(out) in err and "does not exist" in err
+    assert not (tmp_path / "no").exists()
+
+
+def test_out_is_written_with_the_umask_mode(tmp_path):
+    import os
+    out = tmp_path / "x.jsonl"
+    old = os.umask(0o027)
+    try:
+        assert import_main(["openai-messages", str(_good(tmp_path)), "--out", str(out)]) == 0
+    finally:
+        os.umask(old)
+    assert out.stat().st_mode & 0o777 == 0o640
+
+
+def test_out_that_is_a_directory_is_named_as_given(tmp_path, capsys):
+    out = tmp_path / "d.jsonl"
+    out.mkdir()
+    assert import_main(["openai-messages", str(_good(tmp_path)), "--out", str(out), "--force"]) == 2
+    err = capsys.readouterr().err
+    assert f"--out {out} is a directory" in err and ".d.jsonl." not in err
+    assert list(out.iterdir()) == [] and not list(tmp_path.glob(".d.jsonl.*"))
+
+
+def test_an_unwritable_out_is_reported_under_the_users_path(tmp_path, capsys, monkeypatch):
+    import tempfile
+
+    def refuse(*a, **k):
+        raise PermissionError(13, "Permission denied", str(tmp_path / ".x.jsonl.abc123"))
+    monkeypatch.setattr(tempfile, "mkstemp", refuse)
+    out = tmp_path / "x.jsonl"
+    assert import_main(["openai-messages", str(_good(tmp_path)), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert f"--out {out}" in err and "Permission denied" in err and ".x.jsonl.abc123" not in err
+
+
+def test_a_dangling_symlink_is_not_replaced_without_force(tmp_path, capsys):
+    out = tmp_path / "l.jsonl"
+    out.symlink_to(tmp_path / "nowhere")
+    good = _good(tmp_path)
+    assert import_main(["openai-messages", str(good), "--out", str(out)]) == 2
+    assert "--force" in capsys.readouterr().err and out.is_symlink()
+    assert import_main(["openai-messages", str(good), "--out", str(out), "--force"]) == 0
+    assert not out.is_symlink() and load_events(str(out))
+
+
+# --- Who&When mistake_step that is not a step index (round 6) --------------------------------------
+
+
+@pytest.mark.parametrize("step", [True, False, -1, "-1", 1.0, "²"])
+def test_who_and_when_mistake_step_that_is_not_an_index_points_at_no_turn(tmp_path, step):
+    doc = {"question": "q?", "mistake_agent": "A", "mistake_step": step,
+           "history": [{"content": "task", "role": "human"}, {"content": "x", "role": "A"},
+                       {"content": "y", "role": "B"}]}
+    r = import_file("who-and-when", _write(tmp_path, doc, "ww.json"))
+    labels = r.notes["ground_truth_labels"]
+    assert labels["mistake_step"] == step
+    assert "mistake_position" not in labels and "mistake_invocation_id" not in labels
+    assert any("not a step index" in w for w in r.notes["warnings"])
+
+
+def test_who_and_when_mistake_step_as_int_and_text_still_points_at_the_turn(tmp_path):
+    for step in (1, "1", " 1 "):
+        doc = {"question": "q?", "mistake_agent": "A", "mistake_step": step,
+               "history": [{"content": "task", "role": "human"}, {"content": "x", "role": "A"}]}
+        labels = import_file("who-and-when", _write(tmp_path, doc, "ww.json")).notes["ground_truth_labels"]
+        assert labels["mistake_invocation_id"] == "turn-0001" and labels["speaker_matches_mistake_agent"] is True
+
+
+@pytest.mark.parametrize("status, state", [("submitted", "COMPLETED"), ("submitted (exit_cost)", "COMPLETED"),
+                                           ("not_submitted_error", "FAILED"), ("exit_context", "FAILED")])
+def test_only_a_submitted_exit_status_ends_an_imported_run_completed(status, state):
+    from kernel_lib.imports.swe_agent import _submitted
+    assert _submitted(status) == (state == "COMPLETED")

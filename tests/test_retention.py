@@ -238,3 +238,73 @@ def test_napkin_11_2_a_perturbed_figure_is_caught():
     bad = [c.figure for c in n.checks if not c.ok]
     assert bad == ["log_mb"]
     assert math.isclose(n.log_bytes, 3.96e6)
+
+
+# --- adversarial inputs (round 6): every failure is a typed ConfigError, every result finite -------
+
+
+@pytest.mark.parametrize("call", [
+    lambda: rt.storage_cost_usd(10 ** 400, 0.023, 12),
+    lambda: rt.trajectory_bytes(10 ** 400, 4, 128),
+    lambda: rt.fleet_cost_usd(1e308, 10 ** 400),
+    lambda: rt.bytes_to_gb(10 ** 400),
+])
+def test_huge_integers_are_refused_not_overflow_error(call):
+    with pytest.raises(ConfigError):
+        call()
+
+
+@pytest.mark.parametrize("call", [
+    lambda: rt.storage_cost_usd(1e308, 1e308, 12),
+    lambda: rt.trajectory_bytes(1e308, 4, 128),
+    lambda: rt.fleet_cost_usd(1e308, 10),
+    lambda: rt.share_of_attempt(1e308, 1e-308),
+    lambda: rt.TrajectoryBytes(1e308, 1e308),
+])
+def test_finite_inputs_whose_result_overflows_are_refused(call):
+    with pytest.raises(ConfigError, match="overflow"):
+        call()
+
+
+@pytest.mark.parametrize("lifetimes", [None, 3, "envelopes", [("envelopes", 1)]])
+def test_a_policy_needs_a_mapping_of_lifetimes(lifetimes):
+    with pytest.raises(ConfigError, match="mapping"):
+        rt.RetentionPolicy("p", lifetimes)
+
+
+def test_a_policy_with_mixed_key_types_is_refused_typed():
+    with pytest.raises(ConfigError, match="unknown artifact class"):
+        rt.RetentionPolicy("p", {1: 2, "x": 3})
+
+
+@pytest.mark.parametrize("fields", [(-5, 10), (float("nan"), 1), (1, float("inf")), (True, 1), ("3", 1)])
+def test_trajectory_bytes_fields_are_checked(fields):
+    with pytest.raises(ConfigError):
+        rt.TrajectoryBytes(*fields)
+
+
+@pytest.mark.parametrize("change", [
+    {"share_of_attempt_percent": 0.05},
+    {"log_share_of_attempt_percent": 0},
+    {"workspace_share_of_bytes_percent": 100},
+    {"givens": {}},
+    {"givens": None},
+    {"givens": {**rt.NAPKIN_11_2_PRINTED["givens"], "turns": 0}},
+    {"givens": {**rt.NAPKIN_11_2_PRINTED["givens"], "usd_per_gb_month": 0}},
+    {"givens": {**rt.NAPKIN_11_2_PRINTED["givens"], "turns": 10 ** 400}},
+    {"total_mb": "54"},
+    {"total_mb": 1e308},
+    {"cost_cents": float("nan")},
+])
+def test_napkin_11_2_with_a_bad_printed_table_is_refused_typed(change):
+    with pytest.raises(ConfigError):
+        rt.napkin_11_2({**rt.NAPKIN_11_2_PRINTED, **change})
+
+
+def test_napkin_11_2_missing_figure_and_non_mapping_are_named():
+    pr = dict(rt.NAPKIN_11_2_PRINTED)
+    del pr["log_mb"]
+    with pytest.raises(ConfigError, match="log_mb"):
+        rt.napkin_11_2(pr)
+    with pytest.raises(ConfigError, match="mapping"):
+        rt.napkin_11_2([1, 2])

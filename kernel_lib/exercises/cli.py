@@ -14,13 +14,7 @@ from typing import Any
 
 from ..errors import ConfigError
 
-_EPILOG = """\
-exercises: 11.1 (pricing the durable acknowledgment), 11.2 (write amplification of a growing record),
-           11.3 (checkpointing too often), 11.4 (group commit against a dispatch budget),
-           11.5 (what logging buys the cadence), 11.6 (mass resume for the support agent),
-           11.8 (an asynchronous replica behind an irreversible actor),
-           11.9 (consolidating a delta chain under a resume deadline)
-
+_EPILOG_TAIL = """\
 examples:
   python -m kernel_lib exercise solve 11.4 --json
   python -m kernel_lib exercise solve 11.4 --param flush_ms=4 --param dispatch_budget_ms=10
@@ -31,6 +25,31 @@ examples:
 
 check exits 0 when every graded quantity is within tolerance, 1 otherwise, 2 on bad input.
 """
+
+
+def _exercise_ids() -> list[str]:
+    """The registered exercise ids, in order (every list of exercises in the help is built from these)."""
+    from . import EXERCISES
+    return list(EXERCISES)
+
+
+def _epilog() -> str:
+    """The help's list of exercises, built from the registry so that none is left out, then the examples."""
+    from . import EXERCISES
+    items = [f"{k} ({m.TITLE[0].lower() + m.TITLE[1:]})" for k, m in EXERCISES.items()]
+    lines, line = [], "exercises: "
+    for i, item in enumerate(items):
+        piece = item + ("," if i < len(items) - 1 else "")
+        if line.strip() != "exercises:" and len(line) + 1 + len(piece) > 100:
+            lines.append(line.rstrip())
+            line = " " * 11
+        line += piece + " "
+    lines.append(line.rstrip())
+    return "\n".join(lines) + "\n\n" + _EPILOG_TAIL
+
+
+def _and_list(items: list[str]) -> str:
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
 
 
 def _params_from_args(mod, args: argparse.Namespace) -> dict[str, Any]:
@@ -155,13 +174,16 @@ def _add_params_args(p: argparse.ArgumentParser) -> None:
 
 def add_cli(subparsers) -> argparse.ArgumentParser:
     """Register ``exercise`` and its subcommands on the main CLI's ``subparsers``."""
+    ids = _exercise_ids()
+    epilog = _epilog()
     top = subparsers.add_parser(
-        "exercise", help="solve, generate, check and strip the seeded §11.12 exercises 1, 2, 3, 4, 5, 6, 8 and 9",
+        "exercise", help="solve, generate, check and strip the seeded §11.12 exercises "
+                         + _and_list([i.split(".", 1)[1] for i in ids]),
         description="The seeded exercises of §11.12: solve a variant, generate one from a seed, grade a "
                     "student's answers, or derive the student notebooks from the solutions.",
-        epilog=_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+        epilog=epilog, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = top.add_subparsers(dest="exercise_command", metavar="SUBCOMMAND", required=True)
-    ex_help = "exercise id: 11.1, 11.2, 11.3, 11.4, 11.5, 11.6, 11.7, 11.8 or 11.9 (also 1, 2, …)"
+    ex_help = f"exercise id: {', '.join(ids[:-1])} or {ids[-1]} (also 1, 2, …)"
 
     p = sub.add_parser("list", help="the exercises, their parameters and graded quantities")
     p.add_argument("--json", action="store_true", help="one JSON object")
@@ -171,7 +193,7 @@ def add_cli(subparsers) -> argparse.ArgumentParser:
                        description="Solve an exercise for its default givens, a seeded variant (--seed) or "
                                    "overridden givens (--param), printing every quantity, the decision, the "
                                    "reading taken where the statement is ambiguous, and the alternative's answers.",
-                       epilog=_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+                       epilog=epilog, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("exercise", help=ex_help)
     _add_params_args(p)
     p.add_argument("--json", action="store_true", help="one JSON object: params and every computed quantity")
@@ -187,7 +209,7 @@ def add_cli(subparsers) -> argparse.ArgumentParser:
                        description="Grade the answers in a JSON object {quantity: value} against the solution "
                                    "of the given variant. Floats pass within 1% relative (tiny absolute slack "
                                    "near zero); integers, booleans, index lists and states must match exactly.",
-                       epilog=_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+                       epilog=epilog, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("exercise", help=ex_help)
     p.add_argument("--answers", required=True, metavar="FILE", help="JSON object of quantity -> answer")
     _add_params_args(p)

@@ -92,6 +92,17 @@ GRADED: dict[str, Tol] = {
 }
 
 
+def _bill_change(before: float, after: float, no_raw_pages: bool) -> str:
+    """"the bill falls from $X to $Y", or, when the two print alike (no raw pages, or a diagnostic window as
+    long as the replay one), that the bill does not change, and why."""
+    x, y = f"${before:,.2f}", f"${after:,.2f}"
+    if x == y:
+        why = ("there are no raw pages for the shorter diagnostic window to drop" if no_raw_pages else
+               "the diagnostic window keeps the raw pages about as long as the replay promise keeps the rest")
+        return f"the bill stays at {x} under the split ({why})"
+    return f"the bill {'falls' if after < before else 'rises'} from {x} to {y}"
+
+
 def _months(m: float) -> str:
     return f"{m:g} month" + ("" if m == 1 else "s")
 
@@ -220,8 +231,7 @@ def solve(params: Mapping[str, Any] | None = None) -> dict[str, Any]:
         "citation; a controlled branch from that boundary with the passage altered tests its effect in this one "
         f"trajectory. Policy: envelopes and delivered observations {_months(months)}, raw pages "
         f"{_months(p['raw_page_months'])} under diagnostics, which keeps current recovery and historical replay. "
-        f"For {n:,} trajectories a year the bill falls from ${out['fleet_full_retention_usd_per_year']:,.2f} to "
-        f"${out['fleet_policy_usd_per_year']:,.2f}. Here {dominant.replace('_', ' ')} are "
+        f"For {n:,} trajectories a year {_bill_change(out['fleet_full_retention_usd_per_year'], out['fleet_policy_usd_per_year'], tb.raw_pages == 0)}. Here {dominant.replace('_', ' ')} are "
         f"{tb.share(dominant):.1%} of the bytes and "
         + ("no recovery or replay promise reads them; in the repair trajectory (Napkin Math 11.2) the workspace "
            if dominant == "raw_pages" else "a recovery and replay promise reads them; in the repair trajectory the "

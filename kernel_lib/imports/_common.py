@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -145,6 +146,12 @@ class ImportResult:
 # ------------------------------------------------------------------------------------------------
 
 
+#: Deepest nesting a value taken from a source may have inside an event (``_safe_numbers`` enforces it).
+VALUE_MAX_DEPTH = JSON_MAX_DEPTH - 8
+#: Levels a ModelReplied proposal adds above a call's arguments: ``tool_calls`` / ``[k]`` / ``arguments``.
+ARGUMENTS_HEADROOM = 3
+
+
 def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a JSON value")
 
@@ -268,8 +275,27 @@ class Source:
         raise self.fail(where, f"expected message content as a string, a list of parts or null, got "
                                f"{type_name(content)}")
 
+    def check_value(self, value: Any, where: str, *, headroom: int = 0) -> Any:
+        """``value`` unchanged, after checking it at its real place ``where`` in the source file: no
+        NaN or infinity inside, and nesting that leaves ``headroom`` levels for the event that will
+        wrap it (the schema's limit is :data:`VALUE_MAX_DEPTH`). Without this check a value the
+        schema refuses would be blamed on the event's place rather than the file's."""
+        limit = VALUE_MAX_DEPTH - headroom
+        stack: list[tuple[Any, str, int]] = [(value, where, 0)]
+        while stack:
+            v, w, depth = stack.pop()
+            if depth > limit:
+                raise self.fail(w, f"nested deeper than {limit} levels")
+            if isinstance(v, float) and math.isnan(v):   # (an overlong number such as 1e400 is stored as text later)
+                raise self.fail(w, "NaN is not a JSON number")
+            if isinstance(v, (list, dict)):
+                items = enumerate(v) if isinstance(v, list) else ((str(k), x) for k, x in v.items())
+                stack.extend((x, join(w, k), depth + 1) for k, x in items)
+        return value
+
     def arguments(self, raw: Any, where: str) -> dict[str, Any]:
-        """Tool call arguments: a JSON object, or a string holding one (OpenAI's encoding)."""
+        """Tool call arguments: a JSON object, or a string holding one (OpenAI's encoding), checked at
+        ``where`` (nesting leaves room for the proposal's ``tool_calls[k].arguments`` wrapping)."""
         if raw is None or raw == "":
             return {}
         if isinstance(raw, str):
@@ -280,7 +306,7 @@ class Source:
                 raise self.fail(where, f"tool call arguments are not valid JSON: {msg}") from None
         if not isinstance(raw, dict):
             raise self.fail(where, f"tool call arguments must be a JSON object, got {type_name(raw)}")
-        return raw
+        return self.check_value(raw, where, headroom=ARGUMENTS_HEADROOM)
 
     def source_info(self) -> dict[str, Any]:
         return {"format": self.fmt, "file": self.file, "sha256": self.sha256, "size_bytes": self.size_bytes}
@@ -359,8 +385,8 @@ class Builder:
         return out
 
     def _safe_numbers(self, v: Any, where: str, depth: int) -> Any:
-        if depth > JSON_MAX_DEPTH - 8:
-            raise self.src.fail(where, f"nested deeper than {JSON_MAX_DEPTH - 8} levels")
+        if depth > VALUE_MAX_DEPTH:
+            raise self.src.fail(where, f"nested deeper than {VALUE_MAX_DEPTH} levels")
         if isinstance(v, bool) or v is None or isinstance(v, str):
             return v
         if isinstance(v, (int, float)):

@@ -63,13 +63,45 @@ def _lacks_text() -> str:
                      for k, v in LACKS.items())
 
 
-def _write_atomic(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+def _umask() -> int:
+    """The process umask (read by setting it and putting it back)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def _check_out(out: Path, shown: str, force: bool) -> None:
+    """Refuse an ``--out`` that cannot or must not be written, naming the user's path."""
+    parent = out.parent
+    if not parent.exists():
+        raise KernelError(f"--out {shown}: directory {parent} does not exist; create it first")
+    if not parent.is_dir():
+        raise KernelError(f"--out {shown}: {parent} is not a directory")
+    if out.is_dir():
+        raise KernelError(f"--out {shown} is a directory; name a log file inside it")
+    if (out.exists() or out.is_symlink()) and not force:   # is_symlink: a dangling link is not replaced silently
+        what = "is a symbolic link" + ("" if out.exists() else " (dangling)")
+        raise KernelError(f"--out {shown} {what if out.is_symlink() else 'exists'}; pass --force to replace it")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise KernelError(f"--out {shown}: directory {parent} is not writable")
+
+
+def _write_atomic(path: Path, data: bytes, shown: str) -> None:
+    """Write ``data`` to ``path`` through a temporary file in the same directory, then rename it into
+    place; the log gets the ordinary mode a new file would (0666 less the umask), not mkstemp's 0600.
+    Failures are reported against ``shown`` (the user's --out), never the temporary name."""
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    except OSError as exc:
+        raise KernelError(f"--out {shown}: cannot write in {path.parent}: {exc.strerror or exc}") from None
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
+        os.chmod(tmp, 0o666 & ~_umask())
         os.replace(tmp, path)
+    except OSError as exc:
+        Path(tmp).unlink(missing_ok=True)
+        raise KernelError(f"--out {shown}: cannot write: {exc.strerror or exc}") from None
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
@@ -80,10 +112,9 @@ def _cmd_import(args: argparse.Namespace) -> int:
     if out.suffix.lower() not in JSONL_SUFFIXES:
         raise KernelError(f"--out {args.out}: name the log .jsonl or .ndjson (that is how `fold --log` "
                           "recognises a JSON-lines log)")
-    if out.exists() and not args.force:
-        raise KernelError(f"--out {args.out} exists; pass --force to replace it")
+    _check_out(out, args.out, args.force)
     result = import_file(args.format, args.path)
-    _write_atomic(out, result.to_jsonl())
+    _write_atomic(out, result.to_jsonl(), args.out)
     if args.json:
         print(json.dumps({**result.summary(), "out": str(out), "warnings": result.notes.get("warnings", []),
                           "redacted_places": len(result.notes.get("redacted", []))}, sort_keys=True))

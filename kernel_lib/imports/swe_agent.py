@@ -52,6 +52,12 @@ from .openai_messages import _calls
 FORMAT = "swe-agent"
 
 
+def _submitted(exit_status: str) -> bool:
+    """SWE-agent's exit statuses read ``submitted`` or ``submitted (reason)`` when a patch went in;
+    ``not_submitted_error`` and the like must not count."""
+    return exit_status.strip().lower().startswith("submitted")
+
+
 def _step_matches(src: Source, hm: dict[str, Any], where: str, action: str, response: str) -> bool:
     if isinstance(hm.get("action"), str):
         return hm["action"].strip() == action.strip()
@@ -85,11 +91,16 @@ def import_swe_agent(path: str | Path) -> ImportResult:
     info = src.get(d, "info", dict, "$", default={})
     env = src.get(d, "environment", str, "$")
     replay = d.get("replay_config")
+    src.check_value(info, "info", headroom=1)                # kept as notes.info
     if isinstance(replay, str):   # some SWE-agent versions store it as a JSON string
         try:
             replay = json.loads(replay)
         except ValueError:
-            pass
+            pass                  # not JSON: kept as text in the notes
+        except RecursionError:
+            raise src.fail("replay_config", "the JSON string is nested too deeply") from None
+    if replay is not None:        # kept in the notes (notes.replay_config): check it where it is in the file
+        src.check_value(replay, "replay_config", headroom=1)
     replay_d = replay if isinstance(replay, dict) else {}
     agent_cfg = replay_d.get("agent") if isinstance(replay_d.get("agent"), dict) else {}
     model_cfg = agent_cfg.get("model") if isinstance(agent_cfg.get("model"), dict) else {}
@@ -152,8 +163,8 @@ def import_swe_agent(path: str | Path) -> ImportResult:
             ops = turn(k, where, action=action, response=response, thought=thought, calls=calls,
                        delivered=history[:hidx] if hidx is not None else None, missing=missing)
             extra: dict[str, Any] = {}
-            if "state" in s:
-                extra["state"] = s["state"]
+            if "state" in s:              # stored one level down, in the result's outcome
+                extra["state"] = src.check_value(s["state"], join(where, "state"), headroom=1)
             if exec_time is not None:
                 extra["execution_time_s"] = exec_time
             ow = join(where, "observation")
@@ -190,7 +201,7 @@ def import_swe_agent(path: str | Path) -> ImportResult:
                               "recorded: read as cost not tracked, not as a zero spend")
     exit_status = src.get(info, "exit_status", str, "info")
     if exit_status:
-        b.end("info.exit_status", to_state="COMPLETED" if "submitted" in exit_status else "FAILED",
+        b.end("info.exit_status", to_state="COMPLETED" if _submitted(exit_status) else "FAILED",
               reason=f"SWE-agent exit_status={exit_status!r}")
     else:
         b.lacks.add("terminal-state")
@@ -219,6 +230,8 @@ def import_swe_agent(path: str | Path) -> ImportResult:
         b.notes["replay_config"] = replay
     other = {k: v for k, v in d.items() if k not in ("trajectory", "history", "info", "environment", "replay_config")}
     if other:
+        for k, v in other.items():   # kept as notes.unmapped_fields.<key>
+            src.check_value(v, join("$", k), headroom=2)
         b.notes["unmapped_fields"] = other
     return b.finish(task_id=task_id, objective=objective, requester=None, budget_ceiling_usd=ceiling, config=config)
 

@@ -104,7 +104,14 @@ def import_who_when(path: str | Path) -> ImportResult:
     labels = {k: d[k] for k in _LABELS if k in d}
     if labels:
         step = labels.get("mistake_step")
-        pos = int(step) if isinstance(step, int) or (isinstance(step, str) and step.strip().isdigit()) else None
+        # a step index is a whole number >= 0 (or its decimal text): a bool is not one (True is not step 1),
+        # and a negative number would silently count from the end of the history
+        pos = (step if isinstance(step, int) and not isinstance(step, bool) and step >= 0
+               else int(step.strip()) if isinstance(step, str) and step.strip().isascii() and step.strip().isdigit()
+               else None)
+        if pos is None and step is not None:
+            b.warnings.append(f"mistake_step {step!r} is not a step index (a whole number >= 0); the label is kept "
+                              "as recorded and points at no turn")
         if pos is not None:
             labels["mistake_position"] = join("history", pos)
             labels["mistake_invocation_id"] = turn_id(pos) if pos in speakers else None
