@@ -1187,54 +1187,44 @@ def add_cli(subparsers: "argparse._SubParsersAction") -> argparse.ArgumentParser
     return bench
 
 
-# --- bench replay (§11.6.2): implemented in kernel_lib.replay_bench -------------------------------
+# --- bench replay (§11.6.2) and bench diverge (§11.7): one shape, a ratio against a plain fold ---
 
 
-def _cmd_replay(args: argparse.Namespace) -> int:
-    from . import replay_bench
-    try:
-        result = replay_bench.run_replay_bench(args.events, rounds=args.rounds, seed=args.seed)
-    except KernelError as exc:
-        print(f"bench replay: {exc}", file=sys.stderr)
-        return 2
-    print(json.dumps(result, indent=2) if args.json else replay_bench.format_replay_bench(result))
-    return 0
+def _add_ratio_bench(sub: "argparse._SubParsersAction", name: str, module: str, run: str, fmt: str, *,
+                     help: str, events_help: str, seed_help: str) -> None:
+    """Register ``bench NAME`` for a module whose ``run(events, rounds=, seed=)`` returns a dict and
+    ``fmt(result)`` prints it (kernel_lib.replay_bench, kernel_lib.diverge_bench)."""
+    import importlib
+    mod = importlib.import_module(f".{module}", __package__)
 
+    def cmd(args: argparse.Namespace) -> int:
+        try:
+            result = getattr(mod, run)(args.events, rounds=args.rounds, seed=args.seed)
+        except KernelError as exc:
+            print(f"bench {name}: {exc}", file=sys.stderr)
+            return 2
+        print(json.dumps(result, indent=2) if args.json else getattr(mod, fmt)(result))
+        return 0
 
-def _add_replay_cli(sub: "argparse._SubParsersAction") -> None:
-    from . import replay_bench
-    p = sub.add_parser("replay", help="serving a recording through the replay adapter vs a plain fold (ratio)",
-                       description=replay_bench.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = sub.add_parser(name, help=help, description=mod.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
-    p.add_argument("--events", type=int, default=10_000, metavar="N", help="events in the recording (default 10000)")
+    p.add_argument("--events", type=int, default=10_000, metavar="N", help=events_help)
     p.add_argument("--rounds", type=int, default=5, metavar="N", help="interleaved timed rounds (default 5)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the synthetic recording (default 0)")
-    p.set_defaults(func=_cmd_replay)
-
-
-# --- bench diverge (§11.7): implemented in kernel_lib.diverge_bench ------------------------------
-
-
-def _cmd_diverge(args: argparse.Namespace) -> int:
-    from . import diverge_bench
-    try:
-        result = diverge_bench.run_diverge_bench(args.events, rounds=args.rounds, seed=args.seed)
-    except KernelError as exc:
-        print(f"bench diverge: {exc}", file=sys.stderr)
-        return 2
-    print(json.dumps(result, indent=2) if args.json else diverge_bench.format_diverge_bench(result))
-    return 0
+    p.add_argument("--seed", type=int, default=0, help=seed_help)
+    p.set_defaults(func=cmd)
 
 
 def _add_diverge_cli(sub: "argparse._SubParsersAction") -> None:
-    from . import diverge_bench
-    p = sub.add_parser("diverge", help="locating the first divergence of two logs vs a plain fold of one (ratio)",
-                       description=diverge_bench.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
-    p.add_argument("--events", type=int, default=10_000, metavar="N", help="events per log (default 10000)")
-    p.add_argument("--rounds", type=int, default=5, metavar="N", help="interleaved timed rounds (default 5)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the synthetic logs (default 0)")
-    p.set_defaults(func=_cmd_diverge)
+    _add_ratio_bench(sub, "diverge", "diverge_bench", "run_diverge_bench", "format_diverge_bench",
+                     help="locating the first divergence of two logs vs a plain fold of one (ratio)",
+                     events_help="events per log (default 10000)", seed_help="seed of the synthetic logs (default 0)")
+
+
+def _add_replay_cli(sub: "argparse._SubParsersAction") -> None:
+    _add_ratio_bench(sub, "replay", "replay_bench", "run_replay_bench", "format_replay_bench",
+                     help="serving a recording through the replay adapter vs a plain fold (ratio)",
+                     events_help="events in the recording (default 10000)",
+                     seed_help="seed of the synthetic recording (default 0)")
 
 
 # --- bench restore (§11.4): implemented in kernel_lib.checkpoint.bench ---------------------------

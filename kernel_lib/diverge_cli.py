@@ -12,7 +12,6 @@ import sys
 from typing import Sequence
 
 from .diverge import CATEGORIES, Equivalence, locate_divergence, sequence_fault
-from .errors import KernelError
 
 _DESCRIPTION = f"""\
 Compare two recorded executions boundary by boundary (Durable Execution §11.7) and report the
@@ -144,19 +143,10 @@ def _check_sequence(events, path: str) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run ``diverge`` on its own; returns the exit code (errors: one line on stderr, code 2)."""
-    ap = argparse.ArgumentParser(prog="python -m kernel_lib")
-    sub = ap.add_subparsers(dest="command")
-    add_cli(sub)
-    args = ap.parse_args(["diverge", *(sys.argv[1:] if argv is None else argv)])
-    try:
-        return args.func(args)
-    except KernelError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    except OSError as exc:
-        print(f"error: {exc.strerror or exc}: {exc.filename or ''}".rstrip(": "), file=sys.stderr)
-        return 2
+    """Run ``diverge`` on its own; returns the exit code (errors: one line on stderr, code 2), as
+    ``python -m kernel_lib diverge`` does."""
+    from .cli import main as cli_main
+    return cli_main(["diverge", *(sys.argv[1:] if argv is None else argv)])
 
 
 if __name__ == "__main__":

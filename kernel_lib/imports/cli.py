@@ -153,19 +153,9 @@ def add_cli(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run ``import`` alone: ``main(["swe-agent", PATH, "--out", LOG])``. Exit code 2 on a
     KernelError or an OSError, printed as one ``error:`` line."""
-    ap = argparse.ArgumentParser(prog="python -m kernel_lib")
-    sub = ap.add_subparsers(dest="command", metavar="COMMAND")
-    add_cli(sub)
+    from ..cli import main as cli_main
     argv = list(sys.argv[1:] if argv is None else argv)
-    args = ap.parse_args(argv if argv[:1] == ["import"] else ["import", *argv])
-    try:
-        return int(args.func(args) or 0)
-    except KernelError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    except OSError as exc:
-        print(f"error: {exc.strerror or exc}: {exc.filename or ''}".rstrip(": "), file=sys.stderr)
-        return 2
+    return cli_main(argv if argv[:1] == ["import"] else ["import", *argv])
 
 
 if __name__ == "__main__":
