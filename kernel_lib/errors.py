@@ -251,3 +251,56 @@ class InboxConflictError(InboxError):
     """A completion record contradicts one the inbox already holds for the same (trajectory,
     operation, attempt), or names another trajectory than the stored copy. The stored entry is
     kept as it was; the newcomer is not stored."""
+
+
+# --- retention, compaction and the storage engine contract (§11.8) ------------------------------
+
+
+class PrefixRetiredError(StoreError):
+    """A read reached log positions that log compaction retired (§11.8.3). The events at
+    ``1..retired_through`` are gone; the trajectory is recoverable only from the checkpoint named
+    ``checkpoint_event_id`` (published in the retained suffix) onwards. Positions before
+    ``retired_through + 1`` are past the surviving replay interval."""
+
+    def __init__(self, message: str, *, trajectory_id: str = "", retired_through: int = 0,
+                 checkpoint_event_id: str = ""):
+        self.trajectory_id = trajectory_id
+        self.retired_through = retired_through
+        self.checkpoint_event_id = checkpoint_event_id
+        super().__init__(message)
+
+
+class RetentionError(KernelError):
+    """Base class of the storage engine's retention errors (:mod:`kernel_lib.storage_engine`)."""
+
+
+class DanglingReferenceError(RetentionError):
+    """An event or checkpoint would publish a reference to a payload that is not durable in the
+    payload store (or not registered for that holder): the payload must be durable before any
+    committed reference to it (§11.8.2). Nothing was appended. ``digests`` names the payloads."""
+
+    def __init__(self, message: str, *, digests: "tuple[str, ...] | list[str]" = ()):
+        self.digests = tuple(digests)
+        super().__init__(message)
+
+
+class PayloadAccessError(RetentionError):
+    """A tenant asked for a payload no trajectory of that tenant references: a content digest
+    names bytes, it does not grant the right to read them (§11.8.2)."""
+
+
+class CompactionRefusedError(RetentionError):
+    """Log compaction would break a promise (§11.8.3), so nothing was retired. ``reasons`` lists
+    each blocking condition: no newer published checkpoint, a checkpoint object missing or not
+    durable across the declared failure domain, an active replay / audit / compliance hold on the
+    prefix."""
+
+    def __init__(self, message: str, *, reasons: "tuple[str, ...] | list[str]" = ()):
+        self.reasons = tuple(reasons)
+        super().__init__(message)
+
+
+class BackpressureError(StoreError):
+    """The store is full and no space was released within the stall timeout (§11.8.4). The
+    append was NOT made and is NOT acknowledged; nothing already stored was dropped or
+    overwritten. The trajectory must stay stalled (no dispatch) until the append succeeds."""

@@ -711,8 +711,10 @@ def check_available(store: LogStore, trajectory_id: str, blobs=None, *, min_head
     3. the head is readable, non-zero when ``require_events`` (resuming a trajectory with no
        events is not an empty history, it is a missing one), and at least ``min_head`` when the
        caller knows that position was acknowledged (a shorter log was truncated or is stale);
-    4. events 1..head read back gapless, each at its own position and of this trajectory;
-    5. they fold (the reducer accepts them);
+    4. events 1..head read back gapless, each at its own position and of this trajectory (after
+       log compaction, §11.8.3: the retained suffix from the compaction mark);
+    5. they fold (the reducer accepts them); a compacted log is proven instead by restoring its
+       retained checkpoint and folding the suffix (so it needs ``blobs``);
     6. with ``blobs``: :func:`kernel_lib.checkpoint.restore` to the head succeeds, verifying every
        checkpoint manifest, record snapshot or delta, tree, workspace delta and file blob it
        needs; without ``blobs``, a log that names checkpoint or workspace objects cannot be
@@ -762,20 +764,27 @@ def check_available(store: LogStore, trajectory_id: str, blobs=None, *, min_head
                        "was truncated, or this is not the authoritative copy")
     events: list[Event] = []
     try:
-        for i, ev in enumerate(store.read(trajectory_id, 1, head), start=1):
+        retired = store.retired_through(trajectory_id)
+    except KernelError as exc:
+        reasons.append(f"the compaction mark of {trajectory_id!r} cannot be read ({_short(exc)})")
+        return out
+    try:
+        for i, ev in enumerate(store.read(trajectory_id, retired + 1, head), start=retired + 1):
             if ev.sequence_number != i or ev.trajectory_id != trajectory_id:
                 reasons.append(f"position #{i} of {trajectory_id!r} holds {ev.trajectory_id!r}#{ev.sequence_number}: "
                                "the prefix is not gapless")
                 break
             events.append(ev)
         else:
-            if len(events) != head:
-                reasons.append(f"the store reports head #{head} but only #{len(events)} events read back: the prefix "
-                               f"has a gap after #{len(events)}")
+            if len(events) != head - retired:
+                reasons.append(f"the store reports head #{head} but only #{retired + len(events)} events read back: "
+                               f"the prefix has a gap after #{retired + len(events)}")
     except KernelError as exc:
-        reasons.append(f"the prefix of {trajectory_id!r} cannot be read past #{len(events)} ({_short(exc)})")
+        reasons.append(f"the prefix of {trajectory_id!r} cannot be read past #{retired + len(events)} ({_short(exc)})")
     if reasons:
         return out
+    if retired:
+        return _check_compacted(store, trajectory_id, blobs, out, retired)
     try:
         record = fold(initial_record(trajectory_id), events)
         out.prefix_sha256 = record.prefix_sha256
@@ -797,6 +806,33 @@ def check_available(store: LogStore, trajectory_id: str, blobs=None, *, min_head
         except KernelError as exc:
             reasons.append(f"the checkpoint objects do not rebuild the prefix ({_short(exc)})")
     out.ok = not reasons
+    return out
+
+
+def _check_compacted(store: LogStore, trajectory_id: str, blobs, out: "Availability", retired: int) -> "Availability":
+    """Step 5-6 of :func:`check_available` for a log whose prefix ``1..retired`` log compaction
+    retired (§11.8.3): the state is provable only as the retained checkpoint plus the suffix."""
+    if blobs is None:
+        out.reasons.append(f"log compaction retired #1..#{retired}: the state is recoverable only from the retained "
+                           "checkpoint, and no blob store was given to prove its objects exist")
+        return out
+    try:
+        res = restore(store, trajectory_id, blobs, target=out.head, verify_blobs=True)
+    except UnrecoverableStateError as exc:
+        missing = ", ".join(f"{k} {n[:16]}…" for k, n in exc.missing) or "unnamed"
+        out.reasons.append(f"a required object is missing or damaged ({missing}): {str(exc)[:300]}")
+        return out
+    except KernelError as exc:
+        out.reasons.append(f"the retained checkpoint and suffix do not rebuild the state ({_short(exc)})")
+        return out
+    if res.checkpoint is None:
+        out.reasons.append(f"log compaction retired #1..#{retired} but no retained checkpoint rebuilds the state")
+        return out
+    out.checkpoint_id = res.checkpoint.checkpoint_id
+    out.prefix_sha256 = res.record.prefix_sha256
+    out.notes.append(f"log compaction retired #1..#{retired}; proven from checkpoint {out.checkpoint_id} and the "
+                     f"{res.suffix_events}-event suffix")
+    out.ok = True
     return out
 
 
@@ -849,6 +885,9 @@ class ReplicaView(LogStore):
 
     def fence(self, trajectory_id: str) -> int:
         return self.primary.fence(trajectory_id)
+
+    def retired_through(self, trajectory_id: str) -> int:
+        return self.primary.retired_through(trajectory_id)
 
     def trajectories(self) -> list[str]:
         return [t for t in self.primary.trajectories() if self.head(t) > 0]

@@ -509,7 +509,10 @@ def time_travel(store, trajectory_id: str, position: int, *, blobs=None, dest=No
         ConfigError: ``position`` outside 0..head.
         UnrecoverableStateError: retention pruned an object the record or workspace at that
             position needs; ``missing`` names it (kind, digest). A delivered input whose bytes
-            are gone does not stop the view: it is listed in ``missing``.
+            are gone does not stop the view: it is listed in ``missing``, as is a prefix that log
+            compaction retired.
+        PrefixRetiredError: log compaction retired events the record at ``position`` needs (no
+            retained checkpoint at or before it).
     """
     from .record import fold, initial_record
 
@@ -525,7 +528,11 @@ def time_travel(store, trajectory_id: str, position: int, *, blobs=None, dest=No
         record = fold(initial_record(trajectory_id), store.read(trajectory_id, 1, position) if position else [])
     inputs: dict[str, str] = {}
     missing: list[tuple[str, str, str]] = []
-    for ev in (store.read(trajectory_id, 1, position) if position else []):
+    retired = store.retired_through(trajectory_id)
+    if retired and position:
+        missing.append(("log prefix", f"#1..#{min(retired, position)}",
+                        "retired by log compaction (§11.8.3): the delivered inputs logged there are gone"))
+    for ev in (store.read(trajectory_id, retired + 1, position) if position > retired else []):
         p = ev.payload
         if not isinstance(p, ContextBuilt):
             continue

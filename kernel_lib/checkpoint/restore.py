@@ -128,7 +128,8 @@ def find_checkpoint(store: LogStore, trajectory_id: str, target: int, *,
     log), and the record it names is not a state of this log at or before ``target``.
 
     Reads the log backwards in windows of 256, 512, … events, so the cost is proportional to
-    the distance from the target back to the checkpoint, not to the log's length.
+    the distance from the target back to the checkpoint, not to the log's length. A compacted
+    log is searched only in its retained suffix.
 
     Raises:
         UnrecoverableStateError: the event named ``checkpoint_id`` does not cover a position
@@ -136,8 +137,9 @@ def find_checkpoint(store: LogStore, trajectory_id: str, target: int, *,
     """
     chunks: list[list[Event]] = []
     hi, window = target, SCAN_WINDOW
-    while hi >= 1:
-        lo = max(1, hi - window + 1)
+    floor = store.retired_through(trajectory_id)   # log compaction (§11.8.3): positions <= floor are gone
+    while hi > floor:
+        lo = max(floor + 1, hi - window + 1)
         chunk = list(store.read(trajectory_id, lo, hi))
         chunks.append(chunk)
         for ev in reversed(chunk):

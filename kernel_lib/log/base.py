@@ -37,6 +37,7 @@ from ..errors import (
     ConflictingDuplicateError,
     SequenceGapError,
     StaleOwnerError,
+    PrefixRetiredError,
     StoreError,
     TierNotOfferedError,
 )
@@ -269,6 +270,36 @@ def _index(value: object, name: str) -> int:
         raise StoreError(f"read() {name} must be an int, got {value!r}") from None
 
 
+def check_retire_args(trajectory_id: str, through: object, head: int, checkpoint_event_id: object) -> int:
+    """Check the arguments of :meth:`LogStore.retire_prefix` against the trajectory's ``head``.
+
+    Raises:
+        StoreError: bad trajectory id or checkpoint event id, ``through`` not an int (bool
+            excluded), negative, or not below the head.
+    """
+    if not isinstance(trajectory_id, str) or not trajectory_id:
+        raise StoreError(f"retire_prefix needs a non-empty trajectory id, got {trajectory_id!r}")
+    if not isinstance(checkpoint_event_id, str) or not checkpoint_event_id:
+        raise StoreError(f"retire_prefix needs the id of the Checkpoint event the suffix recovers from, got "
+                         f"{checkpoint_event_id!r}")
+    if type(through) is not int or through < 0:
+        raise StoreError(f"retire_prefix needs an int position >= 0, got {through!r}")
+    if through >= head:
+        raise StoreError(f"cannot retire {trajectory_id!r} through #{through}: its head is #{head}, and compaction "
+                         "always keeps a non-empty suffix (the checkpoint's own events)")
+    return through
+
+
+def prefix_retired(trajectory_id: str, lo: int, retired: int, checkpoint_event_id: str, where: str = "") -> None:
+    """Raise :class:`PrefixRetiredError` if a read starting at ``lo`` reaches the retired prefix."""
+    if retired and lo <= retired:
+        raise PrefixRetiredError(
+            f"{where}{trajectory_id!r} positions 1..{retired} were retired by log compaction; the log now starts "
+            f"at #{retired + 1} and is recoverable from checkpoint event {checkpoint_event_id}: read from "
+            f"#{retired + 1} (or restore) instead of #{lo}",
+            trajectory_id=trajectory_id, retired_through=retired, checkpoint_event_id=checkpoint_event_id)
+
+
 def read_bounds(start: int, stop: "int | None") -> tuple[int, "int | None"]:
     """Normalize :meth:`LogStore.read` bounds to ``(lo, hi)``, both inclusive.
 
@@ -428,6 +459,37 @@ class LogStore(ABC):
         """
         raise StoreError(f"store {self.name!r} cannot claim an owner_epoch atomically; use a store that implements "
                          "claim_epoch")
+
+    # --- log compaction (§11.8.3) --------------------------------------------------------------
+    def retired_through(self, trajectory_id: str) -> int:
+        """Last position that log compaction retired (0: the whole log is retained). Reads of
+        positions ``<= retired_through`` raise :class:`~kernel_lib.errors.PrefixRetiredError`."""
+        return 0
+
+    def retire_prefix(self, trajectory_id: str, through: int, *, checkpoint_event_id: str) -> int:
+        """Delete events ``1..through`` of one trajectory, atomically and durably, keeping the
+        suffix (whose first event is ``through + 1``) and the head, fence and event ids unchanged.
+
+        This is the storage primitive only: it checks the shape of the request, not the promises.
+        Call it through :func:`kernel_lib.storage_engine.compact`, which first proves that a newer
+        checkpoint and its dependencies are durable and that no replay or audit hold needs the
+        prefix. Retiring again at or below the current mark is a no-op.
+
+        Args:
+            through: last position to retire; must be below the head (the suffix is never empty).
+            checkpoint_event_id: the ``Checkpoint`` event (in the retained suffix) the trajectory
+                is recoverable from afterwards; recorded with the mark and named by
+                :class:`~kernel_lib.errors.PrefixRetiredError`.
+
+        Returns:
+            The retired mark after the call.
+
+        Raises:
+            StoreError: this store cannot compact (this default), or ``through`` is not an int
+                with ``0 <= through < head``. StoreReadOnlyError, StoreClosedError.
+        """
+        raise StoreError(f"store {self.name!r} does not support log compaction (retire_prefix); use the SQLite "
+                         "or memory store")
 
     @abstractmethod
     def trajectories(self) -> list[str]:

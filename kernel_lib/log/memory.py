@@ -21,6 +21,8 @@ from .base import (
     StoredRef,
     decide_append,
     check_events,
+    check_retire_args,
+    prefix_retired,
     check_claim_args,
     check_fence_args,
     check_fence_not_older,
@@ -39,6 +41,7 @@ class MemoryStore(LogStore):
         self._events: dict[str, list[Event]] = {}
         self._ids: dict[str, StoredRef] = {}
         self._fences: dict[str, int] = {}
+        self._retired: dict[str, tuple[int, str]] = {}   # trajectory -> (retired through, checkpoint event id)
         self._lock = threading.Lock()
         self._closed = False
         self.recovery = RecoveryReport(store=self.name)
@@ -57,7 +60,8 @@ class MemoryStore(LogStore):
             self._open()
             for ev in events:
                 log = self._events.setdefault(ev.trajectory_id, [])
-                decided = decide_append(ev, self._ids.get(ev.event_id), None, len(log),
+                base = self._retired.get(ev.trajectory_id, (0, ""))[0]
+                decided = decide_append(ev, self._ids.get(ev.event_id), None, base + len(log),
                                         self._fences.get(ev.trajectory_id, 0), tier)
                 if decided is not None:
                     out.append(decided)
@@ -74,14 +78,36 @@ class MemoryStore(LogStore):
         with self._lock:
             self._open()
             log = self._events.get(trajectory_id, ())
-            end = len(log) if hi is None else min(hi, len(log))
-            chunk = list(log[lo - 1:end]) if end >= lo else []
+            base, ckpt = self._retired.get(trajectory_id, (0, ""))
+            end = base + len(log) if hi is None else min(hi, base + len(log))
+            if end < lo:
+                return iter(())
+            prefix_retired(trajectory_id, lo, base, ckpt, "memory log ")
+            chunk = list(log[lo - 1 - base:end - base])
         return iter(chunk)
 
     def head(self, trajectory_id: str) -> int:
         with self._lock:
             self._open()
-            return len(self._events.get(trajectory_id, ()))
+            return self._retired.get(trajectory_id, (0, ""))[0] + len(self._events.get(trajectory_id, ()))
+
+    def retired_through(self, trajectory_id: str) -> int:
+        with self._lock:
+            self._open()
+            return self._retired.get(trajectory_id, (0, ""))[0]
+
+    def retire_prefix(self, trajectory_id: str, through: int, *, checkpoint_event_id: str) -> int:
+        """See :meth:`LogStore.retire_prefix` (under the store's lock)."""
+        with self._lock:
+            self._open()
+            log = self._events.get(trajectory_id, [])
+            base = self._retired.get(trajectory_id, (0, ""))[0]
+            check_retire_args(trajectory_id, through, base + len(log), checkpoint_event_id)
+            if through <= base:
+                return base
+            self._events[trajectory_id] = log[through - base:]
+            self._retired[trajectory_id] = (through, checkpoint_event_id)
+            return through
 
     def fence(self, trajectory_id: str) -> int:
         with self._lock:

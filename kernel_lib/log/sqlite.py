@@ -74,6 +74,8 @@ from .base import (
     StoredRef,
     check_append,
     check_events,
+    check_retire_args,
+    prefix_retired,
     check_claim_args,
     check_fence_args,
     check_fence_not_older,
@@ -100,6 +102,16 @@ CREATE TABLE IF NOT EXISTS sync_marker (
     n  INTEGER NOT NULL
 );
 INSERT OR IGNORE INTO sync_marker VALUES (1, 0);
+"""
+
+#: Optional table (created by any read-write open, absent from logs never opened by a build that
+#: compacts): the log-compaction mark of each trajectory (§11.8.3).
+_RETIRED_SCHEMA = """
+CREATE TABLE IF NOT EXISTS retired_prefix (
+    trajectory_id       TEXT PRIMARY KEY,
+    through_sequence    INTEGER NOT NULL,
+    checkpoint_event_id TEXT NOT NULL
+) WITHOUT ROWID
 """
 
 #: Version of the table layout, kept in ``PRAGMA user_version``.
@@ -209,6 +221,7 @@ class SQLiteStore(LogStore):
                 raise
         elif db.execute("SELECT count(*) FROM sync_marker WHERE id = 1").fetchone()[0] == 0:
             db.execute("INSERT OR IGNORE INTO sync_marker VALUES (1, 0)")   # needed by retry-only syncs
+        db.execute(_RETIRED_SCHEMA)
 
     def _open_read_only(self) -> None:
         if not self.path.exists():
@@ -266,10 +279,61 @@ class SQLiteStore(LogStore):
         rep.events_recovered = sum(r[1] for r in rows)
         rep.trajectories = len(rows)
         for tid, n, lo, hi in rows:
-            if lo != 1 or n != hi:
-                first_missing = 1 if lo != 1 else self._first_gap(tid)
+            retired = self._retired(self._db, tid)[0]
+            if lo != retired + 1 or n != hi - retired:
+                first_missing = retired + 1 if lo != retired + 1 else self._first_gap(tid)
                 rep.details.append(f"trajectory {tid!r} stores {n} events but its head is #{hi}: #{first_missing} "
                                    "(at least) is missing; reading it raises CorruptLogError")
+
+    def _retired(self, db: sqlite3.Connection, tid: str) -> tuple[int, str]:
+        """(retired through, checkpoint event id) of ``tid``; (0, "") if never compacted."""
+        try:
+            row = db.execute("SELECT through_sequence, checkpoint_event_id FROM retired_prefix WHERE trajectory_id=?",
+                             (tid,)).fetchone()
+        except sqlite3.OperationalError as exc:
+            if "no such table" in str(exc):    # a log written before compaction existed, opened read-only
+                return 0, ""
+            raise
+        return (row[0], row[1]) if row else (0, "")
+
+    def retired_through(self, trajectory_id: str) -> int:
+        with self._lock:
+            db = self._reader()
+            with self._reading("retired_through"):
+                return self._retired(db, trajectory_id)[0]
+
+    def retire_prefix(self, trajectory_id: str, through: int, *, checkpoint_event_id: str) -> int:
+        """See :meth:`LogStore.retire_prefix`: one ``BEGIN IMMEDIATE`` transaction deletes the
+        prefix rows and records the mark, committed with ``synchronous=FULL`` (the WAL is synced
+        before this returns)."""
+        with self._lock:
+            self._usable()
+            db = self._db
+            try:
+                self._set_tier(AckTier.FDATASYNC)
+                db.execute("BEGIN IMMEDIATE")
+                self._refresh_cache()
+                head = db.execute("SELECT coalesce(max(sequence_number), 0) FROM events WHERE trajectory_id=?",
+                                  (trajectory_id,)).fetchone()[0]
+                try:
+                    check_retire_args(trajectory_id, through, head, checkpoint_event_id)
+                except StoreError:
+                    db.execute("ROLLBACK")
+                    raise
+                current = self._retired(db, trajectory_id)[0]
+                if through <= current:
+                    db.execute("ROLLBACK")
+                    return current
+                db.execute("DELETE FROM events WHERE trajectory_id=? AND sequence_number<=?", (trajectory_id, through))
+                db.execute("INSERT INTO retired_prefix VALUES (?,?,?) ON CONFLICT(trajectory_id) DO UPDATE SET "
+                           "through_sequence=excluded.through_sequence, "
+                           "checkpoint_event_id=excluded.checkpoint_event_id",
+                           (trajectory_id, through, checkpoint_event_id))
+                db.execute("COMMIT")
+                self._data_version = None
+                return through
+            except sqlite3.Error as exc:
+                self._raise_sqlite(exc, "retire_prefix")
 
     def _first_gap(self, tid: str) -> int:
         row = self._db.execute(
@@ -548,6 +612,9 @@ class SQLiteStore(LogStore):
             db = self._reader()
             if hi < lo:
                 return iter(())
+            with self._reading(f"read {trajectory_id!r}"):
+                retired, ckpt = self._retired(db, trajectory_id)
+            prefix_retired(trajectory_id, lo, retired, ckpt, f"{self.path}: ")
             with self._reading(f"read {trajectory_id!r}"):
                 rows = db.execute(
                     "SELECT sequence_number, event_id, digest, body FROM events WHERE trajectory_id=? "

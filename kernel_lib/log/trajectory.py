@@ -63,6 +63,11 @@ class TrajectoryLog:
         """Sequence number of the last event this handle knows is in the log."""
         return self._head
 
+    def next_event_id(self) -> str:
+        """The event id the next :meth:`append` will use (e.g. to name it as a payload's holder
+        before the event exists, :class:`kernel_lib.storage_engine.PayloadStore`)."""
+        return self._event_id(self.trajectory_id, self.owner_epoch, self._head + 1)
+
     def stamp(self, payload: Payload, sequence_number: int, *, event_id: str | None = None) -> Event:
         """Wrap ``payload`` in this trajectory's envelope at ``sequence_number`` (no append)."""
         return Event.create(
