@@ -12,6 +12,7 @@ _EXPORTS = {
     "CrashPanel": "widgets.crash_panel",
     "LogScrubber": "widgets.scrubber",
     "ResumeTimelineView": "widgets.resume_timeline",
+    "RetentionPlanner": "widgets.retention_planner",
 }
 
 __all__ = sorted(_EXPORTS)
