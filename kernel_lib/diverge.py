@@ -1,61 +1,92 @@
 """Locating a divergence (§11.7): compare two recorded executions boundary by boundary.
 
-Given the events of two logs (a recorded run and its regression replay, two attempts at one task,
-a golden trace and a live run), :func:`locate_divergence` finds the earliest boundary at which
-they stop agreeing under a declared :class:`Equivalence`, names the category of that boundary
-from table 6, and says what the comparison does and does not show (§11.7.2).
+:func:`locate_divergence` takes the events of two logs of the same task (a recording and its
+regression replay, two attempts, a golden trace and a live run), walks them boundary by boundary
+under a declared :class:`Equivalence`, and reports the earliest boundary where they disagree, the
+table 6 category of that boundary, and the limits of that finding (§11.7.2).
 
-**Boundaries.** Each log is cut into boundaries, in log order (the causal order the log
-recorded). Every boundary belongs to one of the four categories of table 6:
+**What is compared, per category.** Every boundary event falls in one of the four categories of
+table 6. The payload fields checked by default are:
 
 =====================  ========================================================================
-category               boundary events and the payload fields compared by default
+category               boundary events and what is checked there
 =====================  ========================================================================
-``assembled input``    ``ContextBuilt``: the delivered input of one model invocation (its text,
-                       or only its SHA-256 when the text was stored elsewhere).
-``model response``     ``ModelReplied``: status, reply, proposal, token counts, provider
-                       provenance, and the request it answered (``model`` and
-                       ``request_config`` of the same invocation's ``ContextBuilt``).
-``harness decision``   ``Authorized``, ``BudgetReserved``, ``BudgetSettled``, ``ToolIntent`` (tool,
-                       arguments, target snapshot ``input_ref``/``revision``, repeat contract,
-                       grant), ``ControlChanged``, ``PlanChanged``, ``ApprovalRequested``,
-                       ``ApprovalResolved``, ``CompensationIssued``, ``QuarantineChanged``,
-                       ``WatchdogIntervened``: what the harness chose to do.
-``tool observation``   ``ToolResult``: status, outcome, ``observation_complete``.
+``assembled input``    ``ContextBuilt`` (one request of a model call). Checked: the delivered
+                       input text; when one side kept only a SHA-256, the two digests instead.
+                       Also checked here: the request settings ``model`` and ``request_config``,
+                       but only for a request that got no ``ModelReplied`` on at least one side;
+                       an answered request has them checked at its reply instead.
+``model response``     ``ModelReplied``. Checked: ``status``, ``reply``, ``proposal``,
+                       ``input_tokens``, ``output_tokens``, ``provider``, and ``request`` (the
+                       ``model`` and ``request_config`` of the ``ContextBuilt`` this reply
+                       answered), so a settings change surfaces at the reply it influenced.
+``harness decision``   ``Authorized`` (subject kind, decision, policy version, grant, reason),
+                       ``BudgetReserved`` (amount, policy version), ``BudgetSettled`` (actual
+                       cost, final, evidence), ``ToolIntent`` (tool, arguments, ``input_ref``,
+                       ``revision``, repeat contract, grant), ``ControlChanged``, ``PlanChanged``,
+                       ``ApprovalRequested``, ``ApprovalResolved``, ``CompensationIssued``,
+                       ``QuarantineChanged``, ``WatchdogIntervened``: the choices the harness made.
+``tool observation``   ``ToolResult``. Checked: ``status``, ``outcome``, ``observation_complete``.
 =====================  ========================================================================
 
-Identifiers that differ between runs by construction are never compared: the envelope (event
-ids, sequence numbers, epochs, provenance), references to other events (``authorization_ref``,
-``reservation_ref``, ``decision_id``, ``reservation_id``), and transport or signature fields
-(``job_handle``, ``evidence`` of a ``ToolResult``, ``source``, ``delivered_input_ref``). Other
-events are *supporting evidence*, compared and reported but never a boundary: ``TaskStarted``
-(the initial state), ``Compacted`` (bears on assembled input), ``RuntimeInput`` (captured clock
-and configuration inputs; bears on harness decisions), ``WorkspaceChanged`` (bears on tool
-observations). Checkpoint events are storage artifacts and are skipped.
+:func:`boundary_fields` returns the same list as data. Never checked, because two runs differ
+there by design: the event envelope (event ids, sequence numbers, epochs, provenance), pointers
+to other events (``authorization_ref``, ``reservation_ref``, ``decision_id``, ``reservation_id``)
+and transport or signing details (``job_handle``, a ``ToolResult``'s ``evidence``, ``source``,
+``delivered_input_ref``). A few event types are compared as *supporting evidence* but are not
+boundaries and never become the first mismatch: ``TaskStarted`` (starting state), ``Compacted``
+(feeds assembled input), ``RuntimeInput`` (captured clock and configuration values; feeds harness
+decisions) and ``WorkspaceChanged`` (feeds tool observations). Checkpoint events are skipped.
 
-**Alignment.** Boundaries are paired by identity: event type, the invocation or operation id
-(and attempt id), and the occurrence of that key within its log (a second ``ToolResult`` for the
-same attempt is occurrence 2). Position is never used on its own, so two concurrent calls
-recorded in the opposite order still pair up. When the two runs do not share identifiers (e.g.
-logs imported with generated ids), the fallback renames every identifier by its order of first
-appearance in its own log (the third invocation or operation seen is ``@3``, its first attempt
-``@1``) and pairs by (event type, those ordinals, occurrence): alignment by ordinal within kind,
-which assumes both runs issued their calls in the same order. The report says which alignment
-was used and why.
+**Pairing.** A boundary of A is matched with the boundary of B that has the same key: event type,
+the invocation or operation id (plus attempt id for tool calls), and how many times that key has
+already occurred in its own log. Log position alone never pairs two boundaries, so concurrent
+calls logged in swapped order still match. *Retried model calls* reuse one invocation id: the
+n-th ``ContextBuilt`` (and the n-th ``ModelReplied``) of an invocation in A is matched with the
+n-th in B, so every attempt is compared and a change in a late attempt is found at that attempt
+(keys such as ``ModelReplied inv7 #2``). Each reply is taken to answer the most recent request
+of its invocation logged before it; a request that no reply follows counts as unanswered. When
+the runs share no ids (say, logs imported with generated ids), a fallback replaces each id by the
+order in which it first shows up in its own log (``@1``, ``@2`` …) and pairs on those ordinals,
+which is only right if both runs issued their calls in the same order. The report names the
+pairing used and the reason for it.
 
-**Comparison.** The steps are visited in log A's order (a boundary only log B has is placed
-after B's preceding paired boundary). Each is *verified* (equal; possibly only by digest),
-a *mismatch* (values differ, or the boundary exists on one side only while the other log goes
-on), or *undetermined* (evidence missing: a log ended before it, or only digests survive and
-the equivalence normalizes text). The verified prefix ends at the first step that is not
-verified; :attr:`DivergenceReport.last_verified_boundary` is its last boundary.
+**Order.** Steps follow A's log order; a boundary only B has is slotted in after the step of B's
+previous matched boundary. Three checks concern order and sequence. (1) A log whose sequence
+numbers repeat or skip, or whose event ids repeat, is refused with :class:`ConfigError`: it was
+damaged or spliced. (2) A reply logged before any request of its invocation, or a ``ToolResult``
+logged before its ``ToolIntent``, cannot reflect what happened; it is reported as invalid evidence
+and that boundary is not counted as verified. (3) The recorded order of matched boundaries is
+compared only when ``Equivalence(strict_order=True)``: then a boundary that B logged ahead of one
+that came before it in A is a mismatch on ``(recorded order)``. By default any order of matched
+boundaries counts as equivalent (footnote 8 of §11.6.2 allows this for concurrent calls), and the
+report's claim says that the order was not compared.
 
-**Missing evidence** is reported, never papered over: a delivered input kept only as a digest
-(equality then rests on SHA-256 alone, and a difference cannot be shown as text), a boundary past
-the end of the shorter log, a reply whose request (``ContextBuilt``) is absent, a tool intent
-with no recorded result, and fields holding :data:`NOT_RECORDED`, the placeholder the importers
-of :mod:`kernel_lib.imports` write where a source recorded nothing (two placeholders agree about
-nothing, so such fields are left out of the comparison).
+**Outcome of each step.** A step is *verified* (equal, possibly by digest alone), a *mismatch*
+(values differ, or a boundary exists on one side while the other log continues past it),
+*undetermined* (evidence missing) or *missing* (the other log ended first). The verified prefix
+runs up to the first step that is not verified; its last step is
+:attr:`DivergenceReport.last_verified_boundary`, and the first mismatch is
+:attr:`DivergenceReport.first_mismatch`.
+
+**Missing evidence** is listed in the report and never counted as agreement: an input kept only as
+a digest (equal on SHA-256 alone; a change cannot be shown as text), boundaries beyond the end of
+the shorter log, a reply with no request to check, a request nobody answered, a tool intent with
+no result, and every field holding :data:`NOT_RECORDED`, the marker the importers of
+:mod:`kernel_lib.imports` leave where their source kept nothing. The marker is looked for at any
+depth of nested dicts and lists; the path holding it is set aside on both sides before comparing,
+so it makes a boundary neither equal (two markers prove nothing) nor different.
+
+**What a report establishes, and what it does not.** It establishes that, under the declared
+equivalence and the chosen pairing, the compared fields agree up to the last verified boundary and
+disagree at the first mismatch, and the category of that boundary tells where the runs first
+parted (a changed input or request, a changed reply to an identical request, a different harness
+choice, a different observation of the same call). It does not establish the cause of the
+difference, that later differences are independent rather than consequences of the first one,
+agreement in anything the equivalence ignores or the log never captured (provider-side state,
+unlogged clock or environment inputs, the outside world), agreement of texts seen only through
+digests, or that either run would repeat if executed again. :attr:`DivergenceReport.establishes`
+and :attr:`DivergenceReport.does_not_establish` spell these out for each report.
 
 Source: Durable Execution chapter, §11.7.1 (boundary-by-boundary comparison, table 6) and
 §11.7.2 (what digests and mismatches do and do not establish); §11.6.2 footnote 8 (concurrent
@@ -476,7 +507,11 @@ class Boundary:
     on both sides when the boundaries pair up; ``ids`` are the raw identifiers in this log;
     ``index`` is the position among the log's events (0-based); ``value`` the compared fields
     before the equivalence is applied. For ``ContextBuilt``, ``value`` holds the delivered text
-    (None when only a digest survives) and ``digest`` its SHA-256.
+    (None when only a digest survives), ``digest`` its SHA-256, ``request`` its model and
+    ``request_config``, and ``replied`` whether some ``ModelReplied`` answered this very request
+    (not merely its invocation). For ``ModelReplied``, ``answers`` is the key of the
+    ``ContextBuilt`` it answered: the latest request of its invocation logged before it, so each
+    attempt of a retried call is matched with its own request.
     """
     key: str
     event_type: str
@@ -491,6 +526,7 @@ class Boundary:
     supporting: bool = False
     request: dict[str, Any] | None = None
     replied: bool = True
+    answers: str | None = None
 
     def where(self) -> dict[str, Any]:
         """Where this boundary sits in its log."""
@@ -523,17 +559,33 @@ def extract_boundaries(events: Sequence[Event], *, ordinal: bool = False) -> tup
     ``ordinal=True`` renders identities by order of first appearance (the fallback alignment).
     Returns ``(boundaries, supporting)``. Events of unknown or storage types are skipped.
     """
-    requests: dict[str, dict[str, Any]] = {}
-    replied: set[str] = set()
+    # Which request each reply answers. A retried call records several ContextBuilt events under
+    # one invocation id; a reply belongs to the newest of them logged before it. A reply logged
+    # ahead of every request of its invocation (a damaged order, see _causal_faults) falls back to
+    # the invocation's first request. Keys: event positions in ``events``.
+    latest: dict[str, int] = {}
+    first: dict[str, int] = {}
+    answered_by: dict[int, int | None] = {}
+    orphans: list[tuple[int, str]] = []
     no_usage = False
-    for e in events:
-        if e.event_type == "ContextBuilt":
-            p = e.payload
-            requests.setdefault(p.invocation_id, {"model": p.model, "request_config": p.request_config})
-        elif e.event_type == "ModelReplied":
-            replied.add(e.payload.invocation_id)
-        elif e.event_type == "RuntimeInput" and e.payload.name == IMPORT_HEADER:
+    for i, e in enumerate(events):
+        t = e.event_type
+        if t == "ContextBuilt":
+            inv = e.payload.invocation_id
+            latest[inv] = i
+            first.setdefault(inv, i)
+        elif t == "ModelReplied":
+            inv = e.payload.invocation_id
+            j = latest.get(inv)
+            answered_by[i] = j
+            if j is None:
+                orphans.append((i, inv))
+        elif t == "RuntimeInput" and e.payload.name == IMPORT_HEADER:
             no_usage = no_usage or _lacks_usage(e.payload.value)
+    for i, inv in orphans:
+        answered_by[i] = first.get(inv)
+    replied = set(answered_by.values())
+    ctx_at: dict[int, Boundary] = {}
     maps: dict[Any, dict[str, int]] = {}
     seen: dict[str, int] = {}
     bounds: list[Boundary] = []
@@ -564,11 +616,16 @@ def extract_boundaries(events: Sequence[Event], *, ordinal: bool = False) -> tup
             value = {"delivered_input": p.delivered_input}
             digest, ref = p.delivered_input_sha256, p.delivered_input_ref
             request = {"model": p.model, "request_config": p.request_config}
-            has_reply = p.invocation_id in replied
+            has_reply = i in replied
         else:
             value = dict(zip(spec.fields, get_fields(p)))
             if t == "ModelReplied":
-                value["request"] = requests.get(p.invocation_id)
+                j = answered_by[i]
+                if j is None:
+                    value["request"] = None
+                else:
+                    q = events[j].payload
+                    value["request"] = {"model": q.model, "request_config": q.request_config}
                 if no_usage:
                     # the import header says the source kept no per-turn usage: a 0 there is "not
                     # recorded", not a count
@@ -577,7 +634,13 @@ def extract_boundaries(events: Sequence[Event], *, ordinal: bool = False) -> tup
                             value[f] = NOT_RECORDED
         b = Boundary(key, t, spec.category, i, e.sequence_number, e.event_id, raw, value, digest, ref, supporting,
                      request, has_reply)
+        if t == "ContextBuilt":
+            ctx_at[i] = b
         (support if supporting else bounds).append(b)
+    for b in bounds:
+        if b.event_type == "ModelReplied":
+            j = answered_by[b.index]
+            b.answers = ctx_at[j].key if j is not None else None
     return bounds, support
 
 
@@ -789,26 +852,92 @@ def _pair(ba: list[Boundary], bb: list[Boundary]) -> tuple[list[tuple[Boundary |
     return out, paired
 
 
-def _unrecorded(v: Any) -> list[str]:
-    """Compared fields (top level, or one level down) holding the not-recorded sentinel."""
-    out = []
-    if isinstance(v, dict):
-        for k, x in v.items():
+class _Unknown:
+    """Stands in, on both sides, for a list element one side never recorded, so that the other
+    elements keep their positions and the stand-ins compare equal (by identity)."""
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "<not compared>"
+
+
+_UNKNOWN = _Unknown()
+
+
+def _holds_sentinel(v: Any) -> bool:
+    """Whether the dict or list ``v`` holds the not-recorded sentinel at any depth (a quick test
+    that stops at the first hit; :func:`_unrecorded` then finds the paths)."""
+    for x in (v.values() if type(v) is dict else v):
+        tx = type(x)
+        if tx is str:
             if x == NOT_RECORDED:
-                out.append(k)
-            elif type(x) is dict and NOT_RECORDED in x.values():
-                out += [f"{k}.{kk}" for kk, xx in x.items() if xx == NOT_RECORDED]
+                return True
+        elif (tx is dict or tx is list) and _holds_sentinel(x):
+            return True
+    return False
+
+
+def _unrecorded(v: Any, path: tuple = ()) -> list[tuple]:
+    """Paths (tuples of dict keys and list indices) at which ``v`` holds the not-recorded sentinel,
+    at any depth of nested dicts and lists, in a stable order."""
+    if type(v) in (dict, list) and not _holds_sentinel(v):
+        return []
+    out: list[tuple] = []
+    stack = [(path, v)]
+    while stack:
+        p, x = stack.pop()
+        tx = type(x)
+        if tx is str:
+            if x == NOT_RECORDED:
+                out.append(p)
+        elif tx is dict:
+            stack.extend((p + (k,), y) for k, y in reversed(x.items()) if type(y) in (str, dict, list))
+        elif tx is list:
+            stack.extend((p + (k,), y) for k, y in reversed(list(enumerate(x))) if type(y) in (str, dict, list))
     return out
 
 
-def _without(v: Any, paths: list[str]) -> Any:
-    v = dict(v)
+def _path_text(path: tuple) -> str:
+    """``("arguments", "files", 0, "path")`` as ``arguments.files[0].path``."""
+    out = ""
+    for k in path:
+        out += f"[{k}]" if type(k) is int else (f".{k}" if out else str(k))
+    return out
+
+
+def _without(v: Any, paths: Iterable[tuple]) -> Any:
+    """``v`` with every path of ``paths`` set aside: a dict key is dropped, a list element is
+    replaced by :data:`_UNKNOWN`. Only the containers along a path are copied; paths absent from
+    ``v`` are skipped (the other side may hold the sentinel where this side holds nothing)."""
+    tree: dict = {}
     for p in paths:
-        head, _, rest = p.partition(".")
-        if rest and isinstance(v.get(head), dict):
-            v[head] = {k: x for k, x in v[head].items() if k != rest}
+        node = tree
+        for k in p[:-1]:
+            node = node.setdefault(k, {})
+            if node is None:
+                break
         else:
-            v.pop(head, None)
+            node[p[-1]] = None                      # a leaf: the whole value there is set aside
+    return _prune(v, tree)
+
+
+def _prune(v: Any, tree: dict) -> Any:
+    if type(v) is dict:
+        out = dict(v)
+        for k, sub in tree.items():
+            if k not in out:
+                continue
+            if sub is None:
+                del out[k]
+            else:
+                out[k] = _prune(out[k], sub)
+        return out
+    if type(v) is list:
+        out = list(v)
+        for k, sub in tree.items():
+            if type(k) is int and 0 <= k < len(out):
+                out[k] = _UNKNOWN if sub is None else _prune(out[k], sub)
+        return out
     return v
 
 
@@ -818,21 +947,23 @@ def _compare_value(step: Step, eq: Equivalence, unrec: dict) -> None:
     step.a_value, step.b_value = va, vb
     tol = eq.cost_tolerance_usd
     if _equal(va, vb, tol):
-        if NOT_RECORDED in va.values() or (va.get("request") and NOT_RECORDED in va["request"].values()):
-            fields = _unrecorded(va)
-            for f in fields:
+        fields = _unrecorded(va)            # equal values hold the sentinel at the same places
+        if fields:
+            names = [_path_text(f) for f in fields]
+            for f in names:
                 _note_unrecorded(unrec, step, f, "A, B")
             step.status = "undetermined"
             step.note = ("not recorded by the source on either side (not compared, so this boundary is not "
-                         "verified): " + ", ".join(fields))
+                         "verified): " + ", ".join(names))
         return
     ua, ub = _unrecorded(va), _unrecorded(vb)
     if ua or ub:
-        for f in sorted(set(ua) | set(ub)):
-            _note_unrecorded(unrec, step, f, ", ".join(s for s, u in (("A", ua), ("B", ub)) if f in u))
-        gone = sorted(set(ua) | set(ub))
+        sa, sb = set(ua), set(ub)
+        gone = ua + [f for f in ub if f not in sa]
+        for f in gone:
+            _note_unrecorded(unrec, step, _path_text(f), ", ".join(s for s, u in (("A", sa), ("B", sb)) if f in u))
         va, vb = _without(va, gone), _without(vb, gone)
-        step.note = "not recorded by the source (not compared): " + ", ".join(gone)
+        step.note = "not recorded by the source (not compared): " + ", ".join(_path_text(f) for f in gone)
         if _equal(va, vb, tol):
             step.status = "undetermined"
             step.note += "; the other fields agree, but this boundary is not verified"
@@ -933,16 +1064,18 @@ def _compare_request(step: Step, eq: Equivalence, unrec: dict) -> None:
         return
     step.a_value = {**(step.a_value or {}), "request": va["request"]}
     step.b_value = {**(step.b_value or {}), "request": vb["request"]}
-    ua, ub = _unrecorded(va["request"]), _unrecorded(vb["request"])
-    gone = sorted(set(ua) | set(ub))
+    ua, ub = _unrecorded(va["request"], ("request",)), _unrecorded(vb["request"], ("request",))
+    sa, sb = set(ua), set(ub)
+    gone = ua + [f for f in ub if f not in sa]
     for f in gone:
-        _note_unrecorded(unrec, step, f"request.{f}", ", ".join(s for s, u in (("A", ua), ("B", ub)) if f in u))
-    ra, rb = _without(va["request"], gone), _without(vb["request"], gone)
+        _note_unrecorded(unrec, step, _path_text(f), ", ".join(s for s, u in (("A", sa), ("B", sb)) if f in u))
+    inner = [f[1:] for f in gone]
+    ra, rb = _without(va["request"], inner), _without(vb["request"], inner)
     if _equal(ra, rb, eq.cost_tolerance_usd):
         if gone and step.verified:
             step.status = "undetermined"
             step.note = ("request not recorded by the source (not compared, so this boundary is not verified): "
-                         + ", ".join(f"request.{f}" for f in gone))
+                         + ", ".join(_path_text(f) for f in gone))
         return
     diff: list[str] = []
     _diff(ra, rb, "request", diff, eq.cost_tolerance_usd)
@@ -1278,9 +1411,9 @@ def _claims(rep: DivergenceReport, steps: list[Step]) -> tuple[list[str], list[s
             no.append("Whether the changed input caused any later difference; that is a causal question for a "
                       "controlled experiment.")
         elif cat == MODEL_RESPONSE:
-            inv = fm.a.ids[0] if fm.a.ids else ""
-            inp = next((s for s in steps[:n_before] if s.event_type == "ContextBuilt" and s.a and s.a.ids[:1] ==
-                        (inv,)), None)
+            # the request this reply answered (for a retry: that attempt's own request)
+            inp = next((s for s in steps[:n_before] if s.event_type == "ContextBuilt" and s.a is not None
+                        and s.key == fm.a.answers), None) if fm.a.answers else None
             request_differs = ("request" in fm.differing_fields and fm.a.value.get("request") is not None
                                and fm.b.value.get("request") is not None)
             if request_differs:

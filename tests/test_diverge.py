@@ -544,3 +544,117 @@ def test_causally_impossible_order_is_a_finding_and_order_caveat_is_stated():
     assert ok.verdict == "equivalent" and "order of paired boundaries was not compared" in ok.establishes[0]
     strict = locate_divergence(make_log(pa), make_log(pa, run="B"), Equivalence(strict_order=True))
     assert "was not compared" not in strict.establishes[0]
+
+
+# --- retried model calls, deeply nested sentinels, the documented comparison -------------------------
+
+
+def _retry_turn(r: int, *, first: dict | None = None, second: dict | None = None, reply2: str | None = None,
+                first_replied: bool = True) -> list:
+    """Turn ``r`` whose model call is retried under one invocation id: the first request gets an
+    error reply (or none: ``first_replied=False``, a timeout), the second a normal reply."""
+    t = turn_payloads(r)
+    ctx1 = replace(t[0], **(first or {}))
+    ctx2 = replace(t[0], **(second or {}))
+    err = replace(t[1], status="error", reply="", output_tokens=0)
+    ok = replace(t[1], reply=reply2) if reply2 is not None else t[1]
+    return [ctx1, *([err] if first_replied else []), ctx2, ok, *t[2:]]
+
+
+def test_a_change_in_the_retried_request_is_found_at_the_retry():
+    """Fault: only the retry of a model call differs (B raised the temperature for it).
+    Invariant: every request and reply of one invocation is compared, in attempt order, each reply
+    with the request it answered. Goal: the first mismatch is the retry's reply, named as a
+    configuration change, and everything up to the retried request is verified."""
+    pa = run(1) + _retry_turn(1)
+    pb = run(1) + _retry_turn(1, second={"request_config": {"temperature": 0.9}})
+    rep = locate_divergence(make_log(pa), make_log(pb, run="B"))
+    fm = rep.first_mismatch
+    assert fm is not None, rep.summary()
+    assert fm.key == "ModelReplied inv1 #2" and fm.category == MODEL_RESPONSE
+    assert "request" in fm.differing_fields and any("temperature" in d for d in fm.diff)
+    assert rep.last_verified_boundary.key == "ContextBuilt inv1 #2"
+    assert any("configuration change" in s for s in rep.establishes)
+    # a reply of the first attempt carries the first request, which agrees
+    assert next(s for s in rep.steps if s.key == "ModelReplied inv1").verified
+
+
+def test_an_unanswered_first_attempt_has_its_own_request_compared():
+    """Fault: the first request timed out (no reply) and was sent with another model in B; the
+    retry is identical. Invariant: a reply answers the latest request of its invocation recorded
+    before it, and a request nobody answered is compared where it was recorded. Goal: the mismatch
+    is the first request (assembled input), the reply is verified, and the unanswered attempt is
+    reported as missing evidence."""
+    pa = run(1) + _retry_turn(1, first_replied=False)
+    pb = run(1) + _retry_turn(1, first={"model": "model-y"}, first_replied=False)
+    rep = locate_divergence(make_log(pa), make_log(pb, run="B"))
+    fm = rep.first_mismatch
+    assert fm is not None and fm.key == "ContextBuilt inv1" and fm.category == ASSEMBLED_INPUT, rep.summary()
+    assert "request" in fm.differing_fields and any("model-y" in d for d in fm.diff)
+    assert next(s for s in rep.steps if s.key == "ModelReplied inv1").verified
+    assert any(m["boundary"] == "ContextBuilt inv1" and "no ModelReplied" in m["what"] for m in rep.missing_evidence)
+    assert not any(m["boundary"] == "ContextBuilt inv1 #2" and "no ModelReplied" in m["what"]
+                   for m in rep.missing_evidence)
+
+
+def test_claims_about_a_retried_reply_rest_on_the_retry_s_own_input():
+    """Fault: the retry's input survives in neither text nor digest in B, and its reply differs.
+    Invariant: what a report establishes about a reply rests on the request that reply answered.
+    Goal: the report does not claim the input was identical (only the first attempt's was)."""
+    pa = run(1) + _retry_turn(1)
+    blind = {"delivered_input": None, "delivered_input_ref": "blob://lost", "delivered_input_sha256": NOT_RECORDED}
+    pb = run(1) + _retry_turn(1, second=blind, reply2="a different answer")
+    rep = locate_divergence(make_log(pa), make_log(pb, run="B"))
+    assert rep.first_mismatch.key == "ModelReplied inv1 #2"
+    assert next(s for s in rep.steps if s.key == "ContextBuilt inv1 #2").status == "undetermined"
+    text = " ".join(rep.establishes)
+    assert "are identical in both logs" not in text and "not verified equal" in text
+
+
+def test_a_sentinel_nested_deep_in_a_payload_is_missing_evidence():
+    """Fault: an importer wrote the not-recorded sentinel two and three levels down in a tool
+    intent's arguments and in a request's configuration. Invariant: a sentinel at any depth, in
+    dicts or lists, is missing evidence: never agreement and never a difference. Goal: the
+    boundaries holding it are undetermined (not verified, not mismatched) and each path is named."""
+    deep = {"check": "test_r0", "opts": {"env": {"seed": NOT_RECORDED}, "files": [{"path": NOT_RECORDED}]}}
+    real = {"check": "test_r0", "opts": {"env": {"seed": 7}, "files": [{"path": "a.py"}]}}
+    for b_args in (deep, real):                  # sentinel on both sides, then on one side only
+        pa, pb = run(1), run(1)
+        pa[5] = replace(pa[5], arguments=deep)
+        pb[5] = replace(pb[5], arguments=b_args)
+        rep = locate_divergence(make_log(pa), make_log(pb, run="B"))
+        step = next(s for s in rep.steps if s.event_type == "ToolIntent")
+        assert step.status == "undetermined", rep.summary()
+        assert rep.first_mismatch is None and rep.halted_by is step and rep.verdict == "equivalent_prefix"
+        whats = " ".join(m["what"] for m in rep.missing_evidence)
+        assert "ToolIntent.arguments.opts.env.seed" in whats and "ToolIntent.arguments.opts.files[0].path" in whats
+    # a real difference next to the sentinel is still a mismatch, and the sentinel is not in its diff
+    pa, pb = run(1), run(1)
+    pa[5] = replace(pa[5], arguments=deep)
+    pb[5] = replace(pb[5], arguments={**real, "check": "test_r9"})
+    fm = locate_divergence(make_log(pa), make_log(pb, run="B")).first_mismatch
+    assert fm is not None and fm.key == "ToolIntent op0/a1" and fm.differing_fields == ["arguments"]
+    assert fm.diff and all("seed" not in d and "path" not in d for d in fm.diff)
+    # inside the request a reply answered (request.request_config.sampling.top_k)
+    cfg = {"temperature": 0, "sampling": {"top_k": NOT_RECORDED}}
+    pa, pb = run(1), run(1)
+    pa[1] = replace(pa[1], request_config=cfg)
+    pb[1] = replace(pb[1], request_config={"temperature": 0, "sampling": {"top_k": 40}})
+    rep = locate_divergence(make_log(pa), make_log(pb, run="B"))
+    step = next(s for s in rep.steps if s.event_type == "ModelReplied")
+    assert step.status == "undetermined" and rep.first_mismatch is None, rep.summary()
+    assert any("request.request_config.sampling.top_k" in m["what"] for m in rep.missing_evidence)
+
+
+def test_module_docstring_states_what_each_boundary_compares():
+    """Fault: the documentation left out the request comparison at an assembled-input boundary and
+    the order check. Invariant: the module docstring says, per category, what is compared, and
+    what a report does and does not establish. Goal: those statements are present."""
+    import kernel_lib.diverge as mod
+    doc = " ".join(mod.__doc__.split())
+    row = doc[doc.index("``assembled input``"):doc.index("``model response``", doc.index("``assembled input``"))]
+    assert "model" in row and "request_config" in row                # the request, at ContextBuilt
+    assert "strict_order" in doc and "recorded order" in doc          # the sequence/order check
+    assert "retried" in doc.lower()                                   # retried calls: attempt order
+    assert "does not establish" in doc or "do not establish" in doc
+    assert "nested" in doc or "any depth" in doc
