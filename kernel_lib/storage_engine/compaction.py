@@ -91,6 +91,10 @@ class CollectionReport:
     resumed: list[str] = field(default_factory=list)
 
 
+def _utc(unix_s: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(unix_s))
+
+
 def store_failure_domain(store: LogStore) -> FailureDomain:
     """The strongest failure an acknowledgment from ``store`` survives."""
     return store.strongest_tier().survives_up_to
@@ -175,7 +179,7 @@ def plan_compaction(store: LogStore, blobs: BlobStore, index: ReferenceIndex, tr
         if hold.active(now) and hold.covers(plan.retire_through) and plan.retire_through > before:
             plan.blocking_holds.append(hold.hold_id)
             plan.reasons.append(f"{hold.purpose} hold {hold.hold_id!r} needs positions #{hold.from_sequence}..#"
-                                f"{hold.to_sequence} until {hold.until_unix_s:.0f} (Unix s)")
+                                f"{hold.to_sequence} until {_utc(hold.until_unix_s)}")
     if not plan.reasons and plan.retire_through <= before:
         plan.reasons.append(f"nothing new to retire: the log already starts at #{before + 1} and the newest checkpoint "
                             f"covers #{p.covered_sequence_number}")

@@ -159,11 +159,21 @@ class PayloadStore:
         eid = log.next_event_id()
         refs = {name: self.put(data, trajectory_id=log.trajectory_id, holder=eid, artifact_class=cls, media_type=mt)
                 for name, (data, cls, mt) in parts.items()}
-        payload = build(refs)
+        return self.append_to_log(log, build(refs))
+
+    def append_to_log(self, log: TrajectoryLog, payload: Payload) -> Event:
+        """Append ``payload`` as the next event of ``log`` after checking that every payload
+        digest it names was stored (:meth:`put`) with ``holder=log.next_event_id()``.
+
+        Raises:
+            DanglingReferenceError: a named digest is not durable or not registered for this
+                event; nothing was appended. The log's append errors otherwise.
+        """
+        eid = log.next_event_id()
         bad = self.check_durable(log.stamp(payload, log.head + 1, event_id=eid))
         if bad:
-            raise DanglingReferenceError(f"the payload built for {eid} names {', '.join(d[:16] + '…' for d in bad)}, "
-                                         "which was not stored for it; nothing was appended", digests=bad)
+            raise DanglingReferenceError(f"event {eid} would name {', '.join(d[:16] + '…' for d in bad)}, which is not "
+                                         "durable under a reference held by it; nothing was appended", digests=bad)
         return log.append(payload, event_id=eid)
 
     def get(self, digest: str, *, tenant: str, needed_by: str = "") -> bytes:
