@@ -522,3 +522,20 @@ def test_track_checkpoint_protects_every_object_of_the_chain(tmp_path):
     assert restore(store, "c", blobs).record.last_sequence_number == store.head("c")
     rep = collect_garbage(blobs, index, now_unix_s=T0 + 2 * SECONDS_PER_MONTH)
     assert len(rep.deleted) == n
+
+
+def test_every_crash_state_of_payload_first_writes_keeps_references_resolvable_and_the_method_finds_the_naive_order():
+    """Fault: a crash after any file operation (process crash, host crash, torn write) while turns
+    are logged with offloaded inputs. Invariant: every surviving event names intact bytes and every
+    acknowledged event survives. Goal: zero violations for payload-first; the same exploration
+    finds violations when the reference is committed first (so the check can fail)."""
+    from kernel_lib.storage_engine.crash import explore
+    good = explore("payload-first", turns=3, seed=1)
+    bad = explore("reference-first", turns=3, seed=1)
+    assert good.states_explored > 20 and good.violations == 0, good.violation_details[:2]
+    assert bad.violations > 0
+    assert all("whose bytes are not stored" in p for v in bad.violation_details for p in v["problems"])
+    with pytest.raises(ConfigError):
+        explore("sideways")
+    with pytest.raises(ConfigError):
+        explore(turns=0)

@@ -13,6 +13,7 @@ module                      what it holds
 :mod:`.backpressure`        :class:`BoundedStore`: a full store stalls appends, never drops
 :mod:`.replica`             :class:`FollowerReplica`: advertises only its gap-free prefix, keeps
                             the primary's provenance
+:mod:`.crash`               every crash state of payload-first vs reference-first logging
 ==========================  =====================================================================
 
 The log stores themselves implement the two primitives this package builds on: semantic
@@ -27,6 +28,8 @@ from .compaction import (CollectionReport, CompactionPlan, CompactionReport, che
 from .payloads import MigrationReport, PayloadRef, PayloadStore, referenced_digests
 from .references import HOLD_PURPOSES, SECONDS_PER_MONTH, Hold, Reference, ReferenceIndex
 from .replica import FollowerReplica, ReceiveReport
+
+# crash-state exploration of payload ordering: kernel_lib.storage_engine.crash (imported on use)
 
 __all__ = [
     "BoundedStore", "StallStats", "CollectionReport", "CompactionPlan", "CompactionReport", "checkpoint_objects",
