@@ -169,8 +169,9 @@ def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(
         prog="python -m kernel_lib",
         description="durable-agents-lab kernel: trajectory logs, fold, intent before dispatch, "
-                    "crash analysis, the live crash worksheet, checkpoints and cadence, "
-                    "benchmarks (Durable Execution §11.1-11.5).")
+                    "crash analysis, the live crash worksheet, checkpoints and cadence, resume, "
+                    "replay and divergence, imports of other agents' logs, exercises, "
+                    "benchmarks (Durable Execution §11.1-11.9).")
     ap.add_argument("--version", action="version", version=f"kernel_lib {__version__}")
     sub = ap.add_subparsers(dest="command", metavar="COMMAND")
 

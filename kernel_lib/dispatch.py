@@ -30,7 +30,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Literal, Sequence
 
-from .errors import AdmissionDenied, ConfigError, DispatchWithheld, KernelError, MalformedEventError
+from .errors import AdmissionDenied, ConfigError, DispatchWithheld, KernelError, MalformedEventError, StaleRecordError
 from .events import (
     Authorized, BudgetReserved, BudgetSettled, ContextBuilt, ControlChanged, Event, ModelReplied,
     Payload, TaskStarted, ToolIntent, ToolResult, check_json, redact_secrets,
@@ -213,6 +213,11 @@ class DispatchGate:
 
     # --- appends ---------------------------------------------------------------------------------
     def _append(self, *payloads: Payload) -> list[Event]:
+        if self.record.last_sequence_number != self.log.head:
+            raise StaleRecordError(
+                f"the gate's record of {self.log.trajectory_id!r} ends at #{self.record.last_sequence_number} but the "
+                f"log's head is #{self.log.head}: it was folded from an incomplete copy (a lagging replica?) or another "
+                "writer appended since; nothing appended. Fold the authoritative log again before deciding")
         events = self.log.append_many(list(payloads))
         for ev in events:   # fold the whole batch before any callback can append more
             _apply_in_place(self.record, ev)

@@ -110,6 +110,13 @@ class DispatchWithheld(KernelError):
     """The dispatch-time recheck withheld an admitted, unsent attempt; it keeps its reservation."""
 
 
+class StaleRecordError(KernelError):
+    """The dispatch gate's trajectory record does not describe the end of the log it appends to
+    (it was folded from a lagging replica, or another writer appended since): deciding from it
+    could log a second intent for an attempt already logged, or miss an in-doubt operation, so
+    nothing is appended. Fold the authoritative log again (§11.3.3 completeness rule, §11.9)."""
+
+
 class ConfigError(KernelError):
     """A parameter is out of range or inconsistent."""
 

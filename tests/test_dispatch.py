@@ -313,3 +313,26 @@ def test_unstorable_evidence_is_recorded_as_incomplete_not_lost(tmp_path, outcom
     if op.status == "in_doubt":
         assert "could not be stored" in [e for e in store.read("traj")][-1].payload.outcome["error"]
     assert b"abcdefgh" not in b"".join(e.canonical for e in store.read("traj"))
+
+
+def test_a_gate_given_a_record_folded_from_a_lagging_replica_appends_nothing():
+    """Fault: recovery folds a replica one event behind the authoritative log (the last event, a
+    ToolIntent, has not arrived) and hands that record to a dispatch gate on the real log.
+    Invariant: the gate never logs a second intent for an attempt the log already holds (which
+    would make the log unfoldable). Goal: StaleRecordError, log unchanged and still folding."""
+    from kernel_lib.errors import StaleRecordError
+    from kernel_lib.log import MemoryStore, TrajectoryLog
+    from kernel_lib.ownership import ReplicaView
+    from kernel_lib.record import fold, initial_record
+    from tests.helpers import intent, task
+
+    store = MemoryStore()
+    log = TrajectoryLog(store, "t", must_survive="none")
+    log.append(task())
+    log.append(intent())
+    lagging = fold(initial_record("t"), ReplicaView(store, lag_events=1).read("t"))
+    gate = DispatchGate(log, AdmissionPolicy({"g": {"run_tests"}}), record=lagging)
+    with pytest.raises(StaleRecordError, match="lagging replica"):
+        gate.change_control("PAUSED", issuer="ops", request_id="r1")
+    assert store.head("t") == 2
+    fold(initial_record("t"), store.read("t"))

@@ -187,7 +187,9 @@ def test_an_interrupted_collection_blocks_new_references_until_it_is_finished(tm
     index.register("a", tenant="acme", policy=full_retention(1))
     data = b"bytes being collected"
     digest = blobs.put(data)
-    assert index.begin_collect(digest)          # ... and the collector died here
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()                                  # a collector process that no longer exists
+    index._db.execute("INSERT INTO collecting VALUES (?, ?)", (digest, dead.pid))   # ... it died after marking
     payloads = PayloadStore(blobs, index)
     with pytest.raises(RetentionError, match="being garbage-collected"):
         index.add(digest, trajectory_id="a", holder="a-1", artifact_class="observations", wait_s=0.05)
@@ -299,7 +301,12 @@ def test_compaction_is_refused_while_any_promise_needs_the_prefix(tmp_path):
     assert compact(store3, blobs3, index, "c", now_unix_s=T0 + 100, failure_domain="none").events_retired > 0
 
 
-def test_compaction_releases_the_retired_events_references_but_keeps_the_checkpoints(tmp_path):
+def test_compaction_carries_what_the_record_names_and_releases_the_rest(tmp_path):
+    """Fault: compaction retires events that hold payload references: a model input the record's
+    operation table still names, and a leftover payload stored for one of those events that the event
+    never named. Invariant: current recovery keeps every artifact the checkpoint's record
+    references. Goal: the first is carried to the checkpoint and survives collection; the second
+    is released and collected."""
     store, blobs, index = MemoryStore(), DirectoryBlobStore(str(tmp_path / "blobs")), _index(tmp_path)
     index.register("c", tenant="acme", policy=full_retention(12))
     payloads = PayloadStore(blobs, index)
@@ -309,15 +316,17 @@ def test_compaction_releases_the_retired_events_references_but_keeps_the_checkpo
         log, lambda refs: ContextBuilt(invocation_id="i1", model="m", delivered_input_ref=refs["prompt"].digest,
                                        delivered_input_sha256=refs["prompt"].digest),
         {"prompt": (b"turn-2 prompt", "observations", "text/plain")})
-    early = logged.payload.delivered_input_ref
+    prompt = logged.payload.delivered_input_ref
+    leftover = payloads.put(b"stored for #2, never named by it", trajectory_id="c", holder=logged.event_id,
+                            artifact_class="observations").digest
     log.append(intent())
     cap = Checkpointer(log, blobs).capture(fold(initial_record("c"), store.read("c")), {"f": b"x"})
     log.append(intent(op="after"))
     rep = compact(store, blobs, index, "c", now_unix_s=T0, failure_domain="none")
-    assert rep.references_released == 1
-    assert collect_garbage(blobs, index, now_unix_s=T0).deleted == [early]
-    assert restore(store, "c", blobs).record.last_sequence_number == store.head("c")
-    assert {r.holder for r in index.references(trajectory_id="c")} == {f"checkpoint:{cap.checkpoint_id}"}
+    assert rep.references_released == 2
+    assert collect_garbage(blobs, index, now_unix_s=T0).deleted == [leftover]
+    assert blobs.has(prompt) and restore(store, "c", blobs).record.last_sequence_number == store.head("c")
+    assert {r.holder for r in index.references(prompt)} == {f"checkpoint:{cap.checkpoint_id}"}
 
 
 @settings(max_examples=25, deadline=None)

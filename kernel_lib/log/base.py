@@ -63,6 +63,8 @@ class FailureDomain(enum.IntEnum):
     def parse(cls, text: "str | FailureDomain") -> "FailureDomain":
         if isinstance(text, FailureDomain):
             return text
+        if not isinstance(text, str):
+            raise StoreError(f"a failure domain is a FailureDomain or one of {[d.label for d in cls]}, got {text!r}")
         try:
             return cls[str(text).upper().replace("-", "_")]
         except KeyError:

@@ -280,6 +280,11 @@ class SQLiteStore(LogStore):
         rep.trajectories = len(rows)
         for tid, n, lo, hi in rows:
             retired = self._retired(self._db, tid)[0]
+            if retired:     # retired rows keep their id and digest; count the retained suffix
+                n, lo = self._db.execute("SELECT count(*), min(sequence_number) FROM events WHERE trajectory_id=? "
+                                         "AND sequence_number>?", (tid, retired)).fetchone()
+                rep.events_recovered -= self._db.execute(
+                    "SELECT count(*) FROM events WHERE trajectory_id=? AND sequence_number<=?", (tid, retired)).fetchone()[0]
             if lo != retired + 1 or n != hi - retired:
                 first_missing = retired + 1 if lo != retired + 1 else self._first_gap(tid)
                 rep.details.append(f"trajectory {tid!r} stores {n} events but its head is #{hi}: #{first_missing} "
@@ -303,9 +308,10 @@ class SQLiteStore(LogStore):
                 return self._retired(db, trajectory_id)[0]
 
     def retire_prefix(self, trajectory_id: str, through: int, *, checkpoint_event_id: str) -> int:
-        """See :meth:`LogStore.retire_prefix`: one ``BEGIN IMMEDIATE`` transaction deletes the
-        prefix rows and records the mark, committed with ``synchronous=FULL`` (the WAL is synced
-        before this returns)."""
+        """See :meth:`LogStore.retire_prefix`: one ``BEGIN IMMEDIATE`` transaction empties the
+        prefix rows' bodies (keeping each event id, position and digest, so ids stay unique and an
+        identical late retry is acknowledged) and records the mark, committed with
+        ``synchronous=FULL`` (the WAL is synced before this returns)."""
         with self._lock:
             self._usable()
             db = self._db
@@ -324,7 +330,10 @@ class SQLiteStore(LogStore):
                 if through <= current:
                     db.execute("ROLLBACK")
                     return current
-                db.execute("DELETE FROM events WHERE trajectory_id=? AND sequence_number<=?", (trajectory_id, through))
+                # the bodies go; id, position and digest stay, so a retired event id is never reused and an
+                # identical late retry is still acknowledged as the duplicate it is (§11.8.4)
+                db.execute("UPDATE events SET body=x'' WHERE trajectory_id=? AND sequence_number<=?",
+                           (trajectory_id, through))
                 db.execute("INSERT INTO retired_prefix VALUES (?,?,?) ON CONFLICT(trajectory_id) DO UPDATE SET "
                            "through_sequence=excluded.through_sequence, "
                            "checkpoint_event_id=excluded.checkpoint_event_id",
@@ -414,7 +423,10 @@ class SQLiteStore(LogStore):
     def _lookup(self, event_id: str) -> tuple[StoredRef, bytes] | tuple[None, None]:
         row = self._db.execute("SELECT trajectory_id, sequence_number, digest, body FROM events WHERE event_id=?",
                                (event_id,)).fetchone()
-        return (StoredRef(row[0], row[1], row[2]), bytes(row[3])) if row else (None, None)
+        if not row:
+            return None, None
+        body = bytes(row[3])
+        return StoredRef(row[0], row[1], row[2]), (body or None)   # a retired row keeps only its digest
 
     def _refresh_cache(self) -> None:
         """Drop cached heads and fences if another connection committed since we last looked."""

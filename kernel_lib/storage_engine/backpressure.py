@@ -52,8 +52,6 @@ class BoundedStore(LogStore):
         ConfigError: bad budget or timeout.
     """
 
-    authoritative = True
-
     def __init__(self, inner: LogStore, capacity_bytes: int, *, stall_timeout_s: float = 5.0,
                  reclaim: Callable[[], object] | None = None):
         if type(capacity_bytes) is not int or capacity_bytes <= 0:
@@ -69,8 +67,14 @@ class BoundedStore(LogStore):
         self.stats = StallStats()
         self.last_reclaim_error: BaseException | None = None
         self._space = threading.Condition()
+        self._retiring = threading.Lock()    # one compaction at a time counts its freed bytes
         self._used = sum(len(e.canonical) for t in inner.trajectories()
                          for e in inner.read(t, inner.retired_through(t) + 1))
+
+    @property
+    def authoritative(self) -> bool:
+        """As authoritative as the wrapped store (a bounded replica is still a replica)."""
+        return getattr(self.inner, "authoritative", True) is not False
 
     @property
     def used_bytes(self) -> int:
@@ -97,6 +101,8 @@ class BoundedStore(LogStore):
         """
         events = list(events)
         need = sum(len(e.canonical) for e in events if isinstance(e, Event))
+        if need and need + self.used_bytes > self.capacity_bytes:
+            need -= self._already_held(events)     # an identical retry needs no new bytes
         if need > self.capacity_bytes:
             self.stats.refused += 1
             raise BackpressureError(f"a batch of {need} bytes can never fit a budget of {self.capacity_bytes} bytes; "
@@ -134,8 +140,8 @@ class BoundedStore(LogStore):
                 self._used -= need
                 self._space.notify_all()
             raise
-        unused = sum(len(e.canonical) for e, o in zip(events, out) if not (isinstance(o, AppendOutcome)
-                                                                           and not o.duplicate))
+        stored = sum(len(e.canonical) for e, o in zip(events, out) if isinstance(o, AppendOutcome) and not o.duplicate)
+        unused = need - stored       # reserved but not stored (refused, or an identical retry)
         with self._space:
             self._used -= unused
             if stalled:
@@ -145,16 +151,36 @@ class BoundedStore(LogStore):
                 self._space.notify_all()
         return out
 
+    def _already_held(self, events: list) -> int:
+        """Bytes of the batch's events the inner store already holds identically (by position)."""
+        held = 0
+        for e in events:
+            if not isinstance(e, Event):
+                continue
+            try:
+                if e.sequence_number <= self.inner.head(e.trajectory_id) and e.sequence_number > \
+                        self.inner.retired_through(e.trajectory_id):
+                    stored = next(iter(self.inner.read(e.trajectory_id, e.sequence_number, e.sequence_number)), None)
+                    if stored is not None and stored.digest == e.digest:
+                        held += len(e.canonical)
+            except StoreError:
+                continue
+        return held
+
     def retire_prefix(self, trajectory_id: str, through: int, *, checkpoint_event_id: str) -> int:
-        """Compaction through the wrapper, so the freed bytes are counted (and stalled appends woken)."""
-        before = self.inner.retired_through(trajectory_id)
-        freed = sum(len(e.canonical) for e in self.inner.read(trajectory_id, before + 1, through)) if through > before else 0
-        mark = self.inner.retire_prefix(trajectory_id, through, checkpoint_event_id=checkpoint_event_id)
-        if mark > before:
-            with self._space:
-                self._used -= freed
-                self._space.notify_all()
-        return mark
+        """Compaction through the wrapper, so the freed bytes are counted (and stalled appends
+        woken). Concurrent compactions through one wrapper are serialized, so no freed byte is
+        counted twice."""
+        with self._retiring:
+            before = self.inner.retired_through(trajectory_id)
+            freed = (sum(len(e.canonical) for e in self.inner.read(trajectory_id, before + 1, through))
+                     if type(through) is int and through > before else 0)
+            mark = self.inner.retire_prefix(trajectory_id, through, checkpoint_event_id=checkpoint_event_id)
+            if mark > before:
+                with self._space:
+                    self._used -= freed
+                    self._space.notify_all()
+            return mark
 
     # --- delegation -----------------------------------------------------------------------------------
     def read(self, trajectory_id: str, start: int = 1, stop: int | None = None) -> Iterator[Event]:

@@ -18,12 +18,15 @@ joins the checkpoint at exactly its committed boundary. After compaction the log
 ``p``; restore and time travel work from the checkpoint's own event onwards and report
 :class:`~kernel_lib.errors.PrefixRetiredError` for earlier positions (the replay horizon moved).
 
-References held by the retired events are released; the bytes themselves go only in
+References held by the retired events are released, except for payloads the checkpoint's record
+still names (an operation's input, a model call's delivered input), which current recovery needs
+and which are carried over to the checkpoint. The bytes themselves go only in
 :func:`collect_garbage`, and only when no trajectory references them any more.
 """
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -34,7 +37,7 @@ from ..errors import CompactionRefusedError, KernelError, UnrecoverableStateErro
 from ..events import CheckpointV2, Event
 from ..log.base import FailureDomain, LogStore
 from .payloads import referenced_digests
-from .references import ReferenceIndex
+from .references import ReferenceIndex, _time
 
 
 @dataclass
@@ -144,11 +147,11 @@ def plan_compaction(store: LogStore, blobs: BlobStore, index: ReferenceIndex, tr
     reasons say why).
 
     Args:
-        now_unix_s: the time at which holds are judged (default: now).
+        now_unix_s: the time at which holds are judged (default: now); a finite number.
         failure_domain: the failure the recovery contract promises to survive (§11.8.3: the
             replacement checkpoint must be durable across it).
     """
-    now = time.time() if now_unix_s is None else now_unix_s
+    now = time.time() if now_unix_s is None else _time("now_unix_s", now_unix_s)
     failure_domain = FailureDomain.parse(failure_domain)
     head = store.head(trajectory_id)
     before = store.retired_through(trajectory_id)
@@ -207,9 +210,27 @@ def compact(store: LogStore, blobs: BlobStore, index: ReferenceIndex, trajectory
     holders = {e.event_id for e in retiring}
     holders |= {f"checkpoint:{e.payload.checkpoint_id}" for e in retiring if isinstance(e.payload, CheckpointV2)}
     holders.discard(f"checkpoint:{plan.checkpoint_id}")
+    _carry_record_references(index, blobs, ev, holders)
     store.retire_prefix(trajectory_id, plan.retire_through, checkpoint_event_id=plan.checkpoint_event_id)
     released = index.release(trajectory_id, holders)
     return CompactionReport(plan, len(retiring), released, plan.checkpoint_position)
+
+
+def _carry_record_references(index: ReferenceIndex, blobs: BlobStore, event: Event, holders: set[str]) -> None:
+    """Payloads the retiring events hold that the checkpoint's record still names (an operation's
+    ``input_ref``, a model call's delivered input, in doubt or not) stay needed for current
+    recovery (§11.8.1): re-register them under the checkpoint before the events' references go."""
+    p: CheckpointV2 = event.payload
+    held = [r for r in index.references(trajectory_id=event.trajectory_id) if r.holder in holders]
+    if not held:
+        return
+    record = load_checkpoint(blobs, p.manifest_sha256, trajectory_id=event.trajectory_id, expect=p,
+                             as_record=True).record
+    named = json.dumps(record.to_dict(), default=str)
+    for r in held:
+        if r.digest in named:
+            index.add(r.digest, trajectory_id=r.trajectory_id, holder=f"checkpoint:{p.checkpoint_id}",
+                      artifact_class=r.artifact_class)
 
 
 def collect_garbage(blobs: BlobStore, index: ReferenceIndex, *, now_unix_s: float | None = None,

@@ -16,8 +16,8 @@ when no trajectory's retention contract still needs it (footnote 9 of §11.8.2).
     known(digest PRIMARY KEY)
         -- every digest ever referenced: collection considers only these, so objects other
         -- code stored in the same blob store without registering them are never touched
-    collecting(digest PRIMARY KEY)
-        -- a garbage collection in progress on that digest (see collect_garbage)
+    collecting(digest PRIMARY KEY, owner_pid)
+        -- a garbage collection in progress on that digest, by that process (see collect_garbage)
 
 Ordering rules the rest of the engine relies on:
 
@@ -46,6 +46,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
+from ..checkpoint.blobs import is_digest
 from ..errors import ConfigError, RetentionError
 from ..retention import ARTIFACT_CLASSES, RetentionPolicy
 
@@ -81,11 +82,23 @@ CREATE TABLE IF NOT EXISTS known (
     digest TEXT PRIMARY KEY
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS collecting (
-    digest TEXT PRIMARY KEY
+    digest    TEXT PRIMARY KEY,
+    owner_pid INTEGER NOT NULL
 ) WITHOUT ROWID
 """
 
 _LAYOUT_VERSION = 1
+
+#: Tables (and their columns) an index of this layout must have.
+_LAYOUT_TABLES = {
+    "trajectories": {"trajectory_id", "tenant", "policy", "ended_unix_s"},
+    "refs": {"digest", "trajectory_id", "holder", "artifact_class", "added_unix_s"},
+    "holds": {"hold_id", "trajectory_id", "from_sequence", "to_sequence", "purpose", "until_unix_s"},
+    "known": {"digest"},
+    "collecting": {"digest", "owner_pid"},
+}
+
+_MAX_SEQUENCE = 2**63 - 1
 
 
 @dataclass(frozen=True)
@@ -118,6 +131,19 @@ class Reference:
     holder: str
     artifact_class: str
     added_unix_s: float
+
+
+def _alive(pid: int) -> bool:
+    """True if a process with this pid exists on this host (the ledger is a local SQLite file)."""
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def _text(name: str, value: object) -> str:
@@ -162,28 +188,41 @@ class ReferenceIndex:
         except sqlite3.Error as exc:
             raise RetentionError(f"cannot open the reference index {self.path}: {exc}") from exc
         try:
-            version = self._db.execute("PRAGMA user_version").fetchone()[0]
-            objects = self._db.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]
-            if version == 0 and objects:
-                raise RetentionError(f"{self.path} is an SQLite database but not a reference index; refusing to "
-                                     "touch it")
-            if version not in (0, _LAYOUT_VERSION):
-                raise RetentionError(f"{self.path} is a reference index of layout {version}; this build reads "
-                                     f"{_LAYOUT_VERSION}")
+            fresh = self._check_layout()          # before any write: a foreign file stays untouched
+            if fresh:
+                with self._tx():
+                    if self._check_layout():      # again under the write lock: another opener may have won
+                        for stmt in _SCHEMA.split(";"):
+                            if stmt.strip():
+                                self._db.execute(stmt)
+                        self._db.execute(f"PRAGMA user_version={_LAYOUT_VERSION}")
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=FULL")
-            if version == 0:
-                with self._tx():
-                    for stmt in _SCHEMA.split(";"):
-                        if stmt.strip():
-                            self._db.execute(stmt)
-                    self._db.execute(f"PRAGMA user_version={_LAYOUT_VERSION}")
         except sqlite3.DatabaseError as exc:
             self._db.close()
             raise RetentionError(f"{self.path} is not a usable reference index: {exc}") from exc
         except BaseException:
             self._db.close()
             raise
+
+    def _check_layout(self) -> bool:
+        """True if the file is empty (a new index); RetentionError if it is anything but an index
+        of this layout (another application's database, a log store, another version)."""
+        db = self._db
+        version = db.execute("PRAGMA user_version").fetchone()[0]
+        tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        if version == 0 and not tables:
+            return True
+        if version != _LAYOUT_VERSION or not set(_LAYOUT_TABLES) <= tables:
+            raise RetentionError(f"{self.path} is an SQLite database but not a reference index of layout "
+                                 f"{_LAYOUT_VERSION} (user_version {version}, tables {sorted(tables)[:5]}); refusing "
+                                 "to touch it")
+        for table, cols in _LAYOUT_TABLES.items():
+            have = {r[1] for r in db.execute(f"PRAGMA table_info({table})")}
+            if not cols <= have:
+                raise RetentionError(f"{self.path}: table {table!r} lacks columns {sorted(cols - have)}; not a "
+                                     "reference index; refusing to touch it")
+        return False
 
     # --- plumbing -------------------------------------------------------------------------------
     @contextlib.contextmanager
@@ -267,8 +306,12 @@ class ReferenceIndex:
             ConfigError: bad arguments or an unknown artifact class. RetentionError: the
                 trajectory is not registered, or a collection of ``digest`` did not finish in time.
         """
-        _text("digest", digest)
+        if not is_digest(digest):
+            raise ConfigError(f"digest must be a SHA-256 hex digest (64 lowercase hex characters), got {digest!r}")
         _text("holder", holder)
+        if (isinstance(wait_s, bool) or not isinstance(wait_s, (int, float)) or not math.isfinite(wait_s)
+                or wait_s < 0):
+            raise ConfigError(f"wait_s must be a finite number of seconds >= 0, got {wait_s!r}")
         if artifact_class not in ARTIFACT_CLASSES:
             raise ConfigError(f"artifact_class must be one of {', '.join(ARTIFACT_CLASSES)}, got {artifact_class!r}")
         now = time.time() if now_unix_s is None else _time("now_unix_s", now_unix_s)
@@ -370,8 +413,8 @@ class ReferenceIndex:
         if purpose not in HOLD_PURPOSES:
             raise ConfigError(f"purpose must be one of {', '.join(HOLD_PURPOSES)}, got {purpose!r}")
         for name, v in (("from_sequence", from_sequence), ("to_sequence", to_sequence)):
-            if type(v) is not int or v < 1:
-                raise ConfigError(f"{name} must be an int >= 1, got {v!r}")
+            if type(v) is not int or not 1 <= v <= _MAX_SEQUENCE:
+                raise ConfigError(f"{name} must be an int from 1 to 2**63 - 1, got {v!r}")
         if to_sequence < from_sequence:
             raise ConfigError(f"to_sequence ({to_sequence}) is before from_sequence ({from_sequence})")
         hold = Hold(hold_id, trajectory_id, from_sequence, to_sequence, purpose, _time("until_unix_s", until_unix_s))
@@ -406,7 +449,9 @@ class ReferenceIndex:
         with self._tx() as db:
             if db.execute("SELECT 1 FROM refs WHERE digest=? LIMIT 1", (digest,)).fetchone():
                 return False
-            db.execute("INSERT OR IGNORE INTO collecting VALUES (?)", (digest,))
+            if db.execute("SELECT 1 FROM collecting WHERE digest=?", (digest,)).fetchone():
+                return False            # another collector holds it
+            db.execute("INSERT INTO collecting VALUES (?, ?)", (digest, os.getpid()))
             return True
 
     def end_collect(self, digest: str) -> None:
@@ -425,6 +470,8 @@ class ReferenceIndex:
             return {r[0] for r in self._db.execute("SELECT DISTINCT digest FROM refs")}
 
     def unfinished_collections(self) -> list[str]:
-        """Digests whose collection was interrupted (a crash between mark and finish)."""
+        """Digests whose collection was interrupted: marked by a collector process that no longer
+        exists (a crash between mark and finish). A live collector's marks are left alone."""
         with self._lock:
-            return [r[0] for r in self._db.execute("SELECT digest FROM collecting ORDER BY digest")]
+            rows = self._db.execute("SELECT digest, owner_pid FROM collecting ORDER BY digest").fetchall()
+        return [d for d, pid in rows if not _alive(pid)]

@@ -25,7 +25,7 @@ from typing import Iterable, Iterator, Sequence
 
 from ..errors import ConflictingDuplicateError, StoreError, StoreReadOnlyError
 from ..events import Event
-from ..log.base import AckTier, AppendOutcome, LogStore, RecoveryReport
+from ..log.base import AckTier, AppendOutcome, LogStore, RecoveryReport, check_events
 from ..log.memory import MemoryStore
 
 
@@ -68,14 +68,13 @@ class FollowerReplica(LogStore):
         Raises:
             ConflictingDuplicateError: an event differs from the one held (applied or staged) at
                 its position; nothing of that trajectory past the conflict is applied.
-            StoreError: a member is not an Event.
+            StoreError: ``events`` is not a sequence of Events (nothing staged).
         """
+        events = check_events(events)         # the whole batch, before anything is staged
         rep = ReceiveReport()
         with self._lock:
             touched: set[str] = set()
             for ev in events:
-                if not isinstance(ev, Event):
-                    raise StoreError(f"a replica receives Event objects, got {type(ev).__name__}")
                 t = ev.trajectory_id
                 touched.add(t)
                 head = self.backing.head(t)
