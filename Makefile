@@ -26,17 +26,17 @@ ALLOW_ROOT  := $(if $(filter 0,$(shell id -u)),--allow-root)
 # Given a file, Jupyter would serve only that file's folder; keep the whole project in view.
 LAB_ROOT    := --ServerApp.root_dir="$(CURDIR)"
 
-.PHONY: help lab test peers setup browser
+.PHONY: help lab test peers setup browser quorum
 
 help:
 	@echo "make lab    set up if needed, then open JupyterLab on notebooks/index.ipynb (LAB_ARGS=...)"
 	@echo "make test   set up if needed, then run the test suite (PYTEST_ARGS=...)"
 	@echo "make peers  install the peer runtimes (DBOS, LangGraph) used by 'bench append'"
 
-lab: $(STAMP)
+lab: $(STAMP) quorum
 	$(VENV)/bin/jupyter lab notebooks/index.ipynb $(LAB_ROOT) $(ALLOW_ROOT) $(LAB_ARGS)
 
-test: $(STAMP) browser
+test: $(STAMP) browser quorum
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 peers: $(PEERS_STAMP)
@@ -53,6 +53,20 @@ browser:
 	     ! { $$sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -qq chromium >/dev/null; }; then \
 	    echo "error: could not install chromium with apt-get. Install a Chromium at /usr/bin/chromium yourself," >&2; \
 	    echo "       or run the suite without the browser tests: make test PYTEST_ARGS=\"-m 'not browser'\"" >&2; \
+	    exit 1; \
+	  fi; \
+	fi
+
+# The quorum tier (kernel_lib.quorum) runs real etcd members on loopback: Debian's etcd-server and
+# etcd-client (3.4), installed with apt-get when etcd is missing (as root, or with sudo).
+quorum:
+	@if ! command -v etcd >/dev/null 2>&1; then \
+	  echo "installing Debian's etcd-server and etcd-client for the quorum tier (apt-get install)"; \
+	  if [ "$$(id -u)" = 0 ]; then sudo=""; else sudo="sudo"; fi; \
+	  if ! command -v apt-get >/dev/null 2>&1 || \
+	     ! { $$sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -qq etcd-server etcd-client >/dev/null; }; then \
+	    echo "error: could not install etcd with apt-get. Install etcd 3.4+ (etcd on PATH) yourself," >&2; \
+	    echo "       or run the suite without the quorum tests: make test PYTEST_ARGS=\"-m 'not quorum'\"" >&2; \
 	    exit 1; \
 	  fi; \
 	fi

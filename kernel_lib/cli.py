@@ -222,6 +222,8 @@ def build_parser() -> argparse.ArgumentParser:
     cadence_cli.add_cli(sub)
     from . import diverge_cli
     diverge_cli.add_cli(sub)
+    from .quorum import cli as quorum_cli
+    quorum_cli.add_cli(sub)
     from .imports import cli as imports_cli
     imports_cli.add_cli(sub)
     return ap

@@ -59,6 +59,27 @@ NORMALIZATIONS = {
 ORDERS = ("recorded", "any")
 
 
+def rerun_match_probability(per_call: float, calls: int) -> float:
+    """Chance that re-running ``calls`` model calls reproduces every recorded output, when each
+    call independently reproduces its output with probability ``per_call``: ``per_call ** calls``
+    (the compounding of the companion chapter's eq. 1.1, applied in §11.9 "rerunning at
+    temperature zero"; e.g. 0.99 over 30 calls ≈ 0.74). A lower bound on what replay avoids: it
+    ignores clocks, generated identifiers and a changing environment.
+
+    Args:
+        per_call: probability in [0, 1].
+        calls: a whole number of calls >= 0.
+
+    Raises:
+        ConfigError: ``per_call`` not a finite number in [0, 1], or ``calls`` not an int >= 0.
+    """
+    if isinstance(per_call, bool) or not isinstance(per_call, (int, float)) or not 0.0 <= per_call <= 1.0:
+        raise ConfigError(f"per_call must be a probability in [0, 1], got {per_call!r}")
+    if type(calls) is not int or calls < 0:
+        raise ConfigError(f"calls must be an int >= 0, got {calls!r}")
+    return float(per_call) ** calls
+
+
 class ReplayMismatchError(KernelError):
     """A request of the replayed harness does not match the recording (§11.6.2).
 

@@ -429,3 +429,16 @@ def test_a_mismatch_names_the_field_even_when_python_equality_would_hide_it(reco
     with pytest.raises(ReplayMismatchError) as err:
         adapter.tool(flagged)
     assert "['arguments']" in err.value.reason
+
+
+def test_rerun_match_probability_compounds_per_call_reproduction():
+    """§11.9: a per-call reproduction chance p over n calls reproduces the whole run with p**n;
+    the chapter's 0.99 over 30 calls is about 74 percent."""
+    from kernel_lib.errors import ConfigError
+    from kernel_lib.replay import rerun_match_probability
+    assert rerun_match_probability(0.99, 30) == pytest.approx(0.7397, abs=1e-4)
+    assert rerun_match_probability(1.0, 500) == 1.0 and rerun_match_probability(0.5, 0) == 1.0
+    assert rerun_match_probability(0.9, 2) == pytest.approx(0.81)
+    for bad in ((1.5, 3), (-0.1, 3), (float("nan"), 3), (True, 3), (0.9, -1), (0.9, 2.0)):
+        with pytest.raises(ConfigError):
+            rerun_match_probability(*bad)

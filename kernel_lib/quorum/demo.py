@@ -1,0 +1,236 @@
+"""Real fault runs on a real etcd cluster: ``quorum-demo`` and the placement question of exercise 1.
+
+:func:`quorum_demo` starts three members, appends through :class:`~kernel_lib.quorum.EtcdStore`,
+kills one member (appends go on: two of three is a majority), kills a second (an append is not
+acknowledged, and the caller is told so), restarts both, then checks that every acknowledged
+event is in the log, in order, and stops every member.
+
+:func:`placement_demo` makes the placement question of §11.12 exercise 1 real. A "worker volume"
+is a directory that holds the worker's own files and the data directory of every member placed
+*on* it (co-located). Members elsewhere are off-volume. With the off-volume members that are not
+needed for a majority paused, acknowledged appends rest on whatever majority remains; then the
+worker volume is deleted (its co-located members are killed and their data removed), the paused
+members resume, and the surviving members are read: which acknowledged events survived, and how
+many copies of each existed outside the worker's volume when it was acknowledged.
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from ..errors import ConfigError, StoreError
+from ..events import TaskStarted, ToolIntent
+from ..log.base import AckTier
+from ..log.trajectory import TrajectoryLog
+from .client import QuorumUnavailableError
+from .cluster import EtcdCluster
+from .store import EtcdStore
+
+TRAJECTORY = "traj_quorum_demo"
+
+
+def _intent(i: int) -> ToolIntent:
+    return ToolIntent(operation_id=f"op{i}", attempt_id="attempt1", tool="run_tests", arguments={"i": i},
+                      repeat_contract="idempotency_key", grant_id="g", authorization_ref=f"auth{i}",
+                      reservation_ref=f"res{i}")
+
+
+def _task() -> TaskStarted:
+    return TaskStarted(task_id=TRAJECTORY, requester="lab", objective="quorum demonstration", grant_ids=["g"],
+                       budget_ceiling_usd=1.0, finalization_reserve_usd=0.1)
+
+
+@dataclass
+class QuorumDemoReport:
+    """What :func:`quorum_demo` saw. ``steps`` lists each phase; latencies are measured (ms)."""
+
+    members: int
+    acknowledged: int = 0
+    acknowledged_lost: int = 0
+    stalled_without_majority: bool = False
+    stall_waited_s: float = 0.0
+    unacknowledged_later_present: int = 0
+    log_head_after_restart: int = 0
+    in_order: bool = False
+    steps: list[dict[str, Any]] = field(default_factory=list)
+    processes_started: int = 0
+    processes_left_running: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def quorum_demo(*, per_phase: int = 5, timeout_s: float = 2.0,
+                progress: Callable[[str], None] | None = None) -> QuorumDemoReport:
+    """Run the demonstration (module docstring) on three fresh members and stop them all.
+
+    Args:
+        per_phase: appends in each phase (all members up; one killed; after restart).
+        timeout_s: how long an append waits for a quorum before it is reported unacknowledged.
+        progress: called with a one-line description of each phase.
+
+    Raises:
+        ConfigError: bad arguments. QuorumSetupError: etcd missing or not starting.
+    """
+    if type(per_phase) is not int or not 1 <= per_phase <= 1000:
+        raise ConfigError(f"per_phase must be an int from 1 to 1000, got {per_phase!r}")
+    say = progress or (lambda msg: None)
+    rep = QuorumDemoReport(members=3)
+    acked: list[str] = []
+    unacked: list[str] = []
+    cluster = EtcdCluster(3)
+    try:
+        cluster.start()
+        rep.processes_started = len(cluster.members)
+        store = EtcdStore(cluster.endpoints(), timeout_s=timeout_s)
+        log = TrajectoryLog(store, TRAJECTORY, must_survive="volume_loss")
+        n = 0
+
+        def phase(label: str, count: int) -> None:
+            nonlocal n
+            t0 = time.perf_counter()
+            ok = 0
+            for _ in range(count):
+                n += 1
+                ev = log.append(_intent(n))
+                acked.append(ev.event_id)
+                ok += 1
+            ms = (time.perf_counter() - t0) * 1000 / max(count, 1)
+            rep.steps.append({"phase": label, "members_alive": cluster.alive(), "appended": ok,
+                              "mean_ack_ms": round(ms, 2)})
+            say(f"{label}: {ok} appends acknowledged by a majority ({ms:.1f} ms each, measured)")
+
+        acked.append(log.append(_task()).event_id)
+        phase("3 of 3 members up", per_phase)
+        first = cluster.leader()
+        cluster.kill(first.name)
+        say(f"killed member {first.name} (the leader) with SIGKILL")
+        phase("2 of 3 up (leader killed)", per_phase)
+        second = next(m for m in cluster.members if m.running())
+        cluster.kill(second.name)
+        say(f"killed member {second.name}: one of three left, no majority")
+        n += 1
+        stalled = log.stamp(_intent(n), log.head + 1)
+        t0 = time.perf_counter()
+        try:
+            store.append(stalled, AckTier.QUORUM)
+            acked.append(stalled.event_id)
+            log._head += 1
+        except QuorumUnavailableError as exc:
+            rep.stalled_without_majority = True
+            unacked.append(stalled.event_id)
+            rep.stall_waited_s = round(time.perf_counter() - t0, 3)
+            rep.steps.append({"phase": "1 of 3 up", "members_alive": cluster.alive(), "appended": 0,
+                              "outcome": "not acknowledged: " + str(exc).split(":")[0]})
+            say(f"append without a majority: not acknowledged after {rep.stall_waited_s:.1f} s; the caller was told")
+        cluster.restart(first.name)
+        cluster.restart(second.name)
+        say("restarted both members")
+        store.close()
+        store = EtcdStore(cluster.endpoints(), timeout_s=max(timeout_s, 5.0))
+        log = TrajectoryLog(store, TRAJECTORY, must_survive="volume_loss")
+        unacked_present = {e.event_id for e in store.read(TRAJECTORY)} & set(unacked)
+        if unacked_present:
+            rep.unacknowledged_later_present = len(unacked_present)
+            acked.extend(unacked_present)      # it committed after all: part of the log now
+            n_skip = 0
+        else:
+            n_skip = 1 if unacked else 0
+        n -= n_skip
+        phase("3 of 3 up again", per_phase)
+        events = list(store.read(TRAJECTORY))
+        ids = [e.event_id for e in events]
+        rep.acknowledged = len(acked)
+        rep.acknowledged_lost = len(set(acked) - set(ids))
+        rep.in_order = [i for i in ids if i in set(acked)] == [a for a in acked if a in set(ids)]
+        rep.log_head_after_restart = store.head(TRAJECTORY)
+        store.close()
+    finally:
+        cluster.stop()
+        rep.processes_left_running = sum(1 for m in cluster.members if m.running())
+    return rep
+
+
+@dataclass
+class PlacementReport:
+    """One placement run of :func:`placement_demo`."""
+
+    members: int
+    colocated: int
+    majority: int
+    acknowledged: int
+    survived: int
+    copies_outside_worker_volume: int
+    paused_off_volume: int
+    verdict: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def placement_demo(colocated: int, *, members: int = 3, appends: int = 5, timeout_s: float = 2.0) -> PlacementReport:
+    """Place ``colocated`` of ``members`` etcd members on the worker's volume, acknowledge
+    ``appends`` events with only a bare majority alive (the off-volume members beyond it paused),
+    delete the worker's volume, resume the paused members and count what survived.
+
+    Raises:
+        ConfigError: ``colocated`` outside 0..members, or a bad count.
+    """
+    if type(members) is not int or not 1 <= members <= 7:
+        raise ConfigError(f"members must be an int from 1 to 7, got {members!r}")
+    if type(colocated) is not int or not 0 <= colocated <= members:
+        raise ConfigError(f"colocated must be an int from 0 to {members}, got {colocated!r}")
+    majority = members // 2 + 1
+    cluster = EtcdCluster(members)
+    try:
+        cluster.start()
+        worker_volume = Path(cluster.work_dir) / "worker-volume"
+        worker_volume.mkdir()
+        on_volume = cluster.members[:colocated]
+        off_volume = cluster.members[colocated:]
+        # a majority that uses the co-located members first: the commit rests on them
+        keep_off = max(0, majority - colocated)
+        paused = off_volume[keep_off:]
+        for m in paused:
+            cluster.pause(m.name)
+        store = EtcdStore(cluster.endpoints(), timeout_s=timeout_s)
+        log = TrajectoryLog(store, TRAJECTORY, must_survive="volume_loss")
+        acked = [log.append(_task()).event_id]
+        for i in range(1, appends):
+            acked.append(log.append(_intent(i)).event_id)
+        store.close()
+        copies_outside = keep_off if colocated < majority else 0
+        # the worker's volume is lost: everything on it, including co-located members' data
+        for m in on_volume:
+            cluster.destroy_volume(m.name)
+        shutil.rmtree(worker_volume, ignore_errors=True)
+        for m in paused:
+            cluster.resume(m.name)
+        survivors = [m for m in cluster.members if m.running()]
+        survived = 0
+        if len(survivors) >= majority:
+            st = EtcdStore([m.client_url for m in survivors], timeout_s=5.0)
+            try:
+                survived = len({e.event_id for e in st.read(TRAJECTORY)} & set(acked))
+            except StoreError:
+                survived = 0
+            finally:
+                st.close()
+        else:
+            survived = _count_on_disk_survivors(survivors, acked)
+        verdict = ("every acknowledged event survived" if survived == len(acked) else
+                   f"{len(acked) - survived} of {len(acked)} acknowledged events lost with the worker's volume")
+        return PlacementReport(members, colocated, majority, len(acked), survived, copies_outside, len(paused),
+                               verdict)
+    finally:
+        cluster.stop()
+
+
+def _count_on_disk_survivors(survivors: list, acked: list[str]) -> int:
+    """Without a majority the survivors cannot serve reads; a lone survivor that was paused
+    during the appends never received them, so nothing acknowledged is on it."""
+    return 0
