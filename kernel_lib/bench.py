@@ -1164,7 +1164,7 @@ def add_cli(subparsers: "argparse._SubParsersAction") -> argparse.ArgumentParser
     """
     bench = subparsers.add_parser("bench", help="measure this machine's durability costs",
                                   description="Benchmarks measured on this machine.")
-    sub = bench.add_subparsers(dest="bench_command", metavar="{append,restore,diverge,replay}", required=True)
+    sub = bench.add_subparsers(dest="bench_command", metavar="{append,restore,diverge,replay,quorum}", required=True)
     p = sub.add_parser("append", help="append latency, group commit and per-step overhead vs peers",
                        description=_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
@@ -1184,6 +1184,7 @@ def add_cli(subparsers: "argparse._SubParsersAction") -> argparse.ArgumentParser
     _add_restore_cli(sub)
     _add_diverge_cli(sub)
     _add_replay_cli(sub)
+    _add_quorum_cli(sub)
     return bench
 
 
@@ -1225,6 +1226,27 @@ def _add_replay_cli(sub: "argparse._SubParsersAction") -> None:
                      help="serving a recording through the replay adapter vs a plain fold (ratio)",
                      events_help="events in the recording (default 10000)",
                      seed_help="seed of the synthetic recording (default 0)")
+
+
+def _add_quorum_cli(sub: "argparse._SubParsersAction") -> None:
+    from .quorum import bench as qb
+
+    def cmd(args: argparse.Namespace) -> int:
+        try:
+            result = qb.run_quorum_bench(args.events, rounds=args.rounds, writers=args.writers)
+        except KernelError as exc:
+            print(f"bench quorum: {exc}", file=sys.stderr)
+            return 2
+        print(json.dumps(result, indent=2) if args.json else qb.format_quorum_bench(result))
+        return 0
+
+    p = sub.add_parser("quorum", help="quorum (etcd) acknowledgment latency and group commit vs local fdatasync "
+                                      "(ratios)", description=qb.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+    p.add_argument("--events", type=int, default=400, metavar="N", help="appends per store per figure (default 400)")
+    p.add_argument("--rounds", type=int, default=4, metavar="N", help="alternating rounds in figure 1 (default 4)")
+    p.add_argument("--writers", type=int, default=8, metavar="N", help="concurrent writers in figure 2 (default 8)")
+    p.set_defaults(func=cmd)
 
 
 # --- bench restore (§11.4): implemented in kernel_lib.checkpoint.bench ---------------------------

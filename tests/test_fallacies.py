@@ -5,11 +5,13 @@ Each test names the fallacy or pitfall it backs, the fault model, and the invari
 * the final context window loses a compacted observation while the log rebuilds every delivered
   input, and one final window fits several different logs;
 * a checkpoint after every turn costs what Napkin Math 11.1 says, far above the balance stride;
-* a fresh sample of the stand-in differs while the fold returns the recorded replies;
+* a fresh sample of the stand-in differs while the fold returns the recorded replies, and one flipped
+  call makes every later boundary differ in exactly the way the notebook explains;
 * a replica is never certified, whatever its lag, so absence there never proves non-dispatch;
 * a new owner_epoch fences stale appends but leaves a delivered operation in doubt until signed
-  evidence settles it;
-* a cold prefill of the chapter's context is priced from the givens, and a warm one is smaller.
+  evidence settles it; the endpoint's contract, not the epoch, licenses a retry;
+* a cold prefill of the chapter's context is priced from its compute floor (a lower bound), and the
+  queue-versus-cold verdict flips only past the computed slow-down factor.
 """
 
 from __future__ import annotations
@@ -44,7 +46,7 @@ from kernel_lib.live.model import MODEL_NAME, StochasticModel, repair_prompt
 from kernel_lib.log import FailureDomain, MemoryStore, TrajectoryLog
 from kernel_lib.ownership import ReplicaView, check_available
 from kernel_lib.record import fold, initial_record
-from kernel_lib.replay import time_travel
+from kernel_lib.replay import rerun_match_probability, time_travel
 from kernel_lib.resume import PrefillModel
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -186,8 +188,40 @@ def test_a_fresh_sample_differs_while_the_fold_returns_the_recorded_replies():
 
 
 def test_reproduction_compounds_as_eq_1_1():
-    """§11.9's example: 0.99 per call over 30 calls is about three in four."""
-    assert 0.99 ** 30 == pytest.approx(0.74, abs=0.005)
+    """§11.9's example: 0.99 per call over 30 calls is about three in four (the notebook's cell uses
+    kernel_lib.replay.rerun_match_probability, not an inline power)."""
+    assert rerun_match_probability(0.99, 30) == pytest.approx(0.99 ** 30)
+    assert rerun_match_probability(0.99, 30) == pytest.approx(0.74, abs=0.005)
+
+
+def test_one_flipped_call_explains_every_later_difference():
+    """Fault: the second of 30 stand-in calls returns another sample. Invariant (the breakdown the
+    notebook explains): later calls get different inputs and replies, and every call from the
+    flipped one on settles a different cost; nothing else differs."""
+    from kernel_lib.diverge import locate_divergence
+
+    def run(flipped):
+        store = MemoryStore()
+        gate = DispatchGate(TrajectoryLog(store, TRAJ, must_survive=FailureDomain.NONE),
+                            AdmissionPolicy({"g": {MODEL_NAME}}))
+        gate.start(TASK)
+        history = [repair_prompt("ws_r18")]
+        for t in range(1, 31):
+            r = gate.run_model(ModelCall(f"call_{t:02d}", MODEL_NAME, "\n".join(history), "g", 0.5),
+                               lambda ctx, t=t: StochasticModel(1 if t == flipped else 0).reply(ctx.delivered_input))
+            history.append(r.reply)
+        return list(store.read(TRAJ))
+
+    report = locate_divergence(run(None), run(2))
+    assert report.first_mismatch.key == "ModelReplied call_02"
+    groups: dict[tuple[str, str], list[str]] = {}
+    for d in report.differences:
+        event_type, call = d.key.split()
+        groups.setdefault((d.category, event_type), []).append(call)
+    assert {k: (len(v), v[0], v[-1]) for k, v in groups.items()} == {
+        ("harness decision", "BudgetSettled"): (29, "call_02", "call_30"),
+        ("assembled input", "ContextBuilt"): (28, "call_03", "call_30"),
+        ("model response", "ModelReplied"): (28, "call_03", "call_30")}
 
 
 @pytest.mark.skipif(not (DATA / "trajectories" / "tau-bench-airline").is_dir(), reason="no shared data")
@@ -302,11 +336,21 @@ def test_the_endpoint_contract_not_the_epoch_licenses_a_retry():
 
 
 def test_cold_prefill_of_the_chapter_context_and_a_warm_one():
+    """The chapter's 2.3 s is a compute floor: the rate it implies is the fastest possible, so a
+    slower real rate only lengthens both prefills. Waiting for the warm worker stays right at any
+    slower rate; going cold at a 5 s queue holds only up to the computed factor."""
     rate = 32768 / 2.3
     cold = PrefillModel(32768, 0, rate)
     warm = PrefillModel(32768, 31744, rate)
     assert cold.prefill_s == pytest.approx(2.3)
     assert warm.prefill_tokens == 1024 and warm.prefill_s == pytest.approx(2.3 * 1024 / 32768)
+    gap = cold.prefill_s - warm.prefill_s
+    for slower in (1.0, 2.0, 2.2, 2.3, 4.0):
+        c, w = PrefillModel(32768, 0, rate / slower), PrefillModel(32768, 31744, rate / slower)
+        assert c.prefill_s >= cold.prefill_s
+        assert 2.0 + w.prefill_s < c.prefill_s                       # a 2 s queue: wait, at any slower rate
+        assert (5.0 + w.prefill_s < c.prefill_s) == (slower > 5.0 / gap)   # a 5 s queue flips past 5/gap
+    assert 5.0 / gap == pytest.approx(2.244, abs=0.001)
 
 
 # --- the notebook itself ---------------------------------------------------------------------------------
@@ -328,3 +372,10 @@ def test_notebook_follows_the_course_conventions():
     for machine_path in ("/tmp/", "/work/", "/home/", str(ROOT)):
         assert machine_path not in stored
     assert not re.search(r"AKIA[0-9A-Z]{16}", NOTEBOOK.read_text())   # no credential-shaped string is stored
+    # a replica check_available refuses yields no conclusion at all, not a conclusion labelled proven
+    assert "cannot conclude (prefix not proven complete)" in stored and "proven conclusion" not in stored
+    # wording the review corrected must not come back
+    for retired in ("which no re-run\ndoes", "ideal* greedy decoder", "budget review", "no function for it",
+                    "call 14.5", "possible consequence"):
+        assert retired not in text and retired not in stored, retired
+    assert "redact_secrets)" in stored                   # the refusal message is printed whole

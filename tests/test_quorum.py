@@ -184,3 +184,36 @@ def test_etcd_leases_bound_how_long_a_lost_owner_blocks_recovery(cluster):
         co.renew(first)
     assert err.value.reason == "superseded"
     assert co.check(second) is None and co.release(second) and co.current("q").released
+
+
+def test_bench_quorum_reports_ratios_against_fdatasync_measured_in_the_same_run():
+    from kernel_lib.quorum.bench import format_quorum_bench, run_quorum_bench
+    r = run_quorum_bench(40, rounds=2, writers=4)
+    lat, gc = r["latency"], r["group_commit"]
+    assert lat["quorum"]["appends"] == lat["fdatasync"]["appends"] == 40
+    assert lat["ratio_p50"] == pytest.approx(lat["quorum"]["p50_ms"] / lat["fdatasync"]["p50_ms"])
+    assert gc["quorum"]["events"] == 40 and gc["quorum"]["mean_batch"] >= 1
+    assert "ratio quorum / fdatasync" in format_quorum_bench(r)
+
+
+@pytest.mark.parametrize("crash_after", ["ToolIntent", "ToolResult"])
+def test_the_crash_worksheet_runs_unchanged_on_the_etcd_store(crash_after):
+    """The worksheet with its log on a three-member etcd cluster: SIGKILL after the event, a
+    replacement folds the surviving quorum log and reconciles; every member is stopped after."""
+    from kernel_lib.live.controller import run_worksheet
+    r = run_worksheet(crash_after, "etcd", test_delay_s=1.0)
+    assert r["crash"]["signal"] == "SIGKILL" and r["crash"]["worker_exit"] == -9
+    assert r["recovered"]["log_position"] == r["crash"]["log_position"]
+    if crash_after == "ToolIntent":
+        assert r["recovered"]["in_doubt"] == ["test_r18"]
+    else:
+        assert r["reconciled"]["operations"]["test_r18"]["status"] == "established"
+    assert r["etcd"]["members_left_running"] == 0 and r["cleanup"]["workdir_removed"]
+
+
+def test_the_zombie_is_refused_at_every_boundary_with_etcd_leases_and_log():
+    from kernel_lib.live.controller import run_zombie
+    r = run_zombie("etcd")
+    assert r["ok"], r["checks"]
+    assert [g["owner_epoch"] for g in r["epochs"]["grants"]] == [1, 2] and r["epochs"]["log_fence"] == 2
+    assert r["etcd"]["members_left_running"] == 0

@@ -77,7 +77,7 @@ def _cmd(args: argparse.Namespace) -> int:
     try:
         if args.zombie:
             r = run_zombie(args.store, None, args.seed, args.test_delay_s,
-                           lease_ttl_s=1.0 if args.lease_ttl_s is None else args.lease_ttl_s,
+                           lease_ttl_s=args.lease_ttl_s,
                            reconcile_timeout_s=args.reconcile_timeout_s)
         else:
             r = run_worksheet(args.crash_after, args.store, None, args.seed, args.test_delay_s, keep=args.keep,
@@ -136,7 +136,10 @@ def add_cli(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--crash-after", choices=CRASH_POINTS, default=None,
                    help="kill the worker right after this event for test_r18 is durable (default ToolResult; "
                         "not with --zombie)")
-    p.add_argument("--store", choices=["sqlite", "segment"], default="sqlite", help="log store (default sqlite)")
+    p.add_argument("--store", choices=["sqlite", "segment", "etcd"], default="sqlite",
+                   help="log store (default sqlite); etcd starts three etcd members on loopback for the run (the "
+                        "quorum tier, §11.3.1) and, with --zombie, takes leases from them too; every member is "
+                        "stopped at the end")
     p.add_argument("--seed", type=int, default=0, help="seed of the model stand-in (default 0)")
     p.add_argument("--test-delay-s", type=float, default=2.0,
                    help="seconds the executor waits before starting pytest, so the test is still running at "
@@ -148,7 +151,7 @@ def add_cli(subparsers) -> argparse.ArgumentParser:
                    help="the §11.5.1 handoff: SIGSTOP a leased worker after it dispatched test_r18, let a "
                         "replacement take over, SIGCONT the old one and show each boundary refusing it")
     p.add_argument("--lease-ttl-s", type=float, default=None,
-                   help="with --zombie: the old worker's lease term in seconds (default 1.0)")
+                   help="with --zombie: the old worker's lease term in seconds (default 1.0; 3.0 with --store etcd, whose lease TTLs are whole seconds)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=_cmd)
     return p

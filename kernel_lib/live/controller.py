@@ -190,7 +190,7 @@ def spawn_worker(work: Path, *, store_kind: str, store_path: Path, ready: dict[s
 def run_replacement(*, store_kind: str, store_path: Path, ready: dict[str, Any], seed: int, reconcile: bool,
                     reconcile_timeout_s: float, step_timeout_s: float, env: dict[str, str],
                     extra_args: Sequence[str] = (), snapshot: Any = None,
-                    prefill: Any = None) -> dict[str, Any]:
+                    prefill: Any = None, restore_root: Path | None = None) -> dict[str, Any]:
     """Run a replacement worker in a new process: fold the surviving log (and, with ``reconcile``,
     take ownership and reconcile by operation id). ``extra_args`` go to the worker (e.g.
     ``--coordinator FILE --owner-id ID``). ``snapshot`` (the run's ``ws_r18``
@@ -208,7 +208,7 @@ def run_replacement(*, store_kind: str, store_path: Path, ready: dict[str, Any],
         cmd += ["--inbox", ready["inbox_path"]]
     if snapshot is not None:
         cmd += ["--workspace-snapshot", str(snapshot.path), "--snapshot-digest", snapshot.digest,
-                "--restore-root", str(Path(store_path).resolve().parent)]
+                "--restore-root", str(restore_root or Path(store_path).resolve().parent)]
     if prefill is not None:   # a model needing no prefill is sent as an empty context
         cmd += ["--prefill-context-tokens", str(prefill.context_tokens),
                 "--prefill-cached-prefix-tokens", str(prefill.cached_prefix_tokens)]
@@ -251,6 +251,24 @@ def _tear_down_run(result: dict[str, Any], executor: subprocess.Popen | None, wo
                          "executor_port_closed": (not port_accepts(port)) if port else None}
 
 
+def _log_location(work: Path, store_kind: str, result: dict[str, Any]) -> tuple[Any, Any]:
+    """Where this run's log lives: a file or directory in ``work``, or (``etcd``) a new three-member
+    etcd cluster on loopback whose client URLs, comma-separated, are the store path."""
+    if store_kind != "etcd":
+        return None, work / ("log.sqlite" if store_kind == "sqlite" else "seglog")
+    from ..quorum.cluster import EtcdCluster
+    cluster = EtcdCluster(3, work_dir=work / "etcd").start()
+    result["etcd"] = {"members": [{"member": m.name, "pid": m.pid, "client_url": m.client_url}
+                                  for m in cluster.members]}
+    return cluster, ",".join(cluster.endpoints())
+
+
+def _stop_cluster(cluster: Any, result: dict[str, Any]) -> None:
+    if cluster is not None:
+        cluster.stop()
+        result.setdefault("etcd", {})["members_left_running"] = sum(1 for m in cluster.members if m.running())
+
+
 def run_worksheet(crash_after: str = "ToolResult", store_kind: str = "sqlite", workdir: str | os.PathLike | None = None,
                   seed: int = 0, test_delay_s: float = 2.0, *, usd_per_s: float = 0.01,
                   reconcile_timeout_s: float = 60.0, step_timeout_s: float = 60.0,
@@ -283,8 +301,8 @@ def run_worksheet(crash_after: str = "ToolResult", store_kind: str = "sqlite", w
     """
     if crash_after not in CRASH_POINTS:
         raise ConfigError(f"--crash-after must be one of {list(CRASH_POINTS)}, got {crash_after!r}")
-    if store_kind not in ("sqlite", "segment"):
-        raise ConfigError(f"--store must be sqlite or segment, got {store_kind!r}")
+    if store_kind not in ("sqlite", "segment", "etcd"):
+        raise ConfigError(f"--store must be sqlite, segment or etcd, got {store_kind!r}")
     if not (isinstance(test_delay_s, (int, float)) and 0 <= test_delay_s <= 600):
         raise ConfigError(f"test_delay_s must be between 0 and 600 seconds, got {test_delay_s!r}")
     if not (isinstance(reconcile_timeout_s, (int, float)) and not isinstance(reconcile_timeout_s, bool)
@@ -296,9 +314,10 @@ def run_worksheet(crash_after: str = "ToolResult", store_kind: str = "sqlite", w
     result: dict[str, Any] = {"crash_after": crash_after, "store": store_kind, "seed": seed,
                               "expected": EXPECTED[crash_after]}
     env = live_env()
+    cluster = None
     try:
         snap = build_snapshot(work / "snapshots")
-        store_path = work / ("log.sqlite" if store_kind == "sqlite" else "seglog")
+        cluster, store_path = _log_location(work, store_kind, result)
         executor, ready = spawn_executor(work, snap, usd_per_s=usd_per_s, test_delay_s=test_delay_s, env=env,
                                          timeout_s=step_timeout_s)
         port, url = ready["port"], ready["url"]
@@ -321,20 +340,27 @@ def run_worksheet(crash_after: str = "ToolResult", store_kind: str = "sqlite", w
 
         out = run_replacement(store_kind=store_kind, store_path=store_path, ready=ready, seed=seed, reconcile=True,
                               reconcile_timeout_s=reconcile_timeout_s, step_timeout_s=step_timeout_s, env=env,
-                              snapshot=snap)
+                              snapshot=snap, restore_root=work)
         result["recovered"], result["reconciled"], result["model"] = out["recovered"], out["reconciled"], out["model"]
         result["resume_timeline"] = out.get("resume_timeline")
         if keep is not None:
             dest = Path(keep)
             dest.mkdir(parents=True, exist_ok=True)
-            target = dest / store_path.name
-            if store_path.is_dir():
-                shutil.copytree(store_path, target, dirs_exist_ok=True)
+            if store_kind == "etcd":      # the cluster goes away with the run: keep its events as JSON lines
+                from ..log import open_store
+                target = dest / "log.jsonl"
+                with open_store("etcd", store_path, read_only=True) as st:
+                    target.write_bytes(b"".join(e.canonical + b"\n" for e in st.read(TRAJECTORY)))
             else:
-                shutil.copyfile(store_path, target)
+                target = dest / Path(store_path).name
+                if Path(store_path).is_dir():
+                    shutil.copytree(store_path, target, dirs_exist_ok=True)
+                else:
+                    shutil.copyfile(store_path, target)
             result["kept_log"] = str(target)
         return result
     finally:
+        _stop_cluster(cluster, result)
         _tear_down_run(result, executor, worker, work, port)
 
 
@@ -371,7 +397,7 @@ def _last_json(path: Path, key: str) -> dict[str, Any] | None:
 
 
 def run_zombie(store_kind: str = "sqlite", workdir: str | os.PathLike | None = None, seed: int = 0,
-               test_delay_s: float = 3.0, *, lease_ttl_s: float = 1.0, usd_per_s: float = 0.01,
+               test_delay_s: float = 3.0, *, lease_ttl_s: float | None = None, usd_per_s: float = 0.01,
                reconcile_timeout_s: float = 60.0, step_timeout_s: float = 60.0) -> dict[str, Any]:
     """Run the zombie handoff of §11.5.1 once, with real processes and real signals.
 
@@ -394,7 +420,8 @@ def run_zombie(store_kind: str = "sqlite", workdir: str | os.PathLike | None = N
         seed: the model stand-in's seed.
         test_delay_s: the executor's wait before pytest starts, so the test is still running at
             the stall (seconds).
-        lease_ttl_s: the old worker's lease term (seconds, 0.2..60).
+        lease_ttl_s: the old worker's lease term (seconds, 0.2..60; default 1.0, or 3.0 on etcd,
+            whose lease TTLs are whole seconds).
         usd_per_s, reconcile_timeout_s, step_timeout_s: as :func:`run_worksheet`.
 
     Returns:
@@ -407,13 +434,14 @@ def run_zombie(store_kind: str = "sqlite", workdir: str | os.PathLike | None = N
         failed or timed out (everything is still torn down).
     """
     from ..log import open_store
-    from ..ownership import SQLiteOwnershipCoordinator
     from ..record import fold, initial_record
 
-    if store_kind != "sqlite":
-        raise ConfigError(f"the zombie scenario needs the sqlite store, not {store_kind!r}: the segment log admits "
+    if store_kind not in ("sqlite", "etcd"):
+        raise ConfigError(f"the zombie scenario needs the sqlite or etcd store, not {store_kind!r}: the segment log admits "
                           "one opener at a time (its directory lock), so a replacement cannot even open it while "
                           "the stalled worker lives; its fencing is tested in-process (tests/test_ownership.py)")
+    if lease_ttl_s is None:        # etcd lease TTLs are whole seconds, counted on the leader's clock
+        lease_ttl_s = 3.0 if store_kind == "etcd" else 1.0
     for name, value, lo, hi in (("lease_ttl_s", lease_ttl_s, 0.2, 60), ("test_delay_s", test_delay_s, 0, 600),
                                 ("reconcile_timeout_s", reconcile_timeout_s, 0, 600)):
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not lo <= value <= hi:
@@ -423,11 +451,14 @@ def run_zombie(store_kind: str = "sqlite", workdir: str | os.PathLike | None = N
     port = None
     result: dict[str, Any] = {"store": store_kind, "seed": seed, "lease_ttl_s": lease_ttl_s}
     env = live_env()
-    coord_path = work / "leases.sqlite"
+    coord_path: Any = work / "leases.sqlite"
     coord = None
+    cluster = None
     try:
         snap = build_snapshot(work / "snapshots")
-        store_path = work / "log.sqlite"
+        cluster, store_path = _log_location(work, store_kind, result)
+        if cluster is not None:
+            coord_path = "etcd:" + store_path       # leases on the same etcd cluster (§11.5.1)
         executor, ready = spawn_executor(work, snap, usd_per_s=usd_per_s, test_delay_s=test_delay_s, env=env,
                                          timeout_s=step_timeout_s)
         port, url = ready["port"], ready["url"]
@@ -445,15 +476,19 @@ def run_zombie(store_kind: str = "sqlite", workdir: str | os.PathLike | None = N
         client = httpx.Client(timeout=10.0, trust_env=False)
         at_stall = client.get(f"{url}/operations/{OPERATION}").json()
 
-        coord = SQLiteOwnershipCoordinator.open(coord_path)
+        from ..quorum.coordinator import open_coordinator
+        coord = open_coordinator(str(coord_path))
         held = coord.current(TRAJECTORY)
         time.sleep(max(0.0, held.expires_at_s - time.time()) + 0.05)   # let the old lease lapse
+        deadline = time.monotonic() + 5.0      # etcd expires leases on its own clock, within about a second
+        while coord.current(TRAJECTORY).live(time.time()) and time.monotonic() < deadline:
+            time.sleep(0.05)
         lapsed = not coord.current(TRAJECTORY).live(time.time())
 
         out = run_replacement(store_kind=store_kind, store_path=store_path, ready=ready, seed=seed, reconcile=True,
                               reconcile_timeout_s=reconcile_timeout_s, step_timeout_s=step_timeout_s, env=env,
                               extra_args=["--coordinator", str(coord_path), "--owner-id", "worker-new",
-                                          "--lease-ttl-s", "300"], snapshot=snap)
+                                          "--lease-ttl-s", "300"], snapshot=snap, restore_root=work)
         os.kill(old.pid, signal.SIGCONT)
         try:
             rc = old.wait(timeout=step_timeout_s)
@@ -533,4 +568,6 @@ def run_zombie(store_kind: str = "sqlite", workdir: str | os.PathLike | None = N
         if old is not None and old.poll() is None:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(old.pid, signal.SIGCONT)     # a stopped process still dies of SIGKILL; be tidy anyway
+        _kill_group(old)
+        _stop_cluster(cluster, result)
         _tear_down_run(result, executor, old, work, port)

@@ -216,8 +216,12 @@ def install_executor_fence(client, url: str | None, trajectory_id: str, owner_ep
         return {"installed": False, "note": f"executor unreachable ({type(exc).__name__})"}
 
 
-def _coordinator(args: argparse.Namespace) -> SQLiteOwnershipCoordinator | None:
-    return SQLiteOwnershipCoordinator.open(args.coordinator) if args.coordinator else None
+def _coordinator(args: argparse.Namespace):
+    """The ownership coordinator named by ``--coordinator`` (an SQLite file, or ``etcd:URL,...``)."""
+    if not args.coordinator:
+        return None
+    from ..quorum.coordinator import open_coordinator
+    return open_coordinator(args.coordinator)
 
 
 def _acquire(coord: SQLiteOwnershipCoordinator, store, args: argparse.Namespace, wait_s: float):
@@ -739,10 +743,11 @@ def build_parser() -> argparse.ArgumentParser:
                     "repair trajectory through the dispatch gate; with --recover it is the replacement that folds "
                     "the surviving log (and, with --reconcile, takes ownership and settles in-doubt operations), "
                     "printing one JSON object on stdout. Bad arguments exit 2 with `error: ...` on stderr.")
-    ap.add_argument("--store", choices=["sqlite", "segment"], required=True,
+    ap.add_argument("--store", choices=["sqlite", "segment", "etcd"], required=True,
                     help="kind of the durable log store holding the trajectory")
     ap.add_argument("--store-path", required=True,
-                    help="the log: the SQLite file (--store sqlite) or the segment directory (--store segment)")
+                    help="the log: the SQLite file (--store sqlite), the segment directory (--store segment), or the "
+                         "etcd members' client URLs, comma-separated (--store etcd)")
     ap.add_argument("--trajectory", default=TRAJECTORY,
                     help="id of the trajectory to run or recover (default %(default)s)")
     ap.add_argument("--executor-url", required=False,
@@ -769,7 +774,8 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--reconcile-timeout-s", type=float, default=30.0,
                     help="--recover --reconcile: how long reconciliation waits for a running job to finish, "
                          "seconds (default %(default)s)")
-    ap.add_argument("--coordinator", help="SQLite ownership coordinator file: take ownership by lease (§11.5.1)")
+    ap.add_argument("--coordinator", help="ownership coordinator: an SQLite file, or etcd:URL[,URL...] for leases on "
+                                          "an etcd cluster; take ownership by lease (§11.5.1)")
     ap.add_argument("--owner-id", default=None,
                     help="with --coordinator: this worker's claimant id (default: worker-PID)")
     ap.add_argument("--lease-ttl-s", type=float, default=30.0,

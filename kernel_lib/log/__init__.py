@@ -40,12 +40,13 @@ from .segment import SegmentStore
 from .sqlite import SQLiteStore
 from .trajectory import TrajectoryLog, default_event_id
 
-STORE_KINDS = ("sqlite", "segment", "memory")
+STORE_KINDS = ("sqlite", "segment", "memory", "etcd")
 
 
 def open_store(kind: str = "sqlite", path: str | os.PathLike | None = None, *, read_only: bool = False,
                **kw) -> LogStore:
-    """Open a store by kind. ``path`` is the SQLite file or the segment directory.
+    """Open a store by kind. ``path`` is the SQLite file, the segment directory, or for ``etcd``
+    the members' client URLs, comma-separated (:class:`kernel_lib.quorum.EtcdStore`).
 
     Args:
         kind: one of :data:`STORE_KINDS`.
@@ -70,6 +71,9 @@ def open_store(kind: str = "sqlite", path: str | os.PathLike | None = None, *, r
         return SQLiteStore.open(path, read_only=read_only, **kw)
     if kind == "segment":
         return SegmentStore.open(path, read_only=read_only, **kw)
+    if kind == "etcd":      # path: the members' client URLs, comma-separated (kernel_lib.quorum)
+        from ..quorum.store import EtcdStore
+        return EtcdStore.open(str(path), read_only=read_only, **kw)
     raise StoreError(f"unknown store kind {kind!r}; choose one of {list(STORE_KINDS)}")
 
 

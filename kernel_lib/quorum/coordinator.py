@@ -114,7 +114,9 @@ class EtcdOwnershipCoordinator(OwnershipCoordinator):
                        else c.cmp_missing(self._k("epoch", trajectory_id))]
             resp = self._call(c.txn, compare, [c.op_put(ok_key, body, lease_id),
                                                c.op_put(self._k("epoch", trajectory_id), _num(new_epoch)),
-                                               c.op_put(self._k("grant", trajectory_id), body)])
+                                               c.op_put(self._k("grant", trajectory_id), body),
+                                               c.op_put(self._k("history", trajectory_id) + b"/" + _num(new_epoch),
+                                                        body)])
             if resp.get("succeeded"):
                 if owner is not None:      # our own earlier grant is now stale: drop its lease
                     self._call(c.lease_revoke, int(owner["lease_id"]))
@@ -161,8 +163,10 @@ class EtcdOwnershipCoordinator(OwnershipCoordinator):
         t = self._now(now)
         owner, _rev, _epoch, grant = self._read(trajectory_id)
         if owner is not None:
+            # the key exists, so etcd holds the lease live; its TTL is reported in whole seconds
+            # (rounded down), so 0 means "expires within a second": treated as expiring now
             left = self._call(self.client.lease_ttl, int(owner["lease_id"]))
-            if left > 0:
+            if left >= 0:
                 return Lease(trajectory_id, owner["owner_id"], owner["owner_epoch"], owner["granted_at_s"],
                              t + left)
         if grant is None:
@@ -170,3 +174,23 @@ class EtcdOwnershipCoordinator(OwnershipCoordinator):
         expired_at = min(t, grant.get("expires_at_s", t)) if not grant.get("released") else grant["expires_at_s"]
         return Lease(trajectory_id, grant["owner_id"], grant["owner_epoch"], grant["granted_at_s"],
                      min(expired_at, t), released=bool(grant.get("released")))
+
+    def history(self, trajectory_id: str) -> list[Lease]:
+        """Every grant ever made for the trajectory, oldest first (the epoch history)."""
+        prefix = self._k("history", trajectory_id) + b"/"
+        kvs = self._call(self.client.range_prefix, prefix)
+        out = []
+        for kv in kvs:
+            g = json.loads(unb64(kv["value"]))
+            out.append(Lease(trajectory_id, g["owner_id"], g["owner_epoch"], g["granted_at_s"], g["expires_at_s"]))
+        return sorted(out, key=lambda lease: lease.owner_epoch)
+
+
+def open_coordinator(spec: str, **kw) -> OwnershipCoordinator:
+    """A coordinator from a command-line spec: ``etcd:URL[,URL...]`` for :class:`EtcdOwnershipCoordinator`,
+    anything else is the path of a :class:`~kernel_lib.ownership.SQLiteOwnershipCoordinator` file."""
+    from ..ownership import SQLiteOwnershipCoordinator
+
+    if isinstance(spec, str) and spec.startswith("etcd:"):
+        return EtcdOwnershipCoordinator([u for u in spec[5:].split(",") if u.strip()], **kw)
+    return SQLiteOwnershipCoordinator.open(spec, **kw)

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from typing import Iterator, Sequence
 
-from ..errors import CorruptLogError, StoreClosedError, StoreError
+from ..errors import CorruptLogError, StoreClosedError, StoreError, StoreReadOnlyError
 from ..events import Event, decode_stored, digest
 from ..log.base import (
     MAX_OWNER_EPOCH,
@@ -62,6 +62,7 @@ class EtcdStore(LogStore):
         prefix: key prefix, so several logs can share one cluster.
         timeout_s: how long an append waits for a quorum acknowledgment before
             :class:`~kernel_lib.quorum.client.QuorumUnavailableError` (nothing acknowledged).
+        read_only: refuse appends and fences (StoreReadOnlyError); reads are unchanged.
 
     Raises:
         ConfigError: no endpoints or a bad timeout.
@@ -70,11 +71,18 @@ class EtcdStore(LogStore):
     name = "etcd"
     offered_tiers = (AckTier.QUORUM,)
 
-    def __init__(self, endpoints: "Sequence[str] | EtcdClient", *, prefix: str = "kl/", timeout_s: float = 5.0):
+    def __init__(self, endpoints: "Sequence[str] | EtcdClient", *, prefix: str = "kl/", timeout_s: float = 5.0,
+                 read_only: bool = False):
         self.client = endpoints if isinstance(endpoints, EtcdClient) else EtcdClient(endpoints, timeout_s=timeout_s)
         self.prefix = prefix.encode()
-        self.recovery = RecoveryReport(store=self.name, path=",".join(self.client.endpoints))
+        self.read_only = bool(read_only)
+        self.recovery = RecoveryReport(store=self.name, path=",".join(self.client.endpoints), read_only=self.read_only)
         self._closed = False
+
+    def _writable(self) -> None:
+        self._open()
+        if self.read_only:
+            raise StoreReadOnlyError("this etcd store was opened read-only; it takes no appends or fences")
 
     @classmethod
     def open(cls, endpoints: "str | Sequence[str]", **kw) -> "EtcdStore":
@@ -130,7 +138,7 @@ class EtcdStore(LogStore):
         """
         tier = self.check_tier(tier)
         events = check_events(events)
-        self._open()
+        self._writable()
         out: list[AppendOutcome | StoreError] = []
         for i in range(0, len(events), _CHUNK):
             out += self._append_chunk(events[i:i + _CHUNK], tier)
@@ -191,7 +199,7 @@ class EtcdStore(LogStore):
     def install_fence(self, trajectory_id: str, owner_epoch: int) -> None:
         """See :meth:`LogStore.install_fence` (a compare-and-set on the fence key)."""
         check_fence_args(trajectory_id, owner_epoch)
-        self._open()
+        self._writable()
         key = self._k("t", trajectory_id, "fence")
         for _ in range(_MAX_TRIES):
             cur = self.fence(trajectory_id)
@@ -207,7 +215,7 @@ class EtcdStore(LogStore):
         """See :meth:`LogStore.claim_epoch`: one compare-and-set on the fence key, so two
         claimants (threads, processes or hosts) never get the same epoch."""
         check_claim_args(trajectory_id, owner_epoch)
-        self._open()
+        self._writable()
         key = self._k("t", trajectory_id, "fence")
         for _ in range(_MAX_TRIES):
             cur = self.fence(trajectory_id)
