@@ -217,3 +217,11 @@ def test_the_zombie_is_refused_at_every_boundary_with_etcd_leases_and_log():
     assert r["ok"], r["checks"]
     assert [g["owner_epoch"] for g in r["epochs"]["grants"]] == [1, 2] and r["epochs"]["log_fence"] == 2
     assert r["etcd"]["members_left_running"] == 0
+
+
+def test_measure_tiers_reports_each_tier_of_table_2_with_its_failure_domain():
+    from kernel_lib.quorum.bench import measure_tiers
+    rows = {r["tier"]: r for r in measure_tiers(8)}
+    assert [rows[t]["survives"] for t in ("write", "fdatasync", "quorum")] == ["process_crash", "host_crash",
+                                                                               "volume_loss"]
+    assert rows["fdatasync"]["ratio_to_fdatasync_p50"] == 1.0 and all(r["appends"] == 8 for r in rows.values())

@@ -143,3 +143,47 @@ def format_quorum_bench(r: dict[str, Any]) -> str:
              f"   ratio quorum / fdatasync: {gc['ratio_events_per_s']:.2f}x",
              "", r["note"]]
     return "\n".join(lines)
+
+
+def measure_tiers(appends: int = 100, *, cluster: EtcdCluster | None = None) -> list[dict[str, Any]]:
+    """Acknowledgment latency per tier of table 2, side by side, measured on this machine: SQLite
+    at ``write`` (page cache), SQLite at ``fdatasync`` (the disk), and etcd at ``quorum`` (a Raft
+    commit on a majority). One writer, one event per acknowledgment, ``appends`` each, the three
+    interleaved in rounds. Uses ``cluster`` if given (running), else starts and stops its own.
+
+    Returns one row per tier: ``tier``, ``survives`` (failure domain), ``appends``, ``p50_ms``,
+    ``p99_ms``, ``mean_ms``, ``ratio_to_fdatasync_p50``.
+
+    Raises:
+        ConfigError: ``appends`` not an int >= 4. QuorumSetupError: etcd missing.
+    """
+    if type(appends) is not int or appends < 4:
+        raise ConfigError(f"appends must be an int >= 4, got {appends!r}")
+    own = cluster is None
+    cluster = cluster or EtcdCluster(3).start()
+    try:
+        with tempfile.TemporaryDirectory(prefix="kl-tiers-") as tmp:
+            local = SQLiteStore.open(Path(tmp) / "tiers.db")
+            quorum = EtcdStore(cluster.endpoints(only_running=True), timeout_s=10.0, prefix="kl-tiers/")
+            tiers = [("write", local, AckTier.WRITE), ("fdatasync", local, AckTier.FDATASYNC),
+                     ("quorum", quorum, AckTier.QUORUM)]
+            lat: dict[str, list[float]] = {t[0]: [] for t in tiers}
+            nxt = {t[0]: 1 for t in tiers}
+            tag = f"{time.time_ns()}"
+            rounds = 4
+            per = max(1, appends // rounds)
+            for r in range(rounds):
+                for label, store, tier in (tiers if r % 2 == 0 else list(reversed(tiers))):
+                    lat[label] += _latencies(store, tier, f"tiers-{label}-{tag}", nxt[label], per)
+                    nxt[label] += per
+            local.close()
+            quorum.close()
+    finally:
+        if own:
+            cluster.stop()
+    base = statistics.median(lat["fdatasync"])
+    return [{"tier": label, "survives": tier.survives_up_to.label, "appends": len(lat[label]),
+             "p50_ms": statistics.median(lat[label]) * 1e3, "p99_ms": _pct(lat[label], 0.99) * 1e3,
+             "mean_ms": statistics.fmean(lat[label]) * 1e3,
+             "ratio_to_fdatasync_p50": statistics.median(lat[label]) / base}
+            for label, _s, tier in tiers]
