@@ -225,3 +225,20 @@ def test_measure_tiers_reports_each_tier_of_table_2_with_its_failure_domain():
     assert [rows[t]["survives"] for t in ("write", "fdatasync", "quorum")] == ["process_crash", "host_crash",
                                                                                "volume_loss"]
     assert rows["fdatasync"]["ratio_to_fdatasync_p50"] == 1.0 and all(r["appends"] == 8 for r in rows.values())
+
+
+def test_quorum_demo_cli_prints_the_promised_json_and_quorum_cluster_stops_its_members():
+    import json
+    import subprocess
+    import sys
+    out = subprocess.run([sys.executable, "-m", "kernel_lib", "quorum-demo", "--json", "--per-phase", "2"],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    r = json.loads(out.stdout)
+    assert r["acknowledged"] >= 7 and r["acknowledged_lost"] == 0 and r["stalled_without_majority"] is True
+    out = subprocess.run([sys.executable, "-m", "kernel_lib", "quorum-cluster", "--seconds", "0.5", "--json"],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    pids = [m["pid"] for m in json.loads(out.stdout)["members"]]
+    from kernel_lib.quorum.cluster import _pid_alive
+    assert len(pids) == 3 and not any(_pid_alive(p) for p in pids)
