@@ -177,8 +177,15 @@ def test_etcd_leases_bound_how_long_a_lost_owner_blocks_recovery(cluster):
     first = co.acquire("q", "w1", 1.0)
     with pytest.raises(LeaseHeldError):
         co.acquire("q", "w2", 1.0)
-    time.sleep(2.6)                      # w1 is frozen: no keep-alive; etcd expires its key
-    second = co.acquire("q", "w2", 5.0)
+    t0 = time.monotonic()                # w1 is frozen: no keep-alive; etcd expires its key on its own clock
+    while True:
+        try:
+            second = co.acquire("q", "w2", 5.0)
+            break
+        except LeaseHeldError:
+            assert time.monotonic() - t0 < 8, "a 1 s etcd lease should expire within a few seconds"
+            time.sleep(0.1)
+    assert time.monotonic() - t0 > 0.5      # not before its term
     assert second.owner_epoch == first.owner_epoch + 1
     with pytest.raises(LeaseLostError) as err:
         co.renew(first)
