@@ -11,6 +11,7 @@ _EXPORTS = {
     "CadenceExplorer": "widgets.cadence_explorer",
     "CrashPanel": "widgets.crash_panel",
     "LogScrubber": "widgets.scrubber",
+    "ReplicationPanel": "widgets.replication",
     "ResumeTimelineView": "widgets.resume_timeline",
     "RetentionPlanner": "widgets.retention_planner",
 }
