@@ -249,3 +249,9 @@ def test_quorum_demo_cli_prints_the_promised_json_and_quorum_cluster_stops_its_m
     pids = [m["pid"] for m in json.loads(out.stdout)["members"]]
     from kernel_lib.quorum.cluster import _pid_alive
     assert len(pids) == 3 and not any(_pid_alive(p) for p in pids)
+
+
+def test_the_store_declares_what_it_survives_from_the_cluster_it_is_on(cluster):
+    d = EtcdStore(cluster.endpoints()).declaration()
+    assert d["members"] == 3 and d["majority"] == 2 and d["tolerates_member_losses"] == 1
+    assert d["survives"] == ["process_crash", "host_crash", "volume_loss"] and d["tier"] == "quorum"

@@ -91,6 +91,24 @@ class EtcdStore(LogStore):
             endpoints = [e for e in endpoints.split(",") if e.strip()]
         return cls(endpoints, **kw)
 
+    def members(self) -> int:
+        """How many members the cluster has (asked of the cluster: ``/v3/cluster/member/list``)."""
+        self._open()
+        return len(self.client.call("/v3/cluster/member/list", {}).get("members") or [])
+
+    def declaration(self) -> dict:
+        """What this store promises (§11.3.1 table 2 row 3, footnote 3): an acknowledgment is a Raft
+        commit on a majority, so it survives the loss of any minority of members, and of the
+        worker's volume provided no majority of members shares that volume (placement is not
+        something the store can see; ``quorum-placement`` shows what happens when it is wrong).
+
+        Raises QuorumUnavailableError if no member answers."""
+        n = self.members()
+        return {"store": self.name, "tier": AckTier.QUORUM.label,
+                "survives": [d.label for d in sorted(AckTier.QUORUM.survives) if d.value > 0],
+                "members": n, "majority": n // 2 + 1, "tolerates_member_losses": (n - 1) // 2,
+                "condition": "members placed on volumes other than the worker's (no majority co-located)"}
+
     # --- keys -------------------------------------------------------------------------------------
     def _k(self, *parts: "str | bytes") -> bytes:
         return self.prefix + b"/".join(p.encode() if isinstance(p, str) else p for p in parts)
