@@ -247,8 +247,8 @@ def test_quorum_demo_cli_prints_the_promised_json_and_quorum_cluster_stops_its_m
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     pids = [m["pid"] for m in json.loads(out.stdout)["members"]]
-    from kernel_lib.quorum.cluster import _pid_alive
-    assert len(pids) == 3 and not any(_pid_alive(p) for p in pids)
+    from kernel_lib.live.orphan import pid_alive
+    assert len(pids) == 3 and not any(pid_alive(p) for p in pids)
 
 
 def test_the_store_declares_what_it_survives_from_the_cluster_it_is_on(cluster):

@@ -29,7 +29,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from ..errors import ConfigError
 from .errors import LiveProcessError
@@ -105,18 +105,22 @@ def live_env() -> dict[str, str]:
     return {**os.environ, "PYTHONDONTWRITEBYTECODE": "1", "PYTHONUNBUFFERED": "1", **parent_env()}
 
 
-def sweep_stale_workdirs(parent: str | os.PathLike | None = None) -> list[Path]:
-    """Remove work directories left by a controller that died without cleaning up (its owner pid
-    is gone, e.g. a killed notebook kernel). Directories without an owner mark are left alone.
-    Returns the directories removed."""
+def sweep_stale_workdirs(parent: str | os.PathLike | None = None, *, prefix: str = TEMP_PREFIX,
+                         before_remove: "Callable[[Path], None] | None" = None) -> list[Path]:
+    """Remove work directories (named ``prefix*`` under ``parent``) left by a controller that died
+    without cleaning up (its owner pid is gone, e.g. a killed notebook kernel), calling
+    ``before_remove(dir)`` first (e.g. to stop processes it recorded). Directories without an owner
+    mark are left alone. Returns the directories removed."""
     base = Path(parent) if parent is not None else Path(tempfile.gettempdir())
     removed = []
-    for d in base.glob(TEMP_PREFIX + "*"):
+    for d in base.glob(prefix + "*"):
         try:
             owner = int((d / OWNER_FILE).read_text().strip())
         except (OSError, ValueError):
             continue
         if owner != os.getpid() and not pid_alive(owner):
+            if before_remove is not None:
+                before_remove(d)
             remove_tree(d)
             removed.append(d)
     return removed

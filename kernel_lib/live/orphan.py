@@ -42,11 +42,16 @@ def watch_parent(on_orphan: Callable[[], None], interval_s: float = 0.5) -> thre
 
 
 def pid_alive(pid: int) -> bool:
-    """True if a process with this pid exists (signal 0 probe)."""
+    """True if a process with this pid exists on this host and has not exited (signal 0 probe;
+    an exited child not yet reaped, a zombie, counts as gone)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
         return True
-    return True
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return True

@@ -67,20 +67,6 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:    # a zombie child of ours still answers kill(0)
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return True
-
-
 def _die_with_parent() -> None:     # pragma: no cover - runs in the child between fork and exec
     try:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)   # PR_SET_PDEATHSIG
@@ -88,30 +74,24 @@ def _die_with_parent() -> None:     # pragma: no cover - runs in the child betwe
         pass
 
 
+def _kill_recorded_members(d: Path) -> None:
+    try:
+        pids = [m["pid"] for m in json.loads((d / MEMBERS_FILE).read_text()) if m.get("pid")]
+    except (OSError, ValueError, TypeError, KeyError):
+        pids = []
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
 def sweep_stale_clusters(parent: str | os.PathLike | None = None) -> list[Path]:
     """Stop the members of, and remove, cluster work directories whose owner process is gone
     (e.g. a killed notebook kernel). Returns the directories removed."""
-    base = Path(parent) if parent is not None else Path(tempfile.gettempdir())
-    removed = []
-    for d in base.glob(TEMP_PREFIX + "*"):
-        try:
-            owner = int((d / OWNER_FILE).read_text().strip())
-        except (OSError, ValueError):
-            continue
-        if owner == os.getpid() or _pid_alive(owner):
-            continue
-        try:
-            pids = [m["pid"] for m in json.loads((d / MEMBERS_FILE).read_text()) if m.get("pid")]
-        except (OSError, ValueError, TypeError, KeyError):
-            pids = []
-        for pid in pids:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
-        shutil.rmtree(d, ignore_errors=True)
-        removed.append(d)
-    return removed
+    from ..live.controller import sweep_stale_workdirs
+
+    return sweep_stale_workdirs(parent, prefix=TEMP_PREFIX, before_remove=_kill_recorded_members)
 
 
 @dataclass

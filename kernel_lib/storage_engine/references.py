@@ -47,6 +47,7 @@ from pathlib import Path
 from typing import Iterator
 
 from ..checkpoint.blobs import is_digest
+from ..live.orphan import pid_alive
 from ..errors import ConfigError, RetentionError
 from ..retention import ARTIFACT_CLASSES, RetentionPolicy
 
@@ -131,19 +132,6 @@ class Reference:
     holder: str
     artifact_class: str
     added_unix_s: float
-
-
-def _alive(pid: int) -> bool:
-    """True if a process with this pid exists on this host (the ledger is a local SQLite file)."""
-    if pid == os.getpid():
-        return True
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _text(name: str, value: object) -> str:
@@ -474,4 +462,4 @@ class ReferenceIndex:
         exists (a crash between mark and finish). A live collector's marks are left alone."""
         with self._lock:
             rows = self._db.execute("SELECT digest, owner_pid FROM collecting ORDER BY digest").fetchall()
-        return [d for d, pid in rows if not _alive(pid)]
+        return [d for d, pid in rows if pid != os.getpid() and not pid_alive(pid)]
