@@ -406,6 +406,16 @@ def crash_states(ops: list[Op], seed: int = 0, label: str = "") -> list[CrashSta
     return out
 
 
+def state_key(mem: MemoryFileSystem, promised: object, label: str = "") -> bytes:
+    """A digest of what a crash state leaves on disk plus what had been promised (acknowledged)
+    by then: two states with the same key need checking once."""
+    h = hashlib.blake2b(label.encode(), digest_size=16)
+    for path in sorted(mem.files):
+        h.update(path.encode() + b"\0" + hashlib.blake2b(mem.files[path], digest_size=16).digest())
+    h.update(repr(promised).encode())
+    return h.digest()
+
+
 def materialize(ops: list[Op], state: CrashState, seed: int = 0) -> MemoryFileSystem:
     """The files a reboot would find in ``state``, as a fresh :class:`MemoryFileSystem`."""
     inodes: dict[int, bytearray] = {}
@@ -623,11 +633,7 @@ def run(seed: int = 0, max_states: int | None = None, progress: bool = False,
             bar.update(1)
         mem = materialize(recd.ops, st, seed)
         events, fences = _promises(recd.ops, st.crash_after, include_write_tier=(st.kind == "process"))
-        h = hashlib.blake2b(recd.workload.name.encode(), digest_size=16)
-        for path in sorted(mem.files):
-            h.update(path.encode() + b"\0" + hashlib.blake2b(mem.files[path], digest_size=16).digest())
-        h.update(repr((sorted(events), sorted(fences))).encode())
-        key = h.digest()
+        key = state_key(mem, (sorted(events), sorted(fences)), recd.workload.name)
         if key in seen:
             continue
         seen.add(key)

@@ -30,13 +30,12 @@ Entry point: :func:`explore`. It counts the states explored and lists every viol
 
 from __future__ import annotations
 
-import hashlib
 import random
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from ..crashcheck import _FILE_OPS, _EventMaker, crash_states, materialize
+from ..crashcheck import _FILE_OPS, _EventMaker, crash_states, materialize, state_key
 from ..errors import ConfigError, CorruptLogError
 from ..log.fs import FileSystem, MemoryFileSystem, Op, RecordingFileSystem
 from ..log.segment import SegmentStore
@@ -222,13 +221,10 @@ def explore(seed: int = 0, *, max_states: int | None = None,
     for i, st in enumerate(states):
         mem = materialize(rec.ops, st, seed)
         acked = _acked(rec.ops, st.crash_after)
-        h = hashlib.blake2b(digest_size=16)
-        for path in sorted(mem.files):
-            h.update(path.encode() + b"\0" + hashlib.blake2b(mem.files[path], digest_size=16).digest())
-        h.update(repr(acked).encode())
-        if h.digest() in seen:
+        key = state_key(mem, acked)
+        if key in seen:
             continue
-        seen.add(h.digest())
+        seen.add(key)
         report.states_explored += 1
         report.by_kind[st.kind] = report.by_kind.get(st.kind, 0) + 1
         problems, used = _check(rec, mem, acked, blob_store_cls)

@@ -24,7 +24,6 @@ Entry point: :func:`explore`.
 
 from __future__ import annotations
 
-import hashlib
 import random
 import tempfile
 import time
@@ -33,7 +32,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..checkpoint.blobs import DirectoryBlobStore, sha256_hex
-from ..crashcheck import _FILE_OPS, crash_states, materialize
+from ..crashcheck import _FILE_OPS, crash_states, materialize, state_key
 from ..errors import ConfigError, CorruptLogError
 from ..events import ContextBuilt, TaskStarted
 from ..log.fs import FileSystem, MemoryFileSystem, Op, RecordingFileSystem
@@ -146,13 +145,10 @@ def explore(order: str = "payload-first", *, turns: int = 3, seed: int = 0,
     for i, st in enumerate(states):
         mem = materialize(ops, st, seed)
         acked = [s for op in ops[:st.crash_after] if op.kind == "ack" for s in op.subjects]
-        h = hashlib.blake2b(digest_size=16)
-        for path in sorted(mem.files):
-            h.update(path.encode() + b"\0" + hashlib.blake2b(mem.files[path], digest_size=16).digest())
-        h.update(repr(acked).encode())
-        if h.digest() in seen:
+        key = state_key(mem, acked)
+        if key in seen:
             continue
-        seen.add(h.digest())
+        seen.add(key)
         rep.states_explored += 1
         rep.by_kind[st.kind] = rep.by_kind.get(st.kind, 0) + 1
         problems = _check(mem, acked)
