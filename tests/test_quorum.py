@@ -255,3 +255,17 @@ def test_the_store_declares_what_it_survives_from_the_cluster_it_is_on(cluster):
     d = EtcdStore(cluster.endpoints()).declaration()
     assert d["members"] == 3 and d["majority"] == 2 and d["tolerates_member_losses"] == 1
     assert d["survives"] == ["process_crash", "host_crash", "volume_loss"] and d["tier"] == "quorum"
+
+
+def test_a_lone_survivor_is_read_from_its_own_disk_without_a_majority(cluster):
+    """The placement demo counts what survives without a majority by recovering each surviving
+    member alone from its own disk (--force-new-cluster); on a member that did receive the events
+    the count is every acknowledged event (so a 0 elsewhere is a reading, not a default)."""
+    from kernel_lib.quorum.demo import TRAJECTORY, _count_on_disk_survivors
+    store = EtcdStore(cluster.endpoints())
+    log = _log(store, tid=TRAJECTORY)
+    acked = [log.append(task()).event_id] + [log.append(intent(op=f"s{i}")).event_id for i in range(3)]
+    time.sleep(0.3)                      # let every follower apply the commits
+    cluster.kill(0)
+    cluster.kill(1)
+    assert _count_on_disk_survivors(cluster, [cluster.members[2]], acked) == len(acked)

@@ -393,7 +393,8 @@ class ReplicationPanel(anywidget.AnyWidget):
         self._n_ack += 1
         self._remember(ev, ms)
         o = self._outcome("acknowledged", f"append {n}: event #{ev.sequence_number} ({ev.event_type}) acknowledged "
-                          f"in {ms:.1f} ms (measured), committed by a majority of {self.cluster.majority()}",
+                          f"in {ms:.1f} ms (measured), committed by a majority ({self.cluster.majority()} of "
+                          f"{len(self.cluster.members)} members)",
                           acknowledged=True, ms=round(ms, 2), sequence=ev.sequence_number, event_id=ev.event_id)
         self._say(o["text"])
         return o

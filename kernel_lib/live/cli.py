@@ -24,7 +24,8 @@ by operation id against the executor, verifying the Ed25519 signature of any com
 test_r18 and is frozen with SIGSTOP (not killed); its lease lapses; a replacement is granted
 owner_epoch 2, installs it in the log and at the executor and reconciles test_r18; then SIGCONT
 wakes the old worker, whose late append, late dispatch through its gate and re-sent request are
-each refused, while test_r18 keeps its single dispatch (sqlite store only).
+each refused, while test_r18 keeps its single dispatch (sqlite or etcd store: the segment log
+admits one opener at a time).
 
 examples:
   python -m kernel_lib worksheet --crash-after ToolResult --store segment --json

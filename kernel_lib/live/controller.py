@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import shutil
 import signal
@@ -446,6 +447,12 @@ def run_zombie(store_kind: str = "sqlite", workdir: str | os.PathLike | None = N
                           "the stalled worker lives; its fencing is tested in-process (tests/test_ownership.py)")
     if lease_ttl_s is None:        # etcd lease TTLs are whole seconds, counted on the leader's clock
         lease_ttl_s = 3.0 if store_kind == "etcd" else 1.0
+    elif store_kind == "etcd" and not isinstance(lease_ttl_s, bool) and isinstance(lease_ttl_s, (int, float)):
+        if lease_ttl_s < 2:
+            raise ConfigError(f"with --store etcd the lease term must be at least 2 s (etcd counts lease TTLs in whole "
+                              f"seconds, and the old worker must still hold its lease when it dispatches), got "
+                              f"{lease_ttl_s!r}")
+        lease_ttl_s = float(math.ceil(lease_ttl_s))     # what etcd will grant
     for name, value, lo, hi in (("lease_ttl_s", lease_ttl_s, 0.2, 60), ("test_delay_s", test_delay_s, 0, 600),
                                 ("reconcile_timeout_s", reconcile_timeout_s, 0, 600)):
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not lo <= value <= hi:

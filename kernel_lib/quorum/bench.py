@@ -171,8 +171,8 @@ def measure_tiers(appends: int = 100, *, cluster: EtcdCluster | None = None) -> 
             nxt = {t[0]: 1 for t in tiers}
             tag = f"{time.time_ns()}"
             rounds = 4
-            per = max(1, appends // rounds)
             for r in range(rounds):
+                per = appends // rounds + (1 if r < appends % rounds else 0)   # exactly `appends` in all
                 for label, store, tier in (tiers if r % 2 == 0 else list(reversed(tiers))):
                     lat[label] += _latencies(store, tier, f"tiers-{label}-{tag}", nxt[label], per)
                     nxt[label] += per

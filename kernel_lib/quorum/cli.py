@@ -28,7 +28,11 @@ acknowledged events survive and how many copies of each existed outside the work
 
 def _cmd_demo(args: argparse.Namespace) -> int:
     progress = None if args.json else (lambda msg: print(msg, file=sys.stderr, flush=True))
-    rep = quorum_demo(per_phase=args.per_phase, timeout_s=args.timeout, progress=progress)
+    try:
+        rep = quorum_demo(per_phase=args.per_phase, timeout_s=args.timeout, progress=progress)
+    except KeyboardInterrupt:
+        print("quorum-demo: interrupted; every member it started was stopped", file=sys.stderr)
+        return 130
     if args.json:
         print(json.dumps(rep.to_dict(), indent=2))
     else:
@@ -45,9 +49,11 @@ def _cmd_placement(args: argparse.Namespace) -> int:
         print(json.dumps([r.to_dict() for r in reps], indent=2))
     else:
         for r in reps:
+            policy = "meets" if r.copies_outside_worker_volume >= 2 else "fails"
             print(f"{r.colocated} of {r.members} members on the worker's volume: {r.survived}/{r.acknowledged} "
                   f"acknowledged events survived; copies outside the volume per acknowledgment: "
-                  f"{r.copies_outside_worker_volume} ({r.verdict})")
+                  f"{r.copies_outside_worker_volume}, so it {policy} the worksheet's two-copies-off-the-volume "
+                  f"policy ({r.verdict})")
     return 0
 
 
@@ -62,12 +68,17 @@ def _cmd_cluster(args: argparse.Namespace) -> int:
         signal.signal(sig, lambda *_: stop.set())
     cluster = EtcdCluster(args.members, work_dir=args.dir)
     try:
-        cluster.start()
+        try:
+            cluster.start()
+        except KeyboardInterrupt:
+            return 130
         info = {"endpoints": cluster.endpoints(), "store_path": ",".join(cluster.endpoints()),
                 "members": cluster.status(), "work_dir": str(cluster.work_dir)}
+        until = f"stopping after {args.seconds:g} s" if args.seconds else "Ctrl-C stops every one"
         print(json.dumps(info, indent=2) if args.json else
-              f"{args.members} etcd members up; store path for --store etcd:\n  {info['store_path']}\n"
-              f"pids: {[m['pid'] for m in info['members']]}; Ctrl-C stops every one", flush=True)
+              f"{args.members} etcd members up; client URLs (for open_store('etcd', ...) / EtcdStore in Python, or "
+              f"etcdctl --endpoints):\n  {info['store_path']}\n"
+              f"pids: {[m['pid'] for m in info['members']]}; {until}", flush=True)
         stop.wait(args.seconds if args.seconds else None)
     finally:
         cluster.stop()

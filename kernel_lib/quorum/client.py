@@ -141,9 +141,10 @@ class EtcdClient:
             self._preferred = i
             return data
         seen = list(dict.fromkeys(errors))[-len(self.endpoints):]
+        what = {"/v3/kv/txn": "the write", "/v3/kv/range": "the read", "/v3/kv/put": "the write"}.get(path, path)
         raise QuorumUnavailableError(
-            f"no etcd member acknowledged {path} within {self.timeout_s:g} s (no majority reachable?): "
-            + "; ".join(seen) + ". Nothing is acknowledged.")
+            f"no etcd member acknowledged {what} within {self.timeout_s:g} s (fewer than a majority of members "
+            "answering, or none): " + "; ".join(seen) + ". Nothing is acknowledged.")
 
     # --- kv ---------------------------------------------------------------------------------------------------
     def get(self, key: bytes) -> dict[str, Any] | None:

@@ -192,8 +192,8 @@ class EtcdCluster:
     def _initial_cluster(self) -> str:
         return ",".join(f"{m.name}={m.peer_url}" for m in self.members)
 
-    def _spawn(self, binary: str, m: Member, cluster_state: str) -> None:
-        cmd = [binary, "--name", m.name, "--data-dir", str(m.data_dir),
+    def _spawn(self, binary: str, m: Member, cluster_state: str, extra: tuple[str, ...] = ()) -> None:
+        cmd = [binary, *extra, "--name", m.name, "--data-dir", str(m.data_dir),
                "--listen-client-urls", m.client_url, "--advertise-client-urls", m.client_url,
                "--listen-peer-urls", m.peer_url, "--initial-advertise-peer-urls", m.peer_url,
                "--initial-cluster", self._initial_cluster(), "--initial-cluster-state", cluster_state,
@@ -212,7 +212,10 @@ class EtcdCluster:
 
     def _write_members(self) -> None:
         if self.work_dir is not None:
-            (self.work_dir / MEMBERS_FILE).write_text(json.dumps([m.to_dict() for m in self.members]))
+            try:
+                (self.work_dir / MEMBERS_FILE).write_text(json.dumps([m.to_dict() for m in self.members]))
+            except OSError:     # the directory is being removed (stop, or an interrupted start)
+                pass
 
     def wait_healthy(self, timeout_s: float, members: list[Member] | None = None) -> None:
         """Wait until each running member answers ``/health`` with a leader.
@@ -327,6 +330,20 @@ class EtcdCluster:
         if m.state == "destroyed":
             raise ConfigError(f"member {m.name}'s volume was destroyed; it cannot rejoin as the same member")
         self._spawn(etcd_binary(), m, "existing")
+        self.wait_healthy(wait_s, [m])
+        return m
+
+    def recover_alone(self, which: "int | str", *, wait_s: float = 20.0) -> Member:
+        """Disaster recovery when no majority is left: restart member ``which`` (killed first if
+        running) from its own data directory with ``--force-new-cluster``, as a one-member cluster
+        holding exactly what that member had on disk. The other members' identities are dropped;
+        use this only to read what survived."""
+        m = self.member(which)
+        if m.state == "destroyed":
+            raise ConfigError(f"member {m.name}'s volume was destroyed; nothing is left to recover from it")
+        if m.running():
+            self.kill(m.name)
+        self._spawn(etcd_binary(), m, "existing", ("--force-new-cluster",))
         self.wait_healthy(wait_s, [m])
         return m
 

@@ -165,7 +165,7 @@ class PlacementReport:
     acknowledged: int
     survived: int
     copies_outside_worker_volume: int
-    paused_off_volume: int
+    off_volume_down_during_acks: int
     verdict: str
 
     def to_dict(self) -> dict[str, Any]:
@@ -174,8 +174,14 @@ class PlacementReport:
 
 def placement_demo(colocated: int, *, members: int = 3, appends: int = 5, timeout_s: float = 2.0) -> PlacementReport:
     """Place ``colocated`` of ``members`` etcd members on the worker's volume, acknowledge
-    ``appends`` events with only a bare majority alive (the off-volume members beyond it paused),
-    delete the worker's volume, resume the paused members and count what survived.
+    ``appends`` events with only a bare majority up (the off-volume members beyond it are down:
+    killed, so no message reaches them), delete the worker's volume, restart the members that were
+    down and count what survived; when no majority is left, each survivor is recovered alone from
+    its own disk (etcd's ``--force-new-cluster``) and read.
+
+    (A member frozen with SIGSTOP would not do here: the kernel keeps accepting the leader's
+    messages into its socket buffers, and the member applies them when it resumes, even after the
+    leader is gone.)
 
     Raises:
         ConfigError: ``colocated`` outside 0..members, or a bad count.
@@ -184,6 +190,8 @@ def placement_demo(colocated: int, *, members: int = 3, appends: int = 5, timeou
         raise ConfigError(f"members must be an int from 1 to 7, got {members!r}")
     if type(colocated) is not int or not 0 <= colocated <= members:
         raise ConfigError(f"colocated must be an int from 0 to {members}, got {colocated!r}")
+    if type(appends) is not int or not 1 <= appends <= 1000:
+        raise ConfigError(f"appends must be an int from 1 to 1000, got {appends!r}")
     majority = members // 2 + 1
     cluster = EtcdCluster(members)
     try:
@@ -194,10 +202,10 @@ def placement_demo(colocated: int, *, members: int = 3, appends: int = 5, timeou
         off_volume = cluster.members[colocated:]
         # a majority that uses the co-located members first: the commit rests on them
         keep_off = max(0, majority - colocated)
-        paused = off_volume[keep_off:]
-        for m in paused:
-            cluster.pause(m.name)
-        store = EtcdStore(cluster.endpoints(), timeout_s=timeout_s)
+        down = off_volume[keep_off:]
+        for m in down:
+            cluster.kill(m.name)
+        store = EtcdStore(cluster.endpoints(only_running=True), timeout_s=timeout_s)
         log = TrajectoryLog(store, TRAJECTORY, must_survive="volume_loss")
         acked = [log.append(_task()).event_id]
         for i in range(1, appends):
@@ -208,11 +216,12 @@ def placement_demo(colocated: int, *, members: int = 3, appends: int = 5, timeou
         for m in on_volume:
             cluster.destroy_volume(m.name)
         shutil.rmtree(worker_volume, ignore_errors=True)
-        for m in paused:
-            cluster.resume(m.name)
-        survivors = [m for m in cluster.members if m.running()]
+        left = [m for m in cluster.members if m.state != "destroyed"]
         survived = 0
-        if len(survivors) >= majority:
+        if len(left) >= majority:
+            for m in down:
+                cluster.restart(m.name)
+            survivors = [m for m in cluster.members if m.running()]
             st = EtcdStore([m.client_url for m in survivors], timeout_s=5.0)
             try:
                 survived = len({e.event_id for e in st.read(TRAJECTORY)} & set(acked))
@@ -220,17 +229,37 @@ def placement_demo(colocated: int, *, members: int = 3, appends: int = 5, timeou
                 survived = 0
             finally:
                 st.close()
-        else:
-            survived = _count_on_disk_survivors(survivors, acked)
+        else:      # no majority left: recover each survivor alone from its own disk and read it
+            survived = _count_on_disk_survivors(cluster, left, acked)
         verdict = ("every acknowledged event survived" if survived == len(acked) else
                    f"{len(acked) - survived} of {len(acked)} acknowledged events lost with the worker's volume")
-        return PlacementReport(members, colocated, majority, len(acked), survived, copies_outside, len(paused),
+        return PlacementReport(members, colocated, majority, len(acked), survived, copies_outside, len(down),
                                verdict)
     finally:
         cluster.stop()
 
 
-def _count_on_disk_survivors(survivors: list, acked: list[str]) -> int:
-    """Without a majority the survivors cannot serve reads; a lone survivor that was paused
-    during the appends never received them, so nothing acknowledged is on it."""
-    return 0
+def _count_on_disk_survivors(cluster: EtcdCluster, survivors: list, acked: list[str]) -> int:
+    """Without a majority nothing can be read through the cluster, so recover each surviving
+    member alone from its own data directory (``--force-new-cluster``, etcd's disaster-recovery
+    start) and count the acknowledged events found on any of them."""
+    from ..events import decode_stored
+    from .client import EtcdClient, b64, range_end_for_prefix, unb64
+
+    prefix = f"kl/t/{TRAJECTORY}/e/".encode()
+    found: set[str] = set()
+    for m in survivors:
+        cluster.recover_alone(m.name)
+        with EtcdClient([m.client_url], timeout_s=5.0) as c:
+            try:
+                kvs = c.call("/v3/kv/range", {"key": b64(prefix), "range_end": b64(range_end_for_prefix(prefix))}
+                             ).get("kvs") or []
+            except StoreError:
+                kvs = []
+        cluster.kill(m.name)
+        for kv in kvs:
+            try:
+                found.add(decode_stored(unb64(kv.get("value"))).event_id)
+            except Exception:  # noqa: BLE001 - a damaged value is not a surviving event
+                continue
+    return len(found & set(acked))
