@@ -9,7 +9,9 @@ Invariants: bad input is a clear typed error (KernelError subclasses); nothing a
 no stale owner's append lands; nothing is acknowledged without a majority; every process started is
 stopped by pid; nothing hangs.
 
-Tests marked ``xfail(strict=True)`` document a defect: they pass once it is fixed.
+Most tests here began as failing tests for defects an adversarial pass found (since fixed). The one
+still marked ``xfail(strict=True)`` documents a known limitation (members started from a thread other
+than the main one do not die with a SIGKILLed parent; the next cluster's sweep removes them).
 """
 
 from __future__ import annotations
@@ -94,8 +96,6 @@ def cluster():
 
 # --- bad arguments, no cluster needed -------------------------------------------------------------
 
-@pytest.mark.xfail(strict=True, reason="defect: EtcdCluster does not check start_timeout_s (TypeError or a "
-                                       "misleading QuorumSetupError at start)")
 @pytest.mark.parametrize("bad", [-1, math.nan, "x", True])
 def test_cluster_refuses_a_bad_start_timeout_at_construction(bad):
     """Fault: start_timeout_s negative, NaN, a string or a bool. Invariant: bad input is a typed
@@ -111,8 +111,6 @@ def test_cluster_refuses_bad_member_counts(bad):
         EtcdCluster(bad)
 
 
-@pytest.mark.xfail(strict=True, reason="defect: a single URL string is iterated character by character "
-                                       "(endpoints 'h','t','t','p',...)")
 def test_a_single_url_string_is_not_split_into_characters():
     """Fault: EtcdStore / EtcdClient / EtcdOwnershipCoordinator given one URL as a str (EtcdStore.open
     accepts that form). Invariant: bad input is a clear typed error. Goal: either the one URL is
@@ -130,8 +128,6 @@ def test_a_single_url_string_is_not_split_into_characters():
             client.close()
 
 
-@pytest.mark.xfail(strict=True, reason="defect: endpoints that are not http(s) URLs are accepted and later "
-                                       "reported as 'no majority reachable' after the full timeout")
 @pytest.mark.parametrize("bad", ["garbage", "127.0.0.1:2379", "ftp://127.0.0.1:2379"])
 def test_an_endpoint_that_is_not_a_url_is_a_config_error(bad):
     """Fault: an endpoint without http:// (a common etcdctl habit) or with another scheme.
@@ -141,7 +137,6 @@ def test_an_endpoint_that_is_not_a_url_is_a_config_error(bad):
         EtcdClient([bad], timeout_s=0.5).close()
 
 
-@pytest.mark.xfail(strict=True, reason="defect: a non-str prefix raises AttributeError")
 @pytest.mark.parametrize("bad", [None, 5, b"kl/"])
 def test_a_bad_prefix_is_a_config_error(bad):
     """Fault: prefix None / an int / bytes. Invariant: typed errors. Goal: ConfigError (or bytes
@@ -226,8 +221,6 @@ class _JsonHandler(BaseHTTPRequestHandler):
         pass
 
 
-@pytest.mark.xfail(strict=True, reason="defect: a non-etcd HTTP server answering 200 JSON makes the store and "
-                                       "coordinator raise IndexError / KeyError / AttributeError")
 @pytest.mark.parametrize("what", ["append", "acquire", "head-list"])
 def test_a_foreign_json_server_is_a_typed_error(what):
     """Fault: the endpoint is some other HTTP service that answers 200 with JSON that is not an
@@ -251,8 +244,6 @@ def test_a_foreign_json_server_is_a_typed_error(what):
         srv.server_close()
 
 
-@pytest.mark.xfail(strict=True, reason="defect: the stale-cluster sweep SIGKILLs whatever pid members.json "
-                                       "names, without checking it is still that cluster's etcd")
 def test_the_sweep_does_not_kill_an_unrelated_process_that_reused_a_recorded_pid(tmp_path):
     """Fault: a stale kl-etcd-* directory (owner dead) whose members.json names a pid that now
     belongs to an unrelated process (pid reuse after a reboot or a long time). Invariant: only
@@ -275,8 +266,6 @@ def test_the_sweep_does_not_kill_an_unrelated_process_that_reused_a_recorded_pid
         victim.wait()
 
 
-@pytest.mark.xfail(strict=True, reason="defect: an election timeout etcd rejects (> 50 s) is accepted and start "
-                                       "waits the whole start timeout for a member that already exited")
 def test_an_election_timeout_etcd_rejects_fails_fast():
     """Fault: election_ms=60000 (etcd refuses > 50000 ms and exits at once). Invariant: bad input
     is a clear typed error; no needless waits. Goal: ConfigError at construction, or a
@@ -289,8 +278,6 @@ def test_an_election_timeout_etcd_rejects_fails_fast():
 
 # --- the store on a shared cluster -----------------------------------------------------------------
 
-@pytest.mark.xfail(strict=True, reason="defect: trajectory ids are put into keys unescaped; a trajectory named "
-                                       "'x/e/<20 digits>' lands inside x's event range and x reads as corrupt")
 def test_a_trajectory_id_with_slashes_cannot_corrupt_another_trajectory(cluster):
     """Fault: trajectory ids containing the key separator ('x' and 'x/e/00000000000000000001').
     Invariant: nothing acknowledged is lost or made unreadable by another writer's legal append.
@@ -314,8 +301,6 @@ def test_an_oversized_event_is_refused_typed_and_nothing_is_applied(cluster):
     assert s.head("big") == 1
 
 
-@pytest.mark.xfail(strict=True, reason="defect: batches are chunked by count (200) only; 200 events of 10 KB "
-                                       "exceed etcd's request limit and the whole batch is refused")
 def test_a_batch_of_moderate_events_is_not_refused_for_its_total_size(cluster):
     """Fault: a group-commit batch of 200 events of ~10 KB each (each one far below etcd's
     1.5 MiB request limit). Invariant: events the store accepts one by one are accepted in a
@@ -326,8 +311,6 @@ def test_a_batch_of_moderate_events_is_not_refused_for_its_total_size(cluster):
     assert all(not isinstance(o, Exception) for o in out) and s.head("mid") == 200
 
 
-@pytest.mark.xfail(strict=True, reason="defect: a batch over 200 events is several transactions; when a later one "
-                                       "is refused the call raises, yet the earlier chunk is already committed")
 def test_a_refused_batch_is_not_partially_applied(cluster):
     """Fault: 250 events, the last one larger than etcd's request limit. Invariant: the caller is
     told exactly what was acknowledged. Goal: either the call raises and nothing of the batch is
@@ -377,8 +360,6 @@ def test_large_batches_duplicates_and_read_only(cluster):
 
 # --- the coordinator ------------------------------------------------------------------------------------
 
-@pytest.mark.xfail(strict=True, reason="defect: history(t) is a prefix range 'history/<t>/' and includes the "
-                                       "grants of trajectory '<t>/...'")
 def test_coordinator_history_is_only_this_trajectorys(cluster):
     """Fault: two trajectories 'hh' and 'hh/x'. Invariant: the epoch history of a trajectory is
     its own. Goal: history('hh') lists one grant."""
@@ -388,8 +369,6 @@ def test_coordinator_history_is_only_this_trajectorys(cluster):
     assert len(co.history("hh")) == 1
 
 
-@pytest.mark.xfail(strict=True, reason="defect: min_epoch is not bounded; epochs >= 2**63 are granted, which no "
-                                       "log can install (the SQLite coordinator raises ConfigError)")
 @pytest.mark.parametrize("min_epoch", [2**63 - 1, 2**63, 10**30])
 def test_coordinator_refuses_a_min_epoch_that_overflows_owner_epoch(cluster, min_epoch):
     """Fault: acquire(min_epoch=2**63-1 / 2**63 / 10**30). Invariant: an owner_epoch granted must be
@@ -400,8 +379,6 @@ def test_coordinator_refuses_a_min_epoch_that_overflows_owner_epoch(cluster, min
         co.release(lease)
 
 
-@pytest.mark.xfail(strict=True, reason="defect: a TTL etcd cannot grant is reported as "
-                                       "CoordinatorUnavailableError (a retryable outage), not a bad argument")
 def test_coordinator_reports_a_ttl_etcd_refuses_as_a_bad_argument(cluster):
     """Fault: ttl_s=1e12 (etcd: 'too large lease TTL'). Invariant: bad input is a clear typed
     error. Goal: ConfigError; CoordinatorUnavailableError tells the caller to retry an outage."""
@@ -471,9 +448,6 @@ def test_leader_killed_during_claims_then_no_majority():
     assert all(not m.running() for m in c.members)
 
 
-@pytest.mark.xfail(strict=True, reason="defect: the coordinator sends lease_grant and the grant txn as "
-                                       "non-idempotent, so one timed-out attempt during a leader election ends the "
-                                       "acquire with CoordinatorUnavailableError although a majority is up")
 def test_coordinator_acquire_survives_a_leader_failover_with_a_majority_up():
     """Fault: the Raft leader is SIGKILLed while four threads acquire leases (two of three members
     stay up: a majority). Invariant: with a majority up the coordinator keeps deciding (as the
@@ -659,8 +633,6 @@ def test_members_started_from_a_worker_thread_die_with_a_sigkilled_parent(tmp_pa
 
 # --- demos, CLI, worksheet, widget -------------------------------------------------------------------------------
 
-@pytest.mark.xfail(strict=True, reason="defect: placement_demo does not check `appends` (0 and -5 still append "
-                                       "one event; 'x' is a TypeError after three members were started)")
 @pytest.mark.parametrize("bad", [0, -5, "x"])
 def test_placement_demo_refuses_a_bad_append_count(bad):
     """Fault: appends=0 / -5 / 'x' (also reachable as quorum-placement --appends -5). Invariant:

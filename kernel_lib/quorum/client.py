@@ -17,6 +17,7 @@ from __future__ import annotations
 import base64
 import math
 import time
+import urllib.parse
 from typing import Any, Sequence
 
 import httpx
@@ -60,10 +61,25 @@ class EtcdClient:
         ConfigError: no endpoints, or a bad timeout.
     """
 
-    def __init__(self, endpoints: Sequence[str], *, timeout_s: float = 5.0):
-        eps = [e.rstrip("/") for e in endpoints if isinstance(e, str) and e.strip()]
+    def __init__(self, endpoints: "Sequence[str] | str", *, timeout_s: float = 5.0):
+        if isinstance(endpoints, str):          # one URL, or several separated by commas
+            endpoints = endpoints.split(",")
+        try:
+            eps = [e.strip().rstrip("/") for e in endpoints if isinstance(e, str) and e.strip()]
+        except TypeError:
+            raise ConfigError(f"endpoints must be URLs (a list, or one comma-separated string), got "
+                              f"{endpoints!r}") from None
         if not eps:
             raise ConfigError("an etcd client needs at least one endpoint URL")
+        for e in eps:
+            u = urllib.parse.urlsplit(e)
+            try:
+                port = u.port
+            except ValueError:
+                port = None
+            if u.scheme not in ("http", "https") or not u.hostname or port is None:
+                raise ConfigError(f"etcd endpoint {e!r} is not an http(s)://HOST:PORT URL (e.g. "
+                                  "http://127.0.0.1:2379)")
         if (isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)) or not math.isfinite(timeout_s)
                 or timeout_s <= 0):
             raise ConfigError(f"timeout_s must be a finite number > 0, got {timeout_s!r}")
@@ -129,6 +145,9 @@ class EtcdClient:
             except ValueError:
                 errors.append(f"{self.endpoints[i]}: HTTP {r.status_code}, not JSON")
                 continue
+            if not isinstance(data, dict):
+                raise StoreError(f"{self.endpoints[i]} answered {path} with JSON that is not an etcd reply "
+                                 f"({type(data).__name__}): is this an etcd member?")
             if r.status_code != 200:
                 msg = str(data.get("error") or data.get("message") or data)[:200]
                 if r.status_code in (503, 504) or "leader" in msg or "timed out" in msg or "unavailable" in msg:
@@ -182,10 +201,13 @@ class EtcdClient:
     # --- leases ----------------------------------------------------------------------------------------------
     def lease_grant(self, ttl_s: int) -> tuple[int, int]:
         """A new lease of ``ttl_s`` whole seconds; returns (lease id, granted TTL)."""
-        data = self.call("/v3/lease/grant", {"TTL": str(int(ttl_s))}, idempotent=False)
+        data = self.call("/v3/lease/grant", {"TTL": str(int(ttl_s))}, idempotent=True)   # a spare lease just expires
         if data.get("error"):
             raise StoreError(f"etcd refused a lease: {data['error']}")
-        return int(data["ID"]), int(data["TTL"])
+        try:
+            return int(data["ID"]), int(data["TTL"])
+        except (KeyError, TypeError, ValueError):
+            raise StoreError(f"the lease grant answer is not etcd's ({str(data)[:120]}): is this an etcd member?") from None
 
     def lease_keepalive(self, lease_id: int) -> int:
         """Renew a lease; returns its new TTL (0 or less: it had already expired)."""

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import ctypes
 import json
+import math
 import os
 import shutil
 import signal
@@ -75,11 +76,19 @@ def _die_with_parent() -> None:     # pragma: no cover - runs in the child betwe
 
 
 def _kill_recorded_members(d: Path) -> None:
+    """SIGKILL the members recorded in ``d``'s members.json, but only a pid that is still an etcd
+    process of that directory (a recorded pid may have been reused by something else)."""
     try:
         pids = [m["pid"] for m in json.loads((d / MEMBERS_FILE).read_text()) if m.get("pid")]
     except (OSError, ValueError, TypeError, KeyError):
         pids = []
     for pid in pids:
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if not cmdline or not cmdline[0].endswith(b"etcd") or not any(str(d).encode() in a for a in cmdline):
+            continue
         try:
             os.kill(pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
@@ -161,6 +170,11 @@ class EtcdCluster:
                 raise ConfigError(f"{name} must be an int > 0, got {v!r}")
         if self.election_ms < 5 * self.heartbeat_ms:
             raise ConfigError("election_ms must be at least 5 x heartbeat_ms (etcd requires it)")
+        if self.election_ms > 50_000:
+            raise ConfigError(f"election_ms must be at most 50000 (etcd refuses more), got {self.election_ms!r}")
+        t = self.start_timeout_s
+        if isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t) or t <= 0:
+            raise ConfigError(f"start_timeout_s must be a finite number of seconds > 0, got {t!r}")
 
     # --- life cycle -------------------------------------------------------------------------------
     def start(self) -> "EtcdCluster":
@@ -227,6 +241,8 @@ class EtcdCluster:
         deadline = time.monotonic() + timeout_s
         with httpx.Client(timeout=1.0) as http:
             while todo and time.monotonic() < deadline:
+                if any(not m.running() for m in todo):
+                    break                   # a member exited (e.g. etcd refused its flags): no point waiting
                 for m in list(todo):
                     try:
                         r = http.get(m.client_url + "/health")

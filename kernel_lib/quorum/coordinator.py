@@ -24,14 +24,16 @@ from __future__ import annotations
 import json
 import math
 import time
+import urllib.parse
 from typing import Callable, Sequence
 
 from ..errors import ConfigError, CoordinatorUnavailableError, LeaseHeldError, LeaseLostError, StoreError
-from ..log.base import FailureDomain
+from ..log.base import MAX_OWNER_EPOCH, FailureDomain
 from ..ownership import Lease, OwnershipCoordinator, _check_id, _check_seconds
 from .client import EtcdClient, unb64
 
 _DIGITS = 20
+_MAX_TTL_S = 9_000_000_000      # etcd's MaxLeaseTTL
 
 
 def _num(n: int) -> bytes:
@@ -54,6 +56,8 @@ class EtcdOwnershipCoordinator(OwnershipCoordinator):
 
     def __init__(self, endpoints: "Sequence[str] | EtcdClient", *, prefix: str = "kl-own/",
                  clock: Callable[[], float] = time.time, timeout_s: float = 5.0):
+        if not isinstance(prefix, str):
+            raise ConfigError(f"prefix must be a string, got {prefix!r}")
         self.client = endpoints if isinstance(endpoints, EtcdClient) else EtcdClient(endpoints, timeout_s=timeout_s)
         self.prefix = prefix.encode()
         self.clock = clock
@@ -62,7 +66,8 @@ class EtcdOwnershipCoordinator(OwnershipCoordinator):
         self.client.close()
 
     def _k(self, kind: str, trajectory_id: str) -> bytes:
-        return self.prefix + kind.encode() + b"/" + trajectory_id.encode()
+        # the id percent-encoded: "hh" and "hh/x" never share a key prefix
+        return self.prefix + kind.encode() + b"/" + urllib.parse.quote(trajectory_id, safe="").encode()
 
     def _call(self, fn, *args):
         try:
@@ -81,10 +86,14 @@ class EtcdOwnershipCoordinator(OwnershipCoordinator):
             kvs = r.get("response_range", {}).get("kvs") or []
             out.append(kvs[0] if kvs else None)
         owner_kv, epoch_kv, grant_kv = (out + [None, None, None])[:3]
-        owner = json.loads(unb64(owner_kv["value"])) if owner_kv else None
-        rev = int(owner_kv["mod_revision"]) if owner_kv else 0
-        epoch = int(unb64(epoch_kv["value"])) if epoch_kv else 0
-        grant = json.loads(unb64(grant_kv["value"])) if grant_kv else None
+        try:
+            owner = json.loads(unb64(owner_kv["value"])) if owner_kv else None
+            rev = int(owner_kv["mod_revision"]) if owner_kv else 0
+            epoch = int(unb64(epoch_kv["value"])) if epoch_kv else 0
+            grant = json.loads(unb64(grant_kv["value"])) if grant_kv else None
+        except (KeyError, TypeError, ValueError) as exc:
+            raise CoordinatorUnavailableError(f"{self.name}: the grant keys of {trajectory_id!r} do not read as this "
+                                              f"coordinator's ({type(exc).__name__}); nothing was decided") from exc
         return owner, rev, epoch, grant
 
     def acquire(self, trajectory_id: str, owner_id: str, ttl_s: float, now: float | None = None, *,
@@ -92,8 +101,10 @@ class EtcdOwnershipCoordinator(OwnershipCoordinator):
         _check_id("trajectory_id", trajectory_id)
         _check_id("owner_id", owner_id)
         ttl = _check_seconds("ttl_s", ttl_s, positive=True)
-        if type(min_epoch) is not int or min_epoch < 0:
-            raise ConfigError(f"min_epoch must be an int >= 0, got {min_epoch!r}")
+        if ttl > _MAX_TTL_S:
+            raise ConfigError(f"ttl_s must be at most {_MAX_TTL_S:.0f} s (etcd's longest lease), got {ttl_s!r}")
+        if type(min_epoch) is not int or not 0 <= min_epoch < MAX_OWNER_EPOCH:
+            raise ConfigError(f"min_epoch must be an int from 0 to 2**63 - 2, got {min_epoch!r}")
         t = self._now(now)
         c = self.client
         for _ in range(20):
@@ -112,11 +123,12 @@ class EtcdOwnershipCoordinator(OwnershipCoordinator):
             compare = [c.cmp_mod(ok_key, rev) if owner is not None else c.cmp_missing(ok_key),
                        c.cmp_value(self._k("epoch", trajectory_id), "EQUAL", _num(epoch)) if epoch
                        else c.cmp_missing(self._k("epoch", trajectory_id))]
-            resp = self._call(c.txn, compare, [c.op_put(ok_key, body, lease_id),
-                                               c.op_put(self._k("epoch", trajectory_id), _num(new_epoch)),
-                                               c.op_put(self._k("grant", trajectory_id), body),
-                                               c.op_put(self._k("history", trajectory_id) + b"/" + _num(new_epoch),
-                                                        body)])
+            resp = self._call(lambda: c.txn(compare, [c.op_put(ok_key, body, lease_id),
+                                                      c.op_put(self._k("epoch", trajectory_id), _num(new_epoch)),
+                                                      c.op_put(self._k("grant", trajectory_id), body),
+                                                      c.op_put(self._k("history", trajectory_id) + b"/"
+                                                               + _num(new_epoch), body)],
+                                              idempotent=True))    # compare-and-set: a re-send cannot grant twice
             if resp.get("succeeded"):
                 if owner is not None:      # our own earlier grant is now stale: drop its lease
                     self._call(c.lease_revoke, int(owner["lease_id"]))

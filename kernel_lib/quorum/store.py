@@ -13,6 +13,10 @@ Keys (under a ``prefix``, default ``kl/``)::
     id/<event id>                            "<trajectory>\\n<sequence>\\n<digest>"
     tl/<trajectory>                          present once the trajectory has an event
 
+(ids percent-encoded, so ``/`` in a trajectory id cannot reach into another's keys). An event's
+canonical bytes may be at most :data:`MAX_EVENT_BYTES` (etcd limits a request's size); larger
+payloads belong in a blob store, referenced by digest (§11.8.2).
+
 Every batch is decided under the shared append contract (:func:`kernel_lib.log.base.check_append`:
 gapless sequence numbers, owner_epoch fencing, semantic deduplication) against the state read
 from the cluster, and written with ONE etcd transaction whose comparisons pin that state: the
@@ -24,9 +28,10 @@ check is atomic with the append, in the store itself, with no lock held outside 
 
 from __future__ import annotations
 
+import urllib.parse
 from typing import Iterator, Sequence
 
-from ..errors import CorruptLogError, StoreClosedError, StoreError, StoreReadOnlyError
+from ..errors import ConfigError, CorruptLogError, StoreClosedError, StoreError, StoreReadOnlyError
 from ..events import Event, decode_stored, digest
 from ..log.base import (
     MAX_OWNER_EPOCH,
@@ -48,6 +53,8 @@ from .client import EtcdClient, unb64
 _DIGITS = 20
 _MAX_TRIES = 20
 _CHUNK = 200          # events per transaction (two puts each, under etcd's --max-txn-ops 1024)
+_CHUNK_BYTES = 900_000        # encoded bytes per transaction, under etcd's 1.5 MiB request limit
+MAX_EVENT_BYTES = 640_000     # one event's canonical bytes (base64 makes them 4/3 larger in the request)
 
 
 def _num(n: int) -> bytes:
@@ -73,6 +80,8 @@ class EtcdStore(LogStore):
 
     def __init__(self, endpoints: "Sequence[str] | EtcdClient", *, prefix: str = "kl/", timeout_s: float = 5.0,
                  read_only: bool = False):
+        if not isinstance(prefix, str):
+            raise ConfigError(f"prefix must be a string, got {prefix!r}")
         self.client = endpoints if isinstance(endpoints, EtcdClient) else EtcdClient(endpoints, timeout_s=timeout_s)
         self.prefix = prefix.encode()
         self.read_only = bool(read_only)
@@ -113,8 +122,14 @@ class EtcdStore(LogStore):
     def _k(self, *parts: "str | bytes") -> bytes:
         return self.prefix + b"/".join(p.encode() if isinstance(p, str) else p for p in parts)
 
+    @staticmethod
+    def _t(trajectory_id: str) -> str:
+        """A trajectory id as one key segment: ``/`` and ``%`` escaped, so no id can reach into
+        another's key range (``x`` and ``x/e/0…1`` stay apart)."""
+        return urllib.parse.quote(trajectory_id, safe="")
+
     def _ev_key(self, t: str, seq: int) -> bytes:
-        return self._k("t", t, "e", _num(seq))
+        return self._k("t", self._t(t), "e", _num(seq))
 
     def _open(self) -> None:
         if self._closed:
@@ -126,13 +141,17 @@ class EtcdStore(LogStore):
         c = self.client
         tids_l, ops = sorted(tids), []
         for t in tids_l:
-            ops += [c.op_get(self._k("t", t, "head")), c.op_get(self._k("t", t, "fence"))]
-        ops += [c.op_get(self._k("id", i)) for i in ids]
+            ops += [c.op_get(self._k("t", self._t(t), "head")), c.op_get(self._k("t", self._t(t), "fence"))]
+        ops += [c.op_get(self._k("id", urllib.parse.quote(i, safe=""))) for i in ids]
         resp = c.call("/v3/kv/txn", {"compare": [], "success": ops}) if ops else {"responses": []}
         vals = []
-        for r in resp.get("responses", []):
-            kvs = r.get("response_range", {}).get("kvs") or []
-            vals.append(unb64(kvs[0]["value"]) if kvs else None)
+        responses = resp.get("responses", [])
+        if not isinstance(responses, list) or len(responses) != len(ops):
+            raise StoreError(f"the etcd read answered {len(responses) if isinstance(responses, list) else responses!r} "
+                             f"results for {len(ops)} reads: is this an etcd member?")
+        for r in responses:
+            kvs = (r.get("response_range") or {}).get("kvs") or [] if isinstance(r, dict) else []
+            vals.append(unb64(kvs[0].get("value")) if kvs else None)
         heads, fences = {}, {}
         for n, t in enumerate(tids_l):
             h, f = vals[2 * n], vals[2 * n + 1]
@@ -158,8 +177,17 @@ class EtcdStore(LogStore):
         events = check_events(events)
         self._writable()
         out: list[AppendOutcome | StoreError] = []
-        for i in range(0, len(events), _CHUNK):
-            out += self._append_chunk(events[i:i + _CHUNK], tier)
+        chunk: list[Event] = []
+        size = 0
+        for ev in events:             # transactions bounded by count and by encoded bytes
+            n = 4 * len(ev.canonical) // 3 + 256
+            if chunk and (len(chunk) >= _CHUNK or size + n > _CHUNK_BYTES):
+                out += self._append_chunk(chunk, tier)
+                chunk, size = [], 0
+            chunk.append(ev)
+            size += n
+        if chunk:
+            out += self._append_chunk(chunk, tier)
         return out
 
     def _append_chunk(self, events: list[Event], tier: AckTier) -> list["AppendOutcome | StoreError"]:
@@ -180,6 +208,10 @@ class EtcdStore(LogStore):
                 try:
                     if ev.owner_epoch > MAX_OWNER_EPOCH or ev.sequence_number > MAX_OWNER_EPOCH:
                         raise StoreError(f"event {ev.event_id}: owner_epoch and sequence_number must be < 2**63")
+                    if len(ev.canonical) > MAX_EVENT_BYTES:
+                        raise StoreError(f"event {ev.event_id} is {len(ev.canonical):,} bytes, over this store's "
+                                         f"{MAX_EVENT_BYTES:,}-byte limit (etcd refuses large requests): keep large "
+                                         "payloads in a blob store and log their digest (§11.8.2); nothing appended")
                     if check_append(ev, existing, None, heads[t], fences[t]):
                         out.append(AppendOutcome(ev.event_id, existing.trajectory_id, existing.sequence_number,
                                                  tier, True))
@@ -192,7 +224,7 @@ class EtcdStore(LogStore):
                 batch_ids[ev.event_id] = ev
                 new_ids.append(ev.event_id)
                 puts.append(c.op_put(self._ev_key(t, ev.sequence_number), ev.canonical))
-                puts.append(c.op_put(self._k("id", ev.event_id),
+                puts.append(c.op_put(self._k("id", urllib.parse.quote(ev.event_id, safe="")),
                                      f"{t}\n{ev.sequence_number}\n{ev.digest}".encode()))
                 out.append(AppendOutcome(ev.event_id, t, ev.sequence_number, tier))
             if not puts:
@@ -200,13 +232,13 @@ class EtcdStore(LogStore):
             compare = []
             for t in tids:
                 for name, before, after in (("head", read_heads[t], heads[t]), ("fence", read_fences[t], fences[t])):
-                    key = self._k("t", t, name)
+                    key = self._k("t", self._t(t), name)
                     compare.append(c.cmp_value(key, "EQUAL", _num(before)) if before else c.cmp_missing(key))
                     if after != before:
                         puts.append(c.op_put(key, _num(after)))
                 if heads[t] != read_heads[t] and not read_heads[t]:
-                    puts.append(c.op_put(self._k("tl", t), b""))
-            compare += [c.cmp_missing(self._k("id", i)) for i in new_ids]
+                    puts.append(c.op_put(self._k("tl", self._t(t)), b""))
+            compare += [c.cmp_missing(self._k("id", urllib.parse.quote(i, safe=""))) for i in new_ids]
             resp = c.txn(compare, puts, idempotent=True)   # the comparisons make a re-send harmless
             if resp.get("succeeded"):
                 return out
@@ -218,7 +250,7 @@ class EtcdStore(LogStore):
         """See :meth:`LogStore.install_fence` (a compare-and-set on the fence key)."""
         check_fence_args(trajectory_id, owner_epoch)
         self._writable()
-        key = self._k("t", trajectory_id, "fence")
+        key = self._k("t", self._t(trajectory_id), "fence")
         for _ in range(_MAX_TRIES):
             cur = self.fence(trajectory_id)
             check_fence_not_older(trajectory_id, owner_epoch, cur)
@@ -234,7 +266,7 @@ class EtcdStore(LogStore):
         claimants (threads, processes or hosts) never get the same epoch."""
         check_claim_args(trajectory_id, owner_epoch)
         self._writable()
-        key = self._k("t", trajectory_id, "fence")
+        key = self._k("t", self._t(trajectory_id), "fence")
         for _ in range(_MAX_TRIES):
             cur = self.fence(trajectory_id)
             epoch = next_claimed_epoch(trajectory_id, owner_epoch, cur)
@@ -247,13 +279,13 @@ class EtcdStore(LogStore):
 
     def fence(self, trajectory_id: str) -> int:
         self._open()
-        v = self.client.get_value(self._k("t", trajectory_id, "fence"))
+        v = self.client.get_value(self._k("t", self._t(trajectory_id), "fence"))
         return int(v) if v else 0
 
     # --- reads ----------------------------------------------------------------------------------------
     def head(self, trajectory_id: str) -> int:
         self._open()
-        v = self.client.get_value(self._k("t", trajectory_id, "head"))
+        v = self.client.get_value(self._k("t", self._t(trajectory_id), "head"))
         return int(v) if v else 0
 
     def read(self, trajectory_id: str, start: int = 1, stop: int | None = None) -> Iterator[Event]:
@@ -274,7 +306,7 @@ class EtcdStore(LogStore):
     def _pages(self, t: str, lo: int, hi: int) -> Iterator[Event]:
         pos = lo
         while pos <= hi:
-            kvs = self.client.range_prefix(self._k("t", t, "e", ""), start=self._ev_key(t, pos),
+            kvs = self.client.range_prefix(self._k("t", self._t(t), "e", ""), start=self._ev_key(t, pos),
                                            end=self._ev_key(t, hi + 1), limit=1000)
             if not kvs:
                 raise CorruptLogError(f"etcd log {t!r}: no event at #{pos} although the head is #{hi}")
@@ -290,7 +322,8 @@ class EtcdStore(LogStore):
     def trajectories(self) -> list[str]:
         self._open()
         p = self._k("tl", "")
-        return sorted(unb64(kv["key"])[len(p):].decode() for kv in self.client.range_prefix(p, keys_only=True))
+        return sorted(urllib.parse.unquote(unb64(kv["key"])[len(p):].decode())
+                      for kv in self.client.range_prefix(p, keys_only=True))
 
     def close(self) -> None:
         if not self._closed:
