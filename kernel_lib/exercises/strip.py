@@ -22,9 +22,12 @@ import re
 import sys
 from pathlib import Path
 
-import nbformat
+from typing import TYPE_CHECKING
 
 from ..errors import ConfigError
+
+if TYPE_CHECKING:          # nbformat is imported where it is used: it costs ~1.5 s (jsonschema) at start-up
+    import nbformat
 
 ROOT = Path(__file__).resolve().parents[2]
 SOLUTIONS_DIR = ROOT / "solutions"
@@ -67,7 +70,7 @@ def strip_source(source: str, cell_type: str = "code", where: str = "cell") -> s
     return "\n".join(out)
 
 
-def strip_notebook(nb: nbformat.NotebookNode, source_name: str = "the solution notebook") -> nbformat.NotebookNode:
+def strip_notebook(nb: "nbformat.NotebookNode", source_name: str = "the solution notebook") -> "nbformat.NotebookNode":
     """A student copy of a solution notebook (see the module docstring)."""
     nb = copy.deepcopy(nb)
     cells = []
@@ -89,6 +92,8 @@ def strip_notebook(nb: nbformat.NotebookNode, source_name: str = "the solution n
             cell.outputs = []
             cell.execution_count = None
         cells.append(cell)
+    import nbformat
+
     note = nbformat.v4.new_markdown_cell(
         f"> **Your copy of the exercise**: fill in the cells marked for your answers and run the notebook; "
         "the last cells grade what you wrote. You may use any function of `kernel_lib` (for instance "
@@ -105,6 +110,8 @@ def strip_notebook(nb: nbformat.NotebookNode, source_name: str = "the solution n
 def render(solution_path: Path) -> str:
     """The exact text of the exercise notebook derived from ``solution_path``."""
     solution_path = Path(solution_path)
+    import nbformat
+
     nb = nbformat.read(solution_path, as_version=4)
     text = nbformat.writes(strip_notebook(nb, solution_path.name))
     return text if text.endswith("\n") else text + "\n"
