@@ -708,3 +708,28 @@ def test_replication_panel_misuse_is_typed_and_stop_ends_a_paused_member():
     assert _wait_gone(pids) == []
     with pytest.raises(ClusterNotRunningError):
         p.append()
+
+
+def test_a_port_taken_between_choice_and_bind_is_retried_with_new_ports(monkeypatch):
+    """Fault: a chosen port is taken by another process before etcd binds it (the CI failure that
+    found this: 'bind: address already in use'). Invariant: start() either forms the cluster or
+    raises a typed error. Goal: it retries with fresh ports and starts."""
+    import socket as _socket
+
+    from kernel_lib.quorum import cluster as cl
+    blocker = _socket.socket(_socket.AF_INET, _socket.SOCK_STREAM)
+    blocker.bind(("127.0.0.1", 0))
+    blocker.listen(1)
+    taken_port = blocker.getsockname()[1]
+    real = cl._free_port
+    calls = {"n": 0}
+
+    def first_port_is_taken(taken=None):
+        calls["n"] += 1
+        return taken_port if calls["n"] == 1 else real(taken)
+    monkeypatch.setattr(cl, "_free_port", first_port_is_taken)
+    try:
+        with EtcdCluster(3, start_timeout_s=10) as c:
+            assert c.alive() == 3 and taken_port not in [m.client_port for m in c.members]
+    finally:
+        blocker.close()

@@ -26,6 +26,7 @@ from __future__ import annotations
 import ctypes
 import json
 import math
+import random
 import os
 import shutil
 import signal
@@ -62,8 +63,34 @@ def etcd_binary() -> str:
     return path
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+def _ephemeral_range() -> tuple[int, int]:
+    try:
+        lo, hi = (int(x) for x in Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
+        return lo, hi
+    except (OSError, ValueError):
+        return 32768, 60999
+
+
+_PORT_RNG = random.Random()
+
+
+def _free_port(taken: "set[int] | None" = None) -> int:
+    """A loopback port that binds now, chosen BELOW the kernel's ephemeral range: the port is
+    released before etcd binds it, and a port from the ephemeral range could meanwhile be handed
+    to some outgoing connection (then etcd fails with 'address already in use')."""
+    lo, _hi = _ephemeral_range()
+    taken = taken or set()
+    for _ in range(200):
+        port = _PORT_RNG.randrange(20000, max(20001, min(lo, 32768)))
+        if port in taken:
+            continue
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:    # fall back to any free port
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
 
@@ -190,17 +217,32 @@ class EtcdCluster:
             self.work_dir = Path(self.work_dir)
             self.work_dir.mkdir(parents=True, exist_ok=True)
         (self.work_dir / OWNER_FILE).write_text(f"{os.getpid()}\n")
-        for i in range(self.members_n):
-            name = f"m{i}"
-            self.members.append(Member(name, _free_port(), _free_port(), self.work_dir / name,
-                                       self.work_dir / f"{name}.log"))
-        try:
-            for m in self.members:
-                self._spawn(binary, m, "new")
-            self.wait_healthy(self.start_timeout_s)
-        except BaseException:
-            self.stop()
-            raise
+        for attempt in range(3):
+            taken: set[int] = set()
+            self.members = []
+            for i in range(self.members_n):
+                name = f"m{i}"
+                ports = (_free_port(taken), 0)
+                taken.add(ports[0])
+                ports = (ports[0], _free_port(taken))
+                taken.add(ports[1])
+                self.members.append(Member(name, ports[0], ports[1], self.work_dir / f"{name}-{attempt}",
+                                           self.work_dir / f"{name}.log"))
+            try:
+                for m in self.members:
+                    self._spawn(binary, m, "new")
+                self.wait_healthy(self.start_timeout_s)
+                return self
+            except QuorumSetupError as exc:
+                lost_port = "address already in use" in str(exc)
+                for m in self.members:
+                    self._terminate(m)
+                if not lost_port or attempt == 2:
+                    self.stop()
+                    raise
+            except BaseException:
+                self.stop()
+                raise
         return self
 
     def _initial_cluster(self) -> str:
@@ -237,7 +279,8 @@ class EtcdCluster:
         Raises QuorumSetupError naming the members that did not (with their log's last line)."""
         import httpx
 
-        todo = [m for m in (members or self.members) if m.running() and not m.paused]
+        todo = [m for m in (members or self.members) if not m.paused and m.state not in ("killed", "destroyed",
+                                                                                        "stopped")]
         deadline = time.monotonic() + timeout_s
         with httpx.Client(timeout=1.0) as http:
             while todo and time.monotonic() < deadline:
