@@ -129,6 +129,12 @@ class EtcdOwnershipCoordinator(OwnershipCoordinator):
                                                       c.op_put(self._k("history", trajectory_id) + b"/"
                                                                + _num(new_epoch), body)],
                                               idempotent=True))    # compare-and-set: a re-send cannot grant twice
+            if not resp.get("succeeded"):
+                # A re-sent transaction fails its comparisons when the first send had committed
+                # (its answer lost, e.g. in a leader election): then the grant is ours already.
+                now_owner = self._read(trajectory_id)[0]
+                if now_owner is not None and int(now_owner.get("lease_id", -1)) == lease_id:
+                    resp = {"succeeded": True}
             if resp.get("succeeded"):
                 if owner is not None:      # our own earlier grant is now stale: drop its lease
                     self._call(c.lease_revoke, int(owner["lease_id"]))
