@@ -24,7 +24,6 @@ from typing import Any, Callable
 
 from ..errors import ConfigError, StoreError
 from ..events import TaskStarted, ToolIntent
-from ..log.base import AckTier
 from ..log.trajectory import TrajectoryLog
 from .client import QuorumUnavailableError
 from .cluster import EtcdCluster
@@ -114,12 +113,10 @@ def quorum_demo(*, per_phase: int = 5, timeout_s: float = 2.0,
         cluster.kill(second.name)
         say(f"killed member {second.name}: one of three left, no majority")
         n += 1
-        stalled = log.stamp(_intent(n), log.head + 1)
+        stalled = log.stamp(_intent(n), log.head + 1)     # its id, for the check after the restart
         t0 = time.perf_counter()
         try:
-            store.append(stalled, AckTier.QUORUM)
-            acked.append(stalled.event_id)
-            log._head += 1
+            acked.append(log.append(_intent(n)).event_id)
         except QuorumUnavailableError as exc:
             rep.stalled_without_majority = True
             unacked.append(stalled.event_id)
@@ -137,10 +134,8 @@ def quorum_demo(*, per_phase: int = 5, timeout_s: float = 2.0,
         if unacked_present:
             rep.unacknowledged_later_present = len(unacked_present)
             acked.extend(unacked_present)      # it committed after all: part of the log now
-            n_skip = 0
-        else:
-            n_skip = 1 if unacked else 0
-        n -= n_skip
+        elif unacked:
+            n -= 1                             # it never landed: its operation number is free again
         phase("3 of 3 up again", per_phase)
         events = list(store.read(TRAJECTORY))
         ids = [e.event_id for e in events]

@@ -36,7 +36,6 @@ from ..checkpoint.restore import find_checkpoint, load_checkpoint
 from ..errors import CompactionRefusedError, KernelError, UnrecoverableStateError
 from ..events import CheckpointV2, Event
 from ..log.base import FailureDomain, LogStore
-from .payloads import referenced_digests
 from .references import ReferenceIndex, _time
 
 
@@ -270,7 +269,3 @@ def collect_garbage(blobs: BlobStore, index: ReferenceIndex, *, now_unix_s: floa
             index.end_collect(d)
     return rep
 
-
-def referenced_by(event: Event) -> set[str]:
-    """Payload digests ``event`` names (PayloadRef dicts, ``*_ref`` digest fields)."""
-    return referenced_digests(event.payload.model_dump())
