@@ -24,6 +24,7 @@ from typing import Any, Callable
 
 from ..errors import ConfigError, StoreError
 from ..events import TaskStarted, ToolIntent
+from ..log.base import AckTier
 from ..log.trajectory import TrajectoryLog
 from .client import QuorumUnavailableError
 from .cluster import EtcdCluster
@@ -85,7 +86,9 @@ def quorum_demo(*, per_phase: int = 5, timeout_s: float = 2.0,
     try:
         cluster.start()
         rep.processes_started = len(cluster.members)
-        store = EtcdStore(cluster.endpoints(), timeout_s=timeout_s)
+        # appends with a majority may wait out a leader election (slow on a loaded machine): they get
+        # a generous timeout; only the append made without a majority uses ``timeout_s``
+        store = EtcdStore(cluster.endpoints(), timeout_s=max(timeout_s, 15.0))
         log = TrajectoryLog(store, TRAJECTORY, must_survive="volume_loss")
         n = 0
 
@@ -113,10 +116,12 @@ def quorum_demo(*, per_phase: int = 5, timeout_s: float = 2.0,
         cluster.kill(second.name)
         say(f"killed member {second.name}: one of three left, no majority")
         n += 1
-        stalled = log.stamp(_intent(n), log.head + 1)     # its id, for the check after the restart
+        short = EtcdStore(cluster.endpoints(), timeout_s=timeout_s)
+        stalled = log.stamp(_intent(n), log.head + 1)   # the log is reopened after the restart, head and all
         t0 = time.perf_counter()
         try:
-            acked.append(log.append(_intent(n)).event_id)
+            short.append(stalled, AckTier.QUORUM)
+            acked.append(stalled.event_id)
         except QuorumUnavailableError as exc:
             rep.stalled_without_majority = True
             unacked.append(stalled.event_id)
@@ -124,6 +129,7 @@ def quorum_demo(*, per_phase: int = 5, timeout_s: float = 2.0,
             rep.steps.append({"phase": "1 of 3 up", "members_alive": cluster.alive(), "appended": 0,
                               "outcome": "not acknowledged: " + str(exc).split(":")[0]})
             say(f"append without a majority: not acknowledged after {rep.stall_waited_s:.1f} s; the caller was told")
+        short.close()
         cluster.restart(first.name)
         cluster.restart(second.name)
         say("restarted both members")
