@@ -182,7 +182,7 @@ class UnrecoverableStateError(KernelError):
 
 
 class RecordFormatError(KernelError, ValueError):
-    """Data given to :meth:`kernel_lib.record.TrajectoryRecord.from_dict` is not a trajectory
+    """Data given to :meth:`kernel_lib.core.record.TrajectoryRecord.from_dict` is not a trajectory
     record (a missing field, a wrong type)."""
 
 
@@ -190,7 +190,7 @@ class RecordFormatError(KernelError, ValueError):
 
 
 class OwnershipError(KernelError):
-    """Trajectory ownership could not be granted, kept or verified (kernel_lib.ownership)."""
+    """Trajectory ownership could not be granted, kept or verified (kernel_lib.ownership.leases)."""
 
 
 class LeaseHeldError(OwnershipError):
@@ -238,7 +238,7 @@ class FencedRequestError(OwnershipError):
 class ReconstructionUnavailableError(OwnershipError):
     """The authoritative log prefix or a required checkpoint object could not be shown complete,
     so reconstruction is unavailable (never an empty history). ``availability`` is the
-    :class:`kernel_lib.ownership.Availability` with the reasons."""
+    :class:`kernel_lib.ownership.leases.Availability` with the reasons."""
 
     def __init__(self, message: str, *, availability=None):
         self.availability = availability
@@ -246,7 +246,7 @@ class ReconstructionUnavailableError(OwnershipError):
 
 
 class InboxError(KernelError):
-    """The durable result inbox (kernel_lib.inbox) refused a request (§11.5.3)."""
+    """The durable result inbox (kernel_lib.gate.inbox) refused a request (§11.5.3)."""
 
 
 class InboxRecordError(InboxError, ValueError):
@@ -278,7 +278,7 @@ class PrefixRetiredError(StoreError):
 
 
 class RetentionError(KernelError):
-    """Base class of the storage engine's retention errors (:mod:`kernel_lib.storage_engine`)."""
+    """Base class of the storage engine's retention errors (:mod:`kernel_lib.retention`)."""
 
 
 class DanglingReferenceError(RetentionError):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from kernel_lib.events import Event, TaskStarted, ToolIntent, ToolResult
+from kernel_lib.core.events import Event, TaskStarted, ToolIntent, ToolResult
 
 
 def task(ceiling=5.0):

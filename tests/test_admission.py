@@ -16,19 +16,19 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kernel_lib.admission import (
+from kernel_lib.gate.admission import (
     CHECKS, ContinuationGate, Deployment, ProposedStep, discarded_partial_streams, evaluate, recorded_versions,
     resolve_version,
 )
-from kernel_lib.dispatch import (
+from kernel_lib.gate.dispatch import (
     AdmissionPolicy, DispatchGate, ModelCall, ModelReply, ToolProposal, ToolReply, decision_id, reservation_id,
 )
 from kernel_lib.errors import AdmissionDenied, ConfigError, DispatchWithheld
-from kernel_lib.events import (
+from kernel_lib.core.events import (
     ApprovalRequested, Authorized, BudgetReserved, BudgetSettled, PlanChanged, TaskStarted,
 )
 from kernel_lib.log import FailureDomain, MemoryStore, TrajectoryLog
-from kernel_lib.record import fold, initial_record
+from kernel_lib.core.record import fold, initial_record
 
 TRAJ = "traj-admission"
 POLICY = AdmissionPolicy({"g": {"run_tests", "read_logs", "edit_file", "write_report", "m"}})
@@ -205,7 +205,7 @@ def test_pending_approval_withholds_and_expired_approval_refuses():
     rec = refold(store)
     d = evaluate(rec, ProposedStep.from_tool(EDIT), policy=POLICY, now_unix_s=NOW - 10)   # before its expiry
     assert outcome(d, "approval") == "withhold"
-    from kernel_lib.events import ApprovalResolved
+    from kernel_lib.core.events import ApprovalResolved
     gate.log.append_many([ApprovalResolved(approval_id="ap1", decision="approved", reviewer="bob")])
     d = evaluate(refold(store), ProposedStep.from_tool(EDIT), policy=POLICY, now_unix_s=NOW)
     assert outcome(d, "approval") == "refuse" and "expired" in dict((c.name, c.reason) for c in d.checks)["approval"]

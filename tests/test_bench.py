@@ -9,7 +9,7 @@ import math
 
 import pytest
 
-from kernel_lib import bench
+import kernel_lib.bench.append as bench
 from kernel_lib.log import MemoryStore, SQLiteStore
 
 
@@ -221,7 +221,7 @@ def test_bench_restore_runs_from_the_cli_on_a_tiny_log(tmp_path):
 
 
 def test_bench_restore_refuses_bad_arguments():
-    from kernel_lib.checkpoint import bench as rb
+    import kernel_lib.bench.restore as rb
     from kernel_lib.errors import ConfigError
 
     for kw in ({"sizes": [5]}, {"store": "memory"}, {"rounds": 0}, {"scrub_positions": 0}):
@@ -233,7 +233,7 @@ def test_bench_restore_runs_a_repeated_size_once(tmp_path):
     """Fault: the same size is given twice (``--sizes 20 20``); both runs shared one log path, so
     the second appended a second TaskStarted to the first's log and failed. Invariant: each size
     has its own log. Goal: a repeated size is run once and reported once."""
-    from kernel_lib.checkpoint import bench as rb
+    import kernel_lib.bench.restore as rb
 
     r = rb.run_restore_bench(sizes=[20, 20], rounds=1, scrub_positions=1, dir=str(tmp_path))
     assert r["sizes"] == [20] and [x["events"] for x in r["results"]] == [20]

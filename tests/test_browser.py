@@ -222,7 +222,7 @@ def test_resume_timeline_number_boxes_in_jupyterlab(lab, browser):
     nb = nbformat.v4.new_notebook(cells=[
         nbformat.v4.new_markdown_cell("# heading above"),
         nbformat.v4.new_code_cell(
-            "from kernel_lib.resume import ResumeTimeline, PrefillModel\nfrom widgets import ResumeTimelineView\n"
+            "from kernel_lib.resume.stages import ResumeTimeline, PrefillModel\nfrom widgets import ResumeTimelineView\n"
             "tl = ResumeTimeline.from_durations({'ownership': 0.005, 'checkpoint_suffix_read': 0.02, 'fold': 0.01,"
             " 'workspace_restore': 0.002, 'reconciliation': 0.04}, measured=True,"
             " prefill=PrefillModel(8192, 6144, 20000.0))\nResumeTimelineView(tl)"),

@@ -16,8 +16,8 @@ import sympy as sp
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kernel_lib.cadence import derivation as dv
-from kernel_lib.cadence import formulas as f
+import kernel_lib.cadence.derivation as dv
+import kernel_lib.cadence.formulas as f
 from kernel_lib.cadence.measure import Quantity, measure_reconstruction, resolve_pause
 from kernel_lib.cadence.napkin import PRINTED, candidate_traces, reconstruct
 from kernel_lib.cadence.trace import (
@@ -542,7 +542,7 @@ def test_cli_bad_givens_are_one_error_line_naming_the_option(capsys, argv, says)
 
 
 def test_cli_simulate_bounds_its_turn_by_turn_check(capsys, monkeypatch):
-    from kernel_lib.cadence import cli as cadence_cli
+    import kernel_lib.cli.cadence as cadence_cli
     monkeypatch.setattr(cadence_cli, "CHECK_BUDGET_TURNS", 150)   # room for one walk of a 100-turn run
     argv = ["cadence", "simulate", "--turns", "100", "--crash-turns", "37,83", "--pause-s", "0.5", "--restore-s", "1",
             "--reconstruction-s-per-turn", "0.1"]

@@ -22,13 +22,13 @@ from kernel_lib.cadence import (
     logged_stride_turns,
     logging_stride_gain,
     measure_reconstruction,
-    napkin,
     poisson_trace,
     snapshot_write_volumes,
     trace_overhead,
     unlogged_stride_turns,
     worst_case_restore_s,
 )
+import kernel_lib.cadence.napkin as napkin
 from widgets.cadence_explorer import (
     _ESM,
     BYTES_PER_KB,

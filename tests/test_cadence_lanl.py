@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from scipy import stats
 
-from kernel_lib.cadence import formulas as f
+import kernel_lib.cadence.formulas as f
 from kernel_lib.cadence.lanl import (
     analyze_lanl,
     arrival_stats,

@@ -19,15 +19,24 @@ import rfc8785
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kernel_lib.checkpoint import (Checkpointer, DirectoryBlobStore, MemoryBlobStore, Tree, files_tree,
-                                   log_workspace_change, restore, scan_directory, store_tree)
+from kernel_lib.checkpoint import (
+    Checkpointer,
+    DirectoryBlobStore,
+    MemoryBlobStore,
+    Tree,
+    files_tree,
+    log_workspace_change,
+    scan_directory,
+    store_tree,
+)
+import kernel_lib.checkpoint.restore as restore
 from kernel_lib.checkpoint.state import (apply_state_delta, decode_record_state, diff_state, encode_record_state,
                                         record_from_snapshot)
 from kernel_lib.errors import CheckpointError, ConfigError, RecordFormatError, UnrecoverableStateError
-from kernel_lib.events import CheckpointV2, decode
+from kernel_lib.core.events import CheckpointV2, decode
 from kernel_lib.log import MemoryStore, TrajectoryLog
 from kernel_lib.log.base import AckTier
-from kernel_lib.record import TrajectoryRecord, fold, fold_into, fork, initial_record
+from kernel_lib.core.record import TrajectoryRecord, fold, fold_into, fork, initial_record
 from tests.helpers import ev, intent, task
 from tests.test_record_fold import record_run, steps_strategy
 
@@ -406,7 +415,7 @@ def test_checkpoint_event_decodes_and_validates():
 def test_fold_rejects_a_workspace_change_from_another_tree():
     a, b, c = ("a" * 64, "b" * 64, "c" * 64)
     from kernel_lib.errors import FoldError
-    from kernel_lib.events import WorkspaceChanged
+    from kernel_lib.core.events import WorkspaceChanged
     evs = [ev(task(), 1), ev(WorkspaceChanged(change_id="w1", base_tree_sha256=a, result_tree_sha256=b,
                                               delta_sha256=c), 2),
            ev(WorkspaceChanged(change_id="w2", base_tree_sha256=a, result_tree_sha256=c, delta_sha256=c), 3)]

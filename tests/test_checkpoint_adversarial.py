@@ -23,17 +23,17 @@ from kernel_lib.checkpoint import (
     MemoryBlobStore,
     files_tree,
     log_workspace_change,
-    restore,
     scan_directory,
     store_tree,
 )
+import kernel_lib.checkpoint.restore as restore
 from kernel_lib.checkpoint.manifest import CheckpointManifest
 from kernel_lib.checkpoint.restore import find_checkpoint
 from kernel_lib.checkpoint.state import canonical
 from kernel_lib.errors import CheckpointError, UnrecoverableStateError
-from kernel_lib.events import CheckpointV2
+from kernel_lib.core.events import CheckpointV2
 from kernel_lib.log import MemoryStore, TrajectoryLog
-from kernel_lib.record import fold, initial_record
+from kernel_lib.core.record import fold, initial_record
 from tests.helpers import intent, task
 
 TID = "traj-adv"

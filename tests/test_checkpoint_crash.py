@@ -12,7 +12,7 @@ Goal: the number of states explored is reported, and a store that skips its barr
 from __future__ import annotations
 
 from kernel_lib.checkpoint.blobs import DirectoryBlobStore
-from kernel_lib.checkpoint.crash import explore
+from kernel_lib.verify.checkpoint_workload import explore
 
 
 def test_every_crash_state_of_a_capture_leaves_the_previous_or_the_new_checkpoint():

@@ -15,8 +15,8 @@ from hypothesis import strategies as st
 
 from kernel_lib.checkpoint import CheckpointIndex
 from kernel_lib.errors import ConfigError, FoldError
-from kernel_lib.examples import worksheet_events
-from kernel_lib.record import fold, initial_record
+from kernel_lib.sim.worksheet import worksheet_events
+from kernel_lib.core.record import fold, initial_record
 from tests.helpers import ev, intent, task
 from tests.test_record_fold import record_run, steps_strategy
 from widgets.scrubber import LogScrubber, record_view

@@ -16,14 +16,15 @@ import json
 
 import pytest
 
-from kernel_lib.checkpoint import Checkpointer, DirectoryBlobStore, load_tree, restore
-from kernel_lib.dispatch import DispatchGate, ModelCall, ToolProposal
+from kernel_lib.checkpoint import Checkpointer, DirectoryBlobStore, load_tree
+import kernel_lib.checkpoint.restore as restore
+from kernel_lib.gate.dispatch import DispatchGate, ModelCall, ToolProposal
 from kernel_lib.errors import UnrecoverableStateError
-from kernel_lib.live.model import MODEL_NAME, StochasticModel, repair_prompt
+from kernel_lib.sim.model import MODEL_NAME, StochasticModel, repair_prompt
 from kernel_lib.live.workspace import build_snapshot, manifest_digest, manifest_of
 from kernel_lib.live.worker import GRANT, OPERATION, TRAJECTORY, policy, task
 from kernel_lib.log import SQLiteStore, TrajectoryLog
-from kernel_lib.record import fold, initial_record
+from kernel_lib.core.record import fold, initial_record
 
 
 class WorkerDied(BaseException):

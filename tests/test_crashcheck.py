@@ -11,8 +11,8 @@ from __future__ import annotations
 import argparse
 import json
 
-from kernel_lib import crashcheck
-from kernel_lib.crashcheck import CrashState, crash_states, materialize, run
+import kernel_lib.verify.log_workload as crashcheck
+from kernel_lib.verify.log_workload import CrashState, crash_states, materialize, run
 from kernel_lib.log.fs import MemoryFileSystem, RecordingFileSystem
 from kernel_lib.log.segment import SegmentStore
 

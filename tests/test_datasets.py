@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from kernel_lib.cli import load_events
-from kernel_lib.examples import worksheet_events
+from kernel_lib.sim.worksheet import worksheet_events
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -10,10 +10,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kernel_lib.dispatch import (AdmissionPolicy, DispatchGate, ModelCall, ModelReply, ToolProposal, ToolReply,
+from kernel_lib.gate.dispatch import (AdmissionPolicy, DispatchGate, ModelCall, ModelReply, ToolProposal, ToolReply,
                                  crash_positions)
 from kernel_lib.errors import DispatchWithheld
-from kernel_lib.examples import worksheet_events
+from kernel_lib.sim.worksheet import worksheet_events
 from kernel_lib.log import FailureDomain, TrajectoryLog
 from tests.conftest import make_store
 from tests.helpers import task
@@ -286,7 +286,7 @@ def test_a_retry_after_a_crash_between_reservation_and_intent_reuses_the_admissi
     replacement.change_control("CANCELLED", issuer="op", request_id="c1")
     with pytest.raises(Exception, match="terminal"):
         replacement.change_control("CANCELLED", issuer="op2", request_id="c2")
-    from kernel_lib.record import fold, initial_record
+    from kernel_lib.core.record import fold, initial_record
     assert fold(initial_record("traj"), store.read("traj")).control_state == "CANCELLED"
 
 
@@ -322,8 +322,8 @@ def test_a_gate_given_a_record_folded_from_a_lagging_replica_appends_nothing():
     would make the log unfoldable). Goal: StaleRecordError, log unchanged and still folding."""
     from kernel_lib.errors import StaleRecordError
     from kernel_lib.log import MemoryStore, TrajectoryLog
-    from kernel_lib.ownership import ReplicaView
-    from kernel_lib.record import fold, initial_record
+    from kernel_lib.ownership.leases import ReplicaView
+    from kernel_lib.core.record import fold, initial_record
     from tests.helpers import intent, task
 
     store = MemoryStore()

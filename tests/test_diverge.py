@@ -1,4 +1,4 @@
-"""Locating a divergence (§11.7, table 6): kernel_lib.diverge, its CLI and its benchmark."""
+"""Locating a divergence (§11.7, table 6): kernel_lib.history.diverge, its CLI and its benchmark."""
 
 from __future__ import annotations
 
@@ -12,13 +12,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kernel_lib.cli import load_events
-from kernel_lib.diverge import (
+from kernel_lib.history.diverge import (
     ASSEMBLED_INPUT, CATEGORIES, HARNESS_DECISION, MODEL_RESPONSE, NOT_RECORDED, TOOL_OBSERVATION, Equivalence,
     extract_boundaries, locate_divergence,
 )
-from kernel_lib.diverge_cli import main as diverge_main
+from kernel_lib.cli.diverge import main as diverge_main
 from kernel_lib.errors import ConfigError
-from kernel_lib.events import (
+from kernel_lib.core.events import (
     Authorized, BudgetReserved, BudgetSettled, ContextBuilt, Event, ModelReplied, Provenance, RuntimeInput,
     TaskStarted, ToolIntent, ToolResult, encode,
 )
@@ -444,7 +444,7 @@ def test_cli_errors_are_one_line_and_code_2(tmp_path, capsys):
 
 
 def test_bench_finds_the_late_divergence():
-    from kernel_lib.diverge_bench import format_diverge_bench, make_diverging_logs, run_diverge_bench
+    from kernel_lib.bench.diverge import format_diverge_bench, make_diverging_logs, run_diverge_bench
     a, b, k = make_diverging_logs(400, seed=3)
     assert len(a) == len(b) == 400 and k >= 360 and all(x.event_id != y.event_id for x, y in zip(a, b))
     r = run_diverge_bench(400, rounds=1)
@@ -457,16 +457,16 @@ def test_bench_finds_the_late_divergence():
 # --- imported real runs ------------------------------------------------------------------------------
 
 
-@pytest.mark.skipif(importlib.util.find_spec("kernel_lib.imports") is None
+@pytest.mark.skipif(importlib.util.find_spec("kernel_lib.importers") is None
                     or not (SWE / "marshmallow-1867__default_sys-env_window100.traj").exists(),
-                    reason="kernel_lib.imports or the SWE-agent trajectories are not available")
+                    reason="kernel_lib.importers or the SWE-agent trajectories are not available")
 def test_imported_swe_agent_pair_diverges_at_the_prompt_template():
     """Two real SWE-agent runs of one task with different system templates (default vs xml):
     the first mismatch is the assembled input of the first turn."""
     try:
-        from kernel_lib.imports.swe_agent import import_swe_agent
+        from kernel_lib.importers.swe_agent import import_swe_agent
     except ImportError as exc:   # the importer package is still being written
-        pytest.skip(f"kernel_lib.imports.swe_agent not importable: {exc}")
+        pytest.skip(f"kernel_lib.importers.swe_agent not importable: {exc}")
     a = import_swe_agent(SWE / "marshmallow-1867__default_sys-env_window100.traj").events
     b = import_swe_agent(SWE / "marshmallow-1867__xml_sys-env_window100.traj").events
     rep = locate_divergence(a, b)
@@ -650,7 +650,7 @@ def test_module_docstring_states_what_each_boundary_compares():
     """Fault: the documentation left out the request comparison at an assembled-input boundary and
     the order check. Invariant: the module docstring says, per category, what is compared, and
     what a report does and does not establish. Goal: those statements are present."""
-    import kernel_lib.diverge as mod
+    import kernel_lib.history.diverge as mod
     doc = " ".join(mod.__doc__.split())
     row = doc[doc.index("``assembled input``"):doc.index("``model response``", doc.index("``assembled input``"))]
     assert "model" in row and "request_config" in row                # the request, at ContextBuilt

@@ -18,7 +18,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from kernel_lib.inbox import ResultInbox
+from kernel_lib.gate.inbox import ResultInbox
 from kernel_lib.live.controller import spawn_executor, stop_executor
 from kernel_lib.live.executor import EXECUTOR_ID, ExecutorService, Job
 from kernel_lib.live.orphan import parent_env

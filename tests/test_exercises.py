@@ -18,8 +18,8 @@ import pytest
 
 from kernel_lib.cli import main
 from kernel_lib.errors import ConfigError
-from kernel_lib.exercises import EXERCISES, get
-from kernel_lib.exercises.strip import render, strip_source, sync
+from kernel_lib.course.exercises import EXERCISES, get
+from kernel_lib.course.strip import render, strip_source, sync
 from tests.helpers import network_dependent_outputs, wrong_answer
 
 ROOT = Path(__file__).resolve().parents[1]

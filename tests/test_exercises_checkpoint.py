@@ -20,8 +20,8 @@ from hypothesis import strategies as st
 
 from kernel_lib.cli import main
 from kernel_lib.errors import ConfigError
-from kernel_lib.exercises import EXERCISES, get
-from kernel_lib.exercises._common import exact
+from kernel_lib.course.exercises import EXERCISES, get
+from kernel_lib.course.exercises._common import exact
 from tests.helpers import wrong_answer
 
 NEW = ("11.2", "11.3", "11.5", "11.9")

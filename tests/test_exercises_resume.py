@@ -1,5 +1,5 @@
 """§11.12 exercise 6 (mass resume for the support agent) and its virtual-clock simulator
-(kernel_lib.resume_sim): answers recomputed here from eq. 7 with plain arithmetic, the readings'
+(kernel_lib.resume.mass): answers recomputed here from eq. 7 with plain arithmetic, the readings'
 alternatives, the simulator against the closed forms where they must agree, queueing properties over
 random instances (hypothesis), the notebooks run with papermill (defaults and two seeded variants, the
 student copy unanswered), and the CLI.
@@ -23,8 +23,8 @@ from hypothesis import strategies as st
 
 from kernel_lib.cli import main
 from kernel_lib.errors import ConfigError
-from kernel_lib.exercises import EXERCISES, get
-from kernel_lib.resume_sim import (
+from kernel_lib.course.exercises import EXERCISES, get
+from kernel_lib.resume.mass import (
     POLICIES,
     Policy,
     Pool,

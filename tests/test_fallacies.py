@@ -28,8 +28,9 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
-from kernel_lib.cadence import CrashTrace, evaluate_strides, napkin
-from kernel_lib.dispatch import (
+from kernel_lib.cadence import CrashTrace, evaluate_strides
+import kernel_lib.cadence.napkin as napkin
+from kernel_lib.gate.dispatch import (
     AdmissionPolicy,
     DispatchGate,
     ModelCall,
@@ -39,15 +40,15 @@ from kernel_lib.dispatch import (
     conclude,
 )
 from kernel_lib.errors import AdmissionDenied, StaleOwnerError
-from kernel_lib.events import Compacted, ContextBuilt, TaskStarted, ToolResult
-from kernel_lib.inbox import ResultInbox
+from kernel_lib.core.events import Compacted, ContextBuilt, TaskStarted, ToolResult
+from kernel_lib.gate.inbox import ResultInbox
 from kernel_lib.live.executor import signing_bytes
-from kernel_lib.live.model import MODEL_NAME, StochasticModel, repair_prompt
+from kernel_lib.sim.model import MODEL_NAME, StochasticModel, repair_prompt
 from kernel_lib.log import FailureDomain, MemoryStore, TrajectoryLog
-from kernel_lib.ownership import ReplicaView, check_available
-from kernel_lib.record import fold, initial_record
-from kernel_lib.replay import rerun_match_probability, time_travel
-from kernel_lib.resume import PrefillModel
+from kernel_lib.ownership.leases import ReplicaView, check_available
+from kernel_lib.core.record import fold, initial_record
+from kernel_lib.history.replay import rerun_match_probability, time_travel
+from kernel_lib.resume.stages import PrefillModel
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOK = ROOT / "notebooks" / "11_9_fallacies.ipynb"
@@ -189,7 +190,7 @@ def test_a_fresh_sample_differs_while_the_fold_returns_the_recorded_replies():
 
 def test_reproduction_compounds_as_eq_1_1():
     """§11.9's example: 0.99 per call over 30 calls is about three in four (the notebook's cell uses
-    kernel_lib.replay.rerun_match_probability, not an inline power)."""
+    kernel_lib.history.replay.rerun_match_probability, not an inline power)."""
     assert rerun_match_probability(0.99, 30) == pytest.approx(0.99 ** 30)
     assert rerun_match_probability(0.99, 30) == pytest.approx(0.74, abs=0.005)
 
@@ -198,7 +199,7 @@ def test_one_flipped_call_explains_every_later_difference():
     """Fault: the second of 30 stand-in calls returns another sample. Invariant (the breakdown the
     notebook explains): later calls get different inputs and replies, and every call from the
     flipped one on settles a different cost; nothing else differs."""
-    from kernel_lib.diverge import locate_divergence
+    from kernel_lib.history.diverge import locate_divergence
 
     def run(flipped):
         store = MemoryStore()
@@ -226,8 +227,8 @@ def test_one_flipped_call_explains_every_later_difference():
 
 @pytest.mark.skipif(not (DATA / "trajectories" / "tau-bench-airline").is_dir(), reason="no shared data")
 def test_tau_bench_trials_of_one_task_diverge_within_the_first_model_calls():
-    from kernel_lib.diverge import locate_divergence
-    from kernel_lib.imports import import_file
+    from kernel_lib.history.diverge import locate_divergence
+    from kernel_lib.importers import import_file
 
     trials = sorted((DATA / "trajectories" / "tau-bench-airline").glob("task00_trial*.json"))
     assert len(trials) >= 2

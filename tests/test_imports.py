@@ -1,4 +1,4 @@
-"""Importers of other agents' recorded trajectories (kernel_lib.imports; §11.6, §11.7, table 1).
+"""Importers of other agents' recorded trajectories (kernel_lib.importers; §11.6, §11.7, table 1).
 
 The real files are read in place from ../shared/data/trajectories/ (never copied into the
 project); tests that need them skip, with the reason, when that directory is absent. Counts are
@@ -21,7 +21,7 @@ import pytest
 from kernel_lib.cli import load_events
 from kernel_lib.cli import main as kernel_main
 from kernel_lib.errors import KernelError
-from kernel_lib.imports import (
+from kernel_lib.importers import (
     ALWAYS_LACKS,
     FORMATS,
     LACKS,
@@ -31,10 +31,10 @@ from kernel_lib.imports import (
     UnknownImportFormatError,
     import_file,
 )
-from kernel_lib.imports._common import canonical_text
-from kernel_lib.imports.cli import add_cli
-from kernel_lib.imports.cli import main as import_main
-from kernel_lib.record import fold, initial_record
+from kernel_lib.importers._common import canonical_text
+from kernel_lib.cli.importers import add_cli
+from kernel_lib.cli.importers import main as import_main
+from kernel_lib.core.record import fold, initial_record
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 TRAJ = DATA / "trajectories"
@@ -698,5 +698,5 @@ def test_who_and_when_mistake_step_as_int_and_text_still_points_at_the_turn(tmp_
 @pytest.mark.parametrize("status, state", [("submitted", "COMPLETED"), ("submitted (exit_cost)", "COMPLETED"),
                                            ("not_submitted_error", "FAILED"), ("exit_context", "FAILED")])
 def test_only_a_submitted_exit_status_ends_an_imported_run_completed(status, state):
-    from kernel_lib.imports.swe_agent import _submitted
+    from kernel_lib.importers.swe_agent import _submitted
     assert _submitted(status) == (state == "COMPLETED")

@@ -20,16 +20,16 @@ from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kernel_lib import record as record_module
-from kernel_lib.dispatch import AdmissionPolicy, DispatchGate, ModelCall, ModelReply, ToolProposal, ToolReply
+import kernel_lib.core.record as record_module
+from kernel_lib.gate.dispatch import AdmissionPolicy, DispatchGate, ModelCall, ModelReply, ToolProposal, ToolReply
 from kernel_lib.errors import (ConfigError, FoldError, InboxConflictError, InboxError, InboxRecordError,
                                StaleOwnerError)
-from kernel_lib.events import BudgetSettled, ToolResult
-from kernel_lib.inbox import ResultInbox
+from kernel_lib.core.events import BudgetSettled, ToolResult
+from kernel_lib.gate.inbox import ResultInbox
 from kernel_lib.live.errors import EvidenceSignatureError
 from kernel_lib.live.executor import signing_bytes
 from kernel_lib.log import FailureDomain, MemoryStore, TrajectoryLog
-from kernel_lib.record import fold, initial_record
+from kernel_lib.core.record import fold, initial_record
 from tests.helpers import task
 
 TRAJ = "traj-inbox"

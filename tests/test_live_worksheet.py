@@ -22,9 +22,9 @@ from kernel_lib.errors import KernelError
 from kernel_lib.live.controller import port_accepts, run_worksheet
 from kernel_lib.live.errors import EvidenceSignatureError, SnapshotMismatchError
 from kernel_lib.live.executor import job_handle_for, verify_completion
-from kernel_lib.live.model import StochasticModel
+from kernel_lib.sim.model import StochasticModel
 from kernel_lib.live.workspace import build_snapshot, manifest_digest, remove_tree, verify
-from kernel_lib.resume import DEFAULT_PREFILL, STAGE_NAMES, PrefillModel, ResumeTimeline
+from kernel_lib.resume.stages import DEFAULT_PREFILL, STAGE_NAMES, PrefillModel, ResumeTimeline
 
 from .conftest import DURABLE_KINDS
 from tests.helpers import group_gone, process_gone
@@ -136,7 +136,7 @@ def test_session_reconcile_reports_the_timed_resume(tmp_path):
 
 
 def _prompt_of(reconciled: dict) -> str:
-    from kernel_lib.live.model import repair_prompt
+    from kernel_lib.sim.model import repair_prompt
     return repair_prompt(reconciled["record"]["task"]["workspace_ref"])
 
 
@@ -341,7 +341,7 @@ def _replacement_log(tmp_path):
     key file. Returns (log path, key path)."""
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-    from kernel_lib.live import worker
+    import kernel_lib.live.worker as worker
     from kernel_lib.log import SQLiteStore, TrajectoryLog
 
     path = tmp_path / "log.sqlite"
@@ -354,7 +354,7 @@ def _replacement_log(tmp_path):
 
 
 def _fence(path):
-    from kernel_lib.live import worker
+    import kernel_lib.live.worker as worker
     from kernel_lib.log import SQLiteStore
 
     s = SQLiteStore.open(path, read_only=True)
@@ -365,7 +365,7 @@ def _fence(path):
 
 
 def test_worker_help_names_its_caller_and_explains_every_option():
-    from kernel_lib.live import worker
+    import kernel_lib.live.worker as worker
 
     ap = worker.build_parser()
     assert "python -m kernel_lib worksheet" in ap.description and "internal" in ap.description
@@ -379,9 +379,9 @@ def test_replacement_refuses_bad_paths_before_taking_ownership(tmp_path, capsys,
     a --workspace-snapshot that does not exist, or no usable --public-key. Invariant: arguments
     are checked before ownership. Goal: exit 2 with ``error: ...`` (no traceback), no lease in
     the coordinator, the log's fence unchanged, no inbox file created."""
-    from kernel_lib.live import worker
+    import kernel_lib.live.worker as worker
     from kernel_lib.live.orphan import PARENT_ENV
-    from kernel_lib.ownership import SQLiteOwnershipCoordinator
+    from kernel_lib.ownership.leases import SQLiteOwnershipCoordinator
 
     import sqlite3
 
@@ -428,9 +428,9 @@ def test_replacement_gives_its_lease_back_when_it_fails_after_ownership(tmp_path
     workspace snapshot does not hash to the digest the log names). Invariant: a failed owner does
     not block the next replacement for the lease's ttl. Goal: exit 2 with the typed error, the
     lease released (its epoch stays the log's fence), and the next replacement granted at once."""
-    from kernel_lib.live import worker
+    import kernel_lib.live.worker as worker
     from kernel_lib.live.orphan import PARENT_ENV
-    from kernel_lib.ownership import SQLiteOwnershipCoordinator
+    from kernel_lib.ownership.leases import SQLiteOwnershipCoordinator
 
     monkeypatch.delenv(PARENT_ENV, raising=False)
     path, key = _replacement_log(tmp_path)
@@ -456,7 +456,7 @@ def test_two_replacements_racing_without_a_coordinator_never_share_an_epoch(tmp_
     Invariant: no two owners hold one epoch. Goal: the two install different epochs."""
     import threading
 
-    from kernel_lib.live import worker
+    import kernel_lib.live.worker as worker
     from kernel_lib.live.orphan import PARENT_ENV
     from kernel_lib.log import SQLiteStore
 

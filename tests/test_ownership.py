@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from kernel_lib.checkpoint import Checkpointer, DirectoryBlobStore, MemoryBlobStore
-from kernel_lib.dispatch import (
+from kernel_lib.gate.dispatch import (
     AdmissionPolicy,
     DispatchGate,
     ToolProposal,
@@ -42,8 +42,8 @@ from kernel_lib.errors import (
     StaleOwnerError,
     StoreReadOnlyError,
 )
-from kernel_lib.events import Event
-from kernel_lib.examples import WORKSHEET_TRAJECTORY, worksheet_events
+from kernel_lib.core.events import Event
+from kernel_lib.sim.worksheet import WORKSHEET_TRAJECTORY, worksheet_events
 from kernel_lib.log import (
     AckTier,
     FailureDomain,
@@ -51,7 +51,7 @@ from kernel_lib.log import (
     SQLiteStore,
     TrajectoryLog,
 )
-from kernel_lib.ownership import (
+from kernel_lib.ownership.leases import (
     LeaseCheck,
     ManualClock,
     ReplicaView,
@@ -61,7 +61,7 @@ from kernel_lib.ownership import (
     require_coordinator_domain,
     take_ownership,
 )
-from kernel_lib.record import fold, initial_record
+from kernel_lib.core.record import fold, initial_record
 from tests.conftest import make_store
 from tests.helpers import intent, task
 
@@ -652,7 +652,7 @@ def test_a_missing_checkpoint_object_makes_reconstruction_unavailable(tmp_path):
 def test_the_replacement_worker_reports_unavailable_for_a_missing_log(tmp_path, capsys):
     """The live replacement worker (``--recover``) on a missing log prints "unavailable" with
     the reason and exits 3; it creates no empty log and folds nothing."""
-    from kernel_lib.live import worker
+    import kernel_lib.live.worker as worker
     path = tmp_path / "gone.sqlite"
     rc = worker.main(["--recover", "--reconcile", "--store", "sqlite", "--store-path", str(path)])
     out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])

@@ -21,7 +21,7 @@ from kernel_lib.log.base import AckTier, FailureDomain
 from kernel_lib.quorum import EtcdCluster, EtcdStore, QuorumUnavailableError
 from kernel_lib.quorum.coordinator import EtcdOwnershipCoordinator
 from kernel_lib.quorum.demo import placement_demo, quorum_demo
-from kernel_lib.record import fold, initial_record
+from kernel_lib.core.record import fold, initial_record
 from tests.helpers import ev, intent, task
 
 pytestmark = pytest.mark.quorum
@@ -194,7 +194,7 @@ def test_etcd_leases_bound_how_long_a_lost_owner_blocks_recovery(cluster):
 
 
 def test_bench_quorum_reports_ratios_against_fdatasync_measured_in_the_same_run():
-    from kernel_lib.quorum.bench import format_quorum_bench, run_quorum_bench
+    from kernel_lib.bench.quorum import format_quorum_bench, run_quorum_bench
     r = run_quorum_bench(40, rounds=2, writers=4)
     lat, gc = r["latency"], r["group_commit"]
     assert lat["quorum"]["appends"] == lat["fdatasync"]["appends"] == 40
@@ -227,7 +227,7 @@ def test_the_zombie_is_refused_at_every_boundary_with_etcd_leases_and_log():
 
 
 def test_measure_tiers_reports_each_tier_of_table_2_with_its_failure_domain():
-    from kernel_lib.quorum.bench import measure_tiers
+    from kernel_lib.bench.quorum import measure_tiers
     rows = {r["tier"]: r for r in measure_tiers(8)}
     assert [rows[t]["survives"] for t in ("write", "fdatasync", "quorum")] == ["process_crash", "host_crash",
                                                                                "volume_loss"]

@@ -42,7 +42,7 @@ from kernel_lib.errors import (
     StoreError,
     StoreReadOnlyError,
 )
-from kernel_lib.events import Event
+from kernel_lib.core.events import Event
 from kernel_lib.log.base import AckTier
 from kernel_lib.quorum import EtcdClient, EtcdCluster, EtcdStore, QuorumUnavailableError
 from kernel_lib.quorum.cluster import sweep_stale_clusters
@@ -481,7 +481,7 @@ def test_coordinator_acquire_survives_a_leader_failover_with_a_majority_up():
 _RACER = r'''
 import json, sys
 from kernel_lib.errors import SequenceGapError, StaleOwnerError
-from kernel_lib.events import Event
+from kernel_lib.core.events import Event
 from kernel_lib.quorum import EtcdStore
 from tests.helpers import intent
 eps, role = sys.argv[1].split(","), sys.argv[2]
@@ -561,7 +561,7 @@ def test_cluster_stop_is_idempotent():
 def test_check_available_on_etcd_is_authoritative_and_a_paused_member_alone_proves_nothing():
     """The availability proof on the quorum store: ok with a majority; through one paused
     member's endpoint it cannot read (linearizable reads) and says so, in bounded time."""
-    from kernel_lib.ownership import check_available, check_available_at
+    from kernel_lib.ownership.leases import check_available, check_available_at
     with EtcdCluster(3) as c:
         s = EtcdStore(c.endpoints())
         s.append(ev(task(), 1, traj="av"), Q)
@@ -716,7 +716,7 @@ def test_a_port_taken_between_choice_and_bind_is_retried_with_new_ports(monkeypa
     raises a typed error. Goal: it retries with fresh ports and starts."""
     import socket as _socket
 
-    from kernel_lib.quorum import cluster as cl
+    import kernel_lib.quorum.cluster as cl
     blocker = _socket.socket(_socket.AF_INET, _socket.SOCK_STREAM)
     blocker.bind(("127.0.0.1", 0))
     blocker.listen(1)

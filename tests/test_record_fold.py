@@ -7,11 +7,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kernel_lib.dispatch import AdmissionPolicy, DispatchGate, ModelCall, ModelReply, ToolProposal, ToolReply
+from kernel_lib.gate.dispatch import AdmissionPolicy, DispatchGate, ModelCall, ModelReply, ToolProposal, ToolReply
 from kernel_lib.errors import AdmissionDenied, FoldError
-from kernel_lib.events import BudgetReserved
+from kernel_lib.core.events import BudgetReserved
 from kernel_lib.log import FailureDomain, MemoryStore, TrajectoryLog
-from kernel_lib.record import fold, initial_record
+from kernel_lib.core.record import fold, initial_record
 from tests.helpers import ev, intent, result, task
 
 STATUSES = ["accepted", "running", "completed", "failed", "timeout", "partial", "unreachable"]
@@ -131,7 +131,7 @@ def test_admission_refuses_what_the_budget_cannot_cover():
 
 # --- invalid logs are refused, not silently folded (adversarial findings) -----------------------
 
-from kernel_lib.events import ApprovalRequested, ApprovalResolved, BudgetSettled, ControlChanged, ModelReplied  # noqa: E402,E501
+from kernel_lib.core.events import ApprovalRequested, ApprovalResolved, BudgetSettled, ControlChanged, ModelReplied  # noqa: E402,E501
 
 
 def _res(rid="r1", amt=1.0, subj="test_r18"):

@@ -17,10 +17,10 @@ import sys
 
 import pytest
 
-from kernel_lib.dispatch import ModelCall, ToolProposal, ToolReply
+from kernel_lib.gate.dispatch import ModelCall, ToolProposal, ToolReply
 from kernel_lib.errors import ConfigError
-from kernel_lib.events import ContextBuilt
-from kernel_lib.replay import (
+from kernel_lib.core.events import ContextBuilt
+from kernel_lib.history.replay import (
     EXAMPLE_GRANT, LiveCallDuringReplayError, ReplayAdapter, ReplayMismatchError, record_example, replay_harness,
     sealed, worksheet_harness,
 )
@@ -52,7 +52,7 @@ def test_a_model_call_fired_on_a_late_result_while_paused_is_caught(recording):
 def changed_harness(**change):
     """The example harness with one request changed (prompt, arguments, order, a skipped call)."""
     def harness(gate, model, tool, inputs):
-        from kernel_lib.events import TaskStarted
+        from kernel_lib.core.events import TaskStarted
         gate.start(TaskStarted(task_id="repair-r18", requester="alice", objective="fix the median bug",
                                grant_ids=[EXAMPLE_GRANT], budget_ceiling_usd=2.0, finalization_reserve_usd=0.2))
         call = ModelCall("model_call_1", "stand-in-model", change.get("prompt", "tests for ws_r18?"), EXAMPLE_GRANT,
@@ -165,7 +165,7 @@ def test_a_harness_that_tries_a_live_call_during_replay_is_refused(recording):
 
 def test_a_recording_of_two_trajectories_is_refused(recording):
     other = record_example()
-    from kernel_lib.events import Event
+    from kernel_lib.core.events import Event
     foreign = Event.create(trajectory_id="other", event_id="o1", sequence_number=1, payload=other[0].payload)
     with pytest.raises(ConfigError):
         ReplayAdapter(recording + [foreign])
@@ -175,7 +175,7 @@ def test_a_recording_of_two_trajectories_is_refused(recording):
 
 def test_time_travel_shows_the_in_doubt_intent_and_the_exact_delivered_input(recording):
     from kernel_lib.log import FailureDomain, MemoryStore, TrajectoryLog
-    from kernel_lib.replay import time_travel
+    from kernel_lib.history.replay import time_travel
 
     store = MemoryStore()
     log = TrajectoryLog(store, recording[0].trajectory_id, must_survive=FailureDomain.NONE)
@@ -194,9 +194,9 @@ def test_time_travel_shows_the_in_doubt_intent_and_the_exact_delivered_input(rec
 
 def test_time_travel_names_a_delivered_input_that_retention_pruned(tmp_path):
     from kernel_lib.checkpoint import DirectoryBlobStore
-    from kernel_lib.events import TaskStarted
+    from kernel_lib.core.events import TaskStarted
     from kernel_lib.log import FailureDomain, MemoryStore, TrajectoryLog
-    from kernel_lib.replay import time_travel
+    from kernel_lib.history.replay import time_travel
 
     blobs = DirectoryBlobStore(str(tmp_path / "blobs"))
     kept, pruned = b"the prompt we kept", b"the prompt retention pruned"
@@ -225,8 +225,8 @@ def parent_log(events):
 
 
 def test_a_branch_inherits_the_folded_prefix_and_records_its_origin(recording):
-    from kernel_lib.record import fold, initial_record
-    from kernel_lib.replay import BRANCH_ORIGIN, Intervention, fork_branch
+    from kernel_lib.core.record import fold, initial_record
+    from kernel_lib.history.replay import BRANCH_ORIGIN, Intervention, fork_branch
 
     parent = parent_log(recording)
     traj = recording[0].trajectory_id
@@ -245,7 +245,7 @@ def test_a_branch_inherits_the_folded_prefix_and_records_its_origin(recording):
 
 
 def test_a_branch_serves_recorded_replies_until_its_first_new_request_then_only_the_sandbox(recording):
-    from kernel_lib.replay import Intervention, example_policy, fork_branch
+    from kernel_lib.history.replay import Intervention, example_policy, fork_branch
 
     parent = parent_log(recording)
     br = fork_branch(parent, recording[0].trajectory_id, 6, branch_id="branch-2",
@@ -268,7 +268,7 @@ def test_a_branch_serves_recorded_replies_until_its_first_new_request_then_only_
 
 
 def test_without_a_sandbox_a_branch_halts_at_its_first_new_request(recording):
-    from kernel_lib.replay import Intervention, example_policy, fork_branch
+    from kernel_lib.history.replay import Intervention, example_policy, fork_branch
 
     br = fork_branch(parent_log(recording), recording[0].trajectory_id, 6, branch_id="branch-3",
                      intervention=Intervention("model", "a different model"))
@@ -280,11 +280,11 @@ def test_without_a_sandbox_a_branch_halts_at_its_first_new_request(recording):
 
 
 def test_parent_approvals_never_carry_over_to_a_branch():
-    from kernel_lib.dispatch import AdmissionPolicy, DispatchGate
+    from kernel_lib.gate.dispatch import AdmissionPolicy, DispatchGate
     from kernel_lib.errors import DispatchWithheld
-    from kernel_lib.events import ApprovalRequested, ApprovalResolved, TaskStarted
+    from kernel_lib.core.events import ApprovalRequested, ApprovalResolved, TaskStarted
     from kernel_lib.log import FailureDomain, MemoryStore, TrajectoryLog
-    from kernel_lib.replay import Intervention, fork_branch
+    from kernel_lib.history.replay import Intervention, fork_branch
 
     policy = AdmissionPolicy({"g": {"deploy"}})
     store = MemoryStore()
@@ -303,7 +303,7 @@ def test_parent_approvals_never_carry_over_to_a_branch():
 
 
 def test_fork_refuses_bad_arguments(recording):
-    from kernel_lib.replay import Intervention, fork_branch
+    from kernel_lib.history.replay import Intervention, fork_branch
 
     parent = parent_log(recording)
     traj = recording[0].trajectory_id
@@ -381,9 +381,9 @@ def test_sealed_also_cuts_connections_opened_before_it_and_other_process_starts(
 
 
 def test_recordings_that_this_runtime_could_not_have_written_are_refused(recording):
-    from kernel_lib.events import ModelReplied
+    from kernel_lib.core.events import ModelReplied
     other = ModelReplied(invocation_id="model_call_1", status="complete", reply="something else")
-    from kernel_lib.events import Event
+    from kernel_lib.core.events import Event
     bad = recording[:5] + [Event.create(trajectory_id=recording[0].trajectory_id, event_id="x6", sequence_number=6,
                                         payload=other)]
     with pytest.raises(ConfigError, match="twice"):
@@ -399,7 +399,7 @@ def test_recordings_that_this_runtime_could_not_have_written_are_refused(recordi
 
 
 def test_fork_refuses_a_missing_parent_and_a_taken_branch_id(recording):
-    from kernel_lib.replay import Intervention, fork_branch
+    from kernel_lib.history.replay import Intervention, fork_branch
 
     parent = parent_log(recording)
     with pytest.raises(ConfigError, match="no trajectory"):
@@ -409,8 +409,8 @@ def test_fork_refuses_a_missing_parent_and_a_taken_branch_id(recording):
     # two forks racing for one id: the second writes position 1 too and is refused
     first = fork_branch(parent, recording[0].trajectory_id, 3, branch_id="exp", intervention=Intervention("other", "a"))
     from kernel_lib.log import FailureDomain, TrajectoryLog
-    from kernel_lib.replay import _append_first
-    from kernel_lib.events import RuntimeInput
+    from kernel_lib.history.replay import _append_first
+    from kernel_lib.core.events import RuntimeInput
     with pytest.raises(ConfigError, match="already in use"):
         _append_first(TrajectoryLog(first.store, "exp", must_survive=FailureDomain.NONE),
                       RuntimeInput(kind="config", name="branch:origin", value={"parent_position": 9}))
@@ -421,7 +421,7 @@ def test_a_mismatch_names_the_field_even_when_python_equality_would_hide_it(reco
     intent = next(e.payload for e in recording if e.event_type == "ToolIntent")
     flagged = intent.model_copy(update={"arguments": {"snapshot": "ws_r18", "verbose": True}})
     base = intent.model_copy(update={"arguments": {"snapshot": "ws_r18", "verbose": 1}})
-    from kernel_lib.events import Event
+    from kernel_lib.core.events import Event
     rec = [e if e.event_type != "ToolIntent" else Event.create(trajectory_id=e.trajectory_id, event_id=e.event_id,
                                                                sequence_number=e.sequence_number, payload=base)
            for e in recording]
@@ -435,7 +435,7 @@ def test_rerun_match_probability_compounds_per_call_reproduction():
     """§11.9: a per-call reproduction chance p over n calls reproduces the whole run with p**n;
     the chapter's 0.99 over 30 calls is about 74 percent."""
     from kernel_lib.errors import ConfigError
-    from kernel_lib.replay import rerun_match_probability
+    from kernel_lib.history.replay import rerun_match_probability
     assert rerun_match_probability(0.99, 30) == pytest.approx(0.7397, abs=1e-4)
     assert rerun_match_probability(1.0, 500) == 1.0 and rerun_match_probability(0.5, 0) == 1.0
     assert rerun_match_probability(0.9, 2) == pytest.approx(0.81)

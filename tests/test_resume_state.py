@@ -11,16 +11,16 @@ from __future__ import annotations
 
 import pytest
 
-from kernel_lib.dispatch import (
+from kernel_lib.gate.dispatch import (
     AdmissionPolicy, DispatchGate, ModelCall, ModelReply, ToolProposal, ToolReply, decision_id, reservation_id,
 )
 from kernel_lib.errors import AdmissionDenied, DispatchWithheld, FoldError, KernelError
-from kernel_lib.events import (
+from kernel_lib.core.events import (
     ApprovalRequested, ApprovalResolved, Authorized, BudgetReserved, BudgetSettled, ToolResult,
 )
-from kernel_lib.inbox import ResultInbox
+from kernel_lib.gate.inbox import ResultInbox
 from kernel_lib.log import FailureDomain, MemoryStore, TrajectoryLog
-from kernel_lib.record import TrajectoryRecord, fold, fold_into, initial_record
+from kernel_lib.core.record import TrajectoryRecord, fold, fold_into, initial_record
 from tests.helpers import task
 from tests.test_inbox import PUB_HEX, signed
 

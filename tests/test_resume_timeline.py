@@ -21,13 +21,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kernel_lib.checkpoint import Checkpointer, DirectoryBlobStore, files_tree, log_workspace_change
-from kernel_lib.dispatch import ToolReply
+from kernel_lib.gate.dispatch import ToolReply
 from kernel_lib.errors import ConfigError, ReconstructionUnavailableError, StaleOwnerError
-from kernel_lib.events import ControlChanged
+from kernel_lib.core.events import ControlChanged
 from kernel_lib.log import SQLiteStore, TrajectoryLog
-from kernel_lib.ownership import SQLiteOwnershipCoordinator
-from kernel_lib.record import fold, initial_record
-from kernel_lib.resume import (
+from kernel_lib.ownership.leases import SQLiteOwnershipCoordinator
+from kernel_lib.core.record import fold, initial_record
+from kernel_lib.resume.stages import (
     DEPENDS_ON,
     MEASURED_LABEL,
     PREFILL_LABEL,
@@ -680,7 +680,7 @@ def test_widget_refuses_givens_that_make_the_prefill_absurd(givens, name):
 
 
 def test_worker_refuses_bad_prefill_givens_before_reading_anything(tmp_path, capsys):
-    from kernel_lib.live import worker
+    import kernel_lib.live.worker as worker
 
     path = tmp_path / "absent.sqlite"
     rc = worker.main(["--recover", "--store", "sqlite", "--store-path", str(path), "--prefill-tokens-per-s", "0"])

@@ -1,4 +1,4 @@
-"""kernel_lib.retention: bytes by artifact class, the storage bill, policies and promises (§11.8), and
+"""kernel_lib.retention.pricing: bytes by artifact class, the storage bill, policies and promises (§11.8), and
 Napkin Math 11.2 recomputed with its two implicit quantities inferred. Expected values are worked out
 here from the givens with plain arithmetic (1 KB = 1000 B, 1 GB = 10^9 B)."""
 
@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kernel_lib import retention as rt
+import kernel_lib.retention.pricing as rt
 from kernel_lib.errors import ConfigError
 
 # --- units and bytes --------------------------------------------------------------------------------

@@ -2,7 +2,7 @@
 
 Fault model: a reader (or code) enters givens or lifetimes that make no sense (negative, NaN, infinite,
 text, a fraction of a turn, a lifetime beyond a century, an unknown class or preset), from Python or
-from the page. Invariant: every cost, share and verdict the planner shows is what kernel_lib.retention
+from the page. Invariant: every cost, share and verdict the planner shows is what kernel_lib.retention.pricing
 computes for the last accepted values; a refused value leaves everything as it was, says why in
 ``error``, and (from Python) raises ConfigError. Goal: in a real browser, editing a lifetime reprices
 the policy and flips its promise verdict, and an out-of-range lifetime is refused in place.
@@ -16,9 +16,9 @@ import re
 
 import pytest
 
-from kernel_lib import retention as rt
+import kernel_lib.retention.pricing as rt
 from kernel_lib.errors import ConfigError
-from kernel_lib.exercises import ex11_7
+import kernel_lib.course.exercises.ex11_7 as ex11_7
 from widgets.retention_planner import (
     _ESM,
     CUSTOM,
@@ -320,7 +320,7 @@ def test_browser_lifetime_edit_reprices_and_flips_the_verdict(lab, browser):
         nbformat.v4.new_code_cell("from widgets import RetentionPlanner\nplanner = RetentionPlanner()\nplanner")],
         metadata={"kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"}})
     nbformat.write(nb, root / "notebooks" / BROWSER_NOTEBOOK)
-    # expected figures, from kernel_lib.retention directly
+    # expected figures, from kernel_lib.retention.pricing directly
     headless = RetentionPlanner()
     g, tb = headless.givens(), _bytes_of(headless)
     lives = dict(headless.custom_lifetimes)

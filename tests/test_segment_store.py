@@ -34,7 +34,7 @@ from kernel_lib.errors import (
     StoreFailedError,
     TierNotOfferedError,
 )
-from kernel_lib.events import BudgetReserved, Event, RuntimeInput, ToolIntent, ToolResult
+from kernel_lib.core.events import BudgetReserved, Event, RuntimeInput, ToolIntent, ToolResult
 from kernel_lib.log.base import AckTier, AppendOutcome
 from kernel_lib.log.fs import ForwardingFileSystem, MemoryFileSystem, OsFileSystem
 from kernel_lib.log.segment import (

@@ -26,18 +26,19 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kernel_lib.checkpoint import Checkpointer, DirectoryBlobStore, MemoryBlobStore, restore
+from kernel_lib.checkpoint import Checkpointer, DirectoryBlobStore, MemoryBlobStore
+import kernel_lib.checkpoint.restore as restore
 from kernel_lib.errors import (BackpressureError, CompactionRefusedError, ConfigError, ConflictingDuplicateError,
                                DanglingReferenceError, PayloadAccessError, PrefixRetiredError, RetentionError,
                                StoreError, StoreReadOnlyError)
-from kernel_lib.events import ContextBuilt, Event, Provenance
+from kernel_lib.core.events import ContextBuilt, Event, Provenance
 from kernel_lib.log import MemoryStore, SQLiteStore, TrajectoryLog
 from kernel_lib.log.base import AckTier
-from kernel_lib.ownership import check_available
-from kernel_lib.record import fold, initial_record
-from kernel_lib.replay import time_travel
-from kernel_lib.retention import RetentionPolicy, full_retention, split_lifetimes
-from kernel_lib.storage_engine import (SECONDS_PER_MONTH, BoundedStore, FollowerReplica, PayloadStore, ReferenceIndex,
+from kernel_lib.ownership.leases import check_available
+from kernel_lib.core.record import fold, initial_record
+from kernel_lib.history.replay import time_travel
+from kernel_lib.retention.pricing import RetentionPolicy, full_retention, split_lifetimes
+from kernel_lib.retention import (SECONDS_PER_MONTH, BoundedStore, FollowerReplica, PayloadStore, ReferenceIndex,
                                        collect_garbage, compact, plan_compaction, track_checkpoint)
 from tests.helpers import ev, intent, result, task
 
@@ -85,11 +86,11 @@ def test_an_event_naming_bytes_that_are_not_durable_is_refused_and_nothing_is_ap
 _CHILD = textwrap.dedent("""
     import sys, time
     from kernel_lib.checkpoint import DirectoryBlobStore
-    from kernel_lib.events import ContextBuilt, Event
+    from kernel_lib.core.events import ContextBuilt, Event
     from kernel_lib.log import SQLiteStore
     from kernel_lib.log.base import AckTier
-    from kernel_lib.retention import full_retention
-    from kernel_lib.storage_engine import PayloadStore, ReferenceIndex
+    from kernel_lib.retention.pricing import full_retention
+    from kernel_lib.retention import PayloadStore, ReferenceIndex
     root, pause = sys.argv[1], float(sys.argv[2])
     store = SQLiteStore.open(root + "/log.db")
     index = ReferenceIndex(root + "/refs.db")
@@ -538,7 +539,7 @@ def test_every_crash_state_of_payload_first_writes_keeps_references_resolvable_a
     are logged with offloaded inputs. Invariant: every surviving event names intact bytes and every
     acknowledged event survives. Goal: zero violations for payload-first; the same exploration
     finds violations when the reference is committed first (so the check can fail)."""
-    from kernel_lib.storage_engine.crash import explore
+    from kernel_lib.verify.payload_workload import explore
     good = explore("payload-first", turns=3, seed=1)
     bad = explore("reference-first", turns=3, seed=1)
     assert good.states_explored > 20 and good.violations == 0, good.violation_details[:2]

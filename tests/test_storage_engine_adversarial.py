@@ -1,4 +1,4 @@
-"""Adversarial tests of the §11.8 storage engine (kernel_lib.storage_engine, LogStore.retire_prefix).
+"""Adversarial tests of the §11.8 storage engine (kernel_lib.retention, LogStore.retire_prefix).
 
 Each test is a scenario: the fault injected, the invariant the project promises, and the goal. Many
 were written as failing tests for defects an adversarial pass found (each since fixed).
@@ -21,20 +21,21 @@ from pathlib import Path
 
 import pytest
 
-from kernel_lib.checkpoint import Checkpointer, DirectoryBlobStore, MemoryBlobStore, restore
+from kernel_lib.checkpoint import Checkpointer, DirectoryBlobStore, MemoryBlobStore
+import kernel_lib.checkpoint.restore as restore
 from kernel_lib.checkpoint.blobs import sha256_hex
 from kernel_lib.errors import (BackpressureError, CompactionRefusedError, ConfigError, ConflictingDuplicateError,
                                KernelError, PrefixRetiredError, RetentionError, StoreError)
-from kernel_lib.events import Event
+from kernel_lib.core.events import Event
 from kernel_lib.log import MemoryStore, SQLiteStore, TrajectoryLog
 from kernel_lib.log.base import AckTier
-from kernel_lib.ownership import check_available
-from kernel_lib.record import fold, initial_record
-from kernel_lib.replay import time_travel
-from kernel_lib.retention import full_retention
-from kernel_lib.storage_engine import (BoundedStore, FollowerReplica, PayloadStore, ReferenceIndex, collect_garbage,
+from kernel_lib.ownership.leases import check_available
+from kernel_lib.core.record import fold, initial_record
+from kernel_lib.history.replay import time_travel
+from kernel_lib.retention.pricing import full_retention
+from kernel_lib.retention import (BoundedStore, FollowerReplica, PayloadStore, ReferenceIndex, collect_garbage,
                                        compact, plan_compaction)
-from kernel_lib.storage_engine import references as references_module
+import kernel_lib.retention.references as references_module
 from tests.helpers import ev, intent, result, task
 
 T0 = 1_800_000_000.0

@@ -45,7 +45,7 @@ from kernel_lib.errors import (
     StoreReadOnlyError,
     TierNotOfferedError,
 )
-from kernel_lib.events import Event, RuntimeInput
+from kernel_lib.core.events import Event, RuntimeInput
 from kernel_lib.log import AckTier, GroupCommitter, MemoryStore, SQLiteStore, open_store
 from kernel_lib.log.fs import ForwardingFileSystem, MemoryFileSystem, OsFileSystem
 from kernel_lib.log.segment import (
@@ -812,7 +812,7 @@ def test_open_store_memory_cannot_be_read_only():
 @pytest.mark.parametrize("note", ["", 'brackets ]]}} and {[ "quoted" \\ backslash \\"', "\u00e9\U0001f600", "x" * 300])
 def test_top_level_scanner_agrees_with_json_loads(note):
     """The non-recursive fallback reads the same envelope fields as json.loads."""
-    from kernel_lib.events import ToolIntent
+    from kernel_lib.core.events import ToolIntent
     from kernel_lib.log.segment import _event_fields, _top_level_fields
 
     e = Event.create(trajectory_id="t-é", event_id=f"id-{note[:5]}", sequence_number=3, owner_epoch=7,

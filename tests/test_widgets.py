@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from kernel_lib.examples import worksheet_events
-from kernel_lib.record import fold, initial_record
+from kernel_lib.sim.worksheet import worksheet_events
+from kernel_lib.core.record import fold, initial_record
 from widgets.scrubber import LogScrubber
 
 

@@ -637,7 +637,7 @@ class CadenceExplorer(anywidget.AnyWidget):
         """The explorer on Napkin Math 11.1's trace, with C, R and T_restore as
         :func:`kernel_lib.cadence.napkin.reconstruct` solves them from the printed overheads, the
         stated Re, and the printed 25-turn stride; ``overrides`` replace any given."""
-        from kernel_lib.cadence import napkin
+        import kernel_lib.cadence.napkin as napkin
 
         r = napkin.reconstruct()
         trace = CrashTrace(r.turns, r.crash_turns, "Napkin Math 11.1 (reconstructed)")

@@ -4,7 +4,7 @@ An anywidget (JupyterLab, VS Code, marimo). It owns no state of its own: every b
 ``command`` trait ``{"action", "position"?, "n"}`` (``n`` makes each click a change); the Python
 side runs the matching :class:`kernel_lib.live.session.WorksheetSession` step and publishes
 ``status``, ``log_tail`` (the last events of the surviving log), ``operations`` (the log folded
-by :func:`kernel_lib.record.fold`, in-doubt rows highlighted), ``last_result`` (and ``summary``, its
+by :func:`kernel_lib.core.record.fold`, in-doubt rows highlighted), ``last_result`` (and ``summary``, its
 one-line reading), ``error``, and ``completed`` (the ``n`` of the last finished command).
 
 Actions: ``start`` (worker runs freely), ``crash`` (SIGKILL now), ``crash_at`` (start a worker

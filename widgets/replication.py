@@ -49,7 +49,7 @@ import anywidget
 import traitlets
 
 from kernel_lib.errors import ConfigError, KernelError
-from kernel_lib.events import Event, TaskStarted, ToolIntent
+from kernel_lib.core.events import Event, TaskStarted, ToolIntent
 from kernel_lib.log.base import AckTier
 from kernel_lib.log.trajectory import TrajectoryLog
 from kernel_lib.quorum.client import QuorumUnavailableError

@@ -1,10 +1,10 @@
 """Resume timeline: the stages of one real resume laid out two ways (Durable Execution §11.5, eq. 7).
 
 An anywidget (JupyterLab, VS Code, marimo). It holds no state of its own: it is given a
-:class:`kernel_lib.resume.ResumeTimeline` (from :func:`kernel_lib.resume.timed_resume`, or from the
+:class:`kernel_lib.resume.stages.ResumeTimeline` (from :func:`kernel_lib.resume.stages.timed_resume`, or from the
 live replacement worker's ``resume_timeline`` via
-:meth:`~kernel_lib.resume.ResumeTimeline.from_dict`) and the Python side computes everything with
-:mod:`kernel_lib.resume`; the JavaScript only draws what it receives.
+:meth:`~kernel_lib.resume.stages.ResumeTimeline.from_dict`) and the Python side computes everything with
+:mod:`kernel_lib.resume.stages`; the JavaScript only draws what it receives.
 
 What it shows:
 
@@ -17,7 +17,7 @@ What it shows:
 * a table of the stages.
 
 Givens (number boxes, synced traits): ``context_tokens``, ``cached_prefix_tokens`` and
-``prefill_tokens_per_s`` of the :class:`~kernel_lib.resume.PrefillModel`. Changing one recomputes
+``prefill_tokens_per_s`` of the :class:`~kernel_lib.resume.stages.PrefillModel`. Changing one recomputes
 the prefill stage and both totals; the measured stages never change. A value the model refuses (a
 negative or fractional count, a cached prefix longer than the context, a rate that is zero,
 negative, NaN or infinite, an empty box, text), or one outside the widget's range (a count above
@@ -46,7 +46,7 @@ import anywidget
 import traitlets
 
 from kernel_lib.errors import ConfigError
-from kernel_lib.resume import (
+from kernel_lib.resume.stages import (
     DEFAULT_PREFILL,
     MEASURED_LABEL,
     NOT_RUN_LABEL,
@@ -280,7 +280,7 @@ class ResumeTimelineView(anywidget.AnyWidget):
     as number boxes (see the module docstring).
 
     Args:
-        timeline: the :class:`~kernel_lib.resume.ResumeTimeline` to show.
+        timeline: the :class:`~kernel_lib.resume.stages.ResumeTimeline` to show.
         draw_svg: draw the chart as SVG (needs ``vl-convert-python``); False publishes only the
             Vega-Lite spec (faster; for tests and front ends that draw Vega-Lite themselves).
         **givens: starting values of ``context_tokens``, ``cached_prefix_tokens``,
@@ -312,7 +312,7 @@ class ResumeTimelineView(anywidget.AnyWidget):
 
     def __init__(self, timeline: ResumeTimeline, *, draw_svg: bool = True, **givens: Any):
         if not isinstance(timeline, ResumeTimeline):
-            raise ConfigError(f"ResumeTimelineView needs a kernel_lib.resume.ResumeTimeline, got "
+            raise ConfigError(f"ResumeTimelineView needs a kernel_lib.resume.stages.ResumeTimeline, got "
                               f"{type(timeline).__name__}")
         unknown = sorted(set(givens) - set(GIVENS))
         if unknown:

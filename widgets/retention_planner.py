@@ -3,7 +3,7 @@ keeps (Durable Execution §11.8.1 retention lifetimes, §11.8.2 content-addresse
 Napkin Math 11.2, §11.12 exercise 7).
 
 An anywidget (JupyterLab, VS Code, marimo) that also works headless (papermill): every figure it
-shows is computed by :mod:`kernel_lib.retention`; the widget only checks the givens, asks that module,
+shows is computed by :mod:`kernel_lib.retention.pricing`; the widget only checks the givens, asks that module,
 and lays the answers out. The JavaScript draws what the kernel publishes and holds no state.
 
 Givens (synced traits; sizes are SI, 1 KB = 1000 B, 1 MB = 10^6 B, GB = 10^9 B as in kernel_lib):
@@ -25,29 +25,29 @@ trait                        meaning                                          ac
 ===========================  ===============================================  =====================
 
 ``custom_lifetimes`` (synced dict) is the reader's own policy: for each artifact class of
-:data:`kernel_lib.retention.ARTIFACT_CLASSES` a lifetime in months after the run (0 .. MAX_MONTHS; 0
+:data:`kernel_lib.retention.pricing.ARTIFACT_CLASSES` a lifetime in months after the run (0 .. MAX_MONTHS; 0
 keeps the bytes only until the run settles) or ``None`` for "not kept durably".
 
 Policies compared (in this order; see :meth:`RetentionPlanner.policies`):
 
-* ``full retention <replay_months> months``: :func:`kernel_lib.retention.full_retention`, one timer for
+* ``full retention <replay_months> months``: :func:`kernel_lib.retention.pricing.full_retention`, one timer for
   every class (Napkin Math 11.2 prices this one at 12 months);
-* ``split lifetimes (raw pages <diagnostic_months> ...)``: :func:`kernel_lib.retention.split_lifetimes`,
+* ``split lifetimes (raw pages <diagnostic_months> ...)``: :func:`kernel_lib.retention.pricing.split_lifetimes`,
   the separate schedules of §11.8.1;
 * ``custom``: ``custom_lifetimes``. It starts as exercise 7's "digest only" idea (delivered
   observations dropped when the run settles, everything else on its promise), which breaks replay;
 * any ``extra_policies`` passed to the constructor.
 
-Promises judged (:func:`kernel_lib.retention.promises` with ``replay_months``, ``diagnostic_months``,
+Promises judged (:func:`kernel_lib.retention.pricing.promises` with ``replay_months``, ``diagnostic_months``,
 and ``workspace=True`` when the trajectory has workspace bytes; verdicts from
-:func:`~kernel_lib.retention.promises_kept`): ``current_recovery``, ``historical_replay``,
+:func:`~kernel_lib.retention.pricing.promises_kept`): ``current_recovery``, ``historical_replay``,
 ``diagnostics``.
 
 Presets (``preset`` trait, :data:`PRESETS`): ``"repair"`` loads Napkin Math 11.2's stated givens plus
 the two quantities the box leaves implicit, the workspace size and the attempt cost, as inferred by
-:func:`kernel_lib.retention.napkin_11_2` (labelled "inferred" in ``sources``); the fleet size and
+:func:`kernel_lib.retention.pricing.napkin_11_2` (labelled "inferred" in ``sources``); the fleet size and
 diagnostic window, which the box does not need, come from exercise 7's defaults. ``"research"`` loads
-exercise 7's defaults (:data:`kernel_lib.exercises.ex11_7.DEFAULTS`; no workspace). Loading a preset
+exercise 7's defaults (:data:`kernel_lib.course.exercises.ex11_7.DEFAULTS`; no workspace). Loading a preset
 replaces the givens, not the custom lifetimes.
 
 Bad input: a negative, NaN, infinite, empty or non-number value, a fraction where a whole count
@@ -73,9 +73,9 @@ from typing import Any
 import anywidget
 import traitlets
 
-from kernel_lib import retention as rt
+import kernel_lib.retention.pricing as rt
 from kernel_lib.errors import ConfigError
-from kernel_lib.exercises import ex11_7
+import kernel_lib.course.exercises.ex11_7 as ex11_7
 
 #: Longest lifetime or promise the planner takes, months (a century, as exercise 7's range).
 MAX_MONTHS = 1200.0
@@ -120,7 +120,7 @@ def _napkin_preset() -> tuple[dict[str, Any], dict[str, str]]:
     g = rt.NAPKIN_11_2_PRINTED["givens"]
     ex = ex11_7.DEFAULTS
     stated = "stated in Napkin Math 11.2"
-    inferred = "inferred by kernel_lib.retention.napkin_11_2 (the box does not state it)"
+    inferred = "inferred by kernel_lib.retention.pricing.napkin_11_2 (the box does not state it)"
     givens = {"turns": g["turns"], "envelope_kb_per_turn": g["envelope_kb_per_turn"],
               "observation_kb_per_turn": g["payload_kb_per_turn"], "pages": 0, "page_kb_raw": 0.0,
               "workspace_mb": nap.workspace_mb, "usd_per_gb_month": g["usd_per_gb_month"],
@@ -221,7 +221,7 @@ def check_givens(givens: Mapping[str, Any]) -> dict[str, int | float]:
 
 def check_lifetime(artifact: str, months: Any) -> float | None:
     """A lifetime in months for ``artifact`` (None = not kept durably), checked: a class of
-    :data:`kernel_lib.retention.ARTIFACT_CLASSES` and a number in [0, MAX_MONTHS]; ConfigError otherwise."""
+    :data:`kernel_lib.retention.pricing.ARTIFACT_CLASSES` and a number in [0, MAX_MONTHS]; ConfigError otherwise."""
     if artifact not in rt.ARTIFACT_CLASSES:
         raise ConfigError(f"unknown artifact class {artifact!r}: choose from {', '.join(rt.ARTIFACT_CLASSES)}")
     if months is None:
@@ -253,14 +253,14 @@ def default_custom_lifetimes(replay_months: float, diagnostic_months: float) -> 
 
 @dataclass(frozen=True)
 class RetentionPlan:
-    """What :func:`plan` computed for one set of givens (every number from kernel_lib.retention).
+    """What :func:`plan` computed for one set of givens (every number from kernel_lib.retention.pricing).
 
     Fields:
-        givens: the checked givens. bytes: :class:`kernel_lib.retention.TrajectoryBytes` of one trajectory.
+        givens: the checked givens. bytes: :class:`kernel_lib.retention.pricing.TrajectoryBytes` of one trajectory.
         policies: ``{display name: RetentionPolicy}`` in comparison order.
-        costs: ``{policy: {class: USD per trajectory, "total": USD}}`` (:func:`~kernel_lib.retention.policy_cost_usd`).
-        wanted: the three promises (:func:`~kernel_lib.retention.promises`).
-        verdicts: ``{policy: {promise: PromiseVerdict}}`` (:func:`~kernel_lib.retention.promises_kept`).
+        costs: ``{policy: {class: USD per trajectory, "total": USD}}`` (:func:`~kernel_lib.retention.pricing.policy_cost_usd`).
+        wanted: the three promises (:func:`~kernel_lib.retention.pricing.promises`).
+        verdicts: ``{policy: {promise: PromiseVerdict}}`` (:func:`~kernel_lib.retention.pricing.promises_kept`).
         rows: one dict per policy and class plus a ``"total"`` row per policy, keys
             ``policy, artifact, lifetime_months, bytes, byte_share, gb_months, usd_per_trajectory,
             usd_per_fleet_year, share_of_attempt`` (the total row's lifetime is None).
@@ -287,7 +287,7 @@ def build_policies(givens: Mapping[str, Any], custom: Mapping[str, Any],
     out = {full.name: full, split.name: split, CUSTOM: rt.RetentionPolicy(CUSTOM, check_lifetimes(custom))}
     for p in extra:
         if not isinstance(p, rt.RetentionPolicy):
-            raise ConfigError(f"extra policies must be kernel_lib.retention.RetentionPolicy, got {type(p).__name__}")
+            raise ConfigError(f"extra policies must be kernel_lib.retention.pricing.RetentionPolicy, got {type(p).__name__}")
         if p.name in out:
             raise ConfigError(f"policy name {p.name!r} is used twice; give each policy its own name")
         out[p.name] = p
@@ -299,7 +299,7 @@ def plan(givens: Mapping[str, Any], custom: Mapping[str, Any] | None = None,
     """Price every policy and judge every promise for ``givens`` (see :data:`GIVENS`).
 
     ``custom`` defaults to :func:`default_custom_lifetimes`. Raises ConfigError on a bad given, lifetime
-    or policy (and passes on kernel_lib.retention's own ConfigError, e.g. an overflowing bill)."""
+    or policy (and passes on kernel_lib.retention.pricing's own ConfigError, e.g. an overflowing bill)."""
     g = check_givens(givens)
     if custom is None:
         custom = default_custom_lifetimes(g["replay_months"], g["diagnostic_months"])
@@ -455,7 +455,7 @@ def readout_lines(p: RetentionPlan) -> list[str]:
 
 
 def napkin_line(nap: rt.NapkinRetention | None = None) -> str:
-    """One sentence on Napkin Math 11.2 as :func:`kernel_lib.retention.napkin_11_2` recomputes it: the
+    """One sentence on Napkin Math 11.2 as :func:`kernel_lib.retention.pricing.napkin_11_2` recomputes it: the
     reference the "repair" preset starts from."""
     nap = nap if nap is not None else rt.napkin_11_2()
     months = rt.NAPKIN_11_2_PRINTED["givens"]["months"]
@@ -657,7 +657,7 @@ class RetentionPlanner(anywidget.AnyWidget):
             starting givens.
         custom_lifetimes: ``{class: months or None}`` of the custom policy (classes left out are not
             kept); default :func:`default_custom_lifetimes` of the starting promise windows.
-        extra_policies: more :class:`kernel_lib.retention.RetentionPolicy` objects to compare (fixed; their
+        extra_policies: more :class:`kernel_lib.retention.pricing.RetentionPolicy` objects to compare (fixed; their
             names must differ from the built-in ones).
         **givens: any given of :data:`GIVENS` by name, overriding the preset (its source shows "edited").
 
@@ -734,7 +734,7 @@ class RetentionPlanner(anywidget.AnyWidget):
         policy. Columns: ``policy`` (str), ``artifact`` (str), ``lifetime_months`` (float, null = not kept;
         null on total rows), ``bytes`` (B per trajectory), ``byte_share`` (fraction of the trajectory's
         bytes), ``gb_months`` (GB x months kept), ``usd_per_trajectory``, ``usd_per_fleet_year`` (USD),
-        ``share_of_attempt`` (fraction of ``attempt_cost_usd``). Every number from kernel_lib.retention."""
+        ``share_of_attempt`` (fraction of ``attempt_cost_usd``). Every number from kernel_lib.retention.pricing."""
         import polars as pl
 
         return pl.DataFrame(self.plan.rows, schema={
@@ -758,7 +758,7 @@ class RetentionPlanner(anywidget.AnyWidget):
 
     @staticmethod
     def napkin(other_attempt_cost_usd: float | None = None) -> rt.NapkinRetention:
-        """Napkin Math 11.2 recomputed by :func:`kernel_lib.retention.napkin_11_2` (its checks against the
+        """Napkin Math 11.2 recomputed by :func:`kernel_lib.retention.pricing.napkin_11_2` (its checks against the
         printed figures included; ``other_attempt_cost_usd`` is passed through)."""
         return rt.napkin_11_2(other_attempt_cost_usd=other_attempt_cost_usd)
 

@@ -2,7 +2,7 @@
 
 An anywidget, so the same widget runs in JupyterLab, VS Code and marimo. The widget owns no
 state of its own (DESIGN.md, principle 6): moving the slider sets ``position``; the Python side
-folds the first ``position`` events with :func:`kernel_lib.record.fold` and publishes the result
+folds the first ``position`` events with :func:`kernel_lib.core.record.fold` and publishes the result
 as ``record`` (a JSON view: operations with their status, in-doubt attempts, budget). Operations
 in doubt are highlighted. A position outside ``0..max_position`` shows a message in the widget and
 keeps the last good record; it never raises.
@@ -20,8 +20,8 @@ import anywidget
 import traitlets
 
 from kernel_lib.checkpoint.index import CheckpointIndex
-from kernel_lib.events import Event
-from kernel_lib.record import TrajectoryRecord, fold, initial_record
+from kernel_lib.core.events import Event
+from kernel_lib.core.record import TrajectoryRecord, fold, initial_record
 
 _ESM = r"""
 function render({ model, el }) {

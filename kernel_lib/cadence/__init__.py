@@ -33,7 +33,7 @@ is bounded (``trace.MAX_POISSON_CRASHES``, ``trace.MAX_SIMULATED_TURNS``, ``trac
 
 from __future__ import annotations
 
-from .formulas import (
+from kernel_lib.cadence.formulas import (
     ConsolidationPlan,
     SnapshotVolumes,
     StrideSummary,
@@ -58,8 +58,8 @@ from .formulas import (
     young_overhead_fraction,
     young_summary,
 )
-from .measure import Quantity, given, measure_reconstruction, resolve_pause
-from .trace import (
+from kernel_lib.cadence.measure import Quantity, given, measure_reconstruction, resolve_pause
+from kernel_lib.cadence.trace import (
     CrashTrace,
     StrideResult,
     TraceEvaluation,

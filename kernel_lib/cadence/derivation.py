@@ -176,7 +176,7 @@ def check_numeric(rel_tol: float = 1e-12) -> list[dict[str, Any]]:
 
     Raises nothing; a mismatch shows as ``ok: False``.
     """
-    from . import formulas as f
+    import kernel_lib.cadence.formulas as f
 
     dv = derive()
     rows: list[dict[str, Any]] = []

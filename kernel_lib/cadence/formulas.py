@@ -24,7 +24,7 @@ import math
 from dataclasses import asdict, dataclass
 from numbers import Integral, Real
 
-from ..errors import CadenceParameterError
+from kernel_lib.errors import CadenceParameterError
 
 # --- accepted ranges --------------------------------------------------------------------------------
 #: Smallest and largest accepted value of a real given, for names not in :data:`RANGES`. For times

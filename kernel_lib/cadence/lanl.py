@@ -52,8 +52,8 @@ from typing import Any, Literal
 
 import polars as pl
 
-from ..errors import CadenceParameterError, FailureDataError
-from . import formulas as f
+from kernel_lib.errors import CadenceParameterError, FailureDataError
+import kernel_lib.cadence.formulas as f
 
 # --- reading -------------------------------------------------------------------------------------
 

@@ -26,8 +26,8 @@ from dataclasses import asdict, dataclass, field
 from numbers import Integral
 from pathlib import Path
 
-from ..errors import CadenceError, CadenceParameterError
-from .formulas import nonnegative, show, stride
+from kernel_lib.errors import CadenceError, CadenceParameterError
+from kernel_lib.cadence.formulas import nonnegative, show, stride
 
 #: Bounds on the measurement's own counts, so that a typo cannot start an hours-long measurement.
 MAX_MEASURE_TURNS = 100_000
@@ -92,16 +92,9 @@ def resolve_pause(pause: float | Quantity | Callable[[], float], repeats: int = 
 def _record_trajectory(store, trajectory_id: str, turns: int, payload_bytes: int) -> list[int]:
     """Record ``turns`` turns (a model call, then a tool call with its result) through the dispatch
     gate into ``store``. Returns the log position (sequence number) at the end of each turn."""
-    from ..dispatch import (
-        AdmissionPolicy,
-        DispatchGate,
-        ModelCall,
-        ModelReply,
-        ToolProposal,
-        ToolReply,
-    )
-    from ..events import TaskStarted
-    from ..log import FailureDomain, TrajectoryLog
+    from kernel_lib.gate.dispatch import AdmissionPolicy, DispatchGate, ModelCall, ModelReply, ToolProposal, ToolReply
+    from kernel_lib.core.events import TaskStarted
+    from kernel_lib.log import FailureDomain, TrajectoryLog
 
     log = TrajectoryLog(store, trajectory_id, must_survive=FailureDomain.PROCESS_CRASH)
     gate = DispatchGate(log, AdmissionPolicy(grants={"grant_cadence": {"stand-in-model", "run_tests"}}))
@@ -159,8 +152,8 @@ def measure_reconstruction(store_kind: str = "sqlite", *, turns: int = 60, short
     if not ks < kl <= n_:
         raise CadenceParameterError(f"need 1 <= short_suffix_turns < long_suffix_turns <= turns, got {ks}, {kl}, {n_}",
                                     name="long_suffix_turns")
-    from ..log import open_store
-    from ..record import fold, initial_record
+    from kernel_lib.log import open_store
+    from kernel_lib.core.record import fold, initial_record
 
     tid = "traj_cadence_measure"
     with tempfile.TemporaryDirectory(prefix="cadence-R-", dir=directory) as tmp:

@@ -31,9 +31,9 @@ from typing import Any
 
 import sympy as sp
 
-from ..errors import CadenceError
-from . import formulas as f
-from .trace import CrashTrace, evaluate_strides, trace_overhead
+from kernel_lib.errors import CadenceError
+import kernel_lib.cadence.formulas as f
+from kernel_lib.cadence.trace import CrashTrace, evaluate_strides, trace_overhead
 
 #: What Napkin Math 11.1 and the §11.9 pitfall print. ``givens`` are stated inputs; the rest are
 #: results this module must reproduce.

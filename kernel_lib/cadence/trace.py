@@ -29,8 +29,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from numbers import Integral
 
-from ..errors import CadenceParameterError
-from .formulas import nonnegative, positive, random_seed, show, stride
+from kernel_lib.errors import CadenceParameterError
+from kernel_lib.cadence.formulas import nonnegative, positive, random_seed, show, stride
 
 #: Most crashes a Poisson trace may be expected to hold (turns x rate): beyond this the trace alone
 #: would take hundreds of megabytes and every stride evaluated on it seconds.
@@ -152,7 +152,7 @@ def poisson_trace(turns: int, failure_rate_per_turn: float, seed: int) -> CrashT
 def _value(name: str, q) -> tuple[float, str]:
     """A number, a Quantity, or a zero-argument measuring callable -> (seconds, source)."""
     if callable(q) and not hasattr(q, "value"):
-        from .measure import resolve_pause
+        from kernel_lib.cadence.measure import resolve_pause
         q = resolve_pause(q)
     if hasattr(q, "value") and hasattr(q, "source"):
         return nonnegative(name, q.value), q.source
@@ -292,7 +292,7 @@ def evaluate_strides(trace: CrashTrace, strides: Sequence[int] | None = None, *,
     if not ks:
         raise CadenceParameterError("no strides to evaluate", name="strides")
     if callable(pause_s) and not hasattr(pause_s, "value"):   # measure once, not once per stride
-        from .measure import resolve_pause
+        from kernel_lib.cadence.measure import resolve_pause
         pause_s = resolve_pause(pause_s)
     c_, cs = _value("pause_s", pause_s)
     t_, ts = _value("restore_s_per_crash", restore_s_per_crash)

@@ -25,14 +25,46 @@ module              what it holds
 ==================  ===========================================================================
 """
 
-from .blobs import BlobStats, BlobStore, DirectoryBlobStore, MemoryBlobStore, PutResult, sha256_hex
-from .capture import (CaptureResult, Checkpointer, ConsolidationResult, RetireReport, WorkspaceChangeResult,
-                      log_tree, log_workspace_change, store_tree)
-from .index import CheckpointIndex
-from .manifest import CheckpointManifest
-from .restore import LoadedCheckpoint, RestoreResult, check_binding, find_checkpoint, load_checkpoint, restore
-from .tree import (EMPTY_TREE, FileEntry, Tree, WorkspaceDelta, diff_trees, files_tree, load_delta, load_tree,
-                   materialize, scan_directory)
+from kernel_lib.checkpoint.blobs import (
+    BlobStats,
+    BlobStore,
+    DirectoryBlobStore,
+    MemoryBlobStore,
+    PutResult,
+    sha256_hex,
+)
+from kernel_lib.checkpoint.capture import (
+    CaptureResult,
+    Checkpointer,
+    ConsolidationResult,
+    RetireReport,
+    WorkspaceChangeResult,
+    log_tree,
+    log_workspace_change,
+    store_tree,
+)
+from kernel_lib.checkpoint.index import CheckpointIndex
+from kernel_lib.checkpoint.manifest import CheckpointManifest
+from kernel_lib.checkpoint.restore import (
+    LoadedCheckpoint,
+    RestoreResult,
+    check_binding,
+    find_checkpoint,
+    load_checkpoint,
+    restore,
+)
+from kernel_lib.checkpoint.tree import (
+    EMPTY_TREE,
+    FileEntry,
+    Tree,
+    WorkspaceDelta,
+    diff_trees,
+    files_tree,
+    load_delta,
+    load_tree,
+    materialize,
+    scan_directory,
+)
 
 __all__ = [
     "BlobStats", "BlobStore", "DirectoryBlobStore", "MemoryBlobStore", "PutResult", "sha256_hex",

@@ -9,7 +9,7 @@ over the same repository share their files (Venti-style coalescing, §11.8.2 foo
 * :class:`DirectoryBlobStore` keeps one file per object under ``<root>/<d[:2]>/<d>`` and makes
   every new object durable (data ``fdatasync`` + directory ``fsync``) before :meth:`put_many`
   returns. All its file operations go through a :class:`~kernel_lib.log.fs.FileSystem`, the seam
-  the crash explorer records and replays (:mod:`kernel_lib.checkpoint.crash`).
+  the crash explorer records and replays (:mod:`kernel_lib.verify.checkpoint_workload`).
 * :class:`MemoryBlobStore` keeps objects in a dict (tests, simulations): nothing is durable.
 
 Units: sizes are bytes. Errors: :class:`~kernel_lib.errors.UnrecoverableStateError` when a read
@@ -31,8 +31,8 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Iterable, Iterator
 
-from ..errors import CheckpointError, UnrecoverableStateError
-from ..log.fs import FileSystem, OsFileSystem
+from kernel_lib.errors import CheckpointError, UnrecoverableStateError
+from kernel_lib.log.fs import FileSystem, OsFileSystem
 
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 

@@ -42,17 +42,24 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Literal, Sequence
 
-from ..errors import CheckpointError, ConfigError, UnrecoverableStateError
-from ..events import CheckpointV2, Event, WorkspaceChanged
-from ..log.base import LogStore
-from ..log.trajectory import TrajectoryLog
-from ..record import TrajectoryRecord
-from .blobs import BlobStore, is_digest, sha256_hex
-from .manifest import CheckpointManifest
-from .restore import (SCAN_WINDOW, SCAN_WINDOW_MAX, LoadedCheckpoint, check_binding, covers_an_earlier_position,
-                      find_checkpoint, load_checkpoint)
-from .state import diff_state, encode_record_delta, record_digest
-from .tree import EMPTY_TREE, Tree, WorkspaceDelta, WorkspaceSource, diff_trees, read_workspace
+from kernel_lib.errors import CheckpointError, ConfigError, UnrecoverableStateError
+from kernel_lib.core.events import CheckpointV2, Event, WorkspaceChanged
+from kernel_lib.log.base import LogStore
+from kernel_lib.log.trajectory import TrajectoryLog
+from kernel_lib.core.record import TrajectoryRecord
+from kernel_lib.checkpoint.blobs import BlobStore, is_digest, sha256_hex
+from kernel_lib.checkpoint.manifest import CheckpointManifest
+from kernel_lib.checkpoint.restore import (
+    SCAN_WINDOW,
+    SCAN_WINDOW_MAX,
+    LoadedCheckpoint,
+    check_binding,
+    covers_an_earlier_position,
+    find_checkpoint,
+    load_checkpoint,
+)
+from kernel_lib.checkpoint.state import diff_state, encode_record_delta, record_digest
+from kernel_lib.checkpoint.tree import EMPTY_TREE, Tree, WorkspaceDelta, WorkspaceSource, diff_trees, read_workspace
 
 CaptureKind = Literal["full", "incremental", "auto"]
 
@@ -226,7 +233,7 @@ class Checkpointer:
         max_chain: with ``kind="auto"``, the longest delta chain before a full snapshot is taken.
         ignore: file/directory names skipped when reading a directory workspace.
 
-    The live record a caller keeps (e.g. a :class:`~kernel_lib.dispatch.DispatchGate`'s) does
+    The live record a caller keeps (e.g. a :class:`~kernel_lib.gate.dispatch.DispatchGate`'s) does
     not yet hold the ``Checkpoint`` event a capture appends; fold ``result.event`` into it.
     """
 

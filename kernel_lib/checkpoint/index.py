@@ -5,7 +5,7 @@ events. ``record_at(position)`` starts from the nearest snapshot at or before th
 folds at most ``stride - 1`` events, instead of folding the whole prefix; this is what a log
 scrubber needs to show any position of a long log quickly.
 
-Snapshots share structure: each is a :func:`~kernel_lib.record.fork` of the previous one, so a
+Snapshots share structure: each is a :func:`~kernel_lib.core.record.fork` of the previous one, so a
 snapshot costs pointer copies of the record's tables plus copies of the entries the next
 ``stride`` events touched, not a deep copy of the record. Snapshots are never folded into; every
 record handed out is a fork of its own. The default stride keeps at most
@@ -17,9 +17,9 @@ from __future__ import annotations
 import math
 from typing import Sequence
 
-from ..errors import ConfigError, FoldError
-from ..events import Event
-from ..record import TrajectoryRecord, fold_into, fork, initial_record
+from kernel_lib.errors import ConfigError, FoldError
+from kernel_lib.core.events import Event
+from kernel_lib.core.record import TrajectoryRecord, fold_into, fork, initial_record
 
 MIN_STRIDE = 64
 MAX_SNAPSHOTS = 48
@@ -85,7 +85,7 @@ class CheckpointIndex:
         ``fold(initial_record(...), events[:position])``.
 
         The result shares structure with the index's snapshots: treat it as read-only, and
-        :func:`~kernel_lib.record.fork` it (with the events) before folding anything into it.
+        :func:`~kernel_lib.core.record.fork` it (with the events) before folding anything into it.
         It stays valid after later calls. Moving forward from the last position asked folds only
         the events in between.
 

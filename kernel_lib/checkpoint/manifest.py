@@ -30,11 +30,11 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import UnrecoverableStateError
-from ..events import REDUCER_VERSION
-from .blobs import is_digest, sha256_hex
-from .state import RECORD_DELTA_FORMAT, RECORD_FORMAT, canonical
-from .tree import DELTA_FORMAT, TREE_FORMAT
+from kernel_lib.errors import UnrecoverableStateError
+from kernel_lib.core.events import REDUCER_VERSION
+from kernel_lib.checkpoint.blobs import is_digest, sha256_hex
+from kernel_lib.checkpoint.state import RECORD_DELTA_FORMAT, RECORD_FORMAT, canonical
+from kernel_lib.checkpoint.tree import DELTA_FORMAT, TREE_FORMAT
 
 MANIFEST_FORMAT = "kernel_lib.checkpoint/2"
 #: Manifest formats this build reads (format 1 lacks ``covered_event_sha256``).
@@ -117,7 +117,7 @@ class CheckpointManifest:
                 raise ValueError(f"format is {d.get('format') if isinstance(d, dict) else None!r}, "
                                  f"not one of {READABLE_FORMATS}")
             versions = d["versions"]
-            from ..record import SUPPORTED_REDUCER_VERSIONS
+            from kernel_lib.core.record import SUPPORTED_REDUCER_VERSIONS
             if versions.get("reducer_version") not in SUPPORTED_REDUCER_VERSIONS:
                 raise ValueError(f"written under reducer version {versions.get('reducer_version')}; this build "
                                  f"folds {sorted(SUPPORTED_REDUCER_VERSIONS)}")

@@ -38,14 +38,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import ConfigError, UnrecoverableStateError
-from ..events import CheckpointV2, Event, WorkspaceChanged
-from ..log.base import LogStore
-from ..record import TrajectoryRecord, fold_into, initial_record
-from .blobs import BlobStore
-from .manifest import CheckpointManifest
-from .state import apply_state_delta, decode_record_delta, decode_record_state, record_digest, record_from_snapshot
-from .tree import EMPTY_TREE, Tree, load_delta, load_tree, materialize
+from kernel_lib.errors import ConfigError, UnrecoverableStateError
+from kernel_lib.core.events import CheckpointV2, Event, WorkspaceChanged
+from kernel_lib.log.base import LogStore
+from kernel_lib.core.record import TrajectoryRecord, fold_into, initial_record
+from kernel_lib.checkpoint.blobs import BlobStore
+from kernel_lib.checkpoint.manifest import CheckpointManifest
+from kernel_lib.checkpoint.state import (
+    apply_state_delta,
+    decode_record_delta,
+    decode_record_state,
+    record_digest,
+    record_from_snapshot,
+)
+from kernel_lib.checkpoint.tree import EMPTY_TREE, Tree, load_delta, load_tree, materialize
 
 #: First window (events) of the backward scan for a checkpoint; it doubles up to the maximum.
 SCAN_WINDOW = 256

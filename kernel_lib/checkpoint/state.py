@@ -2,7 +2,7 @@
 
 A **record snapshot** is the canonical (RFC 8785) JSON of::
 
-    {"format": "kernel_lib.record-snapshot/1", "reducer_version": <int>,
+    {"format": "kernel_lib.core.record-snapshot/1", "reducer_version": <int>,
      "record": <the record's scalars, task, budget figures and lists>,
      "tables": {"operations" | "attempts" | "reservations" | "approvals" | "decisions":
                 {"ids": [...], "fields": [...], "rows": [[...], ...]}}}
@@ -36,15 +36,15 @@ from typing import TYPE_CHECKING, Any
 
 import rfc8785
 
-from ..errors import UnrecoverableStateError
-from ..events import REDUCER_VERSION
-from .blobs import sha256_hex
+from kernel_lib.errors import UnrecoverableStateError
+from kernel_lib.core.events import REDUCER_VERSION
+from kernel_lib.checkpoint.blobs import sha256_hex
 
 if TYPE_CHECKING:
-    from ..record import TrajectoryRecord
+    from kernel_lib.core.record import TrajectoryRecord
 
-RECORD_FORMAT = "kernel_lib.record-snapshot/1"
-RECORD_DELTA_FORMAT = "kernel_lib.record-delta/1"
+RECORD_FORMAT = "kernel_lib.core.record-snapshot/1"
+RECORD_DELTA_FORMAT = "kernel_lib.core.record-delta/1"
 
 
 def canonical(obj: Any) -> bytes:
@@ -141,14 +141,14 @@ def decode_record_state(data: bytes, *, name: str = "record snapshot") -> tuple[
 
 
 def record_from_snapshot(data: bytes, *, name: str = "record snapshot") -> "TrajectoryRecord":
-    """The :class:`~kernel_lib.record.TrajectoryRecord` of snapshot bytes, built straight from the
+    """The :class:`~kernel_lib.core.record.TrajectoryRecord` of snapshot bytes, built straight from the
     table rows (each row's field dict becomes the instance's ``__dict__``; no intermediate state
     dict). Equal to ``TrajectoryRecord.from_dict(decode_record_state(data)[0])``, several times
     faster for a large record (this is the full-checkpoint restore path).
 
     Raises UnrecoverableStateError if the bytes are not a record snapshot this build reads.
     """
-    from ..record import _FIELD_NAMES, Attempt, Operation, Reservation, TrajectoryRecord
+    from kernel_lib.core.record import _FIELD_NAMES, Attempt, Operation, Reservation, TrajectoryRecord
 
     gc_was = gc.isenabled()
     gc.disable()

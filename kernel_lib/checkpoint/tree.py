@@ -30,8 +30,8 @@ from typing import Iterable, Mapping, Union
 
 import rfc8785
 
-from ..errors import CheckpointError, UnrecoverableStateError
-from .blobs import BlobStore, is_digest, sha256_hex
+from kernel_lib.errors import CheckpointError, UnrecoverableStateError
+from kernel_lib.checkpoint.blobs import BlobStore, is_digest, sha256_hex
 
 TREE_FORMAT = "kernel_lib.tree/1"
 DELTA_FORMAT = "kernel_lib.workspace-delta/1"

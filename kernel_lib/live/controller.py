@@ -32,11 +32,11 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from ..errors import ConfigError
-from .errors import LiveProcessError
-from .orphan import parent_env, pid_alive
-from .worker import OPERATION, TRAJECTORY
-from .workspace import build_snapshot, remove_tree
+from kernel_lib.errors import ConfigError
+from kernel_lib.live.errors import LiveProcessError
+from kernel_lib.live.orphan import parent_env, pid_alive
+from kernel_lib.live.worker import OPERATION, TRAJECTORY
+from kernel_lib.live.workspace import build_snapshot, remove_tree
 
 CRASH_POINTS = ("Authorized", "BudgetReserved", "ToolIntent", "ToolResult")
 TEMP_PREFIX = "kernel_lib_live_"
@@ -200,7 +200,7 @@ def run_replacement(*, store_kind: str, store_path: Path, ready: dict[str, Any],
     take ownership and reconcile by operation id). ``extra_args`` go to the worker (e.g.
     ``--coordinator FILE --owner-id ID``). ``snapshot`` (the run's ``ws_r18``
     :class:`~kernel_lib.live.workspace.Snapshot`) lets the resume restore the workspace into a fresh
-    directory next to the log; ``prefill`` (a :class:`kernel_lib.resume.PrefillModel`) sets the
+    directory next to the log; ``prefill`` (a :class:`kernel_lib.resume.stages.PrefillModel`) sets the
     givens of the computed prefill stage (one that needs no prefill is sent as an empty context).
     Returns its JSON report ``{recovered, reconciled?, model, availability, ownership?,
     resume_timeline}``. Raises LiveProcessError if it fails (an unavailable log exits 3, with the
@@ -261,7 +261,7 @@ def _log_location(work: Path, store_kind: str, result: dict[str, Any]) -> tuple[
     etcd cluster on loopback whose client URLs, comma-separated, are the store path."""
     if store_kind != "etcd":
         return None, work / ("log.sqlite" if store_kind == "sqlite" else "seglog")
-    from ..quorum.cluster import EtcdCluster
+    from kernel_lib.quorum.cluster import EtcdCluster
     cluster = EtcdCluster(3, work_dir=work / "etcd").start()
     result["etcd"] = {"members": [{"member": m.name, "pid": m.pid, "client_url": m.client_url}
                                   for m in cluster.members]}
@@ -298,7 +298,7 @@ def run_worksheet(crash_after: str = "ToolResult", store_kind: str = "sqlite", w
         ``{crash: {signal, log_position, worker_pid, ...}, executor: {job_running_at_crash, ...},
         recovered: {...}, reconciled: {...}, model: {...}, resume_timeline: {...}, expected,
         processes, cleanup}`` (``resume_timeline``: the replacement's stages of eq. 7, see
-        :mod:`kernel_lib.resume`).
+        :mod:`kernel_lib.resume.stages`).
 
     Raises:
         ConfigError: a bad argument. LiveProcessError: a process failed or timed out (everything
@@ -352,7 +352,7 @@ def run_worksheet(crash_after: str = "ToolResult", store_kind: str = "sqlite", w
             dest = Path(keep)
             dest.mkdir(parents=True, exist_ok=True)
             if store_kind == "etcd":      # the cluster goes away with the run: keep its events as JSON lines
-                from ..log import open_store
+                from kernel_lib.log import open_store
                 target = dest / "log.jsonl"
                 with open_store("etcd", store_path, read_only=True) as st:
                     target.write_bytes(b"".join(e.canonical + b"\n" for e in st.read(TRAJECTORY)))
@@ -438,8 +438,8 @@ def run_zombie(store_kind: str = "sqlite", workdir: str | os.PathLike | None = N
         ConfigError: a bad argument (or ``store_kind="segment"``). LiveProcessError: a process
         failed or timed out (everything is still torn down).
     """
-    from ..log import open_store
-    from ..record import fold, initial_record
+    from kernel_lib.log import open_store
+    from kernel_lib.core.record import fold, initial_record
 
     if store_kind not in ("sqlite", "etcd"):
         raise ConfigError(f"the zombie scenario needs the sqlite or etcd store, not {store_kind!r}: the segment log admits "
@@ -487,7 +487,7 @@ def run_zombie(store_kind: str = "sqlite", workdir: str | os.PathLike | None = N
         client = httpx.Client(timeout=10.0, trust_env=False)
         at_stall = client.get(f"{url}/operations/{OPERATION}").json()
 
-        from ..quorum.coordinator import open_coordinator
+        from kernel_lib.quorum.coordinator import open_coordinator
         coord = open_coordinator(str(coord_path))
         held = coord.current(TRAJECTORY)
         time.sleep(max(0.0, held.expires_at_s - time.time()) + 0.05)   # let the old lease lapse

@@ -3,7 +3,7 @@ so the CLI prints them as one line (exit code 2) instead of a traceback."""
 
 from __future__ import annotations
 
-from ..errors import KernelError
+from kernel_lib.errors import KernelError
 
 
 class LiveError(KernelError):

@@ -31,7 +31,7 @@ Endpoints:
   :func:`verify_completion`.
 
 Result inbox (§11.5.3): with ``--inbox FILE`` every signed completion record is also deposited in
-the durable :class:`~kernel_lib.inbox.ResultInbox` in FILE (an SQLite file of its own, outside any
+the durable :class:`~kernel_lib.gate.inbox.ResultInbox` in FILE (an SQLite file of its own, outside any
 worker), under the trajectory the request named, as soon as the job finishes. The record then
 outlives this process as well as the worker; the next owner ingests it. A deposit that fails is
 kept in memory and listed by ``GET /inbox-failures`` (the status query still serves the record),
@@ -70,9 +70,9 @@ import rfc8785
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
-from .errors import EvidenceSignatureError, SnapshotMismatchError
-from .orphan import watch_parent
-from .workspace import copy_verified, remove_tree, verify
+from kernel_lib.live.errors import EvidenceSignatureError, SnapshotMismatchError
+from kernel_lib.live.orphan import watch_parent
+from kernel_lib.live.workspace import copy_verified, remove_tree, verify
 
 #: The only check this executor runs (it never runs arbitrary commands).
 CHECKS = {"pytest -q": ["-m", "pytest", "-q", "-p", "no:cacheprovider", "--color=no"]}
@@ -332,7 +332,7 @@ class ExecutorService:
                          f"GET /operations/{job.operation_id}"})
 
     def _deposit(self, job: Job, record: dict[str, Any]) -> None:
-        from ..inbox import ResultInbox   # imported here: kernel_lib.inbox imports this module
+        from kernel_lib.gate.inbox import ResultInbox   # imported here: kernel_lib.gate.inbox imports this module
 
         try:
             with ResultInbox(self.inbox_path, {EXECUTOR_ID: self.public_key_hex}) as inbox:
@@ -432,8 +432,8 @@ def build_app(service: ExecutorService, on_ready=None):
 def check_inbox(path: Path, public_key_hex: str) -> str | None:
     """Why ``path`` cannot serve as this executor's result inbox, or None when it can: it is
     opened (created when missing, in an existing directory) and a write transaction is tried."""
-    from ..errors import KernelError
-    from ..inbox import ResultInbox   # imported here: kernel_lib.inbox imports this module
+    from kernel_lib.errors import KernelError
+    from kernel_lib.gate.inbox import ResultInbox   # imported here: kernel_lib.gate.inbox imports this module
 
     try:
         with ResultInbox(path, {EXECUTOR_ID: public_key_hex}) as inbox:

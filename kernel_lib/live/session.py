@@ -12,8 +12,8 @@
   reconciles by operation id against the executor (``--recover --reconcile``);
 
 Both replacement steps return the replacement's report with one more key, ``resume_timeline``: the
-stages of eq. 7 as the replacement timed them (:meth:`kernel_lib.resume.ResumeTimeline.to_dict`;
-rebuild it with :meth:`~kernel_lib.resume.ResumeTimeline.from_dict`). The last one is also kept
+stages of eq. 7 as the replacement timed them (:meth:`kernel_lib.resume.stages.ResumeTimeline.to_dict`;
+rebuild it with :meth:`~kernel_lib.resume.stages.ResumeTimeline.from_dict`). The last one is also kept
 in :attr:`WorksheetSession.resume_timeline`.
 * ``close()``: tear everything down (idempotent; also the context-manager exit).
 
@@ -33,13 +33,23 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from ..errors import ConfigError
-from ..log import open_store
-from .controller import (CRASH_POINTS, EXPECTED, _kill_group, live_env, make_workdir, port_accepts,
-                         run_replacement, spawn_executor, spawn_worker, stop_executor)
-from .errors import LiveError
-from .worker import OPERATION, TRAJECTORY
-from .workspace import build_snapshot, remove_tree
+from kernel_lib.errors import ConfigError
+from kernel_lib.log import open_store
+from kernel_lib.live.controller import (
+    CRASH_POINTS,
+    EXPECTED,
+    _kill_group,
+    live_env,
+    make_workdir,
+    port_accepts,
+    run_replacement,
+    spawn_executor,
+    spawn_worker,
+    stop_executor,
+)
+from kernel_lib.live.errors import LiveError
+from kernel_lib.live.worker import OPERATION, TRAJECTORY
+from kernel_lib.live.workspace import build_snapshot, remove_tree
 
 __all__ = ["WorksheetSession", "SessionStateError", "NoWorkerRunningError", "UnrecoveredRunError", "CRASH_POINTS"]
 
@@ -308,18 +318,18 @@ class WorksheetSession:
 
         Args:
             timeout_s: how long to wait for a running job (seconds, 0..600).
-            prefill: a :class:`kernel_lib.resume.PrefillModel` for the computed prefill stage
+            prefill: a :class:`kernel_lib.resume.stages.PrefillModel` for the computed prefill stage
                 (default: the worker's ``--prefill-*`` defaults).
 
         Raises: ConfigError: bad ``timeout_s`` or ``prefill``. SessionStateError / LiveProcessError
         as :meth:`recovered`, or the executor is not running.
         """
-        from ..resume import PrefillModel
+        from kernel_lib.resume.stages import PrefillModel
 
         if not (isinstance(timeout_s, (int, float)) and 0 <= timeout_s <= 600):
             raise ConfigError(f"timeout_s must be between 0 and 600 seconds, got {timeout_s!r}")
         if prefill is not None and not isinstance(prefill, PrefillModel):
-            raise ConfigError(f"prefill must be a kernel_lib.resume.PrefillModel, got {type(prefill).__name__}")
+            raise ConfigError(f"prefill must be a kernel_lib.resume.stages.PrefillModel, got {type(prefill).__name__}")
         out = self._replacement(True, float(timeout_s), prefill)
         return {**out["reconciled"], "resume_timeline": out.get("resume_timeline"), "inbox": out.get("inbox")}
 

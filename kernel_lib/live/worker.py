@@ -29,8 +29,8 @@ says why. It prints one JSON object ``{"recovered", "reconciled", "model", "resu
 stdout.
 
 Timing the resume (§11.5, eq. 7). The replacement times each stage it runs with
-:class:`kernel_lib.resume.StageTimer` and reports them under ``resume_timeline``
-(:meth:`kernel_lib.resume.ResumeTimeline.to_dict`): ``ownership`` (the lease or bare fence in the
+:class:`kernel_lib.resume.stages.StageTimer` and reports them under ``resume_timeline``
+(:meth:`kernel_lib.resume.stages.ResumeTimeline.to_dict`): ``ownership`` (the lease or bare fence in the
 log plus the fence at the executor), ``checkpoint_suffix_read`` (reading the log; it has no
 checkpoint), ``fold``, ``workspace_restore`` (with ``--workspace-snapshot``: the ``ws_r18`` snapshot
 the log names is verified and copied into a fresh directory under ``--restore-root``),
@@ -47,14 +47,14 @@ no lease is taken and no fence moves. If anything fails once a lease was granted
 released before the worker exits, so the next replacement need not wait out its ttl.
 
 Availability and ownership (§11.5.1). Before it folds anything the replacement proves the
-authoritative prefix complete (:func:`kernel_lib.ownership.check_available_at`, on a read-only
+authoritative prefix complete (:func:`kernel_lib.ownership.leases.check_available_at`, on a read-only
 open so that a missing store is reported, not created empty); if it cannot, it prints
 ``{"status": "unavailable", "availability": {...}}`` and exits with code 3. Both modes send
 ``trajectory_id`` and their ``owner_epoch`` with every ``POST /jobs``, and the replacement
 installs its new epoch at the executor (``POST /fences``) as well as in the log.
 
 ``--coordinator FILE --owner-id ID --lease-ttl-s S``: ownership comes from a lease granted by the
-:class:`~kernel_lib.ownership.SQLiteOwnershipCoordinator` in FILE (a new owner_epoch per grant,
+:class:`~kernel_lib.ownership.leases.SQLiteOwnershipCoordinator` in FILE (a new owner_epoch per grant,
 installed as the log's fence before the log is read, and checked again by the dispatch gate at
 its recheck). The worker renews its lease while it polls; the replacement waits up to
 ``--lease-wait-s`` for an earlier owner's lease to expire.
@@ -85,15 +85,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..dispatch import (
-    AdmissionPolicy,
-    DispatchGate,
-    ModelCall,
-    ToolProposal,
-    ToolReply,
-    conclude,
-)
-from ..errors import (
+from kernel_lib.gate.dispatch import AdmissionPolicy, DispatchGate, ModelCall, ToolProposal, ToolReply, conclude
+from kernel_lib.errors import (
     AdmissionDenied,
     ConfigError,
     DispatchWithheld,
@@ -103,22 +96,17 @@ from ..errors import (
     LeaseLostError,
     StoreError,
 )
-from ..events import Event, TaskStarted, ToolIntent
-from ..log import TrajectoryLog, open_store
-from ..ownership import (
-    LeaseCheck,
-    SQLiteOwnershipCoordinator,
-    check_available_at,
-    take_ownership,
-)
-from ..record import TERMINAL_STATES, TrajectoryRecord, fold, initial_record
-from ..resume import DEFAULT_PREFILL as _DP
-from ..resume import PrefillModel, StageTimer
-from .errors import EvidenceSignatureError, SnapshotMismatchError
-from .executor import load_public_key, verify_completion
-from .model import MODEL_NAME, StochasticModel, repair_prompt
-from .orphan import watch_parent
-from .workspace import copy_verified
+from kernel_lib.core.events import Event, TaskStarted, ToolIntent
+from kernel_lib.log import TrajectoryLog, open_store
+from kernel_lib.ownership.leases import LeaseCheck, SQLiteOwnershipCoordinator, check_available_at, take_ownership
+from kernel_lib.core.record import TERMINAL_STATES, TrajectoryRecord, fold, initial_record
+from kernel_lib.resume.stages import DEFAULT_PREFILL as _DP
+from kernel_lib.resume.stages import PrefillModel, StageTimer
+from kernel_lib.live.errors import EvidenceSignatureError, SnapshotMismatchError
+from kernel_lib.live.executor import load_public_key, verify_completion
+from kernel_lib.sim.model import MODEL_NAME, StochasticModel, repair_prompt
+from kernel_lib.live.orphan import watch_parent
+from kernel_lib.live.workspace import copy_verified
 
 TRAJECTORY = "traj_repair_r18"
 OPERATION = "test_r18"
@@ -126,7 +114,7 @@ ATTEMPT = "attempt1"
 GRANT = "grant_repair"
 TEST_BOUND_USD = 0.50
 #: Default givens of the computed prefill stage (context tokens, cached prefix tokens, tokens/s):
-#: :data:`kernel_lib.resume.DEFAULT_PREFILL`, an assumption, not a measurement.
+#: :data:`kernel_lib.resume.stages.DEFAULT_PREFILL`, an assumption, not a measurement.
 DEFAULT_PREFILL = (_DP.context_tokens, _DP.cached_prefix_tokens, _DP.prefill_tokens_per_s)
 PAUSABLE = ("TaskStarted", "ContextBuilt", "ModelReplied", "Authorized", "BudgetReserved", "ToolIntent",
             "ToolResult", "BudgetSettled")
@@ -220,7 +208,7 @@ def _coordinator(args: argparse.Namespace):
     """The ownership coordinator named by ``--coordinator`` (an SQLite file, or ``etcd:URL,...``)."""
     if not args.coordinator:
         return None
-    from ..quorum.coordinator import open_coordinator
+    from kernel_lib.quorum.coordinator import open_coordinator
     return open_coordinator(args.coordinator)
 
 
@@ -491,7 +479,7 @@ def _reconcile_one(gate: DispatchGate, op_id: str, client, url: str, key, timeou
 
 
 def prefill_model(args: argparse.Namespace) -> PrefillModel:
-    """The :class:`~kernel_lib.resume.PrefillModel` of the ``--prefill-*`` options (givens, not
+    """The :class:`~kernel_lib.resume.stages.PrefillModel` of the ``--prefill-*`` options (givens, not
     measurements). Raises ConfigError for values out of range."""
     return PrefillModel(args.prefill_context_tokens, args.prefill_cached_prefix_tokens, args.prefill_tokens_per_s)
 
@@ -525,8 +513,8 @@ def _ingest_inbox(args: argparse.Namespace, log: TrajectoryLog, gate: DispatchGa
     of the executor: records the executor deposited while no worker listened settle their
     operations here, each authenticated again. Returns ``{path, outcomes, settled}`` where
     ``settled`` maps each operation the inbox established to its reconciliation action."""
-    from ..inbox import ResultInbox
-    from .executor import EXECUTOR_ID
+    from kernel_lib.gate.inbox import ResultInbox
+    from kernel_lib.live.executor import EXECUTOR_ID
 
     before = {k for k, op in gate.record.operations.items() if op.status == "established"}
     if not os.path.exists(args.inbox):   # nothing was ever deposited; a reader does not create the file
@@ -611,7 +599,7 @@ def run_recover(args: argparse.Namespace) -> int:
     timer = StageTimer()
     blobs = None
     if args.blobs:
-        from ..checkpoint import DirectoryBlobStore
+        from kernel_lib.checkpoint import DirectoryBlobStore
         blobs = DirectoryBlobStore(args.blobs)
     a0 = timer.now_s()
     availability = check_available_at(args.store, args.store_path, args.trajectory, blobs)

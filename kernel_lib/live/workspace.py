@@ -24,7 +24,7 @@ from pathlib import Path
 
 import rfc8785
 
-from .errors import PatchApplyError, SnapshotMismatchError
+from kernel_lib.live.errors import PatchApplyError, SnapshotMismatchError
 
 #: The dataset directory: ``datasets/repair_r18`` of this repository.
 DATASET_DIR = Path(__file__).resolve().parents[2] / "datasets" / "repair_r18"

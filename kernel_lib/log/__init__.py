@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import os
 
-from ..errors import StoreError
-from .base import (
+from kernel_lib.errors import StoreError
+from kernel_lib.log.base import (
     MAX_OWNER_EPOCH,
     AckTier,
     AppendOutcome,
@@ -34,11 +34,11 @@ from .base import (
     parse_tier,
     read_bounds,
 )
-from .group_commit import AsyncGroupCommitter, GroupAck, GroupCommitter
-from .memory import MemoryStore
-from .segment import SegmentStore
-from .sqlite import SQLiteStore
-from .trajectory import TrajectoryLog, default_event_id
+from kernel_lib.log.group_commit import AsyncGroupCommitter, GroupAck, GroupCommitter
+from kernel_lib.log.memory import MemoryStore
+from kernel_lib.log.segment import SegmentStore
+from kernel_lib.log.sqlite import SQLiteStore
+from kernel_lib.log.trajectory import TrajectoryLog, default_event_id
 
 STORE_KINDS = ("sqlite", "segment", "memory", "etcd")
 
@@ -72,7 +72,7 @@ def open_store(kind: str = "sqlite", path: str | os.PathLike | None = None, *, r
     if kind == "segment":
         return SegmentStore.open(path, read_only=read_only, **kw)
     if kind == "etcd":      # path: the members' client URLs, comma-separated (kernel_lib.quorum)
-        from ..quorum.store import EtcdStore
+        from kernel_lib.quorum.store import EtcdStore
         return EtcdStore.open(str(path), read_only=read_only, **kw)
     raise StoreError(f"unknown store kind {kind!r}; choose one of {list(STORE_KINDS)}")
 

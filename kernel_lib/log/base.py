@@ -15,7 +15,7 @@ Every store enforces the append contract of §11.8.4 in :meth:`LogStore.append_b
 
 Arguments are checked the same way by every store, with the helpers below: :func:`parse_tier`
 (an :class:`AckTier` or its label), :func:`check_events` (batch members must be
-:class:`~kernel_lib.events.Event`), :func:`check_fence_args` (an int ``0 <= owner_epoch < 2**63``
+:class:`~kernel_lib.core.events.Event`), :func:`check_fence_args` (an int ``0 <= owner_epoch < 2**63``
 and a non-empty trajectory id) and :func:`read_bounds` (``start < 1`` reads from 1, ``stop < start``
 reads nothing).
 
@@ -32,7 +32,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Iterable, Iterator, Sequence
 
-from ..errors import (
+from kernel_lib.errors import (
     AcknowledgmentTooWeakError,
     ConflictingDuplicateError,
     SequenceGapError,
@@ -41,7 +41,7 @@ from ..errors import (
     StoreError,
     TierNotOfferedError,
 )
-from ..events import Event
+from kernel_lib.core.events import Event
 
 
 class FailureDomain(enum.IntEnum):
@@ -473,7 +473,7 @@ class LogStore(ABC):
         suffix (whose first event is ``through + 1``) and the head, fence and event ids unchanged.
 
         This is the storage primitive only: it checks the shape of the request, not the promises.
-        Call it through :func:`kernel_lib.storage_engine.compact`, which first proves that a newer
+        Call it through :func:`kernel_lib.retention.compact`, which first proves that a newer
         checkpoint and its dependencies are durable and that no replay or audit hold needs the
         prefix. Retiring again at or below the current mark is a no-op.
 

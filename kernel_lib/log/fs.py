@@ -28,7 +28,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Iterable
 
-from ..errors import StoreError
+from kernel_lib.errors import StoreError
 
 LOCK_FILE_NAME = "LOCK"
 

@@ -38,9 +38,9 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Callable
 
-from ..errors import ConfigError, StoreClosedError, StoreError
-from ..events import Event
-from .base import AckTier, AppendOutcome, LogStore, check_events
+from kernel_lib.errors import ConfigError, StoreClosedError, StoreError
+from kernel_lib.core.events import Event
+from kernel_lib.log.base import AckTier, AppendOutcome, LogStore, check_events
 
 
 @dataclass(frozen=True, slots=True)

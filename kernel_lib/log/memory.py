@@ -11,9 +11,9 @@ from __future__ import annotations
 import threading
 from typing import Iterator, Sequence
 
-from ..errors import StoreClosedError, StoreError
-from ..events import Event
-from .base import (
+from kernel_lib.errors import StoreClosedError, StoreError
+from kernel_lib.core.events import Event
+from kernel_lib.log.base import (
     AckTier,
     AppendOutcome,
     LogStore,

@@ -106,7 +106,7 @@ What the rule cannot see: damage inside the *last* synced records, with no later
 vouch for them, looks exactly like a torn write. It is trimmed and reported in ``recovery``
 (never returned as a different event), so a caller that must not lose an FDATASYNC
 acknowledgment to bit rot needs a second copy (the replicated tier of table 2), not a local
-checksum. The crash checker (:mod:`kernel_lib.crashcheck`) tests the rule on every crash state.
+checksum. The crash checker (:mod:`kernel_lib.verify.log_workload`) tests the rule on every crash state.
 """
 
 from __future__ import annotations
@@ -123,7 +123,7 @@ from typing import Iterator, Sequence
 
 import crc32c as _crc32c
 
-from ..errors import (
+from kernel_lib.errors import (
     ConfigError,
     CorruptLogError,
     MalformedEventError,
@@ -132,8 +132,8 @@ from ..errors import (
     StoreFailedError,
     StoreReadOnlyError,
 )
-from ..events import Event, decode_stored
-from .base import (
+from kernel_lib.core.events import Event, decode_stored
+from kernel_lib.log.base import (
     AckTier,
     AppendOutcome,
     LogStore,
@@ -147,7 +147,7 @@ from .base import (
     next_claimed_epoch,
     read_bounds,
 )
-from .fs import DirLock, FileHandle, FileSystem, OsFileSystem
+from kernel_lib.log.fs import DirLock, FileHandle, FileSystem, OsFileSystem
 
 MAGIC = b"\xf7DAL"
 FORMAT_VERSION = 1

@@ -55,7 +55,7 @@ import urllib.parse
 from pathlib import Path
 from typing import Iterator, Sequence
 
-from ..errors import (
+from kernel_lib.errors import (
     CorruptLogError,
     MalformedEventError,
     StoreBusyError,
@@ -64,8 +64,8 @@ from ..errors import (
     StoreFailedError,
     StoreReadOnlyError,
 )
-from ..events import Event, decode_stored, digest
-from .base import (
+from kernel_lib.core.events import Event, decode_stored, digest
+from kernel_lib.log.base import (
     MAX_OWNER_EPOCH,
     AckTier,
     AppendOutcome,

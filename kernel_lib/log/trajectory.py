@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from typing import Callable, Iterator, Sequence
 
-from ..errors import StoreError
-from ..events import Event, Payload, Provenance
-from .base import AckTier, FailureDomain, LogStore, choose_tier
-from .group_commit import GroupCommitter
+from kernel_lib.errors import StoreError
+from kernel_lib.core.events import Event, Payload, Provenance
+from kernel_lib.log.base import AckTier, FailureDomain, LogStore, choose_tier
+from kernel_lib.log.group_commit import GroupCommitter
 
 
 def default_event_id(trajectory_id: str, owner_epoch: int, sequence_number: int) -> str:
@@ -65,7 +65,7 @@ class TrajectoryLog:
 
     def next_event_id(self) -> str:
         """The event id the next :meth:`append` will use (e.g. to name it as a payload's holder
-        before the event exists, :class:`kernel_lib.storage_engine.PayloadStore`)."""
+        before the event exists, :class:`kernel_lib.retention.PayloadStore`)."""
         return self._event_id(self.trajectory_id, self.owner_epoch, self._head + 1)
 
     def stamp(self, payload: Payload, sequence_number: int, *, event_id: str | None = None) -> Event:

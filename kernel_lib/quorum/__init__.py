@@ -11,9 +11,9 @@ module                 what it holds
 =====================  ==========================================================================
 """
 
-from .client import EtcdClient, QuorumUnavailableError
-from .cluster import EtcdCluster, Member, QuorumSetupError, etcd_binary, sweep_stale_clusters
-from .store import EtcdStore
+from kernel_lib.quorum.client import EtcdClient, QuorumUnavailableError
+from kernel_lib.quorum.cluster import EtcdCluster, Member, QuorumSetupError, etcd_binary, sweep_stale_clusters
+from kernel_lib.quorum.store import EtcdStore
 
 __all__ = ["EtcdClient", "QuorumUnavailableError", "EtcdCluster", "Member", "QuorumSetupError", "etcd_binary",
            "sweep_stale_clusters", "EtcdStore"]

@@ -22,7 +22,7 @@ from typing import Any, Sequence
 
 import httpx
 
-from ..errors import ConfigError, StoreError
+from kernel_lib.errors import ConfigError, StoreError
 
 
 class QuorumUnavailableError(StoreError):

@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import ConfigError, KernelError
+from kernel_lib.errors import ConfigError, KernelError
 
 TEMP_PREFIX = "kl-etcd-"
 OWNER_FILE = "owner.pid"
@@ -125,7 +125,7 @@ def _kill_recorded_members(d: Path) -> None:
 def sweep_stale_clusters(parent: str | os.PathLike | None = None) -> list[Path]:
     """Stop the members of, and remove, cluster work directories whose owner process is gone
     (e.g. a killed notebook kernel). Returns the directories removed."""
-    from ..live.controller import sweep_stale_workdirs
+    from kernel_lib.live.controller import sweep_stale_workdirs
 
     return sweep_stale_workdirs(parent, prefix=TEMP_PREFIX, before_remove=_kill_recorded_members)
 

@@ -13,7 +13,7 @@ the Raft leader), so the TTL bounds how long a lost worker blocks recovery. A fr
 renew (:meth:`renew` finds its key gone or superseded and raises LeaseLostError), and its
 owner_epoch is fenced by every boundary that has seen the newer one.
 
-Clocks: ``now=`` arguments are recorded in the returned :class:`~kernel_lib.ownership.Lease`
+Clocks: ``now=`` arguments are recorded in the returned :class:`~kernel_lib.ownership.leases.Lease`
 (``granted_at_s``, ``expires_at_s`` on this client's clock) but cannot move etcd's lease clock;
 whether a lease is live is decided by etcd. Whole seconds only: etcd TTLs are integers, so a
 ``ttl_s`` is rounded up.
@@ -27,10 +27,10 @@ import time
 import urllib.parse
 from typing import Callable, Sequence
 
-from ..errors import ConfigError, CoordinatorUnavailableError, LeaseHeldError, LeaseLostError, StoreError
-from ..log.base import MAX_OWNER_EPOCH, FailureDomain
-from ..ownership import Lease, OwnershipCoordinator, _check_id, _check_seconds
-from .client import EtcdClient, unb64
+from kernel_lib.errors import ConfigError, CoordinatorUnavailableError, LeaseHeldError, LeaseLostError, StoreError
+from kernel_lib.log.base import MAX_OWNER_EPOCH, FailureDomain
+from kernel_lib.ownership.leases import Lease, OwnershipCoordinator, _check_id, _check_seconds
+from kernel_lib.quorum.client import EtcdClient, unb64
 
 _DIGITS = 20
 _MAX_TTL_S = 9_000_000_000      # etcd's MaxLeaseTTL
@@ -206,8 +206,8 @@ class EtcdOwnershipCoordinator(OwnershipCoordinator):
 
 def open_coordinator(spec: str, **kw) -> OwnershipCoordinator:
     """A coordinator from a command-line spec: ``etcd:URL[,URL...]`` for :class:`EtcdOwnershipCoordinator`,
-    anything else is the path of a :class:`~kernel_lib.ownership.SQLiteOwnershipCoordinator` file."""
-    from ..ownership import SQLiteOwnershipCoordinator
+    anything else is the path of a :class:`~kernel_lib.ownership.leases.SQLiteOwnershipCoordinator` file."""
+    from kernel_lib.ownership.leases import SQLiteOwnershipCoordinator
 
     if isinstance(spec, str) and spec.startswith("etcd:"):
         return EtcdOwnershipCoordinator([u for u in spec[5:].split(",") if u.strip()], **kw)

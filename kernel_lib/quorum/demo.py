@@ -22,13 +22,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from ..errors import ConfigError, StoreError
-from ..events import TaskStarted, ToolIntent
-from ..log.base import AckTier
-from ..log.trajectory import TrajectoryLog
-from .client import QuorumUnavailableError
-from .cluster import EtcdCluster
-from .store import EtcdStore
+from kernel_lib.errors import ConfigError, StoreError
+from kernel_lib.core.events import TaskStarted, ToolIntent
+from kernel_lib.log.base import AckTier
+from kernel_lib.log.trajectory import TrajectoryLog
+from kernel_lib.quorum.client import QuorumUnavailableError
+from kernel_lib.quorum.cluster import EtcdCluster
+from kernel_lib.quorum.store import EtcdStore
 
 TRAJECTORY = "traj_quorum_demo"
 
@@ -244,8 +244,8 @@ def _count_on_disk_survivors(cluster: EtcdCluster, survivors: list, acked: list[
     """Without a majority nothing can be read through the cluster, so recover each surviving
     member alone from its own data directory (``--force-new-cluster``, etcd's disaster-recovery
     start) and count the acknowledged events found on any of them."""
-    from ..events import decode_stored
-    from .client import EtcdClient, b64, range_end_for_prefix, unb64
+    from kernel_lib.core.events import decode_stored
+    from kernel_lib.quorum.client import EtcdClient, b64, range_end_for_prefix, unb64
 
     prefix = f"kl/t/{TRAJECTORY}/e/".encode()
     found: set[str] = set()

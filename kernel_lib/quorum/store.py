@@ -31,9 +31,9 @@ from __future__ import annotations
 import urllib.parse
 from typing import Iterator, Sequence
 
-from ..errors import ConfigError, CorruptLogError, StoreClosedError, StoreError, StoreReadOnlyError
-from ..events import Event, decode_stored, digest
-from ..log.base import (
+from kernel_lib.errors import ConfigError, CorruptLogError, StoreClosedError, StoreError, StoreReadOnlyError
+from kernel_lib.core.events import Event, decode_stored, digest
+from kernel_lib.log.base import (
     MAX_OWNER_EPOCH,
     AckTier,
     AppendOutcome,
@@ -48,7 +48,7 @@ from ..log.base import (
     next_claimed_epoch,
     read_bounds,
 )
-from .client import EtcdClient, unb64
+from kernel_lib.quorum.client import EtcdClient, unb64
 
 _DIGITS = 20
 _MAX_TRIES = 20

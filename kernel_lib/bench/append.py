@@ -1,0 +1,1317 @@
+"""``bench append``: what a durable acknowledgment costs on this machine (§11.3.1, §11.3.4).
+
+Every figure is measured in one run, in one temporary directory, on one disk, so the numbers
+can be compared with each other (and only with each other: they are this machine's, today).
+Contenders of a figure are always measured in interleaved rounds (the order rotates every
+round), so machine noise falls on all of them alike.
+
+1. **Per-append latency** of each log store at each acknowledgment tier it offers, for the
+   same pre-built events, against a raw baseline of the same bytes: ``os.write`` appending to a
+   file (what the ``write`` tier promises: process crash) and ``os.write`` + ``os.fdatasync``
+   (what the ``fdatasync`` tier promises: host crash, volume intact). Median and p99 in µs and
+   the ratios store / baseline, after a warm-up.
+2. **Group commit vs single flush** with 1, 4 and 16 writers, each writing its own trajectory
+   at the ``fdatasync`` tier, under two *writer models*, both measured in the same rounds:
+
+   * **threads**: every writer is an OS thread. Single flush: each thread calls
+     ``store.append(ev, FDATASYNC)`` itself (one barrier per event, the store serializes them).
+     Group: each thread calls :meth:`GroupCommitter.append`; a flusher thread writes a batch
+     with one barrier and releases its writers. Every acknowledgment wakes an OS thread (a
+     thread hand-off costs tens of µs on a small VM): with 16 writers, 16 wake-ups per flush
+     cycle, which the time per flush shows next to the storage time.
+   * **asyncio tasks**: every writer is a task on one event loop, as in an async agent runtime.
+     Single flush: each task calls ``store.append(ev, FDATASYNC)`` directly on the loop, so the
+     flushes are serial, exactly one barrier per event, with no hand-off at all (the fastest
+     single-flush baseline a loop has). Group: each task awaits
+     :meth:`AsyncGroupCommitter.append` with its default ``offload=False``: the flush runs on
+     the loop, which stalls for one barrier while every writer of the batch waits on it anyway;
+     a waiting writer costs a future and there is no thread hand-off at all. (``offload=True``
+     runs each flush in a worker thread, for stores whose flush is long, at the price of one
+     hand-off per flush.)
+
+   Reported per writer model: events/s of each mode, their ratio, the mean batch size, the
+   mean eq. 2 terms (``queue_wait_s``, ``storage_s``) from the committer's statistics, and the
+   group run's time per flush, whose excess over ``storage_s`` is the time each flush cycle
+   spends outside the store (waking the writers and collecting their next events).
+3. **Per-step time of one trajectory**, ours and the peers' (DBOS on its SQLite system
+   database, LangGraph with ``SqliteSaver`` and ``durability="sync"``), each with and without
+   durability, so that *durability overhead* = durable − non-durable per step. Per-step time is
+   the slope between runs of 1 and 1 + S steps, which removes each system's fixed per-run cost
+   (workflow/thread start, task start). For each system the SQLite ``journal_mode`` and
+   ``synchronous`` of its own connection are read back, which says whether its step
+   acknowledgment is fsync-durable at all.
+
+   *The floor.* A write-ahead step cannot dispatch before its intent is durable, so one
+   trajectory's durable step waits for at least one barrier, in sequence; our gate waits for
+   two (the coalesced admission + intent batch, then the result), a count a probe run measures
+   instead of assuming it. The report computes the floor ratio = barriers per step × raw
+   write+fdatasync median (figure 1) / the faster peer's overhead, and the one-barrier floor,
+   the least any write-ahead step waits for. When the floor ratio is above the 0.2 target, no
+   step waiting for that many barriers can meet the target for a single trajectory on this
+   disk, and the report says so next to the pass/fail row.
+4. **Fleet per-step time**, the figure §11.3.4 is about (throughput across many concurrent
+   trajectories, where one barrier can serve many of them): 16 threads, each running its own
+   trajectory of 1 and of 1 + S steps, timed from a common start until all end; per-step time =
+   slope of that wall time / (16 · S), overhead = durable − non-durable as in 3. Ours: each
+   thread runs its own DispatchGate over its own TrajectoryLog, all sharing ONE durable store
+   and ONE :class:`GroupCommitter` (non-durable: the same on a MemoryStore, no committer);
+   the committer's batch size and eq. 2 terms are reported. LangGraph: 16 threads invoking the
+   same compiled graph, each with its own ``thread_id``, on one SqliteSaver (non-durable: the
+   graph compiled without a checkpointer). DBOS: 16 threads each calling the workflow function
+   (non-durable as in 3). The process's CPU time per step (same slope) is reported too: where
+   it is close to the wall time, the fleet is CPU-bound (one GIL) and what durability adds is
+   CPU (stores, committer, thread wake-ups), not barrier waits, which overlap other threads'
+   work.
+5. **Targets**, each marked pass/fail: fdatasync append ≤ 1.5 × raw write+fdatasync; group
+   commit ≥ 5 × single flush at 16 writers, per store and writer model; our per-step durability
+   overhead ≤ 0.2 × the faster peer's, for one trajectory (with its floor) and for the fleet.
+
+Run it as ``python -m kernel_lib bench append`` (or ``python -m kernel_lib.bench.append append``);
+:func:`run_append_bench` is the same benchmark as a function returning a dict.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import concurrent.futures
+import contextlib
+import dataclasses
+import gc
+import importlib.util
+import json
+import math
+import os
+import platform
+import shutil
+import sqlite3
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Awaitable, Callable, Iterable, Sequence
+
+from tqdm import tqdm
+
+from kernel_lib.errors import KernelError
+from kernel_lib.core.events import Event, TaskStarted, ToolIntent, ToolResult
+from kernel_lib.log import (
+    AckTier,
+    AsyncGroupCommitter,
+    FailureDomain,
+    GroupCommitter,
+    LogStore,
+    TrajectoryLog,
+    choose_tier,
+    open_store,
+)
+
+#: Writer counts of figure 2.
+WRITER_COUNTS = (1, 4, 16)
+#: Writer models of figure 2 (module docstring).
+WRITER_MODELS = {
+    "threads": "OS threads; single: store.append per event; group: GroupCommitter.append (flusher thread)",
+    "asyncio": "tasks on one event loop; single: store.append per event on the loop (serial, one barrier "
+               "each); group: await AsyncGroupCommitter.append (default offload=False: the flush runs on the loop)",
+}
+#: Concurrent trajectories of figure 4.
+FLEET_SIZE = 16
+#: Targets (figure 5).
+TARGET_FDATASYNC_RATIO = 1.5     # store@fdatasync median ≤ 1.5 × raw write+fdatasync median
+TARGET_OVERHEAD_RATIO = 0.2      # our per-step durability overhead ≤ 0.2 × the faster peer's
+TARGET_GROUP_SPEEDUP = 5.0       # group commit ≥ 5 × single flush at 16 writers
+#: Default flush timer of the group committers in figures 2 and 4 (s): of 0.5, 1 and 2 ms, the
+#: one that did best for both writer models on the reference VM (the timer mostly bounds the
+#: first batch of a burst; the adaptive close ends the others).
+DEFAULT_FLUSH_TIMER_S = 0.001
+DEFAULT_BATCH_CAP = 64
+_BASELINE_OF_TIER = {"memory": "raw_write", "write": "raw_write", "fdatasync": "raw_write_fdatasync"}
+
+
+@dataclass(frozen=True)
+class BenchPlan:
+    """How much to measure. ``quick`` is for tests and smoke runs (well under 20 s)."""
+
+    iterations: int = 2000          # figure 1: measured appends per contender
+    warmup: int = 100               # figure 1: discarded appends per contender, before the rounds
+    rounds: int = 10                # interleaving rounds (figures 1 and 3)
+    group_events: int = 960         # figure 2: events per (store, writers, mode) and round
+    group_rounds: int = 3           # figure 2: rounds alternating single flush and group commit
+    step_count: int = 20            # figures 3 and 4: S, the extra steps of the long run
+    step_runs: int = 20             # figure 3: measured runs per contender
+    step_warmup: int = 2
+    fleet_runs: int = 5             # figure 4: measured fleet runs per contender (one per round)
+    fleet_warmup: int = 1
+
+    @classmethod
+    def make(cls, iterations: int | None = None, quick: bool = False) -> "BenchPlan":
+        if quick:
+            base = cls(iterations=60, warmup=10, rounds=3, group_events=128, group_rounds=1,
+                       step_count=5, step_runs=3, step_warmup=1, fleet_runs=2, fleet_warmup=1)
+        else:
+            base = cls()
+        if iterations is None:
+            return base
+        if iterations < 1:
+            raise KernelError(f"--iterations must be >= 1, got {iterations}")
+        scale = iterations / base.iterations
+        return cls(iterations=iterations, warmup=max(1, round(base.warmup * scale)),
+                   rounds=max(1, min(base.rounds, iterations)),
+                   group_events=max(16, round(base.group_events * scale)), group_rounds=base.group_rounds,
+                   step_count=base.step_count, step_runs=max(2, round(base.step_runs * scale)),
+                   step_warmup=base.step_warmup, fleet_runs=max(2, round(base.fleet_runs * scale)),
+                   fleet_warmup=base.fleet_warmup)
+
+
+# ------------------------------------------------------------------------------------------------
+# the one timing helper, and the interleaving built on it
+# ------------------------------------------------------------------------------------------------
+
+
+def _time_each(fn: Callable[[Any], object], args: Iterable[Any]) -> list[float]:
+    """Call ``fn(a)`` for each ``a`` in ``args``; return each call's wall time (s, perf_counter)."""
+    out: list[float] = []
+    clock = time.perf_counter
+    for a in args:
+        t0 = clock()
+        fn(a)
+        out.append(clock() - t0)
+    return out
+
+
+@dataclass
+class _Contender:
+    """Something measured call by call: ``op(item)`` on pre-built ``items``, consumed in order.
+
+    ``self_timed``: ``op`` returns its own wall time (s), for ops that must exclude their set-up
+    (starting writer threads) from the measurement; otherwise :func:`_time_each` times the call.
+    Self-timed ops are long (many threads, many appends), so the process's CPU time (all its
+    threads, from ``time.process_time``) is also recorded for each, in ``cpu_samples``.
+    """
+
+    key: str
+    op: Callable[[Any], object]
+    items: Sequence[Any]
+    self_timed: bool = False
+    samples: list[float] = field(default_factory=list)
+    cpu_samples: list[float] = field(default_factory=list)
+    pos: int = 0
+
+    def take(self, n: int) -> Sequence[Any]:
+        chunk = self.items[self.pos:self.pos + n]
+        if len(chunk) < n:
+            raise KernelError(f"benchmark contender {self.key} ran out of pre-built items")
+        self.pos += n
+        return chunk
+
+    def run(self, n: int, keep: bool = True) -> None:
+        """Run the next ``n`` items; with ``keep``, record each call's wall (and CPU) time in s."""
+        items = self.take(n)
+        if not self.self_timed:
+            walls = _time_each(self.op, items)
+            if keep:
+                self.samples += walls
+            return
+        for a in items:
+            cpu0 = time.process_time()
+            wall = float(self.op(a))
+            if keep:
+                self.samples.append(wall)
+                self.cpu_samples.append(time.process_time() - cpu0)
+
+
+def _interleaved(contenders: Sequence[_Contender], warmup: int, per_round: int, rounds: int,
+                 tick: Callable[[], None]) -> None:
+    """Warm every contender up, then measure ``per_round`` calls of each per round.
+
+    The order rotates every round (and reverses every other round), so no contender always runs
+    first or right after the same neighbour; noise spreads over all of them.
+    """
+    for c in contenders:
+        c.run(warmup, keep=False)
+    tick()
+    n = len(contenders)
+    for r in range(rounds):
+        order = [contenders[(i + r) % n] for i in range(n)]
+        if r % 2:
+            order.reverse()
+        gc.collect()
+        for c in order:
+            c.run(per_round)
+        tick()
+
+
+def _round_plan(runs: int, rounds: int) -> tuple[int, int]:
+    """``(per_round, rounds)`` covering at least ``runs`` measured calls in about ``rounds`` rounds."""
+    per_round = math.ceil(runs / rounds)
+    return per_round, math.ceil(runs / per_round)
+
+
+def _summary(samples_s: Sequence[float]) -> dict[str, float]:
+    """Median, p99 (nearest rank) and mean of samples in seconds, reported in µs."""
+    s = sorted(samples_s)
+    p99 = s[max(0, math.ceil(0.99 * len(s)) - 1)]
+    return {"median_us": statistics.median(s) * 1e6, "p99_us": p99 * 1e6,
+            "mean_us": statistics.fmean(s) * 1e6, "n": len(s)}
+
+
+# ------------------------------------------------------------------------------------------------
+# machine and filesystem
+# ------------------------------------------------------------------------------------------------
+
+
+def _filesystem(path: Path) -> dict[str, Any]:
+    """Mount point, filesystem type and device holding ``path`` (from /proc/self/mountinfo)."""
+    real = os.path.realpath(path)
+    best: dict[str, Any] = {"mount_point": None, "fs_type": "unknown", "device": None}
+    try:
+        with open("/proc/self/mountinfo") as f:
+            for line in f:
+                left, _, right = line.partition(" - ")
+                mnt = left.split()[4].replace("\\040", " ")
+                fs_type, device = (right.split() + ["", ""])[:2]
+                inside = real == mnt or real.startswith(mnt.rstrip("/") + "/")
+                if inside and len(mnt) >= len(best["mount_point"] or ""):
+                    best = {"mount_point": mnt, "fs_type": fs_type, "device": device}
+    except OSError:
+        pass
+    if best["fs_type"] in ("tmpfs", "ramfs"):
+        best["warning"] = (f"{real} is on {best['fs_type']}: fdatasync is a no-op there, so the "
+                           "fdatasync figures do not measure a disk; pass --dir on a real disk")
+    return best
+
+
+def _machine(tmp: Path) -> dict[str, Any]:
+    return {"cpu_count": os.cpu_count(), "python": sys.version.split()[0],
+            "implementation": platform.python_implementation(), "platform": platform.platform(),
+            "sqlite_version": sqlite3.sqlite_version, "tmp_dir": str(tmp), "filesystem": _filesystem(tmp)}
+
+
+# ------------------------------------------------------------------------------------------------
+# events and stores
+# ------------------------------------------------------------------------------------------------
+
+_ARGS_PAD = "r18-" * 40   # makes the event a realistic ~0.7 kB intent
+
+
+def _intent(i: int) -> ToolIntent:
+    return ToolIntent(operation_id=f"test_r18-{i:07d}", attempt_id="attempt1", tool="run_tests",
+                      arguments={"workspace": "ws_r18", "check": "test_r18", "note": _ARGS_PAD},
+                      input_ref="ws_r18", repeat_contract="idempotency_key", grant_id="grant-ci",
+                      authorization_ref=f"auth-test_r18-{i:07d}", reservation_ref=f"res-test_r18-{i:07d}")
+
+
+def _events(trajectory_id: str, n: int) -> list[Event]:
+    """``n`` pre-built intent events of one trajectory, sequence numbers 1..n."""
+    return [Event.create(trajectory_id=trajectory_id, event_id=f"{trajectory_id}/e0/{s}", sequence_number=s,
+                         payload=_intent(s)) for s in range(1, n + 1)]
+
+
+def _store_kinds() -> tuple[list[str], dict[str, str]]:
+    """Store kinds this build can open, and why any other is skipped."""
+    kinds, skipped = ["memory", "sqlite"], {}
+    try:
+        from kernel_lib.log.segment import SegmentStore  # noqa: F401  (written concurrently; may be absent)
+        kinds.append("segment")
+    except Exception as exc:  # ImportError, or a half-written module
+        skipped["segment"] = f"kernel_lib.log.segment is not importable ({type(exc).__name__}: {exc})"
+    return kinds, skipped
+
+
+def _offered_tiers(kind: str, tmp: Path) -> tuple[AckTier, ...]:
+    store = open_store(kind, None if kind == "memory" else tmp / f"probe-{kind}")
+    try:
+        return tuple(store.offered_tiers)
+    finally:
+        store.close()
+
+
+class _Stores:
+    """Opens stores under the temp dir, one fresh path each, and closes them all at the end."""
+
+    def __init__(self, tmp: Path):
+        self.tmp, self.opened, self.n = tmp, [], 0
+
+    def open(self, kind: str, label: str) -> LogStore:
+        self.n += 1
+        path = None if kind == "memory" else self.tmp / f"{label}-{self.n}-{kind}"
+        store = open_store(kind, path)
+        self.opened.append(store)
+        return store
+
+    def close(self) -> None:
+        for s in self.opened:
+            with contextlib.suppress(Exception):
+                s.close()
+
+
+def _sqlite_durability(journal_mode: str, synchronous: int) -> dict[str, Any]:
+    """Whether a SQLite commit under these PRAGMAs survives power loss (sqlite.org/pragma.html)."""
+    jm = str(journal_mode).lower()
+    names = {0: "OFF", 1: "NORMAL", 2: "FULL", 3: "EXTRA"}
+    if synchronous >= 2:
+        durable, why = True, ("each commit syncs the WAL" if jm == "wal" else "each commit syncs the journal "
+                              "and the database file") + " before it returns"
+    elif synchronous == 1 and jm != "wal":
+        durable, why = True, "NORMAL in rollback mode syncs at the critical moments (older filesystems: rare risk)"
+    elif synchronous == 1:
+        durable, why = False, "WAL + NORMAL syncs only at checkpoints: the last commits vanish on power loss"
+    else:
+        durable, why = False, "synchronous=OFF never syncs: commits survive a process crash only"
+    return {"journal_mode": jm, "synchronous": synchronous, "synchronous_name": names.get(synchronous, "?"),
+            "fsync_durable": durable, "why": why}
+
+
+def _pragmas(conn: Any) -> dict[str, Any]:
+    """Read journal_mode and synchronous off a DB-API SQLite connection."""
+    jm = conn.execute("PRAGMA journal_mode").fetchone()[0]
+    sync = conn.execute("PRAGMA synchronous").fetchone()[0]
+    return _sqlite_durability(jm, int(sync))
+
+
+def _our_durability(store: LogStore, tier: AckTier) -> dict[str, Any]:
+    db = getattr(store, "_db", None)
+    if isinstance(db, sqlite3.Connection):
+        with contextlib.suppress(Exception):
+            return {**_pragmas(db), "tier": tier.label}
+    return {"tier": tier.label, "fsync_durable": tier.covers(FailureDomain.HOST_CRASH),
+            "why": f"acknowledged at the {tier.label} tier, which survives "
+                   f"{tier.survives_up_to.label.replace('_', ' ')}"}
+
+
+# ------------------------------------------------------------------------------------------------
+# figure 1: per-append latency
+# ------------------------------------------------------------------------------------------------
+
+
+def _figure_append_latency(tmp: Path, kinds: list[str], plan: BenchPlan, stores: _Stores,
+                           tick: Callable[[], None]) -> dict[str, Any]:
+    per_round = math.ceil(plan.iterations / plan.rounds)
+    events = _events("bench-append", plan.warmup + per_round * plan.rounds)
+    fds: list[int] = []
+
+    def raw(sync: bool) -> Callable[[Event], None]:
+        fd = os.open(tmp / f"raw-{'fdatasync' if sync else 'write'}.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        fds.append(fd)
+        if sync:
+            return lambda ev: (os.write(fd, ev.canonical), os.fdatasync(fd))
+        return lambda ev: os.write(fd, ev.canonical)
+
+    contenders = [_Contender("raw_write", raw(False), events), _Contender("raw_write_fdatasync", raw(True), events)]
+    for kind in kinds:
+        for tier in _offered_tiers(kind, tmp):
+            store = stores.open(kind, f"append-{tier.label}")
+            contenders.append(_Contender(f"{kind}@{tier.label}", lambda ev, s=store, t=tier: s.append(ev, t), events))
+    try:
+        _interleaved(contenders, plan.warmup, per_round, plan.rounds, tick)
+    finally:
+        for fd in fds:
+            os.close(fd)
+    figs = {c.key: _summary(c.samples) for c in contenders}
+    baselines = {k: figs.pop(k) for k in ("raw_write", "raw_write_fdatasync")}
+    out_stores: dict[str, dict[str, Any]] = {}
+    for key, fig in figs.items():
+        kind, tier = key.split("@")
+        base = _BASELINE_OF_TIER.get(tier)
+        if base is not None:
+            fig.update(baseline=base, ratio_median=fig["median_us"] / baselines[base]["median_us"],
+                       ratio_p99=fig["p99_us"] / baselines[base]["p99_us"])
+        out_stores.setdefault(kind, {})[tier] = fig
+    return {"event_bytes": round(statistics.fmean(len(e.canonical) for e in events)), "warmup": plan.warmup,
+            "rounds": plan.rounds, "baselines": baselines, "stores": out_stores}
+
+
+# ------------------------------------------------------------------------------------------------
+# figure 2: group commit vs single flush
+# ------------------------------------------------------------------------------------------------
+
+
+def _concurrently(workers: Sequence[Callable[[], None]]) -> float:
+    """Start one thread per worker, release them together, return the wall time until all end."""
+    barrier = threading.Barrier(len(workers) + 1)
+    errors: list[BaseException] = []
+
+    def body(w: Callable[[], None]) -> None:
+        barrier.wait()
+        try:
+            w()
+        except BaseException as exc:  # re-raised in the caller
+            errors.append(exc)
+
+    threads = [threading.Thread(target=body, args=(w,), name=f"bench-writer-{i}") for i, w in enumerate(workers)]
+    for t in threads:
+        t.start()
+
+    def release_and_join(_: object) -> None:
+        barrier.wait()
+        for t in threads:
+            t.join()
+
+    (elapsed,) = _time_each(release_and_join, [None])
+    if errors:
+        raise errors[0]
+    return elapsed
+
+
+def _run_tasks(loop: asyncio.AbstractEventLoop, workers: Sequence[Callable[[], Awaitable[object]]]) -> float:
+    """Run one task per worker on ``loop``, started together; return the wall time until all end."""
+    async def all_of() -> None:
+        await asyncio.gather(*(w() for w in workers))
+
+    (elapsed,) = _time_each(lambda _: loop.run_until_complete(all_of()), [None])
+    return elapsed
+
+
+def _committer_summary(stats: Any) -> dict[str, Any]:
+    """A committer's :class:`~kernel_lib.log.group_commit.FlushStats` as batch size and mean eq. 2 terms."""
+    acks = stats.acks
+    return {"events": len(acks), "flushes": len(stats.batch_sizes),
+            "mean_batch_size": statistics.fmean(stats.batch_sizes), "max_batch_size": max(stats.batch_sizes),
+            "mean_queue_wait_s": statistics.fmean(a.queue_wait_s for a in acks),
+            "mean_storage_s": statistics.fmean(a.storage_s for a in acks),
+            "mean_wait_s": statistics.fmean(a.wait_s for a in acks),
+            "amortized_storage_per_event_s": sum(stats.storage_s) / len(acks)}
+
+
+class _ThreadWriters:
+    """Figure 2's ``threads`` model: one OS thread per writer; group = :class:`GroupCommitter`."""
+
+    def __init__(self, store: LogStore, tier: AckTier, flush_timer_s: float, batch_cap: int):
+        self.committer = GroupCommitter(store, tier, flush_timer_s=flush_timer_s, batch_cap=batch_cap)
+        self.append = {"single": lambda ev: store.append(ev, tier), "group": self.committer.append}
+
+    def run(self, mode: str, events_per_writer: Sequence[Sequence[Event]]) -> float:
+        append = self.append[mode]
+        return _concurrently([lambda e=evs: [append(ev) for ev in e] for evs in events_per_writer])
+
+    def close(self) -> None:
+        self.committer.close()
+
+
+class _TaskWriters:
+    """Figure 2's ``asyncio`` model: one task per writer on one loop; group = :class:`AsyncGroupCommitter`."""
+
+    def __init__(self, store: LogStore, tier: AckTier, flush_timer_s: float, batch_cap: int):
+        self.store, self.tier = store, tier
+        self.loop = asyncio.new_event_loop()
+
+        async def make() -> AsyncGroupCommitter:   # the committer binds to the running loop
+            return AsyncGroupCommitter(store, tier, flush_timer_s=flush_timer_s, batch_cap=batch_cap)
+
+        self.committer = self.loop.run_until_complete(make())
+
+    async def _single(self, events: Sequence[Event]) -> None:
+        for ev in events:
+            self.store.append(ev, self.tier)   # on the loop: the tasks' flushes run one after another
+
+    async def _group(self, events: Sequence[Event]) -> None:
+        for ev in events:
+            await self.committer.append(ev)
+
+    def run(self, mode: str, events_per_writer: Sequence[Sequence[Event]]) -> float:
+        writer = self._group if mode == "group" else self._single
+        return _run_tasks(self.loop, [lambda e=evs: writer(e) for evs in events_per_writer])
+
+    def close(self) -> None:
+        try:
+            self.loop.run_until_complete(self.committer.aclose())
+            self.loop.run_until_complete(self.loop.shutdown_default_executor())
+        finally:
+            self.loop.close()
+
+
+_WRITER_MODEL_CLASSES = {"threads": _ThreadWriters, "asyncio": _TaskWriters}
+
+
+def _figure_group_commit(kinds: list[str], plan: BenchPlan, stores: _Stores, flush_timer_s: float,
+                         batch_cap: int, tick: Callable[[], None]) -> dict[str, Any]:
+    """For each store and writer count: both writer models x (single, group), interleaved by round."""
+    tier = AckTier.FDATASYNC
+    out: dict[str, dict[str, list[dict[str, Any]]]] = {}
+    for kind in kinds:
+        out[kind] = {model: [] for model in WRITER_MODELS}
+        for writers in WRITER_COUNTS:
+            per_writer = max(1, plan.group_events // writers)
+            store = stores.open(kind, f"group-w{writers}")
+            models: dict[str, Any] = {}
+            try:
+                contenders = []
+                for model, cls in _WRITER_MODEL_CLASSES.items():
+                    models[model] = cls(store, tier, flush_timer_s, batch_cap)
+                    for mode in ("single", "group"):
+                        evs = [_events(f"gc-{model}-{mode}-w{writers}-{w:02d}", per_writer * plan.group_rounds)
+                               for w in range(writers)]
+                        chunks = [[e[r * per_writer:(r + 1) * per_writer] for e in evs]
+                                  for r in range(plan.group_rounds)]
+                        contenders.append(_Contender(f"{model}|{mode}", lambda chunk, m=models[model], md=mode:
+                                                     m.run(md, chunk), chunks, self_timed=True))
+                _interleaved(contenders, 0, 1, plan.group_rounds, tick)
+            finally:
+                for m in models.values():
+                    m.close()
+            elapsed = {c.key: sum(c.samples) for c in contenders}
+            n = per_writer * writers * plan.group_rounds
+            for model, m in models.items():
+                single, group = elapsed[f"{model}|single"], elapsed[f"{model}|group"]
+                summary = _committer_summary(m.committer.stats)
+                out[kind][model].append({"writers": writers, "single_flush_events_per_s": n / single,
+                                         "group_commit_events_per_s": n / group, "speedup": single / group,
+                                         "time_per_flush_s": group / summary["flushes"], **summary})
+    return {"tier": tier.label, "flush_timer_s": flush_timer_s, "batch_cap": batch_cap,
+            "rounds": plan.group_rounds, "writer_models": dict(WRITER_MODELS), "stores": out}
+
+
+# ------------------------------------------------------------------------------------------------
+# figure 3: per-step durability overhead, ours and the peers'
+# ------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class _StepSystem:
+    """A system whose run of ``n`` steps can be timed with and without durability.
+
+    ``run(durable, n, run_id)`` performs one run (a fresh trajectory, workflow or thread); it is
+    safe to call from several threads at once with distinct ``run_id`` (figure 4).
+    """
+
+    name: str
+    run: Callable[[bool, int, str], None]
+    durability: Callable[[], dict[str, Any]]   # read after the runs, off the system's own connection
+    notes: list[str] = field(default_factory=list)
+    close: Callable[[], None] = lambda: None
+    #: durable acknowledgments (barriers) one step waits for, counted by a probe run (ours only)
+    barriers_per_step: Callable[[], float] | None = None
+    #: the group committer's batch sizes and eq. 2 terms over the durable runs (ours, figure 4)
+    group_commit: Callable[[], dict[str, Any]] | None = None
+
+
+class _CountingLog(TrajectoryLog):
+    """A TrajectoryLog counting its acknowledgments: each ``append_many`` waits for one barrier."""
+
+    acks = 0
+
+    def append_many(self, payloads, **kw):  # type: ignore[override]
+        self.acks += 1
+        return super().append_many(payloads, **kw)
+
+
+def _our_step_system(kind: str, stores: _Stores,
+                     group_commit: Callable[[LogStore, AckTier], GroupCommitter] | None = None) -> _StepSystem:
+    """Our durable step: the dispatch gate's durable path (or its two appends, without the gate).
+
+    ``group_commit(store, tier)``: makes the :class:`GroupCommitter` that every durable run
+    shares (figure 4); without it each run acknowledges through the store itself (figure 3).
+    """
+    durable_store = stores.open(kind, "steps-durable")
+    memory_store = stores.open("memory", "steps-memory")
+    tier = choose_tier(durable_store, FailureDomain.HOST_CRASH)
+    committer = group_commit(durable_store, tier) if group_commit is not None else None
+    try:
+        from kernel_lib.gate.dispatch import AdmissionPolicy, DispatchGate, ToolProposal, ToolReply
+    except Exception as exc:
+        DispatchGate = None  # noqa: N806
+        how = (f"TrajectoryLog: ToolIntent append, no-op dispatch, ToolResult append (kernel_lib.gate.dispatch "
+               f"unavailable: {type(exc).__name__}: {exc})")
+    else:
+        policy = AdmissionPolicy(grants={"grant-ci": {"noop"}})
+        reply = ToolReply(status="completed", outcome={"passed": True}, observation_complete=True)
+        how = ("DispatchGate.run_tool with coalesce_admission=True: [Authorized, BudgetReserved, ToolIntent] "
+               "as one durable batch, dispatch-time recheck, no-op dispatch, ToolResult durable")
+
+    def steps(log: TrajectoryLog, n: int, run_id: str) -> None:
+        if DispatchGate is None:
+            for i in range(n):
+                log.append(_intent(i))
+                log.append(ToolResult(operation_id=f"test_r18-{i:07d}", attempt_id="attempt1", status="completed",
+                                      outcome={"passed": True}, observation_complete=True))
+            return
+        gate = DispatchGate(log, policy, coalesce_admission=True)
+        gate.start(TaskStarted(task_id=run_id, requester="bench", objective="bench", grant_ids=["grant-ci"],
+                               budget_ceiling_usd=1.0))
+        for i in range(n):
+            gate.run_tool(ToolProposal(operation_id=f"op-{i}", attempt_id="attempt1", tool="noop",
+                                       arguments={"i": i}, grant_id="grant-ci", cost_bound_usd=0.0),
+                          lambda intent: reply)
+
+    def run(durable: bool, n: int, run_id: str) -> None:
+        if durable:
+            log = TrajectoryLog(durable_store, f"step-{run_id}", must_survive=FailureDomain.HOST_CRASH,
+                                committer=committer)
+        else:
+            log = TrajectoryLog(memory_store, f"step-{run_id}", must_survive=FailureDomain.NONE)
+        steps(log, n, run_id)
+
+    def barriers_per_step(extra: int = 4) -> float:
+        acks = []
+        for n in (1, 1 + extra):
+            log = _CountingLog(durable_store, f"probe-barriers-{n}", must_survive=FailureDomain.HOST_CRASH)
+            steps(log, n, f"probe-barriers-{n}")
+            acks.append(log.acks)
+        return (acks[1] - acks[0]) / extra
+
+    notes = [how, "non-durable: the same step on MemoryStore (tier memory)"]
+    if committer is not None:
+        notes.insert(1, f"every thread's TrajectoryLog on ONE {kind} store through ONE {type(committer).__name__} "
+                        f"(flush timer {committer.flush_timer_s * 1e3:g} ms, batch cap {committer.batch_cap})")
+
+    def close() -> None:
+        if committer is not None:
+            committer.close()
+
+    return _StepSystem(f"ours/{kind}", run, lambda: _our_durability(durable_store, tier), notes=notes, close=close,
+                       barriers_per_step=barriers_per_step,
+                       group_commit=(lambda: _committer_summary(committer.stats)) if committer is not None else None)
+
+
+def _langgraph_system(tmp: Path) -> _StepSystem:
+    from typing import TypedDict
+
+    from langgraph.checkpoint.sqlite import SqliteSaver
+    from langgraph.graph import END, START, StateGraph
+
+    class State(TypedDict):
+        i: int
+
+    conn = sqlite3.connect(str(tmp / "langgraph.sqlite"), check_same_thread=False)
+    saver = SqliteSaver(conn)
+    saver.setup()
+    graphs: dict[tuple[bool, int], Any] = {}
+
+    def graph(durable: bool, n: int) -> Any:
+        if (durable, n) not in graphs:
+            g = StateGraph(State)
+            prev = START
+            for k in range(n):
+                g.add_node(f"n{k}", lambda s: {"i": s["i"] + 1})
+                g.add_edge(prev, f"n{k}")
+                prev = f"n{k}"
+            g.add_edge(prev, END)
+            graphs[(durable, n)] = g.compile(checkpointer=saver if durable else None)
+        return graphs[(durable, n)]
+
+    def run(durable: bool, n: int, run_id: str) -> None:
+        kw = {"durability": "sync"} if durable else {}
+        graph(durable, n).invoke({"i": 0}, config={"configurable": {"thread_id": run_id}}, **kw)
+
+    return _StepSystem("langgraph", run, lambda: _pragmas(conn), close=conn.close, notes=[
+        "durable: chain of no-op nodes compiled with SqliteSaver, invoke(durability='sync'), fresh thread_id",
+        "non-durable: the same graph compiled without a checkpointer",
+        "PRAGMAs read on the SqliteSaver's own connection after setup()"])
+
+
+def _dbos_system(tmp: Path) -> _StepSystem:
+    import dbos._dbos as dbos_core
+    from dbos import DBOS
+
+    if dbos_core._dbos_global_instance is not None:
+        raise KernelError("a DBOS instance already exists in this process; not replacing it")
+    DBOS(config={"name": "kernel-lib-bench", "system_database_url": f"sqlite:///{tmp / 'dbos.sqlite'}",
+                 "log_level": "WARNING"})
+    try:
+        @DBOS.step()
+        def noop_step(i: int) -> int:
+            return i
+
+        def body(n: int) -> int:
+            for i in range(n):
+                noop_step(i)
+            return n
+
+        workflow = DBOS.workflow()(body)
+        DBOS.launch()
+    except BaseException:
+        DBOS.destroy(destroy_registry=True)
+        raise
+
+    def run(durable: bool, n: int, run_id: str) -> None:
+        (workflow if durable else body)(n)
+
+    def durability() -> dict[str, Any]:
+        import sqlalchemy as sa
+        with dbos_core._dbos_global_instance._sys_db.engine.connect() as c:
+            return _sqlite_durability(c.execute(sa.text("PRAGMA journal_mode")).scalar(),
+                                      int(c.execute(sa.text("PRAGMA synchronous")).scalar()))
+
+    return _StepSystem("dbos", run, durability, close=lambda: DBOS.destroy(destroy_registry=True), notes=[
+        "durable: @DBOS.workflow running n @DBOS.step no-op steps, SQLite system database in the temp dir",
+        "non-durable: DBOS cannot run a workflow without its system database; measured instead the same "
+        "workflow body as a plain function, whose @DBOS.step calls then run as plain functions "
+        "(DBOS's behaviour outside a workflow)",
+        "PRAGMAs read on a connection of DBOS's own system-database engine (DBOS sets neither)"])
+
+
+def _peer_factories(tmp: Path) -> dict[str, tuple[Callable[[], _StepSystem], str | None]]:
+    """Each peer's constructor, or None with the reason it cannot run."""
+    need = {"langgraph": ("langgraph", "langgraph.checkpoint.sqlite"), "dbos": ("dbos",)}
+    out = {}
+    for name, factory in (("langgraph", lambda: _langgraph_system(tmp)), ("dbos", lambda: _dbos_system(tmp))):
+        missing = []
+        for mod in need[name]:
+            try:
+                found = importlib.util.find_spec(mod) is not None
+            except (ImportError, ValueError):
+                found = False
+            if not found:
+                missing.append(mod)
+        out[name] = (factory, f"not installed ({', '.join(missing)}); `make peers` installs it" if missing else None)
+    return out
+
+
+def _figure_steps(systems: list[_StepSystem], plan: BenchPlan, tick: Callable[[], None], *,
+                  trajectories: int = 1) -> dict[str, Any]:
+    """Per-step time of each system, durable and not: the slope between runs of 1 and 1 + S steps.
+
+    ``trajectories`` = 1: one run at a time (figure 3). More: ``trajectories`` threads run one
+    trajectory each, released together, and a sample is the wall time until all end (figure 4);
+    per-step time is then that slope divided by ``trajectories``.
+    """
+    lo, hi = 1, 1 + plan.step_count
+    fleet = trajectories > 1
+    runs, warmup = (plan.fleet_runs, plan.fleet_warmup) if fleet else (plan.step_runs, plan.step_warmup)
+    contenders = []
+    for sys_ in systems:
+        for durable in (True, False):
+            for n in (lo, hi):
+                key = f"{sys_.name}|{'durable' if durable else 'plain'}|{n}"
+                run_ids = [f"{'fleet-' if fleet else ''}{key}|{i}".replace("|", "-").replace("/", "-")
+                           for i in range(warmup + runs)]
+                if fleet:
+                    op = (lambda rid, s=sys_, d=durable, k=n: _concurrently(
+                        [lambda j=j: s.run(d, k, f"{rid}-t{j:02d}") for j in range(trajectories)]))
+                else:
+                    op = lambda rid, s=sys_, d=durable, k=n: s.run(d, k, rid)  # noqa: E731
+                contenders.append(_Contender(key, op, run_ids, self_timed=fleet))
+    per_round, rounds = _round_plan(runs, runs if fleet else plan.rounds)   # a fleet run is long: one a round
+    _interleaved(contenders, warmup, per_round, rounds, tick)
+    med = {c.key: statistics.median(c.samples) for c in contenders}
+    cpu = {c.key: statistics.median(c.cpu_samples) for c in contenders if c.cpu_samples}
+
+    def slope(m: dict[str, float], name: str, mode: str) -> float:   # µs per step
+        return (m[f"{name}|{mode}|{hi}"] - m[f"{name}|{mode}|{lo}"]) / ((hi - lo) * trajectories) * 1e6
+
+    out = {}
+    for sys_ in systems:
+        per_step = {mode: slope(med, sys_.name, mode) for mode in ("durable", "plain")}
+        out[sys_.name] = {
+            "durable_step_us": per_step["durable"], "non_durable_step_us": per_step["plain"],
+            "durability_overhead_us": per_step["durable"] - per_step["plain"],
+            "run_us": {f"{mode}_{n}_steps": med[f"{sys_.name}|{mode}|{n}"] * 1e6
+                       for mode in ("durable", "plain") for n in (lo, hi)},
+            "durability": sys_.durability(), "notes": sys_.notes}
+        if cpu:
+            cpu_step = {mode: slope(cpu, sys_.name, mode) for mode in ("durable", "plain")}
+            out[sys_.name].update(durable_cpu_us_per_step=cpu_step["durable"],
+                                  non_durable_cpu_us_per_step=cpu_step["plain"],
+                                  durability_overhead_cpu_us=cpu_step["durable"] - cpu_step["plain"])
+        if sys_.barriers_per_step is not None:
+            out[sys_.name]["barriers_per_step"] = sys_.barriers_per_step()
+        if sys_.group_commit is not None:
+            out[sys_.name]["group_commit"] = sys_.group_commit()
+    note = ("all systems' runs are interleaved in the same rounds; DBOS stays launched throughout, so its "
+            "background threads add the same noise to every system")
+    if fleet:
+        note = (f"a run = {trajectories} threads, one trajectory each, released together; run_us is the wall time "
+                f"until all end; per-step = slope / {trajectories}; CPU = the process's CPU time (all threads, "
+                "every core) per step, same slope: CPU ≈ wall means the fleet is CPU-bound (one GIL), so what "
+                "durability adds there is CPU, not waiting; " + note)
+    return {"trajectories": trajectories, "steps_short_run": lo, "steps_long_run": hi, "runs": per_round * rounds,
+            "systems": out, "note": note}
+
+
+def _compare_to_peers(steps: dict[str, Any], raw_fdatasync_us: float | None = None) -> dict[str, Any]:
+    """Ours / the faster peer, per metric. With ``raw_fdatasync_us`` (one trajectory, figure 3),
+    also the floor of the overhead ratio: barriers per step x raw fdatasync / the peer's overhead."""
+    systems = steps["systems"]
+    peers = {k: v for k, v in systems.items() if not k.startswith("ours/")}
+    ours = {k: v for k, v in systems.items() if k.startswith("ours/")}
+    out: dict[str, Any] = {}
+    for metric in ("durable_step_us", "durability_overhead_us"):
+        if not peers:
+            break
+        best = min(peers, key=lambda k: peers[k][metric])
+        out[metric] = {"faster_peer": best, "faster_peer_us": peers[best][metric],
+                       "ours_over_faster_peer": {k: v[metric] / peers[best][metric] for k, v in ours.items()}}
+    over = out.get("durability_overhead_us")
+    if over and raw_fdatasync_us:
+        peer_us = over["faster_peer_us"]
+        over["floor"] = {
+            "raw_fdatasync_median_us": raw_fdatasync_us, "target_us": TARGET_OVERHEAD_RATIO * peer_us,
+            "one_barrier_ratio": raw_fdatasync_us / peer_us,
+            "ours": {k: {"barriers_per_step": v["barriers_per_step"],
+                         "floor_us": v["barriers_per_step"] * raw_fdatasync_us,
+                         "floor_ratio": v["barriers_per_step"] * raw_fdatasync_us / peer_us}
+                     for k, v in ours.items() if "barriers_per_step" in v}}
+    return out
+
+
+# ------------------------------------------------------------------------------------------------
+# targets
+# ------------------------------------------------------------------------------------------------
+
+
+def _overhead_targets(figure: int, fleet: bool, comparison: dict[str, Any]) -> list[dict[str, Any]]:
+    """Rows "ours / the faster peer's per-step durability overhead <= 0.2" of one step figure."""
+    scope = "fleet " if fleet else ""
+    over = comparison.get("durability_overhead_us")
+    if not over:
+        return [{"figure": figure, "name": f"{scope}per-step durability overhead / faster peer's", "measured": None,
+                 "limit": f"<= {TARGET_OVERHEAD_RATIO}", "passed": None,
+                 "detail": "not evaluated: no peer was measured"}]
+    out = []
+    floor = over.get("floor", {})
+    for ours, ratio in over["ours_over_faster_peer"].items():
+        row = {"figure": figure, "name": f"{ours} {scope}per-step durability overhead / {over['faster_peer']}'s {scope}"
+                                         "overhead",
+               "measured": ratio, "limit": f"<= {TARGET_OVERHEAD_RATIO}", "passed": ratio <= TARGET_OVERHEAD_RATIO}
+        f = floor.get("ours", {}).get(ours)
+        if f:
+            reachable = f["floor_ratio"] <= TARGET_OVERHEAD_RATIO
+            row["floor_ratio"] = f["floor_ratio"]
+            row["detail"] = (f"floor {f['floor_ratio']:.2f} = {f['barriers_per_step']:g} barriers/step x "
+                             f"{floor['raw_fdatasync_median_us']:.0f} µs raw fdatasync / "
+                             f"{over['faster_peer_us']:.0f} µs: " + ("the target is above the floor" if reachable else
+                                                                  "unreachable for one trajectory on this disk; see "
+                                                                  "the fleet row"))
+        out.append(row)
+    return out
+
+
+def _targets(result: dict[str, Any]) -> list[dict[str, Any]]:
+    out = []
+    for kind, tiers in result["append_latency"]["stores"].items():
+        fig = tiers.get("fdatasync")
+        if fig:
+            out.append({"figure": 1, "name": f"{kind}@fdatasync append median / raw write+fdatasync median",
+                        "measured": fig["ratio_median"], "limit": f"<= {TARGET_FDATASYNC_RATIO}",
+                        "passed": fig["ratio_median"] <= TARGET_FDATASYNC_RATIO})
+    for kind, models in result["group_commit"]["stores"].items():
+        for model, rows in models.items():
+            row = next(r for r in rows if r["writers"] == max(WRITER_COUNTS))
+            t = {"figure": 2, "name": f"{kind}, {model}: group commit / single flush events/s at "
+                                     f"{row['writers']} writers",
+                 "measured": row["speedup"], "limit": f">= {TARGET_GROUP_SPEEDUP}",
+                 "passed": row["speedup"] >= TARGET_GROUP_SPEEDUP}
+            if not t["passed"]:
+                cycle_us, storage_us = row["time_per_flush_s"] * 1e6, row["mean_storage_s"] * 1e6
+                t["detail"] = (f"each flush cycle took {cycle_us:,.0f} µs, of which {storage_us:,.0f} µs in the store "
+                               f"and {max(cycle_us - storage_us, 0):,.0f} µs outside it (waking "
+                               f"{row['writers']} writers and taking their next events"
+                               + ("; every wake-up is an OS thread hand-off" if model == "threads" else "") + ")")
+            out.append(t)
+    out += _overhead_targets(3, False, result["per_step"]["comparison"])
+    out += _overhead_targets(4, True, result["fleet"]["comparison"])
+    return out
+
+
+# ------------------------------------------------------------------------------------------------
+# the benchmark
+# ------------------------------------------------------------------------------------------------
+
+
+def run_append_bench(*, dir: str | os.PathLike | None = None, iterations: int | None = None, quick: bool = False,
+                     peers: bool = True, flush_timer_s: float = DEFAULT_FLUSH_TIMER_S,
+                     batch_cap: int = DEFAULT_BATCH_CAP, progress: bool | None = None) -> dict[str, Any]:
+    """Run every figure of ``bench append`` once, in one temporary directory, and return them.
+
+    Args:
+        dir: parent of the temporary directory (default: the current directory, so the figures
+            are measured on the project's filesystem, not on a RAM disk). Removed afterwards.
+        iterations: measured appends per contender in figure 1 (the other figures scale with it).
+        quick: few iterations (tests, smoke runs).
+        peers: measure DBOS and LangGraph when importable.
+        flush_timer_s: the group committers' flush timer in figures 2 and 4 (s).
+        batch_cap: the group committers' batch cap in figures 2 and 4.
+        progress: show a tqdm bar on stderr (default: when stderr is a terminal).
+
+    Returns:
+        ``{"machine", "config", "append_latency", "group_commit", "per_step", "fleet", "targets"}``;
+        latencies in µs, throughput in events/s, eq. 2 terms in s. See the module docstring.
+
+    Raises:
+        KernelError: a parameter out of range; StoreError from a store that fails.
+    """
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        pass
+    else:   # called from a running loop (Jupyter, marimo): figure 2's asyncio writers need their own
+        with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="bench-append") as pool:
+            return pool.submit(run_append_bench, dir=dir, iterations=iterations, quick=quick, peers=peers,
+                               flush_timer_s=flush_timer_s, batch_cap=batch_cap, progress=progress).result()
+    plan = BenchPlan.make(iterations, quick)
+    if flush_timer_s < 0 or batch_cap < 1:
+        raise KernelError(f"need flush timer >= 0 and batch cap >= 1, got {flush_timer_s} s, {batch_cap}")
+    parent = Path(dir) if dir is not None else Path.cwd()
+    if not parent.is_dir():
+        raise KernelError(f"--dir {str(parent)!r} is not an existing directory")
+    tmp = Path(tempfile.mkdtemp(prefix="bench-append-", dir=parent))
+    stores = _Stores(tmp)
+    systems: list[_StepSystem] = []
+    bar = None
+    try:
+        kinds, skipped_stores = _store_kinds()
+        durable_kinds = [k for k in kinds if k != "memory"]
+        peer_factories = _peer_factories(tmp) if peers else {}
+        units = ((1 + plan.rounds) + len(durable_kinds) * len(WRITER_COUNTS) * (1 + plan.group_rounds)
+                 + (1 + _round_plan(plan.step_runs, plan.rounds)[1]) + (1 + plan.fleet_runs))
+        bar = tqdm(total=units, unit="round", file=sys.stderr, leave=False,
+                   disable=not (sys.stderr.isatty() if progress is None else progress))
+        tick = lambda: bar.update(1)  # noqa: E731
+        result: dict[str, Any] = {"machine": _machine(tmp)}
+        result["config"] = {"quick": quick, **dataclasses.asdict(plan), "fleet_size": FLEET_SIZE,
+                            "peers_requested": peers, "stores": kinds, "skipped_stores": skipped_stores}
+        bar.set_description("per-append latency")
+        result["append_latency"] = _figure_append_latency(tmp, kinds, plan, stores, tick)
+        bar.set_description("group commit")
+        result["group_commit"] = _figure_group_commit(durable_kinds, plan, stores, flush_timer_s, batch_cap, tick)
+        skipped_peers: dict[str, str] = {}
+        with contextlib.redirect_stdout(sys.stderr):   # keep --json output clean of peers' prints
+            peer_systems = []
+            for name, (factory, why_not) in peer_factories.items():
+                if why_not:
+                    skipped_peers[name] = why_not
+                    continue
+                try:
+                    peer_systems.append(factory())
+                except Exception as exc:
+                    skipped_peers[name] = f"could not start: {type(exc).__name__}: {exc}"
+            systems += peer_systems
+            single = [_our_step_system(k, stores) for k in durable_kinds]
+            fleet = [_our_step_system(k, stores, lambda store, tier: GroupCommitter(
+                store, tier, flush_timer_s=flush_timer_s, batch_cap=batch_cap)) for k in durable_kinds]
+            systems += single + fleet
+            bar.set_description("per-step overhead")
+            steps = _figure_steps(single + peer_systems, plan, tick)
+            bar.set_description("fleet per-step overhead")
+            fleet_steps = _figure_steps(fleet + peer_systems, plan, tick, trajectories=FLEET_SIZE)
+        if not peers:
+            skipped_peers = {"dbos": "--no-peers", "langgraph": "--no-peers"}
+        raw_fdatasync_us = result["append_latency"]["baselines"]["raw_write_fdatasync"]["median_us"]
+        for fig, raw in ((steps, raw_fdatasync_us), (fleet_steps, None)):
+            fig["skipped_peers"] = skipped_peers
+            fig["comparison"] = _compare_to_peers(fig, raw)
+        result["per_step"], result["fleet"] = steps, fleet_steps
+        result["targets"] = _targets(result)
+        return result
+    finally:
+        if bar is not None:
+            bar.close()
+        for s in systems:
+            with contextlib.suppress(Exception), contextlib.redirect_stdout(sys.stderr):
+                s.close()
+        stores.close()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+# ------------------------------------------------------------------------------------------------
+# output
+# ------------------------------------------------------------------------------------------------
+
+
+def _plural(n: int, noun: str) -> str:
+    return f"{n} {noun}" + ("" if n == 1 else "s")
+
+
+def _fmt(x: float | None, nd: int = 1) -> str:
+    return "-" if x is None else f"{x:,.{nd}f}"
+
+
+def _table(rows: list[list[str]], header: list[str]) -> str:
+    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
+    line = lambda r: "  ".join(str(c).rjust(w) if i else str(c).ljust(w) for i, (c, w) in enumerate(zip(r, widths)))  # noqa: E731
+    return "\n".join([line(header), line(["-" * w for w in widths]), *map(line, rows)])
+
+
+def _format_steps(ps: dict[str, Any], title: str) -> list[str]:
+    """The table and notes of a per-step figure (3: one trajectory, 4: the fleet)."""
+    out = ["", f"{title} (slope between runs of {ps['steps_short_run']} and {ps['steps_long_run']} steps, "
+               f"median of {ps['runs']} runs each, interleaved)"]
+    with_cpu = any("durable_cpu_us_per_step" in s for s in ps["systems"].values())
+    rows = []
+    for name, s in ps["systems"].items():
+        d, g = s["durability"], s.get("group_commit")
+        ack = (f"{d['journal_mode']}/synchronous={d['synchronous_name']}" if "journal_mode" in d else d.get("tier", "?"))
+        cpu = [_fmt(s.get("durable_cpu_us_per_step")), _fmt(s.get("durability_overhead_cpu_us"))] if with_cpu else []
+        rows.append([name, _fmt(s["durable_step_us"]), _fmt(s["non_durable_step_us"]),
+                     _fmt(s["durability_overhead_us"]), *cpu, _fmt(s.get("barriers_per_step"), 0), _fmt(g and g["mean_batch_size"], 2),
+                     _fmt(g and g["mean_queue_wait_s"] * 1e6, 0), _fmt(g and g["mean_storage_s"] * 1e6, 0),
+                     ack, "yes" if d.get("fsync_durable") else "NO"])
+    out.append(_table(rows, ["system", "durable µs/step", "non-durable µs/step", "overhead µs/step",
+                             *(["durable CPU µs/step", "overhead CPU µs/step"] if with_cpu else []), "barriers/step",
+                             "mean batch", "queue_wait µs", "storage µs", "acknowledgment", "fsync-durable"]))
+    for name, s in ps["systems"].items():
+        out.append(f"  {name}: " + "; ".join([*s["notes"], s["durability"].get("why", "")]))
+    out.append(f"  note: {ps['note']}")
+    for name, why in ps["skipped_peers"].items():
+        out.append(f"  skipped {name}: {why}")
+    for metric, label in (("durable_step_us", "per-step time"), ("durability_overhead_us", "per-step durability overhead")):
+        c = ps["comparison"].get(metric)
+        if c:
+            ratios = ", ".join(f"{k} {v:.2f}×" for k, v in c["ours_over_faster_peer"].items())
+            out.append(f"  {label}: faster peer {c['faster_peer']} ({_fmt(c['faster_peer_us'])} µs); ours / it: {ratios}")
+    floor = (ps["comparison"].get("durability_overhead_us") or {}).get("floor")
+    if floor:
+        peer = ps["comparison"]["durability_overhead_us"]["faster_peer"]
+        out.append(f"  floor: a write-ahead step waits for at least one durable barrier before it dispatches; one "
+                   f"raw write+fdatasync (figure 1 median) = {_fmt(floor['raw_fdatasync_median_us'])} µs, while the "
+                   f"target allows {TARGET_OVERHEAD_RATIO} × {peer}'s overhead = {_fmt(floor['target_us'])} µs "
+                   f"(one barrier alone is {floor['one_barrier_ratio']:.2f}× {peer}'s overhead)")
+        for name, f in floor["ours"].items():
+            verdict = ("the target is below this floor: no implementation with this many barriers per step can meet "
+                       "it for one trajectory on this disk (figure 4 shares barriers across trajectories)"
+                       if f["floor_ratio"] > TARGET_OVERHEAD_RATIO else "the target is above this floor")
+            out.append(f"  floor {name}: {f['barriers_per_step']:g} barriers/step (probe-counted) × "
+                       f"{_fmt(floor['raw_fdatasync_median_us'])} µs = {_fmt(f['floor_us'])} µs = floor ratio "
+                       f"{f['floor_ratio']:.2f}; {verdict}")
+    return out
+
+
+def format_report(r: dict[str, Any]) -> str:
+    """The readable form of :func:`run_append_bench`'s result."""
+    m, fs = r["machine"], r["machine"]["filesystem"]
+    out = [f"bench append: {m['cpu_count']} CPUs, Python {m['python']}, SQLite {m['sqlite_version']}, "
+           f"{fs['fs_type']} on {fs['device']} (mounted at {fs['mount_point']}); temp dir removed after the run"]
+    if fs.get("warning"):
+        out.append(f"WARNING: {fs['warning']}")
+    al = r["append_latency"]
+    out += ["", f"1. Per-append latency, {al['event_bytes']} B events, {r['config']['iterations']} appends per "
+                f"contender in {_plural(al['rounds'], 'interleaved round')} after {al['warmup']} warm-up appends"]
+    rows = [[k, "", _fmt(v["median_us"]), _fmt(v["p99_us"]), "", ""] for k, v in al["baselines"].items()]
+    for kind, tiers in al["stores"].items():
+        for tier, v in tiers.items():
+            rows.append([f"{kind}@{tier}", v.get("baseline", "-"), _fmt(v["median_us"]), _fmt(v["p99_us"]),
+                         _fmt(v.get("ratio_median"), 2), _fmt(v.get("ratio_p99"), 2)])
+    out.append(_table(rows, ["contender", "baseline", "median µs", "p99 µs", "× base (median)", "× base (p99)"]))
+    for k, why in r["config"]["skipped_stores"].items():
+        out.append(f"  skipped {k}: {why}")
+    gc_ = r["group_commit"]
+    out += ["", f"2. Group commit vs single flush at the {gc_['tier']} tier (flush timer "
+                f"{gc_['flush_timer_s'] * 1e3:g} ms, batch cap {gc_['batch_cap']}; each writer its own trajectory; "
+                f"both writer models and modes interleaved in {_plural(gc_['rounds'], 'round')})"]
+    rows = []
+    for kind, models in gc_["stores"].items():
+        for model, rs in models.items():
+            for x in rs:
+                rows.append([kind, model, str(x["writers"]), _fmt(x["single_flush_events_per_s"], 0),
+                             _fmt(x["group_commit_events_per_s"], 0), _fmt(x["speedup"], 2),
+                             _fmt(x["mean_batch_size"], 2), _fmt(x["mean_queue_wait_s"] * 1e6, 0),
+                             _fmt(x["mean_storage_s"] * 1e6, 0), _fmt(x["amortized_storage_per_event_s"] * 1e6, 0),
+                             _fmt(x["time_per_flush_s"] * 1e6, 0)])
+    out.append(_table(rows, ["store", "writers as", "writers", "single ev/s", "group ev/s", "× single", "mean batch",
+                             "queue_wait µs", "storage µs", "storage/event µs", "µs per flush"]))
+    for model, how in gc_["writer_models"].items():
+        out.append(f"  {model}: {how}")
+    out.append("  µs per flush = group run time / flushes; minus storage µs, it is the time each flush cycle spends "
+               "outside the store (waking writers and collecting their next events)")
+    out += _format_steps(r["per_step"], "3. Per-step time of one trajectory")
+    out += _format_steps(r["fleet"], f"4. Fleet per-step time: {r['fleet']['trajectories']} concurrent trajectories "
+                                     "(threads), wall time / (trajectories · steps)")
+    out += ["", "5. Targets" + (" (--quick: few samples, indicative only; run without --quick to judge)"
+                                if r["config"]["quick"] else "")]
+    rows = [[str(t["figure"]), t["name"], _fmt(t["measured"], 2), t["limit"],
+             {True: "PASS", False: "FAIL", None: "n/a"}[t["passed"]]] for t in r["targets"]]
+    out.append(_table(rows, ["fig", "target", "measured", "limit", "result"]))
+    out += [f"  fig {t['figure']} {t['name']}: {t['detail']}" for t in r["targets"] if t.get("detail")]
+    return "\n".join(out)
+
+
+_HELP = """\
+Measure, in one run on one disk, what a durable acknowledgment costs here (§11.3.1, §11.3.4).
+
+figures:
+  1  per-append latency (median, p99, µs) of each store at each tier it offers, for the same
+     pre-built events, and the same bytes appended raw: os.write (baseline of the write tier:
+     survives a process crash) and os.write+os.fdatasync (baseline of the fdatasync tier:
+     survives a host crash). Ratios = store / baseline. Interleaved rounds after a warm-up.
+  2  events/s of 1, 4 and 16 writers (own trajectory each, fdatasync tier) flushing every event
+     themselves ("single") vs through a group committer ("group"), for two writer models in the
+     same interleaved rounds: "threads" (OS threads; GroupCommitter) and "asyncio" (tasks on one
+     loop; single = store.append on the loop, serial; group = AsyncGroupCommitter, flush on
+     the loop). The ratio, the mean batch size and the eq. 2 terms:
+     queue_wait (flush start - arrival), storage (ack - flush start), storage per event.
+  3  per-step time of one trajectory's durable step and of the same step without durability,
+     as the slope between runs of 1 and 1+S steps; overhead = durable - non-durable. Ours: the
+     dispatch gate's durable path (admission+intent durable as one batch, no-op dispatch, result
+     durable) on each durable store vs on MemoryStore. Peers, when installed: DBOS (@DBOS.step
+     in a @DBOS.workflow, SQLite system database) and LangGraph (SqliteSaver,
+     durability="sync"). The SQLite journal_mode and synchronous of every system's connection
+     are read back: is its step fsync-durable? The floor: barriers per step (probe-counted) x
+     the raw write+fdatasync median of figure 1, as a ratio of the faster peer's overhead.
+  4  the same per-step figures for a fleet of 16 concurrent trajectories (threads) started
+     together: wall time / (16 x steps), slope between runs of 1 and 1+S steps. Ours: one
+     dispatch gate per trajectory, all on one store through one GroupCommitter; LangGraph: the
+     same compiled graph, one thread_id each, one SqliteSaver; DBOS: 16 workflow calls.
+  5  targets: fdatasync append <= 1.5x raw write+fdatasync; group commit >= 5x single flush
+     at 16 writers (per store and writer model); our per-step durability overhead <= 0.2x the
+     faster peer's, for one trajectory (with its floor) and for the fleet.
+
+The temporary directory is created under --dir (default: the current directory, so the disk is
+the project's, not a RAM disk) and removed afterwards. Numbers are this machine's, today.
+"""
+
+
+def _cmd_append(args: argparse.Namespace) -> int:
+    try:
+        result = run_append_bench(dir=args.dir, iterations=args.iterations, quick=args.quick,
+                                  peers=not args.no_peers, flush_timer_s=args.flush_timer_ms / 1e3,
+                                  batch_cap=args.batch_cap)
+    except KernelError as exc:
+        print(f"bench append: {exc}", file=sys.stderr)
+        return 2
+    print(json.dumps(result, indent=2) if args.json else format_report(result))
+    return 0
+
+
+def add_cli(subparsers: "argparse._SubParsersAction") -> argparse.ArgumentParser:
+    """Register ``bench`` (with sub-subcommand ``append``) on a CLI's subparsers.
+
+    The ``append`` parser sets ``func`` to a callable ``(args) -> exit code``.
+    """
+    bench = subparsers.add_parser("bench", help="measure this machine's durability costs",
+                                  description="Benchmarks measured on this machine.")
+    sub = bench.add_subparsers(dest="bench_command", metavar="{append,restore,diverge,replay,quorum}", required=True)
+    p = sub.add_parser("append", help="append latency, group commit and per-step overhead vs peers",
+                       description=_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
+    p.add_argument("--dir", metavar="PATH", help="create the temporary directory under PATH (default: the current "
+                                                 "directory); use a directory on the disk you want measured")
+    p.add_argument("--iterations", type=int, metavar="N",
+                   help="measured appends per contender in figure 1 (default 2000; --quick 60); "
+                        "figures 2 to 4 scale with it")
+    p.add_argument("--quick", action="store_true", help="few iterations: a smoke run of a few seconds")
+    p.add_argument("--no-peers", action="store_true", help="skip DBOS and LangGraph even if installed")
+    p.add_argument("--flush-timer-ms", type=float, default=DEFAULT_FLUSH_TIMER_S * 1e3, metavar="MS",
+                   help=f"group committers' flush timer, figures 2 and 4 (default {DEFAULT_FLUSH_TIMER_S * 1e3:g} ms)")
+    p.add_argument("--batch-cap", type=int, default=DEFAULT_BATCH_CAP, metavar="N",
+                   help=f"group committers' batch cap, figures 2 and 4 (default {DEFAULT_BATCH_CAP}, the "
+                        "committer's own)")
+    p.set_defaults(func=_cmd_append)
+    _add_restore_cli(sub)
+    _add_diverge_cli(sub)
+    _add_replay_cli(sub)
+    _add_quorum_cli(sub)
+    return bench
+
+
+# --- bench replay (§11.6.2) and bench diverge (§11.7): one shape, a ratio against a plain fold ---
+
+
+def _add_ratio_bench(sub: "argparse._SubParsersAction", name: str, module: str, run: str, fmt: str, *,
+                     help: str, events_help: str, seed_help: str) -> None:
+    """Register ``bench NAME`` for a module whose ``run(events, rounds=, seed=)`` returns a dict and
+    ``fmt(result)`` prints it (kernel_lib.bench.replay, kernel_lib.bench.diverge)."""
+    import importlib
+    mod = importlib.import_module(f".{module}", __package__)
+
+    def cmd(args: argparse.Namespace) -> int:
+        try:
+            result = getattr(mod, run)(args.events, rounds=args.rounds, seed=args.seed)
+        except KernelError as exc:
+            print(f"bench {name}: {exc}", file=sys.stderr)
+            return 2
+        print(json.dumps(result, indent=2) if args.json else getattr(mod, fmt)(result))
+        return 0
+
+    p = sub.add_parser(name, help=help, description=mod.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+    p.add_argument("--events", type=int, default=10_000, metavar="N", help=events_help)
+    p.add_argument("--rounds", type=int, default=5, metavar="N", help="interleaved timed rounds (default 5)")
+    p.add_argument("--seed", type=int, default=0, help=seed_help)
+    p.set_defaults(func=cmd)
+
+
+def _add_diverge_cli(sub: "argparse._SubParsersAction") -> None:
+    _add_ratio_bench(sub, "diverge", "diverge", "run_diverge_bench", "format_diverge_bench",
+                     help="locating the first divergence of two logs vs a plain fold of one (ratio)",
+                     events_help="events per log (default 10000)", seed_help="seed of the synthetic logs (default 0)")
+
+
+def _add_replay_cli(sub: "argparse._SubParsersAction") -> None:
+    _add_ratio_bench(sub, "replay", "replay", "run_replay_bench", "format_replay_bench",
+                     help="serving a recording through the replay adapter vs a plain fold (ratio)",
+                     events_help="events in the recording (default 10000)",
+                     seed_help="seed of the synthetic recording (default 0)")
+
+
+_QUORUM_HELP = """\
+The price of the quorum tier (§11.3.1, table 2 row 3) against the local fdatasync tier, measured on
+this machine in the same run and given as ratios:
+
+  1. acknowledgment latency: one writer, one event per acknowledgment, the etcd store (a Raft
+     commit on a majority of three members, each syncing its own log) against SQLite at fdatasync,
+     in alternating rounds;
+  2. group commit (eq. 2): several writers share acknowledgments through a group committer on
+     each store; events acknowledged per second and the mean batch size.
+
+It starts three etcd members on loopback and stops them at the end. All three share this machine's
+disk and cores: the figures price the protocol, not an independent placement."""
+
+
+def _add_quorum_cli(sub: "argparse._SubParsersAction") -> None:
+    import kernel_lib.bench.quorum as qb
+
+    def cmd(args: argparse.Namespace) -> int:
+        try:
+            result = qb.run_quorum_bench(args.events, rounds=args.rounds, writers=args.writers)
+        except KernelError as exc:
+            print(f"bench quorum: {exc}", file=sys.stderr)
+            return 2
+        print(json.dumps(result, indent=2) if args.json else qb.format_quorum_bench(result))
+        return 0
+
+    p = sub.add_parser("quorum", help="quorum (etcd) acknowledgment latency and group commit vs local fdatasync "
+                                      "(ratios)", description=_QUORUM_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+    p.add_argument("--events", type=int, default=400, metavar="N", help="appends per store per figure (default 400)")
+    p.add_argument("--rounds", type=int, default=4, metavar="N", help="alternating rounds in figure 1 (default 4)")
+    p.add_argument("--writers", type=int, default=8, metavar="N", help="concurrent writers in figure 2 (default 8)")
+    p.set_defaults(func=cmd)
+
+
+# --- bench restore (§11.4): implemented in kernel_lib.bench.restore ---------------------------
+
+
+def _cmd_restore(args: argparse.Namespace) -> int:
+    import kernel_lib.bench.restore as restore_bench
+    progress = None if args.json or not sys.stderr.isatty() else (lambda msg: print(f"... {msg}", file=sys.stderr))
+    try:
+        result = restore_bench.run_restore_bench(sizes=args.sizes, dir=args.dir, store=args.store, rounds=args.rounds,
+                                                 scrub_positions=args.positions, seed=args.seed, progress=progress)
+    except KernelError as exc:
+        print(f"bench restore: {exc}", file=sys.stderr)
+        return 2
+    print(json.dumps(result, indent=2) if args.json else restore_bench.format_restore_report(result))
+    return 0
+
+
+def _add_restore_cli(sub: "argparse._SubParsersAction") -> None:
+    import kernel_lib.bench.restore as restore_bench
+    p = sub.add_parser("restore", help="restore from a checkpoint vs fold from the start; fold throughput; scrubber",
+                       description=restore_bench.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
+    p.add_argument("--sizes", type=int, nargs="+", default=list(restore_bench.DEFAULT_SIZES), metavar="N",
+                   help="log sizes in events (default: 10000 100000)")
+    p.add_argument("--store", choices=["sqlite", "segment"], default="sqlite", help="log store (default sqlite)")
+    p.add_argument("--dir", metavar="PATH", help="create the temporary directory under PATH (default: the current "
+                                                 "directory)")
+    p.add_argument("--rounds", type=int, metavar="N", help="interleaved rounds per timed figure (default 5, 3 from "
+                                                           "50000 events)")
+    p.add_argument("--positions", type=int, default=40, metavar="N", help="scrubber positions timed (default 40)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the generated log (default 0)")
+    p.set_defaults(func=_cmd_restore)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m kernel_lib.bench.append append ...`` (same as ``python -m kernel_lib bench append ...``)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = argparse.ArgumentParser(prog="python -m kernel_lib")
+    add_cli(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(argv if argv[:1] == ["bench"] else ["bench", *argv])
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,189 @@
+"""``bench quorum``: the price of the quorum tier against the local fdatasync tier, same run (§11.3.1, eq. 2).
+
+Two figures, both measured on this machine, each given as a ratio against the local baseline
+measured in the same run (these machines are noisy; absolute numbers are printed too):
+
+1. **Acknowledgment latency.** One writer appends events one at a time and waits for each
+   acknowledgment: :class:`~kernel_lib.quorum.EtcdStore` (Raft commit on 2 of 3 members, each
+   member syncing its own write-ahead log) against :class:`~kernel_lib.log.SQLiteStore` at
+   ``fdatasync``. Rounds alternate between the two so drift hits both.
+2. **Group-commit throughput.** ``writers`` threads, one trajectory each, append through a
+   :class:`~kernel_lib.log.group_commit.GroupCommitter` on each store (one acknowledgment per
+   batch, eq. 2); events acknowledged per second, and the mean batch size.
+
+All three members share this machine's disk and cores, so the quorum here pays for replication
+without the independence a real deployment buys with it (footnote 3): the figures price the
+protocol, not a placement.
+"""
+
+from __future__ import annotations
+
+import statistics
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from kernel_lib.errors import ConfigError
+from kernel_lib.core.events import Event, ToolIntent
+from kernel_lib.log.base import AckTier, LogStore
+from kernel_lib.log.group_commit import GroupCommitter
+from kernel_lib.log.sqlite import SQLiteStore
+from kernel_lib.quorum.cluster import EtcdCluster
+from kernel_lib.quorum.store import EtcdStore
+
+
+def _event(tid: str, seq: int) -> Event:
+    return Event.create(trajectory_id=tid, event_id=f"{tid}/{seq}", sequence_number=seq,
+                        payload=ToolIntent(operation_id=f"op{seq}", attempt_id="a1", tool="run_tests",
+                                           arguments={"seq": seq, "pad": "x" * 200}, repeat_contract="idempotency_key",
+                                           grant_id="g", authorization_ref=f"auth{seq}", reservation_ref=f"res{seq}"))
+
+
+def _latencies(store: LogStore, tier: AckTier, tid: str, start: int, n: int) -> list[float]:
+    out = []
+    for seq in range(start, start + n):
+        e = _event(tid, seq)
+        t0 = time.perf_counter()
+        store.append(e, tier)
+        out.append(time.perf_counter() - t0)
+    return out
+
+
+def _throughput(store: LogStore, tier: AckTier, label: str, writers: int, per_writer: int) -> dict[str, Any]:
+    committer = GroupCommitter(store, tier, flush_timer_s=0.002, batch_cap=64)
+    errors: list[BaseException] = []
+
+    def work(w: int) -> None:
+        tid = f"{label}-gc-{w}"
+        try:
+            for seq in range(1, per_writer + 1):
+                committer.append_many([_event(tid, seq)])
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(w,)) for w in range(writers)]
+    t0 = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    elapsed = time.perf_counter() - t0
+    stats = getattr(committer, "stats", None)
+    committer.close()
+    if errors:
+        raise errors[0]
+    total = writers * per_writer
+    sizes = list(getattr(stats, "batch_sizes", []) or [])
+    return {"events": total, "seconds": elapsed, "events_per_s": total / elapsed,
+            "flushes": len(sizes), "mean_batch": statistics.fmean(sizes) if sizes else None}
+
+
+def _pct(xs: list[float], q: float) -> float:
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(q * (len(xs) - 1) + 0.5))]
+
+
+def run_quorum_bench(events: int = 200, *, rounds: int = 4, seed: int = 0, writers: int = 8,
+                     members: int = 3) -> dict[str, Any]:
+    """Run both figures (module docstring). ``events``: sequential appends per store in figure 1
+    (split over ``rounds``); figure 2 uses ``writers`` x ``events // writers`` appends per store.
+
+    Raises:
+        ConfigError: bad counts. QuorumSetupError: etcd missing.
+    """
+    for name, v, lo in (("events", events, 10), ("rounds", rounds, 1), ("writers", writers, 1)):
+        if type(v) is not int or v < lo:
+            raise ConfigError(f"{name} must be an int >= {lo}, got {v!r}")
+    per_round = max(1, events // rounds)
+    with tempfile.TemporaryDirectory(prefix="kl-bench-quorum-") as tmp, EtcdCluster(members) as cluster:
+        local = SQLiteStore.open(Path(tmp) / "local.db")
+        quorum = EtcdStore(cluster.endpoints(), timeout_s=10.0)
+        lat = {"fdatasync": [], "quorum": []}
+        nxt = {"fdatasync": 1, "quorum": 1}
+        for r in range(rounds):
+            order = [("fdatasync", local, AckTier.FDATASYNC), ("quorum", quorum, AckTier.QUORUM)]
+            if r % 2:
+                order.reverse()
+            for label, store, tier in order:
+                lat[label] += _latencies(store, tier, f"lat-{label}", nxt[label], per_round)
+                nxt[label] += per_round
+        fig1 = {label: {"appends": len(xs), "p50_ms": statistics.median(xs) * 1e3, "p99_ms": _pct(xs, 0.99) * 1e3,
+                        "mean_ms": statistics.fmean(xs) * 1e3} for label, xs in lat.items()}
+        fig1["ratio_p50"] = fig1["quorum"]["p50_ms"] / fig1["fdatasync"]["p50_ms"]
+        fig1["ratio_p99"] = fig1["quorum"]["p99_ms"] / fig1["fdatasync"]["p99_ms"]
+        per_writer = max(1, events // writers)
+        fig2 = {"fdatasync": _throughput(local, AckTier.FDATASYNC, "local", writers, per_writer),
+                "quorum": _throughput(quorum, AckTier.QUORUM, "quorum", writers, per_writer)}
+        fig2["ratio_events_per_s"] = fig2["quorum"]["events_per_s"] / fig2["fdatasync"]["events_per_s"]
+        fig2["quorum_group_commit_speedup"] = fig2["quorum"]["events_per_s"] / (1e3 / fig1["quorum"]["mean_ms"])
+        local.close()
+        quorum.close()
+    return {"members": members, "writers": writers, "seed": seed, "latency": fig1, "group_commit": fig2,
+            "note": "all members on this one machine: the protocol's cost, not an independent placement"}
+
+
+def format_quorum_bench(r: dict[str, Any]) -> str:
+    lat, gc = r["latency"], r["group_commit"]
+    lines = [f"bench quorum: etcd, {r['members']} members on loopback, against SQLite at fdatasync (measured here)",
+             "",
+             "1. acknowledgment latency, one writer, one event per acknowledgment",
+             f"   fdatasync: p50 {lat['fdatasync']['p50_ms']:.2f} ms, p99 {lat['fdatasync']['p99_ms']:.2f} ms "
+             f"({lat['fdatasync']['appends']} appends)",
+             f"   quorum:    p50 {lat['quorum']['p50_ms']:.2f} ms, p99 {lat['quorum']['p99_ms']:.2f} ms "
+             f"({lat['quorum']['appends']} appends)",
+             f"   ratio quorum / fdatasync: p50 {lat['ratio_p50']:.2f}x, p99 {lat['ratio_p99']:.2f}x",
+             "",
+             f"2. group commit, {r['writers']} writers (eq. 2)",
+             f"   fdatasync: {gc['fdatasync']['events_per_s']:.0f} events/s, mean batch "
+             f"{gc['fdatasync']['mean_batch'] or 0:.1f}",
+             f"   quorum:    {gc['quorum']['events_per_s']:.0f} events/s, mean batch {gc['quorum']['mean_batch'] or 0:.1f} "
+             f"({gc['quorum_group_commit_speedup']:.1f}x the one-at-a-time quorum rate)",
+             f"   ratio quorum / fdatasync: {gc['ratio_events_per_s']:.2f}x",
+             "", r["note"]]
+    return "\n".join(lines)
+
+
+def measure_tiers(appends: int = 100, *, cluster: EtcdCluster | None = None) -> list[dict[str, Any]]:
+    """Acknowledgment latency per tier of table 2, side by side, measured on this machine: SQLite
+    at ``write`` (page cache), SQLite at ``fdatasync`` (the disk), and etcd at ``quorum`` (a Raft
+    commit on a majority). One writer, one event per acknowledgment, ``appends`` each, the three
+    interleaved in rounds. Uses ``cluster`` if given (running), else starts and stops its own.
+
+    Returns one row per tier: ``tier``, ``survives`` (failure domain), ``appends``, ``p50_ms``,
+    ``p99_ms``, ``mean_ms``, ``ratio_to_fdatasync_p50``.
+
+    Raises:
+        ConfigError: ``appends`` not an int >= 4. QuorumSetupError: etcd missing.
+    """
+    if type(appends) is not int or appends < 4:
+        raise ConfigError(f"appends must be an int >= 4, got {appends!r}")
+    own = cluster is None
+    cluster = cluster or EtcdCluster(3).start()
+    try:
+        with tempfile.TemporaryDirectory(prefix="kl-tiers-") as tmp:
+            local = SQLiteStore.open(Path(tmp) / "tiers.db")
+            quorum = EtcdStore(cluster.endpoints(only_running=True), timeout_s=10.0, prefix="kl-tiers/")
+            tiers = [("write", local, AckTier.WRITE), ("fdatasync", local, AckTier.FDATASYNC),
+                     ("quorum", quorum, AckTier.QUORUM)]
+            lat: dict[str, list[float]] = {t[0]: [] for t in tiers}
+            nxt = {t[0]: 1 for t in tiers}
+            tag = f"{time.time_ns()}"
+            rounds = 4
+            for r in range(rounds):
+                per = appends // rounds + (1 if r < appends % rounds else 0)   # exactly `appends` in all
+                for label, store, tier in (tiers if r % 2 == 0 else list(reversed(tiers))):
+                    lat[label] += _latencies(store, tier, f"tiers-{label}-{tag}", nxt[label], per)
+                    nxt[label] += per
+            local.close()
+            quorum.close()
+    finally:
+        if own:
+            cluster.stop()
+    base = statistics.median(lat["fdatasync"])
+    return [{"tier": label, "survives": tier.survives_up_to.label, "appends": len(lat[label]),
+             "p50_ms": statistics.median(lat[label]) * 1e3, "p99_ms": _pct(lat[label], 0.99) * 1e3,
+             "mean_ms": statistics.fmean(lat[label]) * 1e3,
+             "ratio_to_fdatasync_p50": statistics.median(lat[label]) / base}
+            for label, _s, tier in tiers]

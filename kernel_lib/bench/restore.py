@@ -1,0 +1,334 @@
+"""``bench restore``: what a checkpoint buys a replacement worker on this machine (§11.4, §11.5.2).
+
+For each log size n (default 10 000 and 100 000 events of the crash worksheet's turn shape:
+model call, authorization, reservation, tool intent, tool result, settlement), one run in one
+temporary directory:
+
+1. **Write the log** to a durable store (SQLite by default) at the fdatasync tier, capturing
+   checkpoints on the way: a full one at n/10, incremental ones at 2n/10 … 9n/10 and at
+   0.99 n, then a consolidation of that chain into a full base (same position). The last 1 % of
+   the log is the suffix a restore folds. Each capture's bytes written, pause and total time
+   are reported (full vs incremental, table 4).
+2. **Time to reach the last position**, measured in interleaved rounds (order rotating), median:
+
+   * *fold from the start*: read and decode every event from the store and fold from record_0;
+   * *restore from the latest checkpoint*: find it, verify and load its manifest and record
+     snapshot, read and fold the suffix (:func:`kernel_lib.checkpoint.restore`);
+   * *restore through the delta chain*: the same from the last incremental checkpoint (its
+     chain of record deltas applied to the full base, the result's digest checked).
+
+   Reported as seconds and as speedups over fold-from-start (target: restore from the latest
+   checkpoint ≥ 20 × faster at 100 000 events). Both restores are checked to equal the fold.
+3. **Fold throughput**: the decoded events in memory, folded by the reducer vs a plain-Python
+   loop applying the same events to dicts (operation status, reservations, consumption): events/s
+   of each and their ratio, the price of the reducer's checks.
+4. **Scrubber**: the time for the log scrubber (``widgets.scrubber.record_view`` with its
+   :class:`~kernel_lib.checkpoint.CheckpointIndex`) to show a random position, median over
+   positions, against the same view folded from the start (target ≤ 100 ms median at 100 000).
+
+Figures are this machine's, from this run; ratios compare contenders measured in the same run.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import platform
+import random
+import shutil
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from kernel_lib.verify.log_workload import _EventMaker
+from kernel_lib.errors import ConfigError
+from kernel_lib.core.events import Event
+from kernel_lib.log import TrajectoryLog, open_store
+from kernel_lib.core.record import fold, fold_into, initial_record
+from kernel_lib.checkpoint.blobs import DirectoryBlobStore
+from kernel_lib.checkpoint.capture import Checkpointer
+from kernel_lib.checkpoint.index import CheckpointIndex
+from kernel_lib.checkpoint.restore import restore
+
+DEFAULT_SIZES = (10_000, 100_000)
+TARGET_RESTORE_SPEEDUP = 20.0     # restore from the latest checkpoint vs fold from the start, at 100k
+TARGET_SCRUBBER_MS = 100.0        # median time to show a position of a 100k-event log
+TARGET_SIZE = 100_000
+TRAJECTORY = "traj_bench_restore"
+_WORDS = ("patch", "test", "assert", "fixture", "module", "regression", "import", "timeout", "config",
+          "retry", "branch", "diff", "runner", "sandbox", "coverage", "stack", "frame", "result")
+
+
+class _Maker(_EventMaker):
+    """The crash checker's turn shape with shorter texts (40–400 characters), built in linear time."""
+
+    def _text(self, lo: int, hi: int) -> str:
+        n = self.rng.randint(max(lo // 4, 10), max(hi // 4, 20))
+        words, size = [], 0
+        while size < n:
+            w = self.rng.choice(_WORDS)
+            words.append(w)
+            size += len(w) + 1
+        return " ".join(words)[:n]
+
+
+def make_events(n: int, seed: int = 0) -> list[Event]:
+    """``n`` events of one trajectory (sequence 1..n), seeded."""
+    m = _Maker(TRAJECTORY, random.Random(seed))
+    out = []
+    for _ in range(n):
+        out.append(m.make())
+        m.next_seq += 1
+    return out
+
+
+def plain_fold(events: Sequence[Event]) -> tuple[dict, dict, float]:
+    """The baseline of figure 3: the same decoded events applied to plain dicts, with no checks:
+    operation id → status, open reservations, consumed USD."""
+    ops: dict[str, str] = {}
+    held: dict[str, float] = {}
+    consumed = 0.0
+    for e in events:
+        p, t = e.payload, e.event_type
+        if t == "ToolIntent":
+            ops[p.operation_id] = "in_doubt"
+        elif t == "ToolResult":
+            if p.status in ("completed", "failed") and p.observation_complete:
+                ops[p.operation_id] = "established"
+        elif t == "ContextBuilt":
+            ops[p.invocation_id] = "in_doubt"
+        elif t == "ModelReplied":
+            if p.status == "complete":
+                ops[p.invocation_id] = "established"
+        elif t == "Authorized":
+            ops.setdefault(p.subject_id, "proposed" if p.decision == "allow" else "denied")
+        elif t == "BudgetReserved":
+            held[p.reservation_id] = p.amount_usd
+        elif t == "BudgetSettled":
+            consumed += p.actual_usd
+            if p.final:
+                held.pop(p.reservation_id, None)
+    return ops, held, consumed
+
+
+def _median(xs: Sequence[float]) -> float:
+    return statistics.median(xs) if xs else float("nan")
+
+
+def _rounds(contenders: dict[str, Callable[[], Any]], rounds: int) -> dict[str, list[float]]:
+    """Time each contender once per round, rotating the order every round (seconds)."""
+    names = list(contenders)
+    out: dict[str, list[float]] = {k: [] for k in names}
+    for r in range(rounds):
+        order = names[r % len(names):] + names[:r % len(names)]
+        for name in order:
+            gc.collect()
+            t0 = time.perf_counter()
+            contenders[name]()
+            out[name].append(time.perf_counter() - t0)
+    return out
+
+
+def _size(n: int, tmp: Path, store_kind: str, rounds: int, scrub_positions: int, seed: int,
+          tick: Callable[[str], None]) -> dict[str, Any]:
+    tick(f"{n} events: generating")
+    t0 = time.perf_counter()
+    events = make_events(n, seed)
+    gen_s = time.perf_counter() - t0
+    path = tmp / (f"log-{n}.sqlite" if store_kind == "sqlite" else f"log-{n}")
+    store = open_store(store_kind, path)
+    blobs = DirectoryBlobStore(str(tmp / f"blobs-{n}"))
+    log = TrajectoryLog(store, TRAJECTORY)
+    ck = Checkpointer(log, blobs, max_chain=10 ** 6)
+    marks = sorted({max(1, k * n // 10) for k in range(1, 10)} | {max(1, n - max(1, n // 100))})
+    captures: list[dict[str, Any]] = []
+    tick(f"{n} events: writing the log with checkpoints")
+    written = 0
+    t0 = time.perf_counter()
+    rec = initial_record(TRAJECTORY)
+    for mark in marks + [n]:
+        chunk = events[written:mark]
+        for i in range(0, len(chunk), 1000):
+            log.append_many([e.payload for e in chunk[i:i + 1000]])
+        written = mark
+        if mark == n:
+            break
+        rec = fold_into(rec, log.events(rec.last_sequence_number + 1))
+        r = ck.capture(rec, None, kind="full" if not captures else "incremental")
+        rec = fold_into(rec, [r.event])
+        captures.append({k: r.to_dict()[k] for k in ("checkpoint_id", "kind", "covered_sequence_number",
+                                                      "chain_length", "bytes_written", "state_bytes", "pause_s",
+                                                      "serialize_s", "write_s", "publish_s", "total_s")})
+    last_incremental = captures[-1]["checkpoint_id"]
+    cons = ck.consolidate()
+    consolidation = {k: cons.capture.to_dict()[k] for k in ("checkpoint_id", "bytes_written", "total_s")}
+    consolidation["supersedes"] = len(cons.supersedes)
+    write_s = time.perf_counter() - t0
+    head = store.head(TRAJECTORY)
+
+    # --- figure 2: reach the last position ---------------------------------------------------------
+    tick(f"{n} events: checking restore = fold")
+    whole = fold_into(initial_record(TRAJECTORY), store.read(TRAJECTORY))
+    latest = restore(store, TRAJECTORY, blobs)
+    chain = restore(store, TRAJECTORY, blobs, checkpoint_id=last_incremental)
+    same = latest.record.state_dict() == whole.state_dict() == chain.record.state_dict()
+    del whole
+    tick(f"{n} events: timing fold vs restore ({rounds} rounds)")
+    samples = _rounds({
+        "fold_from_start": lambda: fold_into(initial_record(TRAJECTORY), store.read(TRAJECTORY)),
+        "restore_latest": lambda: restore(store, TRAJECTORY, blobs),
+        "restore_chain": lambda: restore(store, TRAJECTORY, blobs, checkpoint_id=last_incremental),
+    }, rounds)
+    med = {k: _median(v) for k, v in samples.items()}
+    reach = {
+        "head": head, "suffix_events_latest": latest.suffix_events, "suffix_events_chain": chain.suffix_events,
+        "chain_length": chain.chain_length, "restore_equals_fold": same,
+        "median_s": med, "samples_s": samples,
+        "speedup_latest": med["fold_from_start"] / med["restore_latest"],
+        "speedup_chain": med["fold_from_start"] / med["restore_chain"],
+        "restore_latest_phases_s": latest.timings_s, "restore_chain_phases_s": chain.timings_s,
+        "record_snapshot_bytes": latest.checkpoint.record["size"],
+    }
+
+    # --- figure 3: fold throughput -----------------------------------------------------------------
+    tick(f"{n} events: fold throughput")
+    decoded = list(store.read(TRAJECTORY))
+    store.close()
+    t = _rounds({"fold": lambda: fold(initial_record(TRAJECTORY), decoded), "plain_loop": lambda: plain_fold(decoded)},
+                rounds)
+    fold_eps = len(decoded) / _median(t["fold"])
+    plain_eps = len(decoded) / _median(t["plain_loop"])
+    throughput = {"events": len(decoded), "fold_events_per_s": fold_eps, "plain_loop_events_per_s": plain_eps,
+                  "fold_over_plain": fold_eps / plain_eps, "median_s": {k: _median(v) for k, v in t.items()}}
+
+    # --- figure 4: the scrubber --------------------------------------------------------------------
+    tick(f"{n} events: scrubber")
+    scrub = _scrubber(decoded, scrub_positions, seed)
+    return {"events": n, "generate_s": gen_s, "write_with_checkpoints_s": write_s, "captures": captures,
+            "consolidation": consolidation, "reach_last_position": reach, "fold_throughput": throughput,
+            "scrubber": scrub}
+
+
+def _scrubber(events: list[Event], positions: int, seed: int) -> dict[str, Any]:
+    try:
+        from widgets.scrubber import record_view
+        via = "widgets.scrubber.record_view"
+    except ImportError:   # the widgets package is not importable here: time the index alone
+        def record_view(evs, p, idx=None):
+            return idx.record_at(p) if idx is not None else fold(initial_record(TRAJECTORY), evs[:p])
+        via = "CheckpointIndex.record_at (widgets not importable)"
+    gc.collect()
+    t0 = time.perf_counter()
+    idx = CheckpointIndex(events)
+    build_s = time.perf_counter() - t0
+    rng = random.Random(f"{seed}:scrub")
+    pos = [rng.randint(0, len(events)) for _ in range(positions)]
+    with_index = []
+    for p in pos:
+        t0 = time.perf_counter()
+        record_view(events, p, idx)
+        with_index.append(time.perf_counter() - t0)
+    baseline = []
+    for p in pos[:max(1, min(3, positions))]:   # folding from the start is slow: a few positions
+        t0 = time.perf_counter()
+        record_view(events, p)
+        baseline.append(time.perf_counter() - t0)
+    med_ms = _median(with_index) * 1e3
+    base_ms = _median(baseline) * 1e3
+    return {"via": via, "stride": idx.stride, "snapshots": len(idx.snapshot_positions), "index_build_s": build_s,
+            "positions": positions, "median_ms": med_ms, "p90_ms": sorted(with_index)[int(0.9 * (len(with_index) - 1))] * 1e3,
+            "fold_from_start_median_ms": base_ms, "speedup": base_ms / med_ms if med_ms else float("nan")}
+
+
+def run_restore_bench(*, sizes: Sequence[int] = DEFAULT_SIZES, dir: str | os.PathLike | None = None,
+                      store: str = "sqlite", rounds: int | None = None, scrub_positions: int = 40, seed: int = 0,
+                      progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """Run the benchmark (module docstring) and return its figures as a dict.
+
+    Args:
+        sizes: log sizes in events (each ≥ 20); a size given twice is run once (each size has
+            its own log in the temporary directory).
+        dir: parent of the temporary directory (default: the current directory); it is removed.
+        store: ``sqlite`` or ``segment``.
+        rounds: interleaved rounds per timed figure (default 5 below 50 000 events, else 3).
+        scrub_positions: random positions the scrubber is timed on.
+        progress: called with a short description before each step.
+
+    Raises:
+        ConfigError: a size below 20, an unknown store, or rounds/positions below 1.
+    """
+    sizes = list(sizes)
+    if not sizes or any(type(n) is not int or n < 20 for n in sizes):
+        raise ConfigError(f"sizes must be integers >= 20, got {sizes!r}")
+    sizes = list(dict.fromkeys(sizes))      # duplicates would share one log path: run each size once
+    if store not in ("sqlite", "segment"):
+        raise ConfigError(f"store must be sqlite or segment, not {store!r}")
+    if rounds is not None and (type(rounds) is not int or rounds < 1):
+        raise ConfigError(f"rounds must be an integer >= 1, got {rounds!r}")
+    if type(scrub_positions) is not int or scrub_positions < 1:
+        raise ConfigError(f"scrub_positions must be an integer >= 1, got {scrub_positions!r}")
+    tick = progress or (lambda _msg: None)
+    tmp = Path(tempfile.mkdtemp(prefix="bench-restore-", dir=dir if dir is not None else "."))
+    t0 = time.perf_counter()
+    try:
+        results = [_size(n, tmp, store, rounds or (5 if n < 50_000 else 3), scrub_positions, seed, tick) for n in sizes]
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    out = {"benchmark": "restore", "store": store, "sizes": sizes, "seed": seed,
+           "machine": {"python": platform.python_version(), "platform": platform.platform(),
+                       "cpus": os.cpu_count()},
+           "results": results, "temp_dir_removed": not tmp.exists(), "seconds": time.perf_counter() - t0}
+    out["targets"] = _targets(results)
+    return out
+
+
+def _targets(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    out = []
+    for r in results:
+        applies = r["events"] >= TARGET_SIZE
+        s = r["reach_last_position"]["speedup_latest"]
+        out.append({"events": r["events"], "name": "restore from the latest checkpoint vs fold from the start",
+                    "target": f">= {TARGET_RESTORE_SPEEDUP:g}x at {TARGET_SIZE} events", "value": s,
+                    "pass": (s >= TARGET_RESTORE_SPEEDUP) if applies else None})
+        m = r["scrubber"]["median_ms"]
+        out.append({"events": r["events"], "name": "scrubber: median time to show a position",
+                    "target": f"<= {TARGET_SCRUBBER_MS:g} ms at {TARGET_SIZE} events", "value": m,
+                    "pass": (m <= TARGET_SCRUBBER_MS) if applies else None})
+    return out
+
+
+def format_restore_report(r: dict[str, Any]) -> str:
+    """Human-readable tables of :func:`run_restore_bench`'s result."""
+    lines = [f"bench restore: {r['store']} store, seed {r['seed']}, {r['machine']['platform']}, "
+             f"{r['machine']['cpus']} CPUs ({r['seconds']:.0f} s)", ""]
+    for x in r["results"]:
+        n, reach, th, sc = x["events"], x["reach_last_position"], x["fold_throughput"], x["scrubber"]
+        med = reach["median_s"]
+        lines += [f"== {n} events (generated in {x['generate_s']:.1f} s, written with checkpoints in "
+                  f"{x['write_with_checkpoints_s']:.1f} s)",
+                  "captures (bytes written / state bytes, pause ms, total ms):"]
+        for c in x["captures"]:
+            lines.append(f"  {c['kind']:<11} at {c['covered_sequence_number']:>7}: {c['bytes_written']:>11,} / "
+                         f"{c['state_bytes']:>11,} B   pause {c['pause_s'] * 1e3:8.1f}   total {c['total_s'] * 1e3:8.1f}")
+        cons = x["consolidation"]
+        lines += [f"  consolidation into a full base: {cons['bytes_written']:,} B, {cons['total_s'] * 1e3:.1f} ms, "
+                  f"supersedes {cons['supersedes']} deltas",
+                  f"reach position {reach['head']} (restore == fold: {reach['restore_equals_fold']}):",
+                  f"  fold from the start            {med['fold_from_start']:9.3f} s   1.0x",
+                  f"  restore, latest checkpoint     {med['restore_latest']:9.3f} s   {reach['speedup_latest']:.1f}x "
+                  f"faster (suffix {reach['suffix_events_latest']} events)",
+                  f"  restore, through {reach['chain_length']} deltas     {med['restore_chain']:9.3f} s   "
+                  f"{reach['speedup_chain']:.1f}x faster (suffix {reach['suffix_events_chain']} events)",
+                  f"fold throughput: reducer {th['fold_events_per_s']:,.0f} events/s, plain loop "
+                  f"{th['plain_loop_events_per_s']:,.0f} events/s: ratio {th['fold_over_plain']:.2f}",
+                  f"scrubber ({sc['via']}): median {sc['median_ms']:.1f} ms (p90 {sc['p90_ms']:.1f} ms) over "
+                  f"{sc['positions']} positions vs {sc['fold_from_start_median_ms']:.1f} ms folding from the start "
+                  f"({sc['speedup']:.0f}x); index of {sc['snapshots']} snapshots every {sc['stride']} events built in "
+                  f"{sc['index_build_s']:.2f} s", ""]
+    lines.append("targets:")
+    for t in r["targets"]:
+        verdict = "n/a (smaller log)" if t["pass"] is None else ("PASS" if t["pass"] else "FAIL")
+        lines.append(f"  {t['events']:>7} events  {t['name']}: {t['value']:.1f} (target {t['target']})  {verdict}")
+    return "\n".join(lines)

@@ -1,0 +1,222 @@
+"""``python -m kernel_lib exercise``: solve, generate, check and strip the §11.12 exercises.
+
+Bad input (an unknown exercise or parameter, a value of the wrong type or out of range, an
+unreadable answers file) raises :class:`kernel_lib.errors.ConfigError`, which the main CLI prints as
+one ``error:`` line with exit code 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from kernel_lib.errors import ConfigError
+
+_EPILOG_TAIL = """\
+examples:
+  python -m kernel_lib exercise solve 11.4 --json
+  python -m kernel_lib exercise solve 11.4 --param flush_ms=4 --param dispatch_budget_ms=10
+  python -m kernel_lib exercise solve 11.1 --param replica_durable_ms=1.5,2.5,6.5
+  python -m kernel_lib exercise generate 11.8 --seed 7 > params.json
+  python -m kernel_lib exercise check 11.8 --seed 7 --answers answers.json
+  python -m kernel_lib exercise strip --check
+
+check exits 0 when every graded quantity is within tolerance, 1 otherwise, 2 on bad input.
+"""
+
+
+def _exercise_ids() -> list[str]:
+    """The registered exercise ids, in order (every list of exercises in the help is built from these)."""
+    from kernel_lib.course.exercises import EXERCISES
+    return list(EXERCISES)
+
+
+def _epilog() -> str:
+    """The help's list of exercises, built from the registry so that none is left out, then the examples."""
+    from kernel_lib.course.exercises import EXERCISES
+    items = [f"{k} ({m.TITLE[0].lower() + m.TITLE[1:]})" for k, m in EXERCISES.items()]
+    lines, line = [], "exercises: "
+    for i, item in enumerate(items):
+        piece = item + ("," if i < len(items) - 1 else "")
+        if line.strip() != "exercises:" and len(line) + 1 + len(piece) > 100:
+            lines.append(line.rstrip())
+            line = " " * 11
+        line += piece + " "
+    lines.append(line.rstrip())
+    return "\n".join(lines) + "\n\n" + _EPILOG_TAIL
+
+
+def _and_list(items: list[str]) -> str:
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
+
+
+def _params_from_args(mod, args: argparse.Namespace) -> dict[str, Any]:
+    """Givens: the seeded variant (``--seed``) or defaults, overridden by ``--param`` and ``--params``."""
+    params: dict[str, Any] = dict(mod.generate(args.seed)) if getattr(args, "seed", None) is not None else {}
+    if getattr(args, "params_file", None):
+        params.update(_read_json_object(args.params_file, "--params"))
+    by_name = {p.name: p for p in mod.PARAMS}
+    for item in getattr(args, "param", None) or []:
+        name, sep, value = item.partition("=")
+        name = name.strip()
+        if not sep or not name:
+            raise ConfigError(f"--param wants name=value, got {item!r}")
+        if name not in by_name:
+            raise ConfigError(f"unknown parameter {name!r} for exercise {mod.EXERCISE}; known: {', '.join(by_name)}")
+        params[name] = by_name[name].parse(value)
+    return mod.validate_params(params)
+
+
+def _read_json_object(path: str, flag: str) -> dict[str, Any]:
+    text = Path(path).read_text()
+    try:
+        data = json.loads(text)
+    except ValueError as exc:
+        raise ConfigError(f"{flag} {path}: not valid JSON ({exc})") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{flag} {path}: must hold a JSON object of name -> value")
+    return data
+
+
+def _cmd_list(args: argparse.Namespace) -> int:
+    from kernel_lib.course.exercises import EXERCISES
+    rows = {k: {"title": m.TITLE, "defaults": m.DEFAULTS, "graded": list(m.GRADED)} for k, m in EXERCISES.items()}
+    if args.json:
+        print(json.dumps(rows))
+    else:
+        for k, r in rows.items():
+            print(f"{k}  {r['title']}\n     parameters: " + ", ".join(f"{n}={v}" for n, v in r["defaults"].items())
+                  + "\n     graded: " + ", ".join(r["graded"]))
+    return 0
+
+
+def _cmd_solve(args: argparse.Namespace) -> int:
+    from kernel_lib.course.exercises import get
+    mod = get(args.exercise)
+    params = _params_from_args(mod, args)
+    sol = mod.solve(params)
+    if args.json:
+        print(json.dumps({"params": params, **sol}))
+        return 0
+    print(f"§11.12 exercise {mod.EXERCISE}: {mod.TITLE}")
+    print("givens: " + ", ".join(f"{k}={v}" for k, v in params.items()))
+    skip = {"exercise", "decision_text", "reading", "alternative", "violated_rules", "decision"}
+    w = max(len(k) for k in sol if k not in skip)
+    for k, v in sol.items():
+        if k not in skip:
+            print(f"  {k:<{w}}  {v:.6g}" if isinstance(v, float) else f"  {k:<{w}}  {json.dumps(v)}")
+    if "violated_rules" in sol:
+        print("rules the recovery procedure violates:")
+        for r in sol["violated_rules"]:
+            print(f"  - {r}")
+    print(f"decision: {sol['decision']}\n  {sol['decision_text']}")
+    print("reading (where the statement is ambiguous):")
+    for k, v in sol["reading"].items():
+        print(f"  {k}: {v}")
+    print("alternative reading's answers: " + json.dumps(sol["alternative"]))
+    return 0
+
+
+def _cmd_generate(args: argparse.Namespace) -> int:
+    from kernel_lib.course.exercises import get
+    mod = get(args.exercise)
+    print(json.dumps(mod.validate_params(mod.generate(args.seed))))
+    return 0
+
+
+def _cmd_check(args: argparse.Namespace) -> int:
+    from kernel_lib.course.exercises import format_report, get
+    mod = get(args.exercise)
+    params = _params_from_args(mod, args)
+    answers = _read_json_object(args.answers, "--answers")
+    report = mod.check(params, answers)
+    print(json.dumps({"params": params, **report}) if args.json else format_report(report, reveal=args.reveal))
+    return 0 if report["all_ok"] else 1
+
+
+def build_strip_parser(parser: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
+    from kernel_lib.course.strip import EXERCISES_DIR, SOLUTIONS_DIR
+    p = parser or argparse.ArgumentParser(prog="python -m kernel_lib.course.strip")
+    p.description = ("Derive exercises/*.ipynb from solutions/*.ipynb by removing solution regions (cells tagged "
+                     "'solution'; lines between '# BEGIN SOLUTION' and '# END SOLUTION') and every output.")
+    p.add_argument("--check", action="store_true",
+                   help="write nothing; exit 1 if any exercise notebook is missing or differs from its stripped solution")
+    p.add_argument("--solutions", default=str(SOLUTIONS_DIR), metavar="DIR", help=f"default: {SOLUTIONS_DIR}")
+    p.add_argument("--exercises", default=str(EXERCISES_DIR), metavar="DIR", help=f"default: {EXERCISES_DIR}")
+    p.set_defaults(func=run_strip)
+    return p
+
+
+def run_strip(args: argparse.Namespace) -> int:
+    from kernel_lib.course.strip import sync
+    if not Path(args.solutions).is_dir():
+        raise ConfigError(f"--solutions {args.solutions}: not a directory")
+    out = sync(Path(args.solutions), Path(args.exercises), check=args.check)
+    if args.check:
+        for line in out:
+            print(line)
+        if not out:
+            print("exercises/ is in sync with solutions/")
+        return 1 if out else 0
+    for line in out:
+        print(f"derived {line}")
+    return 0
+
+
+def _add_params_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--param", action="append", metavar="NAME=VALUE",
+                   help="override one given (repeatable); lists as 1.5,2.5,6.5 or JSON")
+    p.add_argument("--params", dest="params_file", metavar="FILE", help="a JSON object of givens (e.g. from generate)")
+    p.add_argument("--seed", type=int, help="start from the seeded variant `generate --seed S` instead of the defaults")
+
+
+def add_cli(subparsers) -> argparse.ArgumentParser:
+    """Register ``exercise`` and its subcommands on the main CLI's ``subparsers``."""
+    ids = _exercise_ids()
+    epilog = _epilog()
+    top = subparsers.add_parser(
+        "exercise", help="solve, generate, check and strip the seeded §11.12 exercises "
+                         + _and_list([i.split(".", 1)[1] for i in ids]),
+        description="The seeded exercises of §11.12: solve a variant, generate one from a seed, grade a "
+                    "student's answers, or derive the student notebooks from the solutions.",
+        epilog=epilog, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = top.add_subparsers(dest="exercise_command", metavar="SUBCOMMAND", required=True)
+    ex_help = f"exercise id: {', '.join(ids[:-1])} or {ids[-1]} (also 1, 2, …)"
+
+    p = sub.add_parser("list", help="the exercises, their parameters and graded quantities")
+    p.add_argument("--json", action="store_true", help="one JSON object")
+    p.set_defaults(func=_cmd_list)
+
+    p = sub.add_parser("solve", help="every quantity the exercise asks for, and its decision",
+                       description="Solve an exercise for its default givens, a seeded variant (--seed) or "
+                                   "overridden givens (--param), printing every quantity, the decision, the "
+                                   "reading taken where the statement is ambiguous, and the alternative's answers.",
+                       epilog=epilog, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("exercise", help=ex_help)
+    _add_params_args(p)
+    p.add_argument("--json", action="store_true", help="one JSON object: params and every computed quantity")
+    p.set_defaults(func=_cmd_solve)
+
+    p = sub.add_parser("generate", help="a seeded variant's givens as JSON",
+                       description="Print the givens of a seeded variant as one JSON object (papermill parameters).")
+    p.add_argument("exercise", help=ex_help)
+    p.add_argument("--seed", type=int, default=0, help="variant seed (default 0)")
+    p.set_defaults(func=_cmd_generate)
+
+    p = sub.add_parser("check", help="grade a student's answers (exit 0 all ok, 1 otherwise)",
+                       description="Grade the answers in a JSON object {quantity: value} against the solution "
+                                   "of the given variant. Floats pass within 1% relative (tiny absolute slack "
+                                   "near zero); integers, booleans, index lists and states must match exactly.",
+                       epilog=epilog, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("exercise", help=ex_help)
+    p.add_argument("--answers", required=True, metavar="FILE", help="JSON object of quantity -> answer")
+    _add_params_args(p)
+    p.add_argument("--reveal", action="store_true", help="show the expected values too (the JSON report always has them)")
+    p.add_argument("--json", action="store_true", help="the grading report as one JSON object (with expected values)")
+    p.set_defaults(func=_cmd_check)
+
+    p = sub.add_parser("strip", help="derive exercises/ from solutions/ (or --check that they are in sync)")
+    build_strip_parser(p)
+    return top

@@ -1,0 +1,754 @@
+"""The event envelope, the event families of table 1, canonical encoding and digests (§11.2.2).
+
+Every event shares one envelope::
+
+    trajectory_id, event_id, sequence_number, event_type, schema_version, reducer_version,
+    owner_epoch, control_epoch, provenance {tenant, issuer}, payload
+
+``payload`` is a typed, versioned record looked up in a registry by ``(event_type,
+schema_version)``. The families of the Durable Execution chapter's table 1 are registered here,
+together with the Failure Recovery chapter's records (compensation, quarantine, watchdog
+interventions); later families register the same way, so adding one never changes the envelope
+or the byte format of a log.
+
+Canonical encoding is RFC 8785 (JSON Canonicalization Scheme): the same event always encodes to
+the same bytes, and :attr:`Event.digest` is the SHA-256 of those bytes. Decoding re-encodes and
+refuses any input that is not already canonical, so a stored digest always matches the bytes it
+names.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Literal
+
+import rfc8785
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from kernel_lib.errors import MalformedEventError, UnknownEventTypeError, UnknownSchemaVersionError
+
+#: Version of the reducer in :mod:`kernel_lib.core.record`. Stamped on every event appended by this build.
+REDUCER_VERSION = 1
+
+JSONValue = Any
+
+# ------------------------------------------------------------------------------------------------
+# payload records
+# ------------------------------------------------------------------------------------------------
+
+#: Largest magnitude a number in an event may have: RFC 8785 numbers are IEEE doubles, and a
+#: value at or beyond 2**53 would not read back as the same JSON integer.
+JSON_SAFE_MAX = 2**53 - 1
+#: Deepest nesting of lists/objects a payload may use.
+JSON_MAX_DEPTH = 64
+
+# key names (lower-cased, letters only) that name a credential: by substring, or by ending
+_SECRET_KEY_PARTS = ("apikey", "secret", "password", "passwd", "privatekey", "accesskey", "credential", "bearer",
+                     "jwt", "cookie", "sessionid")
+_SECRET_KEY_ENDINGS = ("authorization", "accesstoken", "authtoken", "refreshtoken", "sessiontoken", "idtoken",
+                       "bearertoken", "apitoken", "oauthtoken", "githubtoken", "gitlabtoken", "slacktoken",
+                       "csrftoken", "xsrftoken")
+_SECRET_KEY_EXACT = ("token", "auth", "pass")
+_SECRET_IN_TEXT = re.compile(
+    r"(?i:bearer|basic)\s+[A-Za-z0-9._~+/=-]{8,}"                          # Authorization header values
+    r"|-----BEGIN [A-Z0-9 ]*(?:PRIVATE KEY|KEY BLOCK)-----.*?(?:-----END [A-Z0-9 ]*-----|$)"  # PEM/PGP bodies
+    r"|(?:sk|rk|pk)[-_](?:live_|test_)?[A-Za-z0-9_\-]{16,}|gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,}"
+    r"|glpat-[A-Za-z0-9_\-]{16,}|xox[abposr]-[A-Za-z0-9-]{10,}|AIza[0-9A-Za-z_\-]{30,}|AKIA[0-9A-Z]{16}"
+    r"|eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]*"              # JWTs
+    r"|(?<=://)[^/\s:@]+:[^/\s@]+(?=@)"                                      # user:password@ in URLs
+    r"|(?i:(?:api[_-]?key|secret|password|passwd|token)\s*[=:]\s*)[^\s,;&\"']{4,}",  # KEY=value
+    re.S)
+_REDACTED = "[redacted]"
+
+
+def _secret_key(k: str) -> bool:
+    n = re.sub(r"[^a-z]", "", k.lower())
+    return (any(p in n for p in _SECRET_KEY_PARTS) or n.endswith(_SECRET_KEY_ENDINGS) or n in _SECRET_KEY_EXACT
+            or bool(_SECRET_IN_TEXT.search(k)))
+
+
+def _walk_secrets(value: Any, path: str, hits: list[str], redact: bool, depth: int = 0) -> Any:
+    if depth > JSON_MAX_DEPTH:
+        raise ValueError(f"{path or 'value'}: nested deeper than {JSON_MAX_DEPTH} levels")
+    if isinstance(value, dict):
+        out = {}
+        for i, (k, v) in enumerate(value.items()):
+            p = f"{path}.{k}" if path else str(k)
+            if isinstance(k, str) and _SECRET_IN_TEXT.search(k):   # the key itself is a credential
+                hits.append(f"{path}.<key {i}>" if path else f"<key {i}>")
+                out[f"{_REDACTED}#{i}" if redact else k] = _walk_secrets(v, p, hits, redact, depth + 1)
+            elif isinstance(k, str) and _secret_key(k) and v not in (None, "", [], {}) and v != _REDACTED:
+                hits.append(p)
+                out[k] = _REDACTED if redact else v
+            else:
+                out[k] = _walk_secrets(v, p, hits, redact, depth + 1)
+        return out
+    if isinstance(value, list):
+        return [_walk_secrets(v, f"{path}[{i}]", hits, redact, depth + 1) for i, v in enumerate(value)]
+    if isinstance(value, str) and _SECRET_IN_TEXT.search(value):
+        hits.append(path or "<value>")
+        return _SECRET_IN_TEXT.sub(_REDACTED, value) if redact else value
+    return value
+
+
+def find_secrets(value: Any) -> list[str]:
+    """Paths of every field in JSON-like ``value`` that looks like a credential (by key or text)."""
+    hits: list[str] = []
+    _walk_secrets(value, "", hits, False)
+    return hits
+
+
+def redact_secrets(value: Any) -> tuple[Any, list[str]]:
+    """A copy of JSON-like ``value`` with credential-looking fields, text and keys replaced by
+    ``[redacted]`` (nothing derived from the secret is kept), and the paths redacted. Used for *evidence* (tool outcomes,
+    model replies), which the runtime does not control: the evidence is kept, the secret is not."""
+    hits: list[str] = []
+    return _walk_secrets(value, "", hits, True), hits
+
+
+def check_json(value: Any, path: str = "payload", depth: int = 0) -> None:
+    """Raise ValueError unless ``value`` is plain JSON data that encodes canonically and reads
+    back identically: None, bool, int or finite float with magnitude ≤ :data:`JSON_SAFE_MAX`,
+    UTF-8-encodable str, list, or dict with str keys; at most :data:`JSON_MAX_DEPTH` levels."""
+    if depth > JSON_MAX_DEPTH:
+        raise ValueError(f"{path}: nested deeper than {JSON_MAX_DEPTH} levels")
+    if value is None or isinstance(value, bool):
+        return
+    if isinstance(value, int):
+        if abs(value) > JSON_SAFE_MAX:
+            raise ValueError(f"{path}: {value} is outside ±(2**53 - 1), the range that survives canonical JSON; "
+                             "store it as a string")
+        return
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise ValueError(f"{path}: {value} is not a finite number (JSON has no NaN or infinity)")
+        if abs(value) > JSON_SAFE_MAX:
+            raise ValueError(f"{path}: {value} is outside ±(2**53 - 1), the range that survives canonical JSON; "
+                             "store it as a string")
+        return
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            raise ValueError(f"{path}: text holds a lone surrogate and is not valid UTF-8") from None
+        return
+    if isinstance(value, list):
+        for i, v in enumerate(value):
+            check_json(v, f"{path}[{i}]", depth + 1)
+        return
+    if isinstance(value, dict):
+        for k, v in value.items():
+            if not isinstance(k, str):
+                raise ValueError(f"{path}: key {k!r} is not a string")
+            check_json(k, f"{path} key", depth + 1)
+            check_json(v, f"{path}.{k}", depth + 1)
+        return
+    if isinstance(value, BaseModel):
+        return
+    raise ValueError(f"{path}: {type(value).__name__} is not JSON data (use lists, dicts with str keys, "
+                     "str, numbers, bool, None)")
+
+
+class Payload(BaseModel):
+    """Base of every payload record. Subclasses set ``event_type`` and ``schema_version``.
+
+    Payloads are frozen, reject unknown fields, and refuse anything that looks like a credential:
+    an event references a capability grant by id (§11.3, definition 11.2); the secret stays with
+    the credential broker.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    event_type: ClassVar[str]
+    schema_version: ClassVar[int]
+
+    @model_validator(mode="before")
+    @classmethod
+    def _plain_json(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            check_json(data, cls.event_type)
+        return data
+
+    @model_validator(mode="after")
+    def _no_secrets(self) -> "Payload":
+        # the record's own field names are the schema's, not data: scan their values only
+        hits = [h for v in self.model_dump(mode="json").values() for h in find_secrets(v)]
+        if hits:
+            raise ValueError(
+                f"field {hits[0]!r} looks like a credential; events reference a capability grant "
+                "(grant_id) and never hold a secret (evidence can be passed through redact_secrets)"
+            )
+        return self
+
+
+_REGISTRY: dict[tuple[str, int], type[Payload]] = {}
+
+
+def register(cls: type[Payload]) -> type[Payload]:
+    """Class decorator: register a payload record under ``(event_type, schema_version)``.
+
+    Raises ValueError if that pair is already registered to another class.
+    """
+    key = (cls.event_type, cls.schema_version)
+    if key in _REGISTRY and _REGISTRY[key] is not cls:
+        raise ValueError(f"event {key} is already registered to {_REGISTRY[key].__name__}")
+    _REGISTRY[key] = cls
+    return cls
+
+
+def registered_types() -> dict[str, list[int]]:
+    """Map each registered event type to its known schema versions (sorted)."""
+    out: dict[str, list[int]] = {}
+    for t, v in _REGISTRY:
+        out.setdefault(t, []).append(v)
+    return {t: sorted(vs) for t, vs in sorted(out.items())}
+
+
+def payload_class(event_type: str, schema_version: int, *, event_id: str | None = None) -> type[Payload]:
+    """Look up the payload record for a type and version.
+
+    Raises:
+        UnknownEventTypeError: no version of ``event_type`` is registered.
+        UnknownSchemaVersionError: the type is known but not this version.
+    """
+    cls = _REGISTRY.get((event_type, schema_version))
+    if cls is not None:
+        return cls
+    known = registered_types()
+    if event_type not in known:
+        raise UnknownEventTypeError(f"unknown event type {event_type!r}", event_id=event_id, event_type=event_type)
+    raise UnknownSchemaVersionError(
+        f"unknown schema version {schema_version} of {event_type} (known: {known[event_type]})",
+        event_id=event_id, event_type=event_type,
+    )
+
+
+NonNeg = Field(ge=0)
+
+# --- Table 1, row 1: task -----------------------------------------------------------------------
+
+
+@register
+class TaskStarted(Payload):
+    """Task and requester, initial grants and limits, deadlines, initial references, config."""
+    event_type: ClassVar[str] = "TaskStarted"
+    schema_version: ClassVar[int] = 1
+    task_id: str
+    requester: str
+    objective: str
+    grant_ids: list[str] = []
+    budget_ceiling_usd: float = Field(ge=0)
+    finalization_reserve_usd: float = Field(default=0.0, ge=0)
+    deadline_unix_s: float | None = None
+    finalization_deadline_unix_s: float | None = None
+    initial_record_ref: str | None = None
+    workspace_ref: str | None = None
+    config: dict[str, str] = {}
+
+    @model_validator(mode="after")
+    def _reserve_fits(self) -> "TaskStarted":
+        if self.finalization_reserve_usd > self.budget_ceiling_usd:
+            raise ValueError("finalization_reserve_usd exceeds budget_ceiling_usd")
+        return self
+
+
+# --- model calls ---------------------------------------------------------------------------------
+
+
+@register
+class ContextBuilt(Payload):
+    """The immutable delivered input of one model invocation, and how it was assembled."""
+    event_type: ClassVar[str] = "ContextBuilt"
+    schema_version: ClassVar[int] = 1
+    invocation_id: str
+    model: str
+    delivered_input: str | None = None
+    delivered_input_ref: str | None = None
+    delivered_input_sha256: str
+    request_config: dict[str, JSONValue] = {}
+
+    @model_validator(mode="after")
+    def _input_present(self) -> "ContextBuilt":
+        if self.delivered_input is None and self.delivered_input_ref is None:
+            raise ValueError("ContextBuilt needs delivered_input or delivered_input_ref")
+        if self.delivered_input is not None:
+            digest = hashlib.sha256(self.delivered_input.encode()).hexdigest()
+            if digest != self.delivered_input_sha256:
+                raise ValueError("delivered_input_sha256 does not match delivered_input")
+        return self
+
+
+@register
+class ModelReplied(Payload):
+    """What came back from one invocation: status, reply, usage, provider provenance."""
+    event_type: ClassVar[str] = "ModelReplied"
+    schema_version: ClassVar[int] = 1
+    invocation_id: str
+    status: Literal["complete", "partial", "error"]
+    reply: str = ""
+    proposal: dict[str, JSONValue] | None = None
+    input_tokens: int = Field(default=0, ge=0)
+    output_tokens: int = Field(default=0, ge=0)
+    provider: dict[str, str] = {}
+
+
+# --- admission and accounting ------------------------------------------------------------------
+
+
+@register
+class Authorized(Payload):
+    """An authorization decision for one operation or invocation under a policy version."""
+    event_type: ClassVar[str] = "Authorized"
+    schema_version: ClassVar[int] = 1
+    decision_id: str
+    subject_id: str
+    subject_kind: Literal["tool", "model"]
+    policy_version: str
+    grant_id: str
+    decision: Literal["allow", "deny"]
+    reason: str = ""
+
+
+@register
+class BudgetReserved(Payload):
+    """A reservation bound held against the budget for one operation or invocation."""
+    event_type: ClassVar[str] = "BudgetReserved"
+    schema_version: ClassVar[int] = 1
+    reservation_id: str
+    subject_id: str
+    amount_usd: float = Field(ge=0)
+    policy_version: str = "v1"
+
+
+@register
+class BudgetSettled(Payload):
+    """Usage evidence against a reservation.
+
+    ``actual_usd`` is the verified consumption this settlement reports. If ``final`` is true the
+    rest of the reservation is released; otherwise the unverified remainder stays reserved as
+    liability (§11.5.3: missing usage is never released as unspent budget).
+    """
+    event_type: ClassVar[str] = "BudgetSettled"
+    schema_version: ClassVar[int] = 1
+    reservation_id: str
+    subject_id: str
+    actual_usd: float = Field(ge=0)
+    final: bool
+    evidence: str = ""
+
+
+# --- tool operations -----------------------------------------------------------------------------
+
+
+@register
+class ToolIntent(Payload):
+    """The durable intent of one transport attempt of a logical operation (definition 11.2)."""
+    event_type: ClassVar[str] = "ToolIntent"
+    schema_version: ClassVar[int] = 1
+    operation_id: str
+    attempt_id: str
+    tool: str
+    arguments: dict[str, JSONValue] = {}
+    input_ref: str | None = None
+    revision: str | None = None
+    repeat_contract: Literal["idempotent", "idempotency_key", "at_most_once", "read_only", "unsafe"]
+    grant_id: str
+    authorization_ref: str
+    reservation_ref: str
+
+
+@register
+class ToolResult(Payload):
+    """Evidence about an attempt. Only ``completed``/``failed`` with a complete observation settle it."""
+    event_type: ClassVar[str] = "ToolResult"
+    schema_version: ClassVar[int] = 1
+    operation_id: str
+    attempt_id: str
+    status: Literal["accepted", "running", "completed", "failed", "timeout", "partial", "unreachable"]
+    job_handle: str | None = None
+    outcome: dict[str, JSONValue] | None = None
+    observation_complete: bool = False
+    evidence: dict[str, str] | None = None
+    source: Literal["reply", "reconciliation", "inbox"] = "reply"
+
+
+# --- control, plan, approvals ------------------------------------------------------------------
+
+ControlState = Literal[
+    "RUNNING", "PAUSED", "AWAITING_APPROVAL", "FINALIZING", "COMPLETED", "CANCELLED", "FAILED"
+]
+
+
+@register
+class ControlChanged(Payload):
+    """A guarded control transition; ``bump_control_epoch`` invalidates in-flight continuations."""
+    event_type: ClassVar[str] = "ControlChanged"
+    schema_version: ClassVar[int] = 1
+    request_id: str
+    issuer: str
+    to_state: ControlState
+    bump_control_epoch: bool = False
+    reason: str = ""
+
+
+@register
+class PlanChanged(Payload):
+    """A plan revision with its steps and their dependencies."""
+    event_type: ClassVar[str] = "PlanChanged"
+    schema_version: ClassVar[int] = 1
+    plan_revision: int = Field(ge=1)
+    steps: list[dict[str, JSONValue]]
+    reason: str = ""
+
+
+@register
+class ApprovalRequested(Payload):
+    """An action held for review: the exact held operation and attempt, reviewer and expiry."""
+    event_type: ClassVar[str] = "ApprovalRequested"
+    schema_version: ClassVar[int] = 1
+    approval_id: str
+    held_operation_id: str
+    held_attempt_id: str
+    reviewer: str
+    expires_unix_s: float | None = None
+
+
+@register
+class ApprovalResolved(Payload):
+    """The reviewer's decision, or the request's withdrawal or expiry."""
+    event_type: ClassVar[str] = "ApprovalResolved"
+    schema_version: ClassVar[int] = 1
+    approval_id: str
+    decision: Literal["approved", "refused", "withdrawn", "expired"]
+    reviewer: str
+    evidence: str = ""
+
+
+# --- replay boundary -----------------------------------------------------------------------------
+
+
+@register
+class Compacted(Payload):
+    """A recorded summary that replaced a span of context, with what it depends on."""
+    event_type: ClassVar[str] = "Compacted"
+    schema_version: ClassVar[int] = 1
+    summary: str
+    covers_from_sequence: int = Field(ge=1)
+    covers_to_sequence: int = Field(ge=1)
+    dependencies: list[str] = []
+
+
+@register
+class RuntimeInput(Payload):
+    """A clock reading, random draw, identifier or configuration input, recorded for replay."""
+    event_type: ClassVar[str] = "RuntimeInput"
+    schema_version: ClassVar[int] = 1
+    kind: Literal["clock", "random", "identifier", "config", "order"]
+    name: str
+    value: JSONValue
+
+
+@register
+class Checkpoint(Payload):
+    """A checkpoint manifest bound to an exact covered log boundary (§11.4)."""
+    event_type: ClassVar[str] = "Checkpoint"
+    schema_version: ClassVar[int] = 1
+    checkpoint_id: str
+    covered_sequence_number: int = Field(ge=0)
+    record_manifest_sha256: str
+    workspace_manifest_sha256: str | None = None
+    artifact_refs: list[str] = []
+
+
+_SHA256_HEX = r"^[0-9a-f]{64}$"
+
+
+@register
+class CheckpointV2(Payload):
+    """A published checkpoint manifest (§11.4.1, §11.4.2; see :mod:`kernel_lib.checkpoint`).
+
+    ``manifest_sha256`` names the manifest's bytes in a content-addressed blob store; those bytes
+    and everything they reference were durable before this event was appended, so the event is the
+    publication. ``covered_sequence_number`` is the log position p at which the record snapshot
+    and the workspace tree are frozen (the event itself sits after p). ``kind`` is ``full`` (a
+    complete record snapshot and tree) or ``incremental`` (deltas against ``base_checkpoint_id``).
+    ``record_sha256`` is the digest of the complete record snapshot at p either way, and
+    ``workspace_tree_sha256`` the digest of the tree (None: no workspace). ``supersedes`` lists the
+    checkpoints a consolidated base replaces (their deltas may be retired once this is published).
+    """
+    event_type: ClassVar[str] = "Checkpoint"
+    schema_version: ClassVar[int] = 2
+    checkpoint_id: str = Field(min_length=1)
+    covered_sequence_number: int = Field(ge=0)
+    manifest_sha256: str = Field(pattern=_SHA256_HEX)
+    kind: Literal["full", "incremental"]
+    base_checkpoint_id: str | None = None
+    record_sha256: str = Field(pattern=_SHA256_HEX)
+    workspace_tree_sha256: str | None = Field(default=None, pattern=_SHA256_HEX)
+    artifact_refs: list[str] = []
+    supersedes: list[str] = []
+
+    @model_validator(mode="after")
+    def _base_matches_kind(self) -> "CheckpointV2":
+        if (self.kind == "incremental") != (self.base_checkpoint_id is not None):
+            raise ValueError("an incremental checkpoint names its base_checkpoint_id; a full one has none")
+        return self
+
+
+@register
+class WorkspaceChanged(Payload):
+    """A recorded workspace delta (§11.4.1): the workspace went from tree ``base_tree_sha256`` to
+    tree ``result_tree_sha256`` by the ordered changes stored under ``delta_sha256`` (writes with
+    their blob digests, deletions, executable-flag changes). The delta, the new blobs and the
+    result tree were durable before this event was appended. ``operation_id`` names the operation
+    whose effect this is, when one did. Counts are numbers of files."""
+    event_type: ClassVar[str] = "WorkspaceChanged"
+    schema_version: ClassVar[int] = 1
+    change_id: str = Field(min_length=1)
+    base_tree_sha256: str = Field(pattern=_SHA256_HEX)
+    result_tree_sha256: str = Field(pattern=_SHA256_HEX)
+    delta_sha256: str = Field(pattern=_SHA256_HEX)
+    operation_id: str | None = None
+    files_written: int = Field(default=0, ge=0)
+    files_deleted: int = Field(default=0, ge=0)
+    mode_changes: int = Field(default=0, ge=0)
+
+
+# --- Failure Recovery chapter records ---------------------------------------------------------
+
+
+@register
+class CompensationIssued(Payload):
+    """A compensator admitted for an established forward step of a saga."""
+    event_type: ClassVar[str] = "CompensationIssued"
+    schema_version: ClassVar[int] = 1
+    saga_id: str
+    step_operation_id: str
+    compensation_operation_id: str
+    reason: str = ""
+
+
+@register
+class QuarantineChanged(Payload):
+    """An artifact, tool or trajectory placed in or released from quarantine (taint)."""
+    event_type: ClassVar[str] = "QuarantineChanged"
+    schema_version: ClassVar[int] = 1
+    subject_id: str
+    subject_kind: Literal["artifact", "tool", "trajectory", "operation"]
+    quarantined: bool
+    reason: str = ""
+
+
+@register
+class WatchdogIntervened(Payload):
+    """A semantic watchdog's intervention and the signal that triggered it."""
+    event_type: ClassVar[str] = "WatchdogIntervened"
+    schema_version: ClassVar[int] = 1
+    watchdog: Literal["state_hash_cycle", "metric_stagnation", "action_repetition"]
+    tier: int = Field(ge=1, le=3)
+    signal: dict[str, JSONValue] = {}
+    action: str
+
+
+# ------------------------------------------------------------------------------------------------
+# the envelope
+# ------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Provenance:
+    """Tenant and issuer on whose behalf the event was appended."""
+    tenant: str
+    issuer: str
+
+
+_ENVELOPE_KEYS = (
+    "trajectory_id", "event_id", "sequence_number", "event_type", "schema_version",
+    "reducer_version", "owner_epoch", "control_epoch", "provenance", "payload",
+)
+
+
+def _check_envelope(d: dict[str, Any], event_id: str | None) -> None:
+    for k in ("trajectory_id", "event_id", "event_type"):
+        if not isinstance(d.get(k), str) or not d[k]:
+            raise MalformedEventError(f"envelope field {k!r} must be a non-empty string", event_id=event_id)
+    for k, lo in (("sequence_number", 1), ("schema_version", 1), ("reducer_version", 1),
+                  ("owner_epoch", 0), ("control_epoch", 0)):
+        v = d.get(k)
+        if type(v) is not int or v < lo:
+            raise MalformedEventError(f"envelope field {k!r} must be an integer >= {lo}, got {v!r}",
+                                      event_id=event_id, event_type=d.get("event_type"))
+    p = d.get("provenance")
+    if not (isinstance(p, dict) and set(p) == {"tenant", "issuer"} and all(isinstance(x, str) for x in p.values())):
+        raise MalformedEventError("provenance must be {tenant: str, issuer: str}", event_id=event_id,
+                                  event_type=d.get("event_type"))
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """One immutable log event: the envelope of §11.2.2 around a typed payload.
+
+    Build with :meth:`Event.create` (validates, computes the canonical bytes once) or
+    :func:`decode`. ``canonical`` is the RFC 8785 encoding; ``digest`` its SHA-256 (hex).
+
+    Raises (from ``create``): MalformedEventError if an envelope field or the payload is invalid.
+    """
+
+    trajectory_id: str
+    event_id: str
+    sequence_number: int
+    event_type: str
+    schema_version: int
+    reducer_version: int
+    owner_epoch: int
+    control_epoch: int
+    provenance: Provenance
+    payload: Payload
+    canonical: bytes = field(repr=False, compare=False)
+    digest: str = field(repr=False, compare=False)
+
+    @classmethod
+    def create(
+        cls,
+        *,
+        trajectory_id: str,
+        event_id: str,
+        sequence_number: int,
+        payload: Payload,
+        owner_epoch: int = 0,
+        control_epoch: int = 0,
+        provenance: Provenance = Provenance("default", "kernel_lib"),
+        reducer_version: int = REDUCER_VERSION,
+    ) -> "Event":
+        if not isinstance(payload, Payload):
+            raise MalformedEventError("payload must be a registered Payload record", event_id=event_id)
+        d = {
+            "trajectory_id": trajectory_id, "event_id": event_id, "sequence_number": sequence_number,
+            "event_type": payload.event_type, "schema_version": payload.schema_version,
+            "reducer_version": reducer_version, "owner_epoch": owner_epoch,
+            "control_epoch": control_epoch,
+            "provenance": {"tenant": provenance.tenant, "issuer": provenance.issuer},
+        }
+        _check_envelope(d, event_id)
+        d["payload"] = payload.model_dump(mode="json")
+        raw = _canonical(d, event_id, payload.event_type)
+        return cls(trajectory_id, event_id, sequence_number, payload.event_type, payload.schema_version,
+                   reducer_version, owner_epoch, control_epoch, provenance, payload, raw,
+                   hashlib.sha256(raw).hexdigest())
+
+    def to_dict(self) -> dict[str, Any]:
+        """The envelope as plain JSON-compatible data (what ``canonical`` encodes)."""
+        return json.loads(self.canonical)
+
+    def restamp(self, **changes: Any) -> "Event":
+        """A copy with envelope fields changed (e.g. ``sequence_number``), re-encoded."""
+        args = dict(trajectory_id=self.trajectory_id, event_id=self.event_id,
+                    sequence_number=self.sequence_number, payload=self.payload,
+                    owner_epoch=self.owner_epoch, control_epoch=self.control_epoch,
+                    provenance=self.provenance, reducer_version=self.reducer_version)
+        args.update(changes)
+        return Event.create(**args)
+
+
+def _canonical(d: dict[str, Any], event_id: str | None, event_type: str | None) -> bytes:
+    try:
+        return rfc8785.dumps(d)
+    except (rfc8785.CanonicalizationError, TypeError, ValueError) as exc:
+        raise MalformedEventError(f"cannot canonically encode event: {exc}", event_id=event_id,
+                                  event_type=event_type) from exc
+
+
+def encode(event: Event) -> bytes:
+    """Canonical bytes of ``event`` (RFC 8785). Same event, same bytes."""
+    return event.canonical
+
+
+def digest(data: bytes) -> str:
+    """SHA-256 hex digest used for events and content-addressed payloads."""
+    return hashlib.sha256(data).hexdigest()
+
+
+def decode(data: bytes) -> Event:
+    """Decode canonical bytes into an :class:`Event`.
+
+    Raises:
+        MalformedEventError: not JSON, not an object, a bad envelope field, a payload that fails its
+            schema, or bytes that are not the canonical encoding of what they hold.
+        UnknownEventTypeError, UnknownSchemaVersionError: the type/version is not registered.
+    """
+    data = _as_bytes(data)
+    try:
+        d = json.loads(data)
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        raise MalformedEventError(f"event is not valid UTF-8 JSON: {str(exc)[:200]}") from None
+    return from_dict(d, expect_canonical=data)
+
+
+def _as_bytes(data: Any) -> bytes:
+    if isinstance(data, (bytes, bytearray, memoryview)):
+        return bytes(data)
+    raise MalformedEventError(f"an encoded event must be bytes, got {type(data).__name__}")
+
+
+def from_dict(d: Any, *, expect_canonical: bytes | None = None) -> Event:
+    """Build an :class:`Event` from envelope data (e.g. parsed JSON). Errors as :func:`decode`."""
+    if not isinstance(d, dict):
+        raise MalformedEventError(f"event must be a JSON object, got {type(d).__name__}")
+    event_id = d.get("event_id") if isinstance(d.get("event_id"), str) else None
+    extra = set(d) - set(_ENVELOPE_KEYS)
+    missing = set(_ENVELOPE_KEYS) - set(d)
+    if extra or missing:
+        raise MalformedEventError(
+            f"envelope keys wrong (missing {sorted(missing)}, unexpected {sorted(extra)})",
+            event_id=event_id, event_type=d.get("event_type") if isinstance(d.get("event_type"), str) else None)
+    _check_envelope(d, event_id)
+    payload = _payload_of(d, event_id)
+    ev = Event.create(
+        trajectory_id=d["trajectory_id"], event_id=d["event_id"], sequence_number=d["sequence_number"],
+        payload=payload, owner_epoch=d["owner_epoch"], control_epoch=d["control_epoch"],
+        provenance=Provenance(**d["provenance"]), reducer_version=d["reducer_version"],
+    )
+    if expect_canonical is not None and ev.canonical != expect_canonical:
+        raise MalformedEventError("event bytes are not in canonical form (RFC 8785)", event_id=event_id,
+                                  event_type=d["event_type"])
+    return ev
+
+
+def _payload_of(d: dict[str, Any], event_id: str | None) -> Payload:
+    """The envelope's payload validated against its registered record (typed errors)."""
+    cls = payload_class(d["event_type"], d["schema_version"], event_id=event_id)
+    try:
+        return cls.model_validate(d["payload"])
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        loc = ".".join(str(x) for x in first.get("loc", ())) or "payload"
+        raise MalformedEventError(f"payload invalid at {loc}: {first.get('msg')}", event_id=event_id,
+                                  event_type=d["event_type"]) from exc
+
+
+def decode_stored(data: bytes) -> Event:
+    """Decode bytes that a store's integrity check (a frame CRC, a stored digest) proves are the
+    exact ``canonical`` bytes an :class:`Event` was appended with.
+
+    Skips only the re-encoding that :func:`decode` uses to prove canonical form (about 3/4 of its
+    cost); the envelope and the payload are still validated against the registered schema.
+
+    Raises: as :func:`decode`.
+    """
+    data = _as_bytes(data)
+    try:
+        d = json.loads(data)
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        raise MalformedEventError(f"stored event is not valid UTF-8 JSON: {str(exc)[:200]}") from None
+    if not isinstance(d, dict) or set(d) != set(_ENVELOPE_KEYS):
+        raise MalformedEventError("stored event does not have the envelope's keys")
+    event_id = d["event_id"] if isinstance(d["event_id"], str) else None
+    _check_envelope(d, event_id)
+    payload = _payload_of(d, event_id)
+    return Event(d["trajectory_id"], d["event_id"], d["sequence_number"], d["event_type"], d["schema_version"],
+                 d["reducer_version"], d["owner_epoch"], d["control_epoch"], Provenance(**d["provenance"]),
+                 payload, bytes(data), hashlib.sha256(data).hexdigest())

@@ -1,0 +1,715 @@
+"""The trajectory record and its fold (§11.2.1, §11.5.3).
+
+``fold(record_0, events)`` applies events in order with a pure, versioned reducer: it calls no
+model and no tool, reads no clock, and never invents an outcome. An operation with a durable
+intent and no adequate evidence folds to ``in_doubt`` with its reservation held; only a
+``ToolResult`` that is ``completed`` or ``failed`` with a complete observation establishes it
+(§11.3.3, table 3). A model invocation whose ``ContextBuilt`` is logged without a
+``ModelReplied`` is in doubt too, but only for its charge (§11.3.2).
+
+The record is plain data (dataclasses) and :meth:`TrajectoryRecord.to_dict` gives a JSON view;
+:func:`fold` never mutates its input record.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import gc
+import hashlib
+from dataclasses import asdict, dataclass, field
+from typing import Any, Iterable, Literal, Sequence
+
+from kernel_lib.errors import FoldError, RecordFormatError
+from kernel_lib.core.events import (
+    REDUCER_VERSION,
+    ApprovalRequested,
+    ApprovalResolved,
+    Authorized,
+    BudgetReserved,
+    BudgetSettled,
+    Checkpoint,
+    CheckpointV2,
+    Compacted,
+    CompensationIssued,
+    ContextBuilt,
+    ControlChanged,
+    Event,
+    ModelReplied,
+    PlanChanged,
+    QuarantineChanged,
+    RuntimeInput,
+    TaskStarted,
+    ToolIntent,
+    ToolResult,
+    WatchdogIntervened,
+    WorkspaceChanged,
+)
+
+#: Reducer versions this build can fold. An event stamped with another version is refused.
+SUPPORTED_REDUCER_VERSIONS = frozenset({1})
+
+OperationStatus = Literal["proposed", "admitted", "denied", "in_doubt", "established"]
+
+#: ToolResult statuses that settle an attempt when the observation is complete.
+SETTLING_STATUSES = frozenset({"completed", "failed"})
+
+_EPS = 1e-9
+
+
+@dataclass
+class Attempt:
+    """One transport attempt of an operation."""
+
+    attempt_id: str
+    intent_sequence: int | None = None
+    job_handle: str | None = None
+    last_result_status: str | None = None
+    last_result_sequence: int | None = None
+    established: bool = False   # complete completed/failed evidence recorded for this attempt
+    late: bool = False   # evidence stamped with an older control_epoch than the record's
+
+    @property
+    def in_doubt(self) -> bool:
+        """An intent is logged and no adequate evidence settles it."""
+        return self.intent_sequence is not None and not self.established
+
+
+@dataclass
+class Operation:
+    """A row of the operation table: one logical tool operation or model invocation."""
+
+    operation_id: str
+    kind: Literal["tool", "model"]
+    status: OperationStatus = "proposed"
+    tool: str | None = None
+    arguments: dict[str, Any] = field(default_factory=dict)
+    input_ref: str | None = None
+    repeat_contract: str | None = None
+    authorization_ref: str | None = None
+    reservation_id: str | None = None
+    attempts: dict[str, Attempt] = field(default_factory=dict)
+    current_attempt_id: str | None = None
+    outcome: dict[str, Any] | None = None
+    evidence: dict[str, str] | None = None
+    intent_missing: bool = False   # evidence arrived for an operation with no logged intent
+
+    @property
+    def job_handle(self) -> str | None:
+        a = self.attempts.get(self.current_attempt_id or "")
+        return a.job_handle if a else None
+
+
+@dataclass
+class Reservation:
+    """A budget reservation: its bound and what settlements verified so far (USD)."""
+
+    reservation_id: str
+    subject_id: str
+    amount_usd: float
+    settled_usd: float = 0.0
+    released: bool = False
+
+    @property
+    def outstanding_usd(self) -> float:
+        """Liability still held: the bound minus verified usage, or 0 once finally settled."""
+        return 0.0 if self.released else max(self.amount_usd - self.settled_usd, 0.0)
+
+    @property
+    def overrun_usd(self) -> float:
+        """Verified usage beyond the reservation bound (a real overcharge, kept visible)."""
+        return max(self.settled_usd - self.amount_usd, 0.0)
+
+
+@dataclass
+class Budget:
+    """Budgets as §11.5.3 rebuilds them, not a remaining-balance scalar (USD)."""
+
+    ceiling_usd: float = 0.0
+    finalization_reserve_usd: float = 0.0
+    actual_consumption_usd: float = 0.0
+    reservations: dict[str, Reservation] = field(default_factory=dict)
+
+    @property
+    def outstanding_reservations(self) -> dict[str, float]:
+        """Reservation id → liability still held (USD), for reservations holding any."""
+        return {k: r.outstanding_usd for k, r in self.reservations.items() if r.outstanding_usd > _EPS}
+
+    @property
+    def outstanding_reservations_usd(self) -> float:
+        return sum(r.outstanding_usd for r in self.reservations.values())
+
+    @property
+    def available_usd(self) -> float:
+        """What a new step could still reserve: ceiling − consumption − outstanding − reserve (§11.5.4)."""
+        return (self.ceiling_usd - self.actual_consumption_usd - self.outstanding_reservations_usd
+                - self.finalization_reserve_usd)
+
+
+@dataclass
+class Approval:
+    approval_id: str
+    held_operation_id: str
+    held_attempt_id: str
+    reviewer: str
+    expires_unix_s: float | None
+    status: Literal["pending", "approved", "refused", "withdrawn", "expired"] = "pending"
+
+
+@dataclass
+class TrajectoryRecord:
+    """The control record a worker rebuilds by folding the log.
+
+    ``last_sequence_number`` is the log position folded so far (0 for the base record);
+    ``prefix_sha256`` chains the digests of every folded event, so two folds of the same prefix
+    agree on it and any difference in the prefix changes it.
+    """
+
+    trajectory_id: str
+    last_sequence_number: int = 0
+    prefix_sha256: str = hashlib.sha256(b"").hexdigest()
+    reducer_version: int = REDUCER_VERSION
+    owner_epoch: int = 0
+    control_epoch: int = 0
+    control_state: str = "NOT_STARTED"
+    task: dict[str, Any] | None = None
+    operations: dict[str, Operation] = field(default_factory=dict)
+    budget: Budget = field(default_factory=Budget)
+    approvals: dict[str, Approval] = field(default_factory=dict)
+    plan_revision: int = 0
+    plan_steps: list[dict[str, Any]] = field(default_factory=list)
+    decisions: dict[str, dict[str, Any]] = field(default_factory=dict)
+    runtime_inputs: list[dict[str, Any]] = field(default_factory=list)
+    compactions: list[dict[str, Any]] = field(default_factory=list)
+    checkpoints: list[dict[str, Any]] = field(default_factory=list)
+    recovery_records: list[dict[str, Any]] = field(default_factory=list)
+    #: Digest of the workspace tree the log last recorded (a ``WorkspaceChanged`` result), or None
+    #: while no workspace change is logged (§11.4.1).
+    workspace_tree_sha256: str | None = None
+
+    # --- views -----------------------------------------------------------------------------------
+    def in_doubt(self) -> list[str]:
+        """Ids of operations whose outcome the record cannot settle, in log order."""
+        return [k for k, op in self.operations.items() if op.status == "in_doubt"]
+
+    def attempts_in_doubt(self) -> list[tuple[str, str]]:
+        """(operation id, attempt id) of every attempt with an intent and no adequate evidence,
+        including extra attempts of an operation another attempt already established (their
+        effects and charges are still unknown)."""
+        return [(k, a.attempt_id) for k, op in self.operations.items() for a in op.attempts.values() if a.in_doubt]
+
+    def approval_blocker(self, operation_id: str, now_unix_s: float | None = None) -> str | None:
+        """Why an approval still holds ``operation_id`` back, or None if none does (§11.5.3).
+
+        Every approval logged for the operation counts: a pending one means the action is still
+        awaiting its reviewer, until ``now_unix_s`` passes its expiry (then it is void too); a
+        refused, withdrawn or expired one is void, and a void approval is never revived by a later
+        worker. An approved one releases the action, unless
+        ``now_unix_s`` (the caller's clock at dispatch time, seconds since the epoch; the fold
+        itself reads no clock) is past its ``expires_unix_s``. The result is meant for the
+        dispatch-time recheck, e.g. as the reason a gate's hook returns to withhold.
+        """
+        held = [a for a in self.approvals.values() if a.held_operation_id == operation_id]
+        for a in held:
+            lapsed = now_unix_s is not None and a.expires_unix_s is not None and now_unix_s > a.expires_unix_s
+            if a.status == "pending" and lapsed:
+                return (f"approval request {a.approval_id} for {operation_id} lapsed at {a.expires_unix_s:.3f} while "
+                        f"still pending with {a.reviewer} (now {now_unix_s:.3f}); it is void, a fresh request is needed")
+            if a.status == "pending":
+                return f"approval {a.approval_id} for {operation_id} is still pending with {a.reviewer}"
+            if a.status != "approved":
+                return f"approval {a.approval_id} for {operation_id} is void ({a.status}); it releases nothing"
+            if now_unix_s is not None and a.expires_unix_s is not None and now_unix_s > a.expires_unix_s:
+                return (f"approval {a.approval_id} for {operation_id} expired at {a.expires_unix_s:.3f} "
+                        f"(now {now_unix_s:.3f}, seconds since the epoch); a fresh approval is needed")
+        return None
+
+    def approval_pending(self, operation_id: str, now_unix_s: float | None = None) -> bool:
+        """True when a request for ``operation_id`` still waits for its reviewer (pending and, at
+        ``now_unix_s``, not past its expiry): the action may yet be released, unlike a void one."""
+        return any(a.held_operation_id == operation_id and a.status == "pending"
+                   and not (now_unix_s is not None and a.expires_unix_s is not None and now_unix_s > a.expires_unix_s)
+                   for a in self.approvals.values())
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-compatible view, with derived budget figures included. Derived USD figures are
+        rounded to 1e-9 USD so binary float noise (3.9880000000000004) does not show."""
+        d = asdict(self)
+        b = self.budget
+        d["budget"]["outstanding_reservations_usd"] = _usd(b.outstanding_reservations_usd)
+        d["budget"]["available_usd"] = _usd(b.available_usd)
+        d["budget"]["actual_consumption_usd"] = _usd(b.actual_consumption_usd)
+        d["budget"]["outstanding_reservations"] = {k: _usd(v) for k, v in b.outstanding_reservations.items()}
+        for k, op in self.operations.items():
+            d["operations"][k]["attempt_id"] = op.current_attempt_id
+            d["operations"][k]["job_handle"] = op.job_handle
+        d["in_doubt"] = self.in_doubt()
+        d["attempts_in_doubt"] = [list(x) for x in self.attempts_in_doubt()]
+        d["budget"]["overruns"] = {k: _usd(r.overrun_usd) for k, r in b.reservations.items() if r.overrun_usd > _EPS}
+        return d
+
+    def state_dict(self) -> dict[str, Any]:
+        """The stored fields only, as plain JSON data: what a record snapshot holds (§11.4.1).
+
+        Equal to ``dataclasses.asdict(self)`` (no derived figures, no rounding, so
+        :meth:`from_dict` of it rebuilds an equal record), but several times faster: the
+        containers the reducer changes are fresh, while JSON leaf values (the task, arguments,
+        outcomes, list entries) are shared with the record. The reducer replaces those leaves
+        and never edits them; callers should treat them as read-only too.
+        """
+        d = dict(self.__dict__)
+        d["operations"] = {k: {**op.__dict__, "attempts": {a: dict(att.__dict__) for a, att in op.attempts.items()}}
+                           for k, op in self.operations.items()}
+        budget = dict(self.budget.__dict__)
+        budget["reservations"] = {k: dict(r.__dict__) for k, r in self.budget.reservations.items()}
+        d["budget"] = budget
+        d["approvals"] = {k: dict(a.__dict__) for k, a in self.approvals.items()}
+        d["decisions"] = dict(self.decisions)
+        for name in _LIST_FIELDS:
+            d[name] = list(d[name])
+        return d
+
+    @classmethod
+    def from_dict(cls, d: Any) -> "TrajectoryRecord":
+        """Rebuild a record from :meth:`state_dict` (exactly: ``from_dict(r.state_dict()) == r``)
+        or from the :meth:`to_dict` view (its derived keys are ignored; its USD consumption figure
+        is rounded to 1e-9, so that route is exact only up to that rounding).
+
+        Integers in USD and time fields are read as floats (JSON writes 5.0 as 5). JSON leaf
+        values are shared with ``d``, not copied.
+
+        Raises:
+            RecordFormatError: a field is missing or has the wrong shape, or a key is unknown.
+        """
+        gc_was = gc.isenabled()
+        gc.disable()   # a large record is many new objects and no garbage: skip the collector's passes
+        try:
+            return _record_from(d)
+        except RecordFormatError:
+            raise
+        except (KeyError, TypeError, AttributeError, ValueError) as exc:
+            raise RecordFormatError(f"not a trajectory record: {type(exc).__name__}: {exc}") from None
+        finally:
+            if gc_was:
+                gc.enable()
+
+
+def _usd(x: float) -> float:
+    return round(x, 9)
+
+
+# --- record snapshots: from_dict (§11.4.1) -----------------------------------------------------
+
+_LIST_FIELDS = ("plan_steps", "runtime_inputs", "compactions", "checkpoints", "recovery_records")
+#: Keys that to_dict adds (derived figures); from_dict ignores them.
+_DERIVED_RECORD = frozenset({"in_doubt", "attempts_in_doubt"})
+_DERIVED_BUDGET = frozenset({"outstanding_reservations_usd", "available_usd", "outstanding_reservations", "overruns"})
+_DERIVED_OPERATION = frozenset({"attempt_id", "job_handle"})
+
+
+def _fields(cls: type) -> frozenset[str]:
+    return frozenset(f.name for f in dataclasses.fields(cls))
+
+
+_FIELD_NAMES = {cls: _fields(cls) for cls in (TrajectoryRecord, Operation, Attempt, Budget, Reservation, Approval)}
+
+
+def _known(d: Any, names: frozenset[str], derived: frozenset[str], where: str) -> dict[str, Any]:
+    """``d`` restricted to the dataclass field ``names`` (derived keys dropped); an unknown key is
+    an error. Returns ``d`` itself when it holds field names only (the common, fast case)."""
+    if type(d) is not dict:
+        raise RecordFormatError(f"{where}: expected an object, got {type(d).__name__}")
+    if d.keys() <= names:
+        return d
+    unknown = d.keys() - names - derived
+    if unknown:
+        raise RecordFormatError(f"{where}: unknown field(s) {sorted(unknown)}")
+    return {k: v for k, v in d.items() if k in names}
+
+
+def _float(v: Any) -> Any:
+    return float(v) if type(v) is int else v
+
+
+def _make(cls: type, d: dict[str, Any], names: frozenset[str], where: str) -> Any:
+    """An instance of dataclass ``cls`` from field dict ``d``: a copy of ``d`` becomes its
+    ``__dict__`` when ``d`` holds exactly the fields (fast: no ``__init__`` call per entry of a
+    100 000-event record), else through ``__init__`` (defaults, unknown-key errors)."""
+    if type(d) is dict and d.keys() == names:
+        obj = object.__new__(cls)
+        obj.__dict__ = dict(d)
+        return obj
+    return cls(**_known(d, names, frozenset(), where))
+
+
+def _record_from(d: Any) -> TrajectoryRecord:
+    F = _FIELD_NAMES
+    kw = dict(_known(d, F[TrajectoryRecord], _DERIVED_RECORD, "record"))
+    ops = {}
+    attempt_f, op_f = F[Attempt], F[Operation]
+    for k, o in kw.get("operations", {}).items():
+        od = dict(_known(o, op_f, _DERIVED_OPERATION, f"operations[{k!r}]"))
+        od["attempts"] = {a: _make(Attempt, x, attempt_f, f"operations[{k!r}].attempts[{a!r}]")
+                          for a, x in od.get("attempts", {}).items()}
+        ops[k] = _make(Operation, od, op_f, f"operations[{k!r}]")
+    kw["operations"] = ops
+    if "budget" in kw:
+        bd = dict(_known(kw["budget"], F[Budget], _DERIVED_BUDGET, "budget"))
+        res = {}
+        res_f = F[Reservation]
+        for k, r in bd.get("reservations", {}).items():
+            rv = res[k] = _make(Reservation, r, res_f, f"budget.reservations[{k!r}]")
+            if type(rv.amount_usd) is int:
+                rv.amount_usd = float(rv.amount_usd)
+            if type(rv.settled_usd) is int:
+                rv.settled_usd = float(rv.settled_usd)
+        bd["reservations"] = res
+        for name in ("ceiling_usd", "finalization_reserve_usd", "actual_consumption_usd"):
+            if name in bd:
+                bd[name] = _float(bd[name])
+        kw["budget"] = Budget(**bd)
+    apps = {}
+    for k, a in kw.get("approvals", {}).items():
+        ad = dict(_known(a, F[Approval], frozenset(), f"approvals[{k!r}]"))
+        ad["expires_unix_s"] = _float(ad.get("expires_unix_s"))
+        apps[k] = Approval(**ad)
+    kw["approvals"] = apps
+    for name in _LIST_FIELDS:
+        if name in kw:
+            kw[name] = list(kw[name])
+    if "decisions" in kw:
+        kw["decisions"] = dict(kw["decisions"])
+    rec = TrajectoryRecord(**kw)
+    if not isinstance(rec.trajectory_id, str) or not isinstance(rec.last_sequence_number, int):
+        raise RecordFormatError("record: trajectory_id must be a string and last_sequence_number an integer")
+    for k, op in ops.items():
+        if not isinstance(op.operation_id, str) or not isinstance(op.attempts, dict):
+            raise RecordFormatError(f"operations[{k!r}]: malformed operation")
+    return rec
+
+
+def initial_record(trajectory_id: str) -> TrajectoryRecord:
+    """record_0: the empty base record of a trajectory."""
+    return TrajectoryRecord(trajectory_id=trajectory_id)
+
+
+# ------------------------------------------------------------------------------------------------
+# the reducer
+# ------------------------------------------------------------------------------------------------
+
+
+def fold(record_0: TrajectoryRecord, events: Iterable[Event]) -> TrajectoryRecord:
+    """Fold ``events`` over ``record_0`` (§11.2.1): apply(...apply(record_0, e1)..., ej).
+
+    ``record_0`` is not modified. Events must belong to the record's trajectory and continue its
+    sequence without a gap.
+
+    Raises:
+        FoldError: another trajectory's event, a sequence gap or repeat, or an event stamped with
+            a reducer version this build does not support.
+    """
+    rec = copy.deepcopy(record_0)
+    for ev in events:
+        _apply_in_place(rec, ev)
+    return rec
+
+
+def apply(record: TrajectoryRecord, event: Event) -> TrajectoryRecord:
+    """One reducer step; returns a new record (``record`` is not modified)."""
+    return fold(record, [event])
+
+
+def fold_into(record: TrajectoryRecord, events: Iterable[Event]) -> TrajectoryRecord:
+    """Fold ``events`` into ``record`` itself and return it (no copy): what a restore does to a
+    record it just rebuilt from a snapshot (§11.4.1). Same reducer and errors as :func:`fold`;
+    on a FoldError the record holds every event before the refused one."""
+    for ev in events:
+        _apply_in_place(record, ev)
+    return record
+
+
+def fork(record: TrajectoryRecord, events: Sequence[Event] = ()) -> TrajectoryRecord:
+    """A copy of ``record`` that :func:`fold_into` may fold ``events`` into without changing
+    ``record``, made by sharing rather than copying what those events cannot touch.
+
+    The record's own containers (operation table, reservations, approvals, decisions, lists) are
+    copied shallowly, and only the operations, reservations and approvals that ``events`` name
+    are copied one level deeper. Cost: O(number of entries) pointer copies plus the touched
+    entries, against a deep copy of everything for :func:`fold`. Used by checkpoint indexes that
+    keep many snapshots of one trajectory (kernel_lib.checkpoint.index). An event family whose
+    handler is not known to this function gets a full deep copy instead (always correct).
+    """
+    if any(type(ev.payload) in _HANDLERS and type(ev.payload) not in _FORK_REVIEWED for ev in events):
+        return copy.deepcopy(record)
+    new = copy.copy(record)
+    new.operations = dict(record.operations)
+    new.approvals = dict(record.approvals)
+    new.decisions = dict(record.decisions)
+    for name in _LIST_FIELDS:
+        setattr(new, name, list(getattr(record, name)))
+    budget = copy.copy(record.budget)
+    budget.reservations = dict(record.budget.reservations)
+    new.budget = budget
+    done: set[tuple[str, str]] = set()
+    for ev in events:
+        p = ev.payload
+        for attr in ("operation_id", "subject_id", "invocation_id", "held_operation_id"):
+            k = getattr(p, attr, None)
+            if k is not None and ("op", k) not in done and k in new.operations:
+                done.add(("op", k))
+                op = copy.copy(new.operations[k])
+                op.attempts = {a: copy.copy(x) for a, x in op.attempts.items()}
+                new.operations[k] = op
+        k = getattr(p, "reservation_id", None)
+        if k is not None and ("res", k) not in done and k in budget.reservations:
+            done.add(("res", k))
+            budget.reservations[k] = copy.copy(budget.reservations[k])
+        k = getattr(p, "approval_id", None)
+        if k is not None and ("app", k) not in done and k in new.approvals:
+            done.add(("app", k))
+            new.approvals[k] = copy.copy(new.approvals[k])
+    return new
+
+
+def _op(rec: TrajectoryRecord, op_id: str, kind: Literal["tool", "model"], ev: Event) -> Operation:
+    op = rec.operations.get(op_id)
+    if op is None:
+        op = rec.operations[op_id] = Operation(operation_id=op_id, kind=kind)
+    elif op.kind != kind:
+        raise FoldError(f"event {ev.event_id} ({ev.event_type}) names {op_id!r} as a {kind} call, but the log "
+                        f"already uses that id for a {op.kind} call")
+    return op
+
+
+def _settle_status(op: Operation) -> None:
+    """Operation status from its attempts: established if any attempt is, else in doubt if any
+    attempt has an intent; admission statuses are left alone otherwise."""
+    if any(a.established for a in op.attempts.values()):
+        op.status = "established"
+    elif any(a.intent_sequence is not None for a in op.attempts.values()) or op.intent_missing:
+        op.status = "in_doubt"
+
+
+def _apply_in_place(rec: TrajectoryRecord, ev: Event) -> None:
+    if ev.trajectory_id != rec.trajectory_id:
+        raise FoldError(f"event {ev.event_id} belongs to {ev.trajectory_id}, not {rec.trajectory_id}")
+    if ev.sequence_number != rec.last_sequence_number + 1:
+        raise FoldError(f"event {ev.event_id} has sequence_number {ev.sequence_number}; the record is at "
+                        f"{rec.last_sequence_number}, so the next must be {rec.last_sequence_number + 1}")
+    if ev.reducer_version not in SUPPORTED_REDUCER_VERSIONS:
+        raise FoldError(f"event {ev.event_id} was written under reducer version {ev.reducer_version}; this "
+                        f"build folds {sorted(SUPPORTED_REDUCER_VERSIONS)}")
+    p = ev.payload
+    handler = _HANDLERS.get(type(p))
+    if handler is None:  # a registered family this reducer version does not interpret
+        rec.recovery_records.append({"sequence_number": ev.sequence_number, "event_type": ev.event_type,
+                                     "payload": p.model_dump(mode="json")})
+    else:
+        handler(rec, ev, p)
+    rec.owner_epoch = max(rec.owner_epoch, ev.owner_epoch)
+    rec.last_sequence_number = ev.sequence_number
+    rec.prefix_sha256 = hashlib.sha256((rec.prefix_sha256 + ev.digest).encode()).hexdigest()
+
+
+def _task_started(rec: TrajectoryRecord, ev: Event, p: TaskStarted) -> None:
+    if rec.task is not None:
+        raise FoldError(f"event {ev.event_id}: a second TaskStarted (the task started at an earlier event)")
+    rec.task = p.model_dump(mode="json")
+    rec.control_state = "RUNNING"
+    rec.budget.ceiling_usd = p.budget_ceiling_usd
+    rec.budget.finalization_reserve_usd = p.finalization_reserve_usd
+
+
+def _context_built(rec: TrajectoryRecord, ev: Event, p: ContextBuilt) -> None:
+    _not_terminal(rec, ev)
+    op = _op(rec, p.invocation_id, "model", ev)
+    if p.invocation_id in op.attempts and op.attempts[p.invocation_id].intent_sequence is not None:
+        raise FoldError(f"event {ev.event_id}: invocation {p.invocation_id} was already built; a retry needs a "
+                        "fresh invocation id")
+    op.tool = p.model
+    op.input_ref = p.delivered_input_sha256
+    att = op.attempts.setdefault(p.invocation_id, Attempt(p.invocation_id))
+    att.intent_sequence = ev.sequence_number
+    op.current_attempt_id = p.invocation_id
+    _settle_status(op)   # in doubt: the request may have left; only a ModelReplied settles it
+
+
+def _model_replied(rec: TrajectoryRecord, ev: Event, p: ModelReplied) -> None:
+    op = _op(rec, p.invocation_id, "model", ev)
+    att = op.attempts.setdefault(p.invocation_id, Attempt(p.invocation_id))
+    att.last_result_status, att.last_result_sequence = p.status, ev.sequence_number
+    if att.intent_sequence is None:
+        op.intent_missing = True
+    if p.status == "complete" and not att.established:
+        att.established = True
+        op.outcome = {"reply": p.reply, "proposal": p.proposal, "input_tokens": p.input_tokens,
+                      "output_tokens": p.output_tokens}
+    # partial or error replies leave the charge in doubt until usage evidence settles it
+    _settle_status(op)
+
+
+def _authorized(rec: TrajectoryRecord, ev: Event, p: Authorized) -> None:
+    rec.decisions[p.decision_id] = {"subject_id": p.subject_id, "decision": p.decision,
+                                    "policy_version": p.policy_version, "grant_id": p.grant_id,
+                                    "sequence_number": ev.sequence_number}
+    op = _op(rec, p.subject_id, p.subject_kind, ev)
+    op.authorization_ref = p.decision_id
+    if op.status in ("proposed", "admitted", "denied"):
+        op.status = "denied" if p.decision == "deny" else ("admitted" if op.reservation_id else "proposed")
+
+
+def _budget_reserved(rec: TrajectoryRecord, ev: Event, p: BudgetReserved) -> None:
+    if p.reservation_id in rec.budget.reservations:
+        raise FoldError(f"event {ev.event_id}: reservation {p.reservation_id} already exists; a reservation "
+                        "is never replaced (that would change the liability it holds)")
+    rec.budget.reservations[p.reservation_id] = Reservation(p.reservation_id, p.subject_id, p.amount_usd)
+    op = rec.operations.get(p.subject_id)
+    if op is not None:
+        op.reservation_id = p.reservation_id
+        auth = rec.decisions.get(op.authorization_ref or "")
+        if op.status == "proposed" and auth and auth["decision"] == "allow":
+            op.status = "admitted"
+
+
+def _budget_settled(rec: TrajectoryRecord, ev: Event, p: BudgetSettled) -> None:
+    r = rec.budget.reservations.get(p.reservation_id)
+    if r is None:   # usage evidence without a reservation: count it, hold nothing
+        rec.budget.actual_consumption_usd += p.actual_usd
+        return
+    if r.released:
+        raise FoldError(f"event {ev.event_id}: reservation {p.reservation_id} was already finally settled")
+    r.settled_usd += p.actual_usd
+    rec.budget.actual_consumption_usd += p.actual_usd
+    if p.final:
+        r.released = True
+
+
+def _tool_intent(rec: TrajectoryRecord, ev: Event, p: ToolIntent) -> None:
+    _not_terminal(rec, ev)
+    op = _op(rec, p.operation_id, "tool", ev)
+    if p.attempt_id in op.attempts and op.attempts[p.attempt_id].intent_sequence is not None:
+        raise FoldError(f"event {ev.event_id}: attempt {p.attempt_id} of {p.operation_id} already has an intent; "
+                        "a new transport attempt needs a new attempt id")
+    if any(a.intent_sequence is not None for a in op.attempts.values()) and (
+            (p.tool, dict(p.arguments), p.input_ref) != (op.tool, op.arguments, op.input_ref)):
+        raise FoldError(f"event {ev.event_id}: attempt {p.attempt_id} of {p.operation_id} changes the operation's "
+                        "tool, arguments or input; an operation's request is fixed by its first intent")
+    op.tool, op.arguments, op.input_ref = p.tool, dict(p.arguments), p.input_ref
+    op.repeat_contract = p.repeat_contract
+    op.authorization_ref = p.authorization_ref
+    op.reservation_id = p.reservation_ref
+    att = op.attempts.setdefault(p.attempt_id, Attempt(p.attempt_id))
+    att.intent_sequence = ev.sequence_number
+    if op.status != "established":
+        op.current_attempt_id = p.attempt_id
+    _settle_status(op)   # possible dispatch: nothing but evidence settles this attempt
+
+
+def _tool_result(rec: TrajectoryRecord, ev: Event, p: ToolResult) -> None:
+    op = _op(rec, p.operation_id, "tool", ev)
+    att = op.attempts.setdefault(p.attempt_id, Attempt(p.attempt_id))
+    if att.intent_sequence is None:
+        op.intent_missing = True   # evidence of an effect whose intent was never logged (phantom)
+    att.last_result_status, att.last_result_sequence = p.status, ev.sequence_number
+    att.late = ev.control_epoch < rec.control_epoch
+    if p.job_handle:
+        att.job_handle = p.job_handle
+    if att.established:
+        return   # later evidence never un-settles an established attempt
+    if p.status in SETTLING_STATUSES and p.observation_complete:
+        att.established = True
+        if op.status != "established":   # the first established attempt gives the outcome
+            op.outcome = {"status": p.status, **(p.outcome or {})}
+            op.evidence = p.evidence
+            op.current_attempt_id = p.attempt_id
+    _settle_status(op)   # accepted / running / timeout / partial / unreachable leave it in doubt
+
+
+TERMINAL_STATES = frozenset({"COMPLETED", "CANCELLED", "FAILED"})
+
+
+def _not_terminal(rec: TrajectoryRecord, ev: Event) -> None:
+    if rec.control_state in TERMINAL_STATES:
+        raise FoldError(f"event {ev.event_id} ({ev.event_type}): the trajectory is {rec.control_state}, a terminal "
+                        "state; nothing new may be dispatched")
+
+
+def _control_changed(rec: TrajectoryRecord, ev: Event, p: ControlChanged) -> None:
+    if rec.control_state in TERMINAL_STATES:
+        raise FoldError(f"event {ev.event_id}: {rec.control_state} is terminal; no transition to {p.to_state}")
+    if rec.task is None:
+        raise FoldError(f"event {ev.event_id}: a control transition before TaskStarted")
+    pending = any(a.status == "pending" for a in rec.approvals.values())
+    # resuming does not bypass a held action: with an approval pending the trajectory awaits it
+    rec.control_state = "AWAITING_APPROVAL" if p.to_state == "RUNNING" and pending else p.to_state
+    if p.bump_control_epoch:
+        rec.control_epoch = max(rec.control_epoch, ev.control_epoch) + 1
+
+
+def _plan_changed(rec: TrajectoryRecord, ev: Event, p: PlanChanged) -> None:
+    rec.plan_revision, rec.plan_steps = p.plan_revision, [dict(s) for s in p.steps]
+
+
+def _approval_requested(rec: TrajectoryRecord, ev: Event, p: ApprovalRequested) -> None:
+    rec.approvals[p.approval_id] = Approval(p.approval_id, p.held_operation_id, p.held_attempt_id,
+                                            p.reviewer, p.expires_unix_s)
+    if rec.control_state == "RUNNING":
+        rec.control_state = "AWAITING_APPROVAL"
+
+
+def _approval_resolved(rec: TrajectoryRecord, ev: Event, p: ApprovalResolved) -> None:
+    a = rec.approvals.get(p.approval_id)
+    if a is None:
+        raise FoldError(f"event {ev.event_id} resolves unknown approval {p.approval_id}")
+    if a.status != "pending":
+        raise FoldError(f"event {ev.event_id}: approval {p.approval_id} was already resolved ({a.status})")
+    a.status = p.decision
+    if rec.control_state == "AWAITING_APPROVAL" and not any(x.status == "pending" for x in rec.approvals.values()):
+        rec.control_state = "RUNNING"
+
+
+def _compacted(rec: TrajectoryRecord, ev: Event, p: Compacted) -> None:
+    rec.compactions.append({"sequence_number": ev.sequence_number, **p.model_dump(mode="json")})
+
+
+def _runtime_input(rec: TrajectoryRecord, ev: Event, p: RuntimeInput) -> None:
+    rec.runtime_inputs.append({"sequence_number": ev.sequence_number, "kind": p.kind, "name": p.name,
+                               "value": p.value})
+
+
+def _checkpoint(rec: TrajectoryRecord, ev: Event, p: Checkpoint | CheckpointV2) -> None:
+    rec.checkpoints.append({"sequence_number": ev.sequence_number, **p.model_dump(mode="json")})
+
+
+def _workspace_changed(rec: TrajectoryRecord, ev: Event, p: WorkspaceChanged) -> None:
+    if rec.workspace_tree_sha256 is not None and p.base_tree_sha256 != rec.workspace_tree_sha256:
+        raise FoldError(f"event {ev.event_id}: workspace change {p.change_id} starts from tree "
+                        f"{p.base_tree_sha256[:12]}…, but the log's workspace is at {rec.workspace_tree_sha256[:12]}…")
+    rec.workspace_tree_sha256 = p.result_tree_sha256
+
+
+def _recovery(rec: TrajectoryRecord, ev: Event, p: Any) -> None:
+    rec.recovery_records.append({"sequence_number": ev.sequence_number, "event_type": ev.event_type,
+                                 **p.model_dump(mode="json")})
+
+
+_HANDLERS = {
+    TaskStarted: _task_started, ContextBuilt: _context_built, ModelReplied: _model_replied,
+    Authorized: _authorized, BudgetReserved: _budget_reserved, BudgetSettled: _budget_settled,
+    ToolIntent: _tool_intent, ToolResult: _tool_result, ControlChanged: _control_changed,
+    PlanChanged: _plan_changed, ApprovalRequested: _approval_requested,
+    ApprovalResolved: _approval_resolved, Compacted: _compacted, RuntimeInput: _runtime_input,
+    Checkpoint: _checkpoint, CompensationIssued: _recovery, QuarantineChanged: _recovery,
+    WatchdogIntervened: _recovery, CheckpointV2: _checkpoint, WorkspaceChanged: _workspace_changed,
+}
+
+#: Payload types whose handlers :func:`fork` was checked against: they change only the record's
+#: scalars and containers, and the operations, reservations and approvals their payload names by
+#: ``operation_id``/``subject_id``/``invocation_id``/``held_operation_id``, ``reservation_id`` and
+#: ``approval_id``. A handler added later is not in this set until it is checked, and fork falls
+#: back to a deep copy for it.
+_FORK_REVIEWED = frozenset({
+    TaskStarted, ContextBuilt, ModelReplied, Authorized, BudgetReserved, BudgetSettled, ToolIntent, ToolResult,
+    ControlChanged, PlanChanged, ApprovalRequested, ApprovalResolved, Compacted, RuntimeInput, Checkpoint,
+    CompensationIssued, QuarantineChanged, WatchdogIntervened, CheckpointV2, WorkspaceChanged,
+})

@@ -1,0 +1,17 @@
+"""``sim``: the deterministic substrate (Design principle 4: determinism is injected).
+
+* :mod:`.worksheet` — the crash worksheet's trajectory recorded through the dispatch gate;
+* :mod:`.model` — the seeded model stand-in.
+
+May import: every layer below ``live`` and ``quorum``, never a real process or socket.
+"""
+
+from kernel_lib.sim.worksheet import (
+    WORKSHEET_TRAJECTORY, WS_R18_REF, worksheet_policy, worksheet_task, worksheet_events
+)
+from kernel_lib.sim.model import MODEL_NAME, StochasticModel, repair_prompt
+
+__all__ = [
+    "WORKSHEET_TRAJECTORY", "WS_R18_REF", "worksheet_policy", "worksheet_task", "worksheet_events",
+    "MODEL_NAME", "StochasticModel", "repair_prompt"
+]

@@ -1,0 +1,12 @@
+"""``verify``: crash-state exploration of recorded workloads (§11.3.1, §11.4, §11.8).
+
+Every file operation of a workload goes through one seam; every crash state (prefixes, dropped
+unsynced writes, a torn last write) is rebuilt, reopened and checked against what each
+acknowledgment promised.
+
+* :mod:`.log_workload` — the segment-file log;
+* :mod:`.checkpoint_workload` — checkpoints and their blobs;
+* :mod:`.payload_workload` — payload-before-reference logging.
+
+May import: every layer below ``cli`` and ``course``.
+"""
