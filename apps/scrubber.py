@@ -17,7 +17,7 @@ def _():
 
     import marimo as mo
 
-    from kernel_lib.cli import load_events
+    from kernel_lib.log import load_events
     from kernel_lib.errors import KernelError
     from widgets.scrubber import LogScrubber
 

@@ -1,24 +1,49 @@
 """kernel_lib: the reusable core of durable-agents-lab.
 
-Modules (Durable Execution chapter sections in brackets):
+The package is layered. Each layer imports only the layers listed *below* it; siblings separated
+by ``|`` do not import each other. ``tests/test_architecture.py`` runs import-linter on this map
+(``[tool.importlinter]`` in ``pyproject.toml``), which sees imports inside functions too; nothing
+in ``kernel_lib`` imports the views in ``widgets/`` or ``apps/``.
 
-* :mod:`kernel_lib.core.events` — envelope, event families of table 1, canonical encoding [§11.2.2]
-* :mod:`kernel_lib.log` — stores, acknowledgment tiers, group commit, append contract
-  [§11.3.1, §11.3.4, §11.8.4]
-* :mod:`kernel_lib.core.record` — trajectory record and the pure fold [§11.2.1, §11.5.3]
-* :mod:`kernel_lib.gate.dispatch` — the dispatch gate and crash-position analysis [§11.3.2–11.3.3]
-* :mod:`kernel_lib.verify.log_workload` — crash-consistency exploration of the segment log [§11.3.1]
-* :mod:`kernel_lib.bench.append` — the append benchmark [§11.3.1 table 2, §11.3.4 eq. 2]
-* :mod:`kernel_lib.checkpoint`, :mod:`kernel_lib.cadence` — checkpoints, restore, cadence [§11.4]
-* :mod:`kernel_lib.ownership.leases`, :mod:`kernel_lib.gate.inbox` — leases, owner_epoch fencing, prefix
-  availability, the durable result inbox [§11.5.1–11.5.3]
-* :mod:`kernel_lib.gate.admission` — continuation admission after a resume [§11.5.4]
-* :mod:`kernel_lib.resume.stages` — a real resume timed stage by stage; serial sum and critical path [§11.5, eq. 7]
-* :mod:`kernel_lib.history.replay` — harness regression replay: the matching-request rule, sealing [§11.6.2]
-* :mod:`kernel_lib.history.diverge` — locating the first divergence of two executions [§11.7, table 6]
-* :mod:`kernel_lib.importers` — readers for other agents' recorded trajectories [§11.6–11.7]
-* :mod:`kernel_lib.retention.pricing` — retention lifetimes and their price [§11.8, Napkin Math 11.2]
-* :mod:`kernel_lib.course.exercises` — the §11.12 exercises: generators, solvers, checkers
+====================================================  ===========================================
+layer (highest first)                                 what lives there  [chapter sections]
+====================================================  ===========================================
+``cli``                                               the only argparse code: one module per
+                                                      command group, one exit-code policy
+``course`` | ``bench`` | ``verify``                   exercises and notebook helpers [§11.12];
+                                                      benchmarks on one harness; one crash-state
+                                                      engine with its workloads [§11.3.1]
+``live``                                              real processes: worker, executor service,
+                                                      crash controller, the worksheet session
+``quorum`` | ``sim``                                  etcd cluster, store, coordinator [§11.3.1
+                                                      row 3, §11.5.1]; the deterministic
+                                                      substrate: event maker, model stand-in,
+                                                      the worksheet trajectory
+``importers``                                         readers of other agents' logs [§11.6–11.7]
+``recovery``                                          Failure Recovery (sagas, forward repair,
+                                                      pivots, watchdogs, gateway, quarantine)
+``cadence`` | ``resume`` | ``history`` | ``retention``  checkpoint cadence [§11.4.3]; resume timed,
+                                                      mass resume [§11.5]; replay, time travel,
+                                                      branches, divergence [§11.6–11.7];
+                                                      retention pricing and the storage-engine
+                                                      contract [§11.8]
+``gate`` | ``ownership``                              the dispatch gate applying core decisions,
+                                                      continuation admission, signed evidence,
+                                                      the result inbox [§11.3.2, §11.5.3–11.5.4];
+                                                      leases, owner epochs, fencing [§11.5.1]
+``checkpoint``                                        manifests, trees, capture, restore [§11.4]
+``log``                                               stores, acknowledgment tiers and failure
+                                                      domains, append contract, group commit,
+                                                      log files, the store conformance suite
+                                                      [§11.2–11.3, §11.8.4]
+``core``                                              pure and deterministic: events, record and
+                                                      fold, decisions [§11.2–11.3]
+``limits`` | ``_support``                             every bound with its reason; stdlib-only
+                                                      helpers (value checks, SQLite, processes)
+``errors``                                            one exception tree
+====================================================  ===========================================
+
+``python -m kernel_lib --help`` lists the commands. The course notebooks are in ``notebooks/``.
 """
 
 __version__ = "0.1.0"

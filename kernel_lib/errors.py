@@ -1,18 +1,154 @@
-"""Typed errors raised by kernel_lib.
+"""Every exception kernel_lib raises on purpose, in one tree.
 
-Every error a user can provoke with bad input has its own class here, so callers (the CLI,
-notebooks, widgets) can catch it and show a clear message instead of a traceback. All derive
-from :class:`KernelError`.
+Callers (the CLI, notebooks, widgets, a retry loop) catch these by family instead of parsing
+messages. Two kinds of outcome share one root, :class:`KernelException`:
+
+* **faults** derive from :class:`KernelError`: something is wrong with the input, the stored
+  data, a resource or the environment, and the operation asked for did not happen.
+  :class:`ConfigError` is the fault for bad *user input* (a parameter out of range or
+  inconsistent); a wrong type passed between kernel_lib's own modules is a programming error
+  and raises ``TypeError`` or fails an assertion instead.
+* **refusals** derive from :class:`Refusal`: the kernel worked as designed and decided not to do
+  a step (admission denied it, or the dispatch-time recheck withheld it, §11.3.2). A refusal is
+  an answer, not a failure, so ``Refusal`` is deliberately *not* a ``KernelError``: an
+  ``except KernelError`` around a step does not swallow it. Catch :class:`Refusal` (or the
+  specific class) where a refusal is an expected answer, and :class:`KernelException` where
+  anything kernel_lib raises on purpose is handled the same way (the CLI does: one line on
+  stderr, exit code 2).
+
+``retryable`` (a ``bool`` class attribute, ``False`` on the root) is ``True`` only where the
+error means *nothing was applied, and the same request may succeed later with no other change*,
+so backoff and circuit breakers can key on it: :class:`StoreBusyError`,
+:class:`QuorumUnavailableError`, :class:`CoordinatorUnavailableError`, :class:`LeaseHeldError`
+and :class:`BackpressureError`, and the subclasses that inherit it. Read it on the instance
+(``exc.retryable``): a raise site whose particular failure waiting cannot clear passes
+``retryable=False`` to the constructor (a closed coordinator, a batch larger than the whole
+store budget).
+
+The tree (first base class; ``also`` names further bases; ``[retryable]`` marks the classes
+that are retryable)::
+
+    KernelException
+        KernelError
+            ConfigError
+            EventError
+                UnknownEventTypeError
+                UnknownSchemaVersionError
+                MalformedEventError
+            FoldError
+            RecordFormatError  (also ValueError)
+            StaleRecordError
+            StoreError
+                AcknowledgmentTooWeakError
+                TierNotOfferedError
+                SequenceGapError
+                ConflictingDuplicateError
+                StaleOwnerError
+                CorruptLogError
+                StoreFailedError
+                StoreClosedError
+                StoreReadOnlyError
+                StoreBusyError  [retryable]
+                PrefixRetiredError
+                BackpressureError  [retryable]
+                QuorumUnavailableError  [retryable]
+            QuorumSetupError
+            ReplicationSessionError
+                ClusterNotRunningError
+                ClusterRunningError
+                UnknownMemberError  (also ConfigError)
+                MemberStateError
+            CadenceError
+                CadenceParameterError  (also ConfigError, ValueError)
+                FailureDataError
+            CheckpointError
+            UnrecoverableStateError
+            OwnershipError
+                LeaseHeldError  [retryable]
+                    LeaseWaitTimeoutError  [retryable]
+                LeaseLostError
+                CoordinatorUnavailableError  [retryable]
+                FencedRequestError
+                ReconstructionUnavailableError
+            InboxError
+                InboxRecordError  (also ValueError)
+                InboxConflictError
+            RetentionError
+                DanglingReferenceError
+                PayloadAccessError
+                CompactionRefusedError
+            ReplayMismatchError
+            LiveCallDuringReplayError
+            ImportFormatError  (also ValueError)
+            UnknownImportFormatError  (also ValueError)
+            LiveError
+                SnapshotMismatchError
+                PatchApplyError
+                EvidenceSignatureError
+                LiveProcessError
+                OperationStillRunningError
+                SessionStateError
+                    UnrecoveredRunError
+                    NoWorkerRunningError
+        Refusal
+            AdmissionDenied
+            DispatchWithheld
+
+This module imports nothing from kernel_lib (it is the lowest layer), so every module may raise
+and catch these. ``tests/test_errors.py`` checks that no exception class is defined elsewhere in
+kernel_lib and that this tree matches the classes.
 """
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+from typing import Any
 
-class KernelError(Exception):
-    """Base class of every error kernel_lib raises on purpose."""
+# --- the roots: faults and refusals ---------------------------------------------------------------
 
 
-# --- events (§11.2.2) -------------------------------------------------------------------------
+class KernelException(Exception):
+    """Root of everything kernel_lib raises on purpose: the faults (:class:`KernelError`) and the
+    refusals (:class:`Refusal`).
+
+    ``retryable``: ``True`` when nothing was applied and the same request may succeed later (see
+    the module docstring); a class attribute, overridden on one instance by ``retryable=``."""
+
+    retryable: bool = False
+
+    def __init__(self, *args: Any, retryable: bool | None = None):
+        super().__init__(*args)
+        if retryable is not None:
+            self.retryable = bool(retryable)
+
+
+class KernelError(KernelException):
+    """Base class of every fault kernel_lib raises on purpose (not of the refusals: :class:`Refusal`)."""
+
+
+class Refusal(KernelException):
+    """Base class of the outcomes that are not faults: the kernel decided, by design, not to do a
+    step (§11.3.2). Not a :class:`KernelError`, so ``except KernelError`` does not catch it."""
+
+
+class ConfigError(KernelError):
+    """A parameter is out of range or inconsistent: bad user input (a wrong type passed between
+    kernel_lib's own modules is a ``TypeError`` instead)."""
+
+
+# --- refusals: outcomes that are not faults (§11.3.2) ---------------------------------------------
+
+
+class AdmissionDenied(Refusal):
+    """Admission refused a proposal (authorization or budget, §11.3.2)."""
+
+
+class DispatchWithheld(Refusal):
+    """The dispatch-time recheck withheld an admitted, unsent attempt; it keeps its reservation."""
+
+
+# --- events (§11.2.2) -----------------------------------------------------------------------------
 
 
 class EventError(KernelError):
@@ -41,7 +177,26 @@ class MalformedEventError(EventError):
     """The envelope or payload does not match its declared schema (or holds a secret)."""
 
 
-# --- log stores (§11.3, §11.8.4) --------------------------------------------------------------
+# --- record and fold (§11.2.1, §11.3.3) -----------------------------------------------------------
+
+
+class FoldError(KernelError):
+    """The events cannot be folded: wrong trajectory, a sequence gap, or an unsupported reducer."""
+
+
+class RecordFormatError(KernelError, ValueError):
+    """Data given to :meth:`kernel_lib.core.record.TrajectoryRecord.from_dict` is not a trajectory
+    record (a missing field, a wrong type)."""
+
+
+class StaleRecordError(KernelError):
+    """The dispatch gate's trajectory record does not describe the end of the log it appends to
+    (it was folded from a lagging replica, or another writer appended since): deciding from it
+    could log a second intent for an attempt already logged, or miss an in-doubt operation, so
+    nothing is appended. Fold the authoritative log again (§11.3.3 completeness rule, §11.9)."""
+
+
+# --- log stores (§11.3, §11.8.4) ------------------------------------------------------------------
 
 
 class StoreError(KernelError):
@@ -95,30 +250,8 @@ class StoreClosedError(StoreError):
     """The store was used after close()."""
 
 
-# --- record, fold, dispatch (§11.2.1, §11.3.2) -----------------------------------------------
-
-
-class FoldError(KernelError):
-    """The events cannot be folded: wrong trajectory, a sequence gap, or an unsupported reducer."""
-
-
-class AdmissionDenied(KernelError):
-    """Admission refused a proposal (authorization or budget, §11.3.2)."""
-
-
-class DispatchWithheld(KernelError):
-    """The dispatch-time recheck withheld an admitted, unsent attempt; it keeps its reservation."""
-
-
-class StaleRecordError(KernelError):
-    """The dispatch gate's trajectory record does not describe the end of the log it appends to
-    (it was folded from a lagging replica, or another writer appended since): deciding from it
-    could log a second intent for an attempt already logged, or miss an in-doubt operation, so
-    nothing is appended. Fold the authoritative log again (§11.3.3 completeness rule, §11.9)."""
-
-
-class ConfigError(KernelError):
-    """A parameter is out of range or inconsistent."""
+class StoreReadOnlyError(StoreError):
+    """An append or a fence was attempted on a store opened with ``read_only=True``."""
 
 
 class StoreBusyError(StoreError):
@@ -127,12 +260,78 @@ class StoreBusyError(StoreError):
     Transient and retryable: nothing of the call was applied, and the store stays usable.
     """
 
-
-class StoreReadOnlyError(StoreError):
-    """An append or a fence was attempted on a store opened with ``read_only=True``."""
+    retryable = True
 
 
-# --- checkpoint cadence (§11.4.3) -------------------------------------------------------------
+class PrefixRetiredError(StoreError):
+    """A read reached log positions that log compaction retired (§11.8.3). The events at
+    ``1..retired_through`` are gone; the trajectory is recoverable only from the checkpoint named
+    ``checkpoint_event_id`` (published in the retained suffix) onwards. Positions before
+    ``retired_through + 1`` are past the surviving replay interval."""
+
+    def __init__(self, message: str, *, trajectory_id: str = "", retired_through: int = 0,
+                 checkpoint_event_id: str = ""):
+        self.trajectory_id = trajectory_id
+        self.retired_through = retired_through
+        self.checkpoint_event_id = checkpoint_event_id
+        super().__init__(message)
+
+
+class BackpressureError(StoreError):
+    """The store is full and no space was released within the stall timeout (§11.8.4). The
+    append was NOT made and is NOT acknowledged; nothing already stored was dropped or
+    overwritten. The trajectory must stay stalled (no dispatch) until the append succeeds.
+
+    Retryable: space may be released later. A batch larger than the whole budget is raised
+    with ``retryable=False`` (no release can ever make it fit)."""
+
+    retryable = True
+
+
+class QuorumUnavailableError(StoreError):
+    """No etcd member acknowledged the request within the timeout (no majority reachable, or all
+    members down). Nothing is acknowledged; a write may still commit later if a majority returns.
+
+    Retryable with the same request: the quorum store answers an event that did commit as an
+    idempotent duplicate (§11.8.4), so resending it cannot write it twice."""
+
+    retryable = True
+
+
+# --- the quorum cluster (§11.3.1) -----------------------------------------------------------------
+
+
+class QuorumSetupError(KernelError):
+    """etcd cannot be started here: the binary is missing, a member did not become healthy, or
+    the cluster has no leader within the start timeout."""
+
+
+# --- the replication session: a cluster broken by hand (kernel_lib.quorum.session) ----------------
+
+
+class ReplicationSessionError(KernelError):
+    """A :class:`~kernel_lib.quorum.session.ReplicationSession` step was asked for that cannot run
+    (base class of the session's errors)."""
+
+
+class ClusterNotRunningError(ReplicationSessionError):
+    """The step needs a running cluster, and none is started (never started, or stopped)."""
+
+
+class ClusterRunningError(ReplicationSessionError):
+    """``start`` was asked for while the session's cluster is still running."""
+
+
+class UnknownMemberError(ReplicationSessionError, ConfigError):
+    """The member named is not one of the cluster's (give an index 0..N-1 or a name such as ``m1``)."""
+
+
+class MemberStateError(ReplicationSessionError):
+    """The member exists but is in a state where the step makes no sense (e.g. restart a member
+    whose volume was destroyed, pause a member that is not running, resume one that is not paused)."""
+
+
+# --- checkpoint cadence (§11.4.3) -----------------------------------------------------------------
 
 
 class CadenceError(KernelError):
@@ -160,7 +359,7 @@ class FailureDataError(CadenceError):
         super().__init__(f"{where}: {message}" if where else message)
 
 
-# --- checkpoints and snapshots (§11.4.1, §11.4.2) ----------------------------------------------
+# --- checkpoints and snapshots (§11.4.1, §11.4.2) -------------------------------------------------
 
 
 class CheckpointError(KernelError):
@@ -176,17 +375,12 @@ class UnrecoverableStateError(KernelError):
     disagree about which state they describe. ``missing`` lists ``(kind, name)`` of every object
     at fault. Restore fails fast rather than pair a log position with an older tree."""
 
-    def __init__(self, message: str, *, missing: "tuple[tuple[str, str], ...] | list[tuple[str, str]]" = ()):
+    def __init__(self, message: str, *, missing: tuple[tuple[str, str], ...] | list[tuple[str, str]] = ()):
         self.missing = tuple(missing)
         super().__init__(message)
 
 
-class RecordFormatError(KernelError, ValueError):
-    """Data given to :meth:`kernel_lib.core.record.TrajectoryRecord.from_dict` is not a trajectory
-    record (a missing field, a wrong type)."""
-
-
-# --- ownership, fencing and availability (§11.5.1) ---------------------------------------------
+# --- ownership, fencing and availability (§11.5.1) ------------------------------------------------
 
 
 class OwnershipError(KernelError):
@@ -197,13 +391,27 @@ class LeaseHeldError(OwnershipError):
     """Another owner holds an unexpired lease on the trajectory, so no new grant is issued yet.
 
     ``holder`` and ``owner_epoch`` name the current grant; ``expires_at_s`` is its expiry on the
-    coordinator's clock (seconds) and ``remaining_s`` how long until then."""
+    coordinator's clock (seconds) and ``remaining_s`` how long until then. Retryable: nothing
+    was granted, and a grant may be issued once the lease expires or is released."""
+
+    retryable = True
 
     def __init__(self, message: str, *, trajectory_id: str = "", holder: str = "", owner_epoch: int = 0,
                  expires_at_s: float = 0.0, remaining_s: float = 0.0):
         self.trajectory_id, self.holder, self.owner_epoch = trajectory_id, holder, owner_epoch
         self.expires_at_s, self.remaining_s = expires_at_s, remaining_s
         super().__init__(message)
+
+
+class LeaseWaitTimeoutError(LeaseHeldError):
+    """Waiting for another owner's lease to end (:func:`kernel_lib.ownership.wait.wait_for_lease`)
+    ran out of time: that lease was still live when ``timeout_s`` had passed, so nothing was
+    granted. ``waited_s`` is how long the caller waited and ``attempts`` how often it asked; the
+    fields of :class:`LeaseHeldError` name the holder seen last."""
+
+    def __init__(self, message: str, *, waited_s: float = 0.0, attempts: int = 0, **held):
+        self.waited_s, self.attempts = waited_s, attempts
+        super().__init__(message, **held)
 
 
 class LeaseLostError(OwnershipError):
@@ -222,7 +430,12 @@ class LeaseLostError(OwnershipError):
 class CoordinatorUnavailableError(OwnershipError):
     """The ownership coordinator could not answer (its database is locked past the timeout, failed,
     is not a coordinator database, or was closed). Nothing was granted; a caller that needed an
-    answer to act must withhold the action."""
+    answer to act must withhold the action.
+
+    Retryable: the coordinator may answer later. A coordinator that is closed, or a file that is
+    not a coordinator of this layout, is raised with ``retryable=False``."""
+
+    retryable = True
 
 
 class FencedRequestError(OwnershipError):
@@ -245,6 +458,9 @@ class ReconstructionUnavailableError(OwnershipError):
         super().__init__(message)
 
 
+# --- the durable result inbox (§11.5.3) -----------------------------------------------------------
+
+
 class InboxError(KernelError):
     """The durable result inbox (kernel_lib.gate.inbox) refused a request (§11.5.3)."""
 
@@ -260,21 +476,7 @@ class InboxConflictError(InboxError):
     kept as it was; the newcomer is not stored."""
 
 
-# --- retention, compaction and the storage engine contract (§11.8) ------------------------------
-
-
-class PrefixRetiredError(StoreError):
-    """A read reached log positions that log compaction retired (§11.8.3). The events at
-    ``1..retired_through`` are gone; the trajectory is recoverable only from the checkpoint named
-    ``checkpoint_event_id`` (published in the retained suffix) onwards. Positions before
-    ``retired_through + 1`` are past the surviving replay interval."""
-
-    def __init__(self, message: str, *, trajectory_id: str = "", retired_through: int = 0,
-                 checkpoint_event_id: str = ""):
-        self.trajectory_id = trajectory_id
-        self.retired_through = retired_through
-        self.checkpoint_event_id = checkpoint_event_id
-        super().__init__(message)
+# --- retention and compaction (§11.8) -------------------------------------------------------------
 
 
 class RetentionError(KernelError):
@@ -286,7 +488,7 @@ class DanglingReferenceError(RetentionError):
     payload store (or not registered for that holder): the payload must be durable before any
     committed reference to it (§11.8.2). Nothing was appended. ``digests`` names the payloads."""
 
-    def __init__(self, message: str, *, digests: "tuple[str, ...] | list[str]" = ()):
+    def __init__(self, message: str, *, digests: tuple[str, ...] | list[str] = ()):
         self.digests = tuple(digests)
         super().__init__(message)
 
@@ -302,12 +504,109 @@ class CompactionRefusedError(RetentionError):
     durable across the declared failure domain, an active replay / audit / compliance hold on the
     prefix."""
 
-    def __init__(self, message: str, *, reasons: "tuple[str, ...] | list[str]" = ()):
+    def __init__(self, message: str, *, reasons: tuple[str, ...] | list[str] = ()):
         self.reasons = tuple(reasons)
         super().__init__(message)
 
 
-class BackpressureError(StoreError):
-    """The store is full and no space was released within the stall timeout (§11.8.4). The
-    append was NOT made and is NOT acknowledged; nothing already stored was dropped or
-    overwritten. The trajectory must stay stalled (no dispatch) until the append succeeds."""
+# --- replay (§11.6.2) -----------------------------------------------------------------------------
+
+
+class ReplayMismatchError(KernelError):
+    """A request of the replayed harness does not match the recording (§11.6.2).
+
+    Attributes: ``kind`` (``"model"``/``"tool"``), ``key`` (the request's identity), ``expected``
+    (the recorded canonical request, or None when nothing was recorded under that identity),
+    ``actual`` (the request made), ``reason``."""
+
+    def __init__(self, reason: str, *, kind: str, key: str, expected: Any, actual: Any):
+        super().__init__(f"replay mismatch ({kind} {key}): {reason}\n  recorded: {_show_request(expected)}\n"
+                         f"  replayed: {_show_request(actual)}")
+        self.kind, self.key, self.expected, self.actual, self.reason = kind, key, expected, actual, reason
+
+
+class LiveCallDuringReplayError(KernelError):
+    """Something tried to reach the outside world while a replay was sealed."""
+
+
+def _show_request(x: Any, limit: int = 400) -> str:
+    text = json.dumps(x, sort_keys=True, default=str) if x is not None else "nothing recorded"
+    return text if len(text) <= limit else text[:limit] + "…"
+
+
+# --- importers of other agents' logs --------------------------------------------------------------
+
+
+class ImportFormatError(KernelError, ValueError):
+    """A source file cannot be read as the named format.
+
+    ``path`` is the file as given and ``where`` the place inside it: a JSON path such as
+    ``trajectory[12].observation`` or ``traj[30].tool_calls[0].function.arguments``, ``line L
+    column C`` for text that is not JSON, or ``$`` for the file as a whole.
+    """
+
+    def __init__(self, message: str, *, path: str | Path, where: str = "$"):
+        self.path = str(path)
+        self.where = where
+        self.reason = message
+        super().__init__(f"{self.path}: at {where}: {message}")
+
+
+class UnknownImportFormatError(KernelError, ValueError):
+    """The format name is not one of :data:`kernel_lib.importers.FORMATS`."""
+
+
+# --- the live substrate (real processes: executor, workers, the worksheet session) ----------------
+
+
+class LiveError(KernelError):
+    """Base of the live substrate's errors."""
+
+
+class SnapshotMismatchError(LiveError):
+    """A workspace snapshot's files do not hash to the digest that names it (§11.4: a
+    content-addressed tree is identified by its digest; any added, removed or changed file is a
+    mismatch). ``differences`` lists the relative paths that differ."""
+
+    def __init__(self, message: str, differences: list[str] | None = None):
+        self.differences = list(differences or [])
+        super().__init__(message)
+
+
+class PatchApplyError(LiveError):
+    """The candidate patch does not apply to the base repository."""
+
+
+class EvidenceSignatureError(LiveError):
+    """A completion record's Ed25519 signature does not verify against the executor's public key
+    (tampered, truncated, or signed by another key): it is not evidence (§11.5.3)."""
+
+
+class LiveProcessError(LiveError):
+    """A live process (executor, worker, replacement worker) failed to start, report or stop in time."""
+
+
+class OperationStillRunningError(LiveError):
+    """A wait for an executor job to finish (:meth:`kernel_lib.live.client.ExecutorClient.wait_until_finished`)
+    ran out of time while the executor still reported it ``running``. Nothing was changed; the
+    operation is still in doubt. ``operation_id`` names it, ``waited_s`` is how long the caller
+    waited and ``last_status`` the executor's last answer."""
+
+    def __init__(self, message: str, *, operation_id: str = "", waited_s: float = 0.0,
+                 last_status: dict | None = None):
+        self.operation_id, self.waited_s, self.last_status = operation_id, waited_s, dict(last_status or {})
+        super().__init__(message)
+
+
+class SessionStateError(LiveError):
+    """A :class:`WorksheetSession` step was asked for at a moment it cannot run (e.g. recover
+    before any log exists, start while a worker is still running, any step after ``close()``)."""
+
+
+class UnrecoveredRunError(SessionStateError):
+    """``start()`` would tear down a crashed run whose surviving log no replacement has read yet."""
+
+
+class NoWorkerRunningError(SessionStateError):
+    """``crash()`` was asked for but no worker process is running (never started, already killed,
+    or it finished its trajectory)."""

@@ -117,7 +117,7 @@ def test_a_mutation_of_what_an_in_doubt_operation_used_is_withheld_even_without_
 def test_the_logged_plan_supplies_dependencies():
     store = with_test_in_doubt()
     gate = resume(store).gate
-    gate._append(PlanChanged(plan_revision=1, steps=[{"step_id": "edit_r19", "depends_on": ["test_r18"]}]))
+    gate.append(PlanChanged(plan_revision=1, steps=[{"step_id": "edit_r19", "depends_on": ["test_r18"]}]))
     other = ToolProposal("edit_r19", "attempt1", "edit_file", {}, "g", 0.1, input_ref="ws_r19")
     d = ContinuationGate(gate, clock=lambda: NOW).evaluate(ProposedStep.from_tool(other))
     assert d.verdict == "withhold" and "test_r18 is in doubt" in dict((c.name, c.reason) for c in d.checks)[
@@ -446,7 +446,7 @@ def test_an_established_operation_with_an_attempt_still_in_doubt_still_blocks_it
 def test_a_plan_entry_of_an_odd_shape_is_never_ignored(depends_on, expected):
     store = with_test_in_doubt()
     gate = resume(store).gate
-    gate._append(PlanChanged(plan_revision=1, steps=[{"step_id": "edit_r19", "depends_on": depends_on}]))
+    gate.append(PlanChanged(plan_revision=1, steps=[{"step_id": "edit_r19", "depends_on": depends_on}]))
     other = ToolProposal("edit_r19", "attempt1", "edit_file", {}, "g", 0.1, input_ref="ws_r19")
     d = ContinuationGate(gate, clock=lambda: NOW).evaluate(ProposedStep.from_tool(other))
     assert outcome(d, "dependencies") == expected
@@ -457,7 +457,7 @@ def test_dependency_cycles_and_self_dependencies_are_refused_not_withheld_foreve
     d = resume(store).evaluate(ProposedStep.from_tool(EDIT, depends_on=("edit_r19",)))
     assert outcome(d, "dependencies") == "refuse" and "back to itself" in d.reasons()[0]
     store, gate = started()
-    gate._append(PlanChanged(plan_revision=1, steps=[{"step_id": "a", "depends_on": ["edit_r19"]},
+    gate.append(PlanChanged(plan_revision=1, steps=[{"step_id": "a", "depends_on": ["edit_r19"]},
                                                      {"step_id": "edit_r19", "depends_on": ["a"]}]))
     d = resume(store).evaluate(ProposedStep.from_tool(EDIT))
     assert outcome(d, "dependencies") == "refuse" and "edit_r19 -> a -> edit_r19" in d.reasons()[0]

@@ -136,7 +136,7 @@ def test_marimo_scrubber_says_why_a_log_cannot_be_loaded(tmp_path, browser):
 
 
 def test_marimo_scrubber_slider_moves_through_the_log(marimo_app, browser):
-    from kernel_lib.cli import load_events
+    from kernel_lib.log import load_events
     from widgets.scrubber import record_view
 
     events = load_events(str(ROOT / "datasets" / "worksheet_r18_example.jsonl"))
@@ -177,7 +177,7 @@ def test_scrubber_arrow_keys_in_jupyterlab_move_the_slider_not_the_notebook(lab,
     base, token, root = lab
     nb = nbformat.v4.new_notebook(cells=[
         nbformat.v4.new_markdown_cell("# heading a stray arrow key would collapse"),
-        nbformat.v4.new_code_cell("from kernel_lib.cli import load_events\nfrom widgets.scrubber import LogScrubber\n"
+        nbformat.v4.new_code_cell("from kernel_lib.log import load_events\nfrom widgets.scrubber import LogScrubber\n"
                                   f"LogScrubber(load_events({str(ROOT / 'datasets' / 'worksheet_r18_example.jsonl')!r}),"
                                   " position=9)"),
         nbformat.v4.new_markdown_cell("## another heading")],

@@ -12,8 +12,8 @@ import signal
 
 import pytest
 
-from kernel_lib.errors import ConfigError, KernelError
-from kernel_lib.live.session import NoWorkerRunningError, SessionStateError, WorksheetSession
+from kernel_lib.errors import ConfigError, KernelError, NoWorkerRunningError, SessionStateError
+from kernel_lib.live.session import WorksheetSession
 from widgets.crash_panel import CrashPanel
 from tests.helpers import group_gone, process_gone
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 
+import kernel_lib.cli.verify as verify_commands
 import kernel_lib.verify.log_workload as crashcheck
 from kernel_lib.verify.log_workload import CrashState, crash_states, materialize, run
 from kernel_lib.log.fs import MemoryFileSystem, RecordingFileSystem
@@ -97,7 +98,7 @@ def test_crash_state_model_on_a_tiny_recording():
 def test_cli_json_and_exit_code(capsys):
     ap = argparse.ArgumentParser()
     sub = ap.add_subparsers()
-    crashcheck.add_cli(sub)
+    verify_commands.add_commands(sub)
     args = ap.parse_args(["crashcheck", "--json", "--max-states", "40", "--workload", "write-bursts", "--seed", "3"])
     assert args.func(args) == 0
     out = json.loads(capsys.readouterr().out)

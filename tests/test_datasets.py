@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from kernel_lib.cli import load_events
+from kernel_lib.log import load_events
 from kernel_lib.sim.worksheet import worksheet_events
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -11,12 +11,17 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kernel_lib.cli import load_events
+from kernel_lib.log import load_events
 from kernel_lib.history.diverge import (
     ASSEMBLED_INPUT, CATEGORIES, HARNESS_DECISION, MODEL_RESPONSE, NOT_RECORDED, TOOL_OBSERVATION, Equivalence,
     extract_boundaries, locate_divergence,
 )
-from kernel_lib.cli.diverge import main as diverge_main
+from kernel_lib.cli import main as _kernel_main
+
+
+def diverge_main(argv):
+    """The ``diverge`` command of ``python -m kernel_lib``."""
+    return _kernel_main(["diverge", *argv])
 from kernel_lib.errors import ConfigError
 from kernel_lib.core.events import (
     Authorized, BudgetReserved, BudgetSettled, ContextBuilt, Event, ModelReplied, Provenance, RuntimeInput,

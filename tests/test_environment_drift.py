@@ -1,7 +1,8 @@
 """environment.yml (conda users) must describe the same environment as pyproject.toml.
 
-The compared set is pyproject's ``[project] dependencies`` plus the ``test`` extra, against the
-requirement lines of environment.yml's ``pip:`` section. Names are compared after PEP 503
+The compared set is pyproject's ``[project] dependencies`` plus the ``test`` extra with the project's
+own extras it names expanded (``durable-agents-lab[course]`` → the ``course`` extra, and so on),
+against the requirement lines of environment.yml's ``pip:`` section. Names are compared after PEP 503
 normalization; version specifiers, extras and markers must match.
 """
 
@@ -34,9 +35,29 @@ def load_environment(path: Path = ENVIRONMENT) -> dict:
 
 
 def pyproject_requirements(pyproject: dict) -> list[str]:
-    """Runtime dependencies plus the ``test`` extra, as written in pyproject.toml."""
+    """Runtime dependencies plus the ``test`` extra, as written in pyproject.toml, with every
+    reference to the project's own extras replaced by that extra's requirements (each listed once)."""
     project = pyproject["project"]
-    return [*project.get("dependencies", []), *project["optional-dependencies"]["test"]]
+    me = canonicalize_name(project["name"])
+    extras = project["optional-dependencies"]
+    out: list[str] = []
+    seen_extras: set[str] = set()
+
+    def add(lines: Iterable[str]) -> None:
+        for line in lines:
+            req = Requirement(line)
+            if canonicalize_name(req.name) != me:
+                if line not in out:
+                    out.append(line)
+                continue
+            for extra in sorted(req.extras):
+                if extra not in seen_extras:
+                    seen_extras.add(extra)
+                    add(extras[extra])
+
+    add(project.get("dependencies", []))
+    add(extras["test"])
+    return out
 
 
 def environment_sections(env: dict) -> tuple[list[str], list[str]]:

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from kernel_lib.cli import load_events
+from kernel_lib.log import load_events
 from kernel_lib.cli import main as kernel_main
 from kernel_lib.errors import KernelError
 from kernel_lib.importers import (
@@ -32,8 +32,13 @@ from kernel_lib.importers import (
     import_file,
 )
 from kernel_lib.importers._common import canonical_text
-from kernel_lib.cli.importers import add_cli
-from kernel_lib.cli.importers import main as import_main
+from kernel_lib.cli.importers import add_commands as add_cli
+from kernel_lib.cli import main as _kernel_main
+
+
+def import_main(argv):
+    """The `import` command (the tests name it with or without the leading word)."""
+    return _kernel_main(argv if argv[:1] == ["import"] else ["import", *argv])
 from kernel_lib.core.record import fold, initial_record
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"

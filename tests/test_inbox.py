@@ -26,7 +26,7 @@ from kernel_lib.errors import (ConfigError, FoldError, InboxConflictError, Inbox
                                StaleOwnerError)
 from kernel_lib.core.events import BudgetSettled, ToolResult
 from kernel_lib.gate.inbox import ResultInbox
-from kernel_lib.live.errors import EvidenceSignatureError
+from kernel_lib.errors import EvidenceSignatureError
 from kernel_lib.live.executor import signing_bytes
 from kernel_lib.log import FailureDomain, MemoryStore, TrajectoryLog
 from kernel_lib.core.record import fold, initial_record

@@ -20,7 +20,7 @@ import pytest
 
 from kernel_lib.errors import KernelError
 from kernel_lib.live.controller import port_accepts, run_worksheet
-from kernel_lib.live.errors import EvidenceSignatureError, SnapshotMismatchError
+from kernel_lib.errors import EvidenceSignatureError, SnapshotMismatchError
 from kernel_lib.live.executor import job_handle_for, verify_completion
 from kernel_lib.sim.model import StochasticModel
 from kernel_lib.live.workspace import build_snapshot, manifest_digest, remove_tree, verify

@@ -18,11 +18,10 @@ import sys
 import pytest
 
 from kernel_lib.gate.dispatch import ModelCall, ToolProposal, ToolReply
-from kernel_lib.errors import ConfigError
+from kernel_lib.errors import ConfigError, LiveCallDuringReplayError, ReplayMismatchError
 from kernel_lib.core.events import ContextBuilt
 from kernel_lib.history.replay import (
-    EXAMPLE_GRANT, LiveCallDuringReplayError, ReplayAdapter, ReplayMismatchError, record_example, replay_harness,
-    sealed, worksheet_harness,
+    EXAMPLE_GRANT, ReplayAdapter, record_example, replay_harness, sealed, worksheet_harness,
 )
 
 

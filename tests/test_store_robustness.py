@@ -13,8 +13,9 @@ Fault model / invariant / goal, per test group:
   retryable StoreBusyError and the store keeps working; a real I/O-class error still fails it;
 * tampered rows — an SQLite row holds another event's bytes (with a matching digest) or a row is
   deleted; read() raises CorruptLogError naming the trajectory and position;
-* bad arguments — fences, tiers, read ranges and batch members are checked the same way by every
-  store, with typed errors;
+* bad arguments — a segment size that is not a sane int is a ConfigError (fences, tiers, read
+  ranges and batch members are checked the same way by every store: the conformance suite,
+  :mod:`kernel_lib.log.conformance`, run by tests/test_store_conformance.py);
 * pathological bodies — a CRC-valid frame holding deeply nested JSON never raises RecursionError.
 """
 
@@ -39,14 +40,12 @@ from kernel_lib.errors import (
     CorruptLogError,
     MalformedEventError,
     StoreBusyError,
-    StoreClosedError,
     StoreError,
     StoreFailedError,
     StoreReadOnlyError,
-    TierNotOfferedError,
 )
 from kernel_lib.core.events import Event, RuntimeInput
-from kernel_lib.log import AckTier, GroupCommitter, MemoryStore, SQLiteStore, open_store
+from kernel_lib.log import AckTier, GroupCommitter, SQLiteStore, open_store
 from kernel_lib.log.fs import ForwardingFileSystem, MemoryFileSystem, OsFileSystem
 from kernel_lib.log.segment import (
     HEADER_BYTES,
@@ -55,7 +54,6 @@ from kernel_lib.log.segment import (
     encode_frame,
     segment_name,
 )
-from tests.conftest import make_store
 
 F, W = AckTier.FDATASYNC, AckTier.WRITE
 REPO = str(Path(__file__).resolve().parent.parent)
@@ -64,10 +62,6 @@ REPO = str(Path(__file__).resolve().parent.parent)
 def ev(seq: int, traj: str = "t", *, eid: str | None = None, epoch: int = 0, value: int = 1) -> Event:
     return Event.create(trajectory_id=traj, event_id=eid or f"{traj}/{seq}", sequence_number=seq,
                         owner_epoch=epoch, payload=RuntimeInput(kind="random", name="draw", value=value))
-
-
-def tier_of(store) -> AckTier:
-    return AckTier.MEMORY if isinstance(store, MemoryStore) else F
 
 
 def snapshot(root: str | os.PathLike) -> dict[str, tuple[bytes, int, int]]:
@@ -537,25 +531,6 @@ def test_sqlite_interrupt_inside_install_fence_rolls_back(tmp_path):
     s.close()
 
 
-@pytest.mark.parametrize("kind", ["memory", "sqlite", "segment"])
-def test_non_event_batch_members_are_refused_up_front(tmp_path, kind):
-    s = make_store(kind, tmp_path)
-    tier = tier_of(s)
-    s.append(ev(1), tier)
-
-    class Boom:
-        @property
-        def trajectory_id(self):
-            raise KeyboardInterrupt("never touched")
-
-    for bad in ({"a": 1}, Boom(), None, ev(2).canonical):
-        with pytest.raises(StoreError, match="Event"):
-            s.append_batch([ev(2), bad], tier)
-    assert s.append_batch([], tier) == []          # the store is still usable, nothing half-done
-    assert s.append(ev(2), tier).sequence_number == 2 and s.head("t") == 2
-    s.close()
-
-
 # ------------------------------------------------------------------------------------------------
 # 3. SQLite: transient busy, real failures, use after close
 # ------------------------------------------------------------------------------------------------
@@ -599,18 +574,6 @@ def test_sqlite_disk_full_still_fails_the_store(tmp_path):
     s.close()
     with SQLiteStore.open(p) as s2:
         assert s2.head("t") == 1
-
-
-@pytest.mark.parametrize("kind", ["memory", "sqlite", "segment"])
-def test_every_operation_after_close_raises_store_closed(tmp_path, kind):
-    s = make_store(kind, tmp_path)
-    s.append(ev(1), tier_of(s))
-    s.close()
-    s.close()
-    for call in (lambda: s.head("t"), lambda: s.fence("t"), lambda: s.trajectories(),
-                 lambda: s.read("t"), lambda: s.append(ev(2), tier_of(s)), lambda: s.install_fence("t", 1)):
-        with pytest.raises(StoreClosedError):
-            call()
 
 
 # ------------------------------------------------------------------------------------------------
@@ -671,57 +634,8 @@ def test_sqlite_read_of_a_deeply_nested_body_is_typed(tmp_path):
 
 
 # ------------------------------------------------------------------------------------------------
-# 5. argument validation, shared by every store
+# 5. argument validation (the checks shared by every store are in kernel_lib.log.conformance)
 # ------------------------------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize("kind", ["memory", "sqlite", "segment"])
-def test_install_fence_arguments_are_checked_the_same_everywhere(tmp_path, kind):
-    s = make_store(kind, tmp_path)
-    s.install_fence("t", 5)
-    for tid, epoch in (("t", 7.5), ("t", True), ("t", "9"), ("t", None), ("new", -1), ("big", 2**63),
-                       ("big", 2**64), ("", 6), (None, 6), (3, 6)):
-        with pytest.raises(StoreError) as ei:
-            s.install_fence(tid, epoch)
-        assert "owner_epoch" in str(ei.value) or "trajectory" in str(ei.value)
-    assert s.fence("t") == 5 and s.fence("big") == 0
-    s.install_fence("big", 2**63 - 1)
-    assert s.fence("big") == 2**63 - 1
-    s.close()
-    if kind != "memory":
-        s2 = make_store(kind, tmp_path)
-        assert s2.fence("big") == 2**63 - 1
-        s2.close()
-
-
-@pytest.mark.parametrize("kind", ["memory", "sqlite", "segment"])
-def test_tiers_given_as_strings_are_parsed(tmp_path, kind):
-    s = make_store(kind, tmp_path)
-    label = tier_of(s).label
-    out = s.append(ev(1), label.upper())
-    assert out.tier is tier_of(s)
-    for bad in ("quorum", "bogus", None, 3):
-        with pytest.raises(TierNotOfferedError):
-            s.append(ev(2), bad)
-    assert s.head("t") == 1
-    s.close()
-
-
-RANGES = [(1, None), (1, 3), (2, 4), (-5, 2), (0, 0), (3, 1), (1, -1), (4, 4), (5, 9), (9, None), (2, 2**70)]
-
-
-@pytest.mark.parametrize("kind", ["memory", "sqlite", "segment"])
-def test_read_ranges_mean_the_same_in_every_store(tmp_path, kind):
-    s = make_store(kind, tmp_path)
-    s.append_batch([ev(i) for i in range(1, 5)], tier_of(s))
-    for start, stop in RANGES:
-        lo, hi = max(start, 1), 4 if stop is None else min(stop, 4)
-        assert [e.sequence_number for e in s.read("t", start, stop)] == list(range(lo, hi + 1)), (start, stop)
-    assert list(s.read("t", 1, -1)) == []
-    for bad in ((1.5, None), (1, "3"), ("1", None)):
-        with pytest.raises(StoreError):
-            s.read("t", *bad)
-    s.close()
 
 
 @pytest.mark.parametrize("seg", [float("nan"), float("inf"), 0, -5, 300.5, "1024", True, None])

@@ -56,7 +56,7 @@ def test_the_marimo_scrubber_app_runs():
 def test_scrubber_snaps_back_from_bad_positions_and_refuses_foreign_input():
     import dataclasses
 
-    from kernel_lib.cli import load_events
+    from kernel_lib.log import load_events
     from widgets.scrubber import LogScrubber
 
     events = load_events(str(Path(__file__).resolve().parents[1] / "datasets" / "worksheet_r18_example.jsonl"))

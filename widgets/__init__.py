@@ -1,6 +1,12 @@
 """The course widgets (anywidget). Each lives in its own module; the names below are also
 importable from ``widgets`` directly, loaded on first use so that importing one widget does not
-import the others (and their dependencies)."""
+import the others (and their dependencies).
+
+A widget's JavaScript and CSS are files in ``widgets/static`` (``<name>.js``, ``<name>.css``);
+``widgets/static/_shared.js`` holds the helpers they all use, and :mod:`widgets._base` holds the
+Python base classes that load those files and run the button protocol. Views own no state and
+compute no figure: the state lives in kernel_lib (e.g. :class:`kernel_lib.live.session.WorksheetSession`,
+:class:`kernel_lib.quorum.session.ReplicationSession`) and the figures come from it."""
 
 from __future__ import annotations
 

@@ -81,7 +81,6 @@ from numbers import Integral, Real
 from typing import Any
 
 import altair as alt
-import anywidget
 import traitlets
 
 from kernel_lib.cadence import (
@@ -100,6 +99,7 @@ from kernel_lib.cadence import (
 )
 from kernel_lib.cadence.formulas import nonnegative, positive, stride
 from kernel_lib.errors import CadenceError, CadenceParameterError
+from widgets._base import KernelWidget
 
 BYTES_PER_KB = 1000          # SI, as §11.4.2's example and exercise 11.2 count
 BYTES_PER_MB = 1000 ** 2
@@ -462,109 +462,7 @@ def render_svg(spec: dict) -> str:
     return spec_to_mimebundle(spec, format="svg", mode="vega-lite", engine="vl-convert")["image/svg+xml"]
 
 
-_ESM = r"""
-function fmt(v) {
-  if (v === null || v === undefined || (typeof v === "number" && !Number.isFinite(v))) return "";
-  return typeof v === "number" ? String(Number(v.toPrecision(6))) : String(v);
-}
-function render({ model, el }) {
-  el.classList.add("dal-cadence");
-  // keys typed in the widget (arrows on a slider, digits in a box) are the widget's, not JupyterLab's
-  // notebook shortcuts (which would move to another cell or collapse a heading)
-  el.dataset.lmSuppressShortcuts = "true";
-  el.addEventListener("keydown", (e) => e.stopPropagation());
-  const grid = document.createElement("div"); grid.className = "dal-controls";
-  const msg = document.createElement("div"); msg.className = "dal-error";
-  const notice = document.createElement("div"); notice.className = "dal-notice";
-  const readout = document.createElement("ul"); readout.className = "dal-readout";
-  const chartA = document.createElement("div"); chartA.className = "dal-chart dal-chart-overhead";
-  const chartB = document.createElement("div"); chartB.className = "dal-chart dal-chart-storage";
-  el.append(grid, msg, notice, readout, chartA, chartB);
-  const rows = {};
-  const STEPS = 1000;
-  for (const s of model.get("sliders")) {
-    const row = document.createElement("div"); row.className = "dal-row"; row.dataset.name = s.name;
-    const label = document.createElement("label"); label.textContent = `${s.label} (${s.name})`;
-    const slider = Object.assign(document.createElement("input"), { type: "range", min: 0, max: STEPS, step: 1 });
-    slider.className = "dal-slider"; slider.dataset.name = s.name;
-    const box = Object.assign(document.createElement("input"), { type: "number", step: "any" });
-    box.className = "dal-number"; box.dataset.name = s.name;
-    const unit = document.createElement("span"); unit.className = "dal-unit"; unit.textContent = s.unit;
-    const src = document.createElement("span"); src.className = "dal-source";
-    row.append(label, slider, box, unit, src); grid.appendChild(row);
-    const toValue = (p) => {
-      const f = Number(p) / STEPS;
-      let v = s.scale === "log" ? Math.pow(10, Math.log10(s.min) + f * (Math.log10(s.max) - Math.log10(s.min)))
-                                : s.min + f * (s.max - s.min);
-      return s.integer ? Math.round(v) : Number(v.toPrecision(4));
-    };
-    const toPos = (v) => {
-      if (typeof v !== "number" || !Number.isFinite(v)) return 0;
-      const f = s.scale === "log" ? (v <= 0 ? 0 : (Math.log10(v) - Math.log10(s.min)) / (Math.log10(s.max) - Math.log10(s.min)))
-                                  : (v - s.min) / (s.max - s.min);
-      return Math.round(Math.min(1, Math.max(0, f)) * STEPS);
-    };
-    const send = (v) => { model.set(s.name, v); model.save_changes(); };
-    slider.addEventListener("input", () => { box.value = fmt(toValue(slider.value)); });
-    slider.addEventListener("change", () => send(toValue(slider.value)));
-    const commit = () => {
-      const v = box.value.trim() === "" ? null : Number(box.value);
-      send(v === null || Number.isNaN(v) ? null : v);
-    };
-    box.addEventListener("change", commit);
-    box.addEventListener("keydown", (e) => {   // Enter commits; keys typed here are not notebook shortcuts
-      e.stopPropagation();
-      if (e.key === "Enter") { e.preventDefault(); commit(); }
-    });
-    rows[s.name] = { slider, box, src, toPos };
-  }
-  function drawInputs() {
-    const sources = model.get("sources") || {};
-    for (const [name, r] of Object.entries(rows)) {
-      const v = model.get(name);
-      r.slider.value = r.toPos(v);
-      if (document.activeElement !== r.box) r.box.value = fmt(v);
-      r.src.textContent = sources[name] === "measured" ? "measured" : "";
-    }
-  }
-  function drawOutputs() {
-    msg.textContent = model.get("error") || "";
-    notice.textContent = model.get("notice") || "";
-    readout.replaceChildren();
-    for (const line of model.get("readout_lines") || []) {
-      const li = document.createElement("li"); li.textContent = line; readout.appendChild(li);
-    }
-    chartA.innerHTML = model.get("overhead_svg") || "";
-    chartB.innerHTML = model.get("storage_svg") || "";
-    el.dataset.revision = String(model.get("revision") || 0);
-  }
-  for (const name of Object.keys(rows)) model.on(`change:${name}`, drawInputs);
-  model.on("change:sources", drawInputs);
-  for (const t of ["error", "notice", "readout_lines", "overhead_svg", "storage_svg", "revision"]) {
-    model.on(`change:${t}`, drawOutputs);
-  }
-  drawInputs(); drawOutputs();
-}
-export default { render };
-"""
-
-_CSS = """
-.dal-cadence { font-family: system-ui, sans-serif; font-size: 13px; }
-.dal-controls { display: grid; grid-template-columns: 1fr; gap: 2px; margin-bottom: 6px; }
-.dal-row { display: flex; align-items: center; gap: 6px; }
-.dal-row label { width: 300px; }
-.dal-slider { width: 260px; }
-.dal-number { width: 90px; }
-.dal-unit { width: 90px; color: #555; }
-.dal-source { color: #8a5a00; font-weight: 600; }
-.dal-error { color: #b00020; min-height: 1.2em; }
-.dal-notice { color: #8a5a00; }
-.dal-readout { margin: 4px 0 8px 1em; padding: 0; }
-.dal-chart svg { max-width: 100%; height: auto; }
-"""
-
-
-class CadenceExplorer(anywidget.AnyWidget):
+class CadenceExplorer(KernelWidget, static="cadence_explorer"):
     """Sliders for the cadence givens, two charts and a readout, all computed by kernel_lib.
 
     Args:
@@ -582,8 +480,6 @@ class CadenceExplorer(anywidget.AnyWidget):
     for a bad given: read ``w.error``.
     """
 
-    _esm = _ESM
-    _css = _CSS
     # the givens: Any, so that a bad value reaches the checks and becomes a message in `error`
     pause_s = traitlets.Any(DEFAULTS["pause_s"]).tag(sync=True)
     failure_rate_per_turn = traitlets.Any(DEFAULTS["failure_rate_per_turn"]).tag(sync=True)
@@ -598,7 +494,6 @@ class CadenceExplorer(anywidget.AnyWidget):
     # what the JavaScript draws
     sliders = traitlets.List().tag(sync=True)
     sources = traitlets.Dict().tag(sync=True)
-    error = traitlets.Unicode("").tag(sync=True)
     notice = traitlets.Unicode("").tag(sync=True)
     readout = traitlets.Dict().tag(sync=True)
     readout_lines = traitlets.List().tag(sync=True)
@@ -787,3 +682,7 @@ __all__ = [
     "storage_ordinals",
     "trace_strides",
 ]
+
+
+#: What the front end receives: static/_shared.js + static/cadence_explorer.js, and static/cadence_explorer.css.
+_ESM, _CSS = CadenceExplorer._esm, CadenceExplorer._css

@@ -1,11 +1,12 @@
 """Crash panel: drive the crash worksheet by hand with real processes (§11.1, §11.3.3, §11.5.3).
 
 An anywidget (JupyterLab, VS Code, marimo). It owns no state of its own: every button writes a
-``command`` trait ``{"action", "position"?, "n"}`` (``n`` makes each click a change); the Python
-side runs the matching :class:`kernel_lib.live.session.WorksheetSession` step and publishes
-``status``, ``log_tail`` (the last events of the surviving log), ``operations`` (the log folded
-by :func:`kernel_lib.core.record.fold`, in-doubt rows highlighted), ``last_result`` (and ``summary``, its
-one-line reading), ``error``, and ``completed`` (the ``n`` of the last finished command).
+``command`` trait ``{"action", "position"?, "n"}`` (``n`` makes each click a change; the protocol of
+:class:`widgets._base.CommandWidget`); the Python side runs the matching
+:class:`kernel_lib.live.session.WorksheetSession` step and publishes ``status``, ``log_tail`` (the
+last events of the surviving log), ``operations`` (the log folded by
+:func:`kernel_lib.core.record.fold`, in-doubt rows highlighted), ``last_result`` (and ``summary``,
+its one-line reading), ``error``, and ``completed`` (the ``n`` of the last finished command).
 
 Actions: ``start`` (worker runs freely), ``crash`` (SIGKILL now), ``crash_at`` (start a worker
 paused right after ``position`` ∈ Authorized/BudgetReserved/ToolIntent/ToolResult, then SIGKILL
@@ -19,95 +20,19 @@ from __future__ import annotations
 
 from typing import Any
 
-import anywidget
 import traitlets
 
-from kernel_lib.errors import KernelError
-from kernel_lib.live.session import CRASH_POINTS, UnrecoveredRunError, WorksheetSession
+from kernel_lib.errors import UnrecoveredRunError
+from kernel_lib.live.session import CRASH_POINTS, WorksheetSession
+from widgets._base import CommandWidget, clip
 from widgets.scrubber import record_view
 
 ACTIONS = ("start", "crash", "crash_at", "recover", "reconcile", "refresh")
 
-_ESM = r"""
-function render({ model, el }) {
-  el.classList.add("dal-crash-panel");
-  // keys typed in the widget (arrows on the slider, letters in a select) are the widget's, not
-  // JupyterLab's notebook shortcuts (which would move to another cell or collapse a heading)
-  el.dataset.lmSuppressShortcuts = "true";
-  el.addEventListener("keydown", (e) => e.stopPropagation());
-  const bar = document.createElement("div");
-  const mk = (label, action) => {
-    const b = document.createElement("button");
-    b.textContent = label; b.dataset.action = action; b.className = "dal-btn";
-    b.addEventListener("click", () => send(action));
-    return b;
-  };
-  const sel = document.createElement("select");
-  sel.className = "dal-position";
-  for (const p of model.get("positions")) {
-    const o = document.createElement("option"); o.value = p; o.textContent = p; sel.appendChild(o);
-  }
-  sel.value = model.get("position");
-  sel.addEventListener("change", () => { model.set("position", sel.value); model.save_changes(); });
-  bar.append(mk("start", "start"), mk("crash now", "crash"), mk("crash at", "crash_at"), sel,
-             mk("recover", "recover"), mk("reconcile", "reconcile"));
-  const status = document.createElement("div"); status.className = "dal-status";
-  const summary = document.createElement("div"); summary.className = "dal-summary";
-  const msg = document.createElement("div"); msg.className = "dal-error";
-  const ops = document.createElement("table"); ops.className = "dal-ops";
-  const tail = document.createElement("table"); tail.className = "dal-tail";
-  el.append(bar, status, summary, msg, ops, tail);
-  // every click must be a change of the command trait, also after a re-render or in a second view
-  const view = Math.random().toString(36).slice(2);
-  let n = 0;
-  function send(action) {
-    n = Math.max(n, model.get("completed") || 0) + 1;
-    model.set("command", { action, position: sel.value, n, view });
-    model.save_changes();
-  }
-  function fill(table, headers, rows, rowClass) {
-    table.replaceChildren();
-    const head = table.insertRow();
-    for (const h of headers) { const th = document.createElement("th"); th.textContent = h; head.appendChild(th); }
-    for (const r of rows) {
-      const row = table.insertRow();
-      row.className = rowClass ? rowClass(r) : "";
-      for (const h of headers) row.insertCell().textContent = r[h] ?? "";
-    }
-  }
-  function draw() {
-    const busy = model.get("busy");
-    el.dataset.completed = String(model.get("completed") || 0);
-    for (const b of bar.querySelectorAll("button")) b.disabled = busy;
-    status.textContent = (busy ? "working… " : "") + (model.get("status") || "");
-    msg.textContent = model.get("error") || "";
-    summary.textContent = model.get("summary") || "";
-    fill(ops, ["operation_id", "kind", "status", "attempt_id", "job_handle", "last_evidence"],
-         model.get("operations") || [], (r) => r.status === "in_doubt" ? "dal-in-doubt" : "");
-    fill(tail, ["sequence", "type", "operation_id", "subject_id", "status", "job_handle", "owner_epoch"],
-         model.get("log_tail") || []);
-  }
-  for (const t of ["status", "summary", "error", "operations", "log_tail", "busy", "completed"]) model.on(`change:${t}`, draw);
-  draw();
-}
-export default { render };
-"""
-
-_CSS = """
-.dal-crash-panel { font-family: system-ui, sans-serif; font-size: 13px; }
-.dal-btn { margin-right: 4px; }
-.dal-status { margin: 4px 0; color: #333; }
-.dal-summary { margin: 4px 0; font-weight: 600; }
-.dal-error { color: #b00020; min-height: 1.2em; }
-.dal-ops, .dal-tail { border-collapse: collapse; margin: 4px 0; }
-.dal-ops th, .dal-ops td, .dal-tail th, .dal-tail td { border: 1px solid #ccc; padding: 2px 6px; text-align: left; }
-.dal-in-doubt { background: #fff3cd; font-weight: 600; }
-"""
-
 
 def _short(text: str, limit: int = 120) -> str:
     """``text`` cut to ``limit`` characters, so a huge input stays readable in the widget."""
-    return text if len(text) <= limit else text[:limit] + f"… ({len(text)} characters)"
+    return clip(text, limit)
 
 
 def _usd(x: Any) -> str:
@@ -136,7 +61,7 @@ def summarize(result: dict[str, Any]) -> str:
     return ""
 
 
-class CrashPanel(anywidget.AnyWidget):
+class CrashPanel(CommandWidget, static="crash_panel"):
     """Buttons for the worksheet steps and a live view of the log tail and operation table.
 
     Args:
@@ -145,20 +70,14 @@ class CrashPanel(anywidget.AnyWidget):
         reconcile_timeout_s: how long ``reconcile`` waits for a running test job.
     """
 
-    _esm = _ESM
-    _css = _CSS
-    command = traitlets.Any({}).tag(sync=True)   # checked in _on_command, so bad input becomes ``error``
+    ACTIONS = ACTIONS
     position = traitlets.Unicode("ToolResult").tag(sync=True)
     positions = traitlets.List(list(CRASH_POINTS)).tag(sync=True)
-    status = traitlets.Unicode("").tag(sync=True)
-    error = traitlets.Unicode("").tag(sync=True)
-    busy = traitlets.Bool(False).tag(sync=True)
     log_tail = traitlets.List().tag(sync=True)
     operations = traitlets.List().tag(sync=True)
     in_doubt = traitlets.List().tag(sync=True)
     last_result = traitlets.Dict().tag(sync=True)
     summary = traitlets.Unicode("").tag(sync=True)
-    completed = traitlets.Int(0).tag(sync=True)
 
     def __init__(self, session: WorksheetSession, *, tail_n: int = 8, reconcile_timeout_s: float = 30.0, **kw: Any):
         self.session = session
@@ -166,18 +85,15 @@ class CrashPanel(anywidget.AnyWidget):
         self.tail_n = tail_n
         self.reconcile_timeout_s = reconcile_timeout_s
         super().__init__(**kw)
-        self.observe(self._on_command, names="command")
         self.refresh()
 
     # Python-side entry point (the buttons reach it through the ``command`` trait)
     def run(self, action: str, position: str | None = None) -> bool:
         """Run one action; returns True on success, False when the reason is in ``error``."""
-        self.busy = True
         # a second click of start / crash at right after the "not recovered yet" refusal discards that run
         discard, self._confirm_discard = self._confirm_discard == action, None
-        try:
-            if action not in ACTIONS:
-                raise ValueError(f"unknown action {_short(repr(action))}: choose one of {list(ACTIONS)}")
+
+        def step() -> None:
             s = self.session
             if action == "start":
                 r = s.start(discard_previous=discard)
@@ -199,21 +115,16 @@ class CrashPanel(anywidget.AnyWidget):
                 rec = s.reconcile(self.reconcile_timeout_s)
                 self.last_result = {"action": "reconcile", "in_doubt": rec["in_doubt"], "budget": rec["budget"],
                                     "actions": rec["actions"]}
-            self.error = ""
             self.summary = summarize(self.last_result)
-            return True
-        except UnrecoveredRunError as exc:
+
+        return self.attempt(action, step)
+
+    def refusal(self, action: str, exc: Exception) -> str:
+        self.summary = ""
+        if isinstance(exc, UnrecoveredRunError):
             self._confirm_discard = action
-            self.error = f"{action}: {exc}. Click {action.replace('_', ' ')} again to discard it."
-            self.summary = ""
-            return False
-        except (KernelError, ValueError, TypeError, OSError) as exc:
-            self.error = _short(f"{_short(str(action))}: {exc}", 600)
-            self.summary = ""
-            return False
-        finally:
-            self.refresh(keep_error=True)
-            self.busy = False
+            return f"{action}: {exc}. Click {action.replace('_', ' ')} again to discard it."
+        return super().refusal(action, exc)
 
     def refresh(self, keep_error: bool = False) -> None:
         """Re-read the surviving log (read-only) and fold it into the operation table."""
@@ -235,15 +146,9 @@ class CrashPanel(anywidget.AnyWidget):
         if not keep_error:
             self.error = ""
 
-    def _on_command(self, change: dict[str, Any]) -> None:
-        cmd = change["new"] or {}
-        if not isinstance(cmd, dict) or not isinstance(cmd.get("action"), str) or not cmd["action"]:
-            self.error = f"malformed command {_short(repr(cmd))}: expected {{'action': <one of {list(ACTIONS)}>}}"
-            self.completed += 1
-            return
-        try:
-            self.run(str(cmd["action"]), cmd.get("position"))
-        finally:
-            n = cmd.get("n")
-            self.completed = n if isinstance(n, int) and not isinstance(n, bool) else self.completed + 1
+    def dispatch(self, command: dict[str, Any]) -> None:
+        self.run(str(command["action"]), command.get("position"))
 
+
+#: What the front end receives: static/_shared.js + static/crash_panel.js, and static/crash_panel.css.
+_ESM, _CSS = CrashPanel._esm, CrashPanel._css

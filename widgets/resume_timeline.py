@@ -42,7 +42,6 @@ from numbers import Integral, Real
 from typing import Any
 
 import altair as alt
-import anywidget
 import traitlets
 
 from kernel_lib.errors import ConfigError
@@ -55,6 +54,7 @@ from kernel_lib.resume.stages import (
     PrefillModel,
     ResumeTimeline,
 )
+from widgets._base import KernelWidget
 
 #: The givens: trait name -> (label, unit, whole number).
 GIVENS: dict[str, tuple[str, str, bool]] = {
@@ -185,97 +185,7 @@ def render_svg(spec: dict) -> str:
     return _render(spec)
 
 
-_ESM = r"""
-function fmt(v) {
-  if (v === null || v === undefined || (typeof v === "number" && !Number.isFinite(v))) return "";
-  return String(v);
-}
-function render({ model, el }) {
-  el.classList.add("dal-resume");
-  // keys typed in the number boxes are the widget's, not JupyterLab's notebook shortcuts
-  el.dataset.lmSuppressShortcuts = "true";
-  el.addEventListener("keydown", (e) => e.stopPropagation());
-  const grid = document.createElement("div"); grid.className = "dal-controls";
-  const msg = document.createElement("div"); msg.className = "dal-error";
-  const notice = document.createElement("div"); notice.className = "dal-notice";
-  const readout = document.createElement("ul"); readout.className = "dal-readout";
-  const chart = document.createElement("div"); chart.className = "dal-chart";
-  const table = document.createElement("table"); table.className = "dal-stages";
-  el.append(grid, msg, notice, readout, chart, table);
-  const boxes = {};
-  const typing = new Set();   // boxes typed in since their last commit: a redraw must not overwrite them
-  for (const g of model.get("givens_spec")) {
-    const row = document.createElement("div"); row.className = "dal-row"; row.dataset.name = g.name;
-    const label = document.createElement("label"); label.textContent = `${g.label} (${g.name})`;
-    const box = Object.assign(document.createElement("input"), { type: "number", step: g.integer ? "1" : "any" });
-    box.className = "dal-number"; box.dataset.name = g.name;
-    const unit = document.createElement("span"); unit.className = "dal-unit"; unit.textContent = `${g.unit}, given`;
-    row.append(label, box, unit); grid.appendChild(row);
-    box.addEventListener("input", () => typing.add(box));
-    const commit = () => {
-      typing.delete(box);     // committed: show what the model keeps (a refused value goes back)
-      const v = box.value.trim() === "" ? null : Number(box.value);
-      model.set(g.name, v === null || Number.isNaN(v) ? null : v); model.save_changes();
-    };
-    box.addEventListener("change", commit);
-    box.addEventListener("keydown", (e) => {
-      e.stopPropagation();
-      if (e.key === "Enter") { e.preventDefault(); commit(); }
-    });
-    boxes[g.name] = box;
-  }
-  function drawInputs() {
-    for (const [name, box] of Object.entries(boxes)) {
-      if (!(document.activeElement === box && typing.has(box))) box.value = fmt(model.get(name));
-    }
-  }
-  function drawOutputs() {
-    drawInputs();
-    msg.textContent = model.get("error") || "";
-    notice.textContent = model.get("notice") || "";
-    readout.replaceChildren();
-    for (const line of model.get("readout_lines") || []) {
-      const li = document.createElement("li"); li.textContent = line; readout.appendChild(li);
-    }
-    chart.innerHTML = model.get("chart_svg") || "";
-    table.replaceChildren();
-    const cols = ["stage", "duration_ms", "source", "depends_on", "critical", "detail"];
-    const head = table.insertRow();
-    for (const c of cols) { const th = document.createElement("th"); th.textContent = c; head.appendChild(th); }
-    for (const r of model.get("stages") || []) {
-      const row = table.insertRow();
-      if (r.critical) row.className = "dal-critical";
-      for (const c of cols) row.insertCell().textContent = fmt(r[c]);
-    }
-    el.dataset.revision = String(model.get("revision") || 0);
-  }
-  for (const name of Object.keys(boxes)) model.on(`change:${name}`, drawInputs);
-  for (const t of ["error", "notice", "readout_lines", "chart_svg", "stages", "revision"]) {
-    model.on(`change:${t}`, drawOutputs);
-  }
-  drawOutputs();
-}
-export default { render };
-"""
-
-_CSS = """
-.dal-resume { font-family: system-ui, sans-serif; font-size: 13px; }
-.dal-controls { display: grid; grid-template-columns: 1fr; gap: 2px; margin-bottom: 6px; }
-.dal-row { display: flex; align-items: center; gap: 6px; }
-.dal-row label { width: 320px; }
-.dal-number { width: 110px; }
-.dal-unit { color: #555; }
-.dal-error { color: #b00020; min-height: 1.2em; }
-.dal-notice { color: #8a5a00; }
-.dal-readout { margin: 4px 0 8px 1em; padding: 0; }
-.dal-chart svg { max-width: 100%; height: auto; }
-.dal-stages { border-collapse: collapse; margin: 4px 0; }
-.dal-stages th, .dal-stages td { border: 1px solid #ccc; padding: 2px 6px; text-align: left; }
-.dal-critical { font-weight: 600; background: #f3f7ff; }
-"""
-
-
-class ResumeTimelineView(anywidget.AnyWidget):
+class ResumeTimelineView(KernelWidget, static="resume_timeline"):
     """A resume's six stages as two Gantt panels, a readout and a table, with the prefill givens
     as number boxes (see the module docstring).
 
@@ -295,13 +205,10 @@ class ResumeTimelineView(anywidget.AnyWidget):
             ``error``).
     """
 
-    _esm = _ESM
-    _css = _CSS
     context_tokens = traitlets.Any(DEFAULT_PREFILL.context_tokens).tag(sync=True)
     cached_prefix_tokens = traitlets.Any(DEFAULT_PREFILL.cached_prefix_tokens).tag(sync=True)
     prefill_tokens_per_s = traitlets.Any(DEFAULT_PREFILL.prefill_tokens_per_s).tag(sync=True)
     givens_spec = traitlets.List().tag(sync=True)
-    error = traitlets.Unicode("").tag(sync=True)
     notice = traitlets.Unicode("").tag(sync=True)
     readout = traitlets.Dict().tag(sync=True)
     readout_lines = traitlets.List().tag(sync=True)
@@ -406,3 +313,7 @@ class ResumeTimelineView(anywidget.AnyWidget):
             self.readout, self.readout_lines, self.stages = numbers, lines, rows
             self.chart_spec, self.chart_svg, self.notice = spec, svg, notice
             self.revision += 1
+
+
+#: What the front end receives: static/_shared.js + static/resume_timeline.js, and static/resume_timeline.css.
+_ESM, _CSS = ResumeTimelineView._esm, ResumeTimelineView._css

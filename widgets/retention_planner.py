@@ -70,12 +70,12 @@ from dataclasses import dataclass, field
 from numbers import Integral, Real
 from typing import Any
 
-import anywidget
 import traitlets
 
 import kernel_lib.retention.pricing as rt
 from kernel_lib.errors import ConfigError
 import kernel_lib.course.exercises.ex11_7 as ex11_7
+from widgets._base import KernelWidget
 
 #: Longest lifetime or promise the planner takes, months (a century, as exercise 7's range).
 MAX_MONTHS = 1200.0
@@ -467,188 +467,12 @@ def napkin_line(nap: rt.NapkinRetention | None = None) -> str:
 
 # --- the widget -----------------------------------------------------------------------------------
 
-_ESM = r"""
-function fmt(v) {
-  if (v === null || v === undefined || (typeof v === "number" && !Number.isFinite(v))) return "";
-  return String(v);
-}
-function make(tag, cls, text) {
-  const e = document.createElement(tag);
-  if (cls) e.className = cls;
-  if (text !== undefined) e.textContent = text;
-  return e;
-}
-function render({ model, el }) {
-  el.classList.add("dal-retention");
-  // keys typed in the boxes belong to the widget, not to JupyterLab's notebook shortcuts
-  el.dataset.lmSuppressShortcuts = "true";
-  el.addEventListener("keydown", (e) => e.stopPropagation());
-  const presetRow = make("div", "dal-row");
-  const presetSel = make("select", "dal-preset");
-  for (const p of model.get("presets_spec")) {
-    const o = make("option", "", p.label); o.value = p.name; presetSel.appendChild(o);
-  }
-  presetRow.append(make("label", "", "preset"), presetSel);
-  const grid = make("div", "dal-controls");
-  const lifeHead = make("div", "dal-subhead", "custom policy: lifetime of each class after the run (months)");
-  const lifeGrid = make("div", "dal-lifetimes");
-  const msg = make("div", "dal-error");
-  const notice = make("div", "dal-notice");
-  const readout = make("ul", "dal-readout");
-  const chart = make("div", "dal-chart");
-  const costs = make("table", "dal-costs");
-  const proms = make("table", "dal-promises");
-  el.append(presetRow, grid, lifeHead, lifeGrid, msg, notice, readout, chart, costs, proms);
-  const send = (name, v) => { model.set(name, v); model.save_changes(); };
-  presetSel.addEventListener("change", () => send("preset", presetSel.value));
-
-  const boxes = {};
-  const typing = new Set();   // boxes typed in since their last commit: a redraw must not overwrite them
-  const srcs = {};
-  for (const g of model.get("givens_spec")) {
-    const row = make("div", "dal-row"); row.dataset.name = g.name;
-    const label = make("label", "", `${g.label} (${g.name})`);
-    const box = Object.assign(document.createElement("input"), { type: "number", step: g.whole ? "1" : "any" });
-    box.className = "dal-number"; box.dataset.name = g.name;
-    const unit = make("span", "dal-unit", g.unit);
-    const src = make("span", "dal-source");
-    row.append(label, box, unit, src); grid.appendChild(row);
-    box.addEventListener("input", () => typing.add(box));
-    const commit = () => {
-      typing.delete(box);
-      const t = box.value.trim();
-      const v = t === "" ? NaN : Number(t);
-      send(g.name, Number.isNaN(v) ? null : v);
-    };
-    box.addEventListener("change", commit);
-    box.addEventListener("keydown", (e) => {
-      e.stopPropagation();
-      if (e.key === "Enter") { e.preventDefault(); commit(); }
-    });
-    boxes[g.name] = box; srcs[g.name] = src;
-  }
-
-  const life = {};
-  for (const c of model.get("classes_spec")) {
-    const row = make("div", "dal-row"); row.dataset.artifact = c.name;
-    const box = Object.assign(document.createElement("input"), { type: "number", step: "any", min: "0" });
-    box.className = "dal-life"; box.dataset.artifact = c.name;
-    const kept = Object.assign(document.createElement("input"), { type: "checkbox" });
-    kept.className = "dal-kept"; kept.dataset.artifact = c.name;
-    const keptLabel = make("label", "dal-kept-label"); keptLabel.append(kept, " kept");
-    row.append(make("label", "", c.label), box, make("span", "dal-unit", "months"), keptLabel);
-    lifeGrid.appendChild(row);
-    box.addEventListener("input", () => typing.add(box));
-    const commit = () => {
-      typing.delete(box);
-      const cur = Object.assign({}, model.get("custom_lifetimes") || {});
-      if (!kept.checked) { cur[c.name] = null; }
-      else {
-        const t = box.value.trim();
-        const v = t === "" ? NaN : Number(t);
-        cur[c.name] = Number.isNaN(v) ? "" : v;     // "" is refused by the kernel with a message
-      }
-      send("custom_lifetimes", cur);
-    };
-    box.addEventListener("change", commit);
-    box.addEventListener("keydown", (e) => {
-      e.stopPropagation();
-      if (e.key === "Enter") { e.preventDefault(); commit(); }
-    });
-    kept.addEventListener("change", () => {
-      if (kept.checked && box.value.trim() === "") box.value = fmt(model.get("replay_months"));
-      commit();
-    });
-    life[c.name] = { box, kept };
-  }
-
-  function drawInputs() {
-    presetSel.value = model.get("preset");
-    const sources = model.get("sources") || {};
-    for (const [name, box] of Object.entries(boxes)) {
-      if (!(document.activeElement === box && typing.has(box))) box.value = fmt(model.get(name));
-      srcs[name].textContent = sources[name] || "";
-    }
-    const cur = model.get("custom_lifetimes") || {};
-    for (const [name, r] of Object.entries(life)) {
-      const v = cur[name];
-      const isKept = v !== null && v !== undefined;
-      r.kept.checked = isKept;
-      r.box.disabled = !isKept;
-      if (!(document.activeElement === r.box && typing.has(r.box))) r.box.value = isKept ? fmt(v) : "";
-    }
-  }
-  function drawTables() {
-    costs.replaceChildren();
-    const cols = model.get("cost_columns") || [];
-    const head = costs.insertRow();
-    for (const c of cols) head.appendChild(make("th", "", c.label));
-    for (const r of model.get("cost_cells") || []) {
-      const tr = costs.insertRow(); tr.dataset.policy = r.policy;
-      for (const c of cols) { const td = tr.insertCell(); td.dataset.col = c.key; td.textContent = fmt(r[c.key]); }
-    }
-    proms.replaceChildren();
-    const pcols = model.get("promise_names") || [];
-    const ph = proms.insertRow();
-    ph.appendChild(make("th", "", "policy"));
-    for (const p of pcols) ph.appendChild(make("th", "", p));
-    for (const r of model.get("promise_cells") || []) {
-      const tr = proms.insertRow(); tr.dataset.policy = r.policy;
-      tr.insertCell().textContent = r.policy;
-      for (const p of pcols) {
-        const td = tr.insertCell(); td.dataset.promise = p;
-        td.className = r[p].kept ? "dal-kept-cell" : "dal-broken-cell";
-        td.textContent = r[p].text;
-      }
-    }
-  }
-  function drawOutputs() {
-    drawInputs();
-    msg.textContent = model.get("error") || "";
-    notice.textContent = model.get("notice") || "";
-    readout.replaceChildren();
-    for (const line of model.get("readout_lines") || []) readout.appendChild(make("li", "", line));
-    chart.innerHTML = model.get("chart_svg") || "";
-    drawTables();
-    el.dataset.revision = String(model.get("revision") || 0);
-  }
-  for (const g of model.get("givens_spec")) model.on(`change:${g.name}`, drawInputs);
-  for (const t of ["preset", "custom_lifetimes", "sources"]) model.on(`change:${t}`, drawInputs);
-  for (const t of ["error", "notice", "readout_lines", "chart_svg", "cost_cells", "promise_cells", "revision"]) {
-    model.on(`change:${t}`, drawOutputs);
-  }
-  drawOutputs();
-}
-export default { render };
-"""
-
-_CSS = """
-.dal-retention { font-family: system-ui, sans-serif; font-size: 13px; }
-.dal-retention .dal-controls, .dal-retention .dal-lifetimes { display: grid; grid-template-columns: 1fr; gap: 2px;
-  margin-bottom: 6px; }
-.dal-retention .dal-row { display: flex; align-items: center; gap: 6px; }
-.dal-retention .dal-row > label:first-child { flex: 0 0 330px; }
-.dal-retention .dal-number, .dal-retention .dal-life, .dal-retention .dal-unit { flex: none; }
-.dal-retention .dal-number, .dal-retention .dal-life { width: 110px; }
-.dal-retention .dal-unit { width: 120px; color: #555; }
-.dal-retention .dal-source { color: #8a5a00; }
-.dal-retention .dal-subhead { font-weight: 600; margin-top: 4px; }
-.dal-retention .dal-error { color: #b00020; min-height: 1.2em; }
-.dal-retention .dal-notice { color: #8a5a00; }
-.dal-retention .dal-readout { margin: 4px 0 8px 1em; padding: 0; }
-.dal-retention .dal-chart svg { max-width: 100%; height: auto; }
-.dal-retention table { border-collapse: collapse; margin: 6px 0; }
-.dal-retention th, .dal-retention td { border: 1px solid #ccc; padding: 2px 6px; text-align: left; }
-.dal-retention .dal-kept-cell { background: #eef8ee; }
-.dal-retention .dal-broken-cell { background: #fdecec; color: #8b0000; font-weight: 600; }
-"""
-
 
 def _plain_lifetimes(d: Mapping[str, float | None]) -> dict[str, float | None]:
     return {a: (None if d[a] is None else float(d[a])) for a in rt.ARTIFACT_CLASSES}
 
 
-class RetentionPlanner(anywidget.AnyWidget):
+class RetentionPlanner(KernelWidget, static="retention_planner"):
     """Price retention policies per artifact class and check the promises each keeps (see the module
     docstring for the givens, policies, presets and units).
 
@@ -670,8 +494,6 @@ class RetentionPlanner(anywidget.AnyWidget):
             from Python (after reverting it and putting the reason in ``error``).
     """
 
-    _esm = _ESM
-    _css = _CSS
     preset = traitlets.Unicode("repair").tag(sync=True)
     turns = traitlets.Any(0).tag(sync=True)
     envelope_kb_per_turn = traitlets.Any(0.0).tag(sync=True)
@@ -696,7 +518,6 @@ class RetentionPlanner(anywidget.AnyWidget):
     promise_cells = traitlets.List().tag(sync=True)
     readout_lines = traitlets.List().tag(sync=True)
     chart_svg = traitlets.Unicode("").tag(sync=True)
-    error = traitlets.Unicode("").tag(sync=True)
     notice = traitlets.Unicode("").tag(sync=True)
     revision = traitlets.Int(0).tag(sync=True)
 
@@ -884,3 +705,7 @@ __all__ = [
     "stacked_bar_svg",
     "usd",
 ]
+
+
+#: What the front end receives: static/_shared.js + static/retention_planner.js, and static/retention_planner.css.
+_ESM, _CSS = RetentionPlanner._esm, RetentionPlanner._css

@@ -2,8 +2,8 @@
 
 Every figure is measured in one run, in one temporary directory, on one disk, so the numbers
 can be compared with each other (and only with each other: they are this machine's, today).
-Contenders of a figure are always measured in interleaved rounds (the order rotates every
-round), so machine noise falls on all of them alike.
+Contenders of a figure are always measured in interleaved rounds (the order changes every
+round; :mod:`kernel_lib.bench.harness`), so machine noise falls on all of them alike.
 
 1. **Per-append latency** of each log store at each acknowledgment tier it offers, for the
    same pre-built events, against a raw baseline of the same bytes: ``os.write`` appending to a
@@ -72,30 +72,37 @@ Run it as ``python -m kernel_lib bench append`` (or ``python -m kernel_lib.bench
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import concurrent.futures
 import contextlib
 import dataclasses
-import gc
 import importlib.util
-import json
 import math
 import os
-import platform
-import shutil
 import sqlite3
 import statistics
 import sys
-import tempfile
 import threading
-import time
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Awaitable, Callable, Iterable, Sequence
+from typing import Any
 
 from tqdm import tqdm
 
+from kernel_lib.bench.harness import (
+    Contender,
+    MeasuredDir,
+    machine_info,
+    median,
+    progress_bar,
+    ratio,
+    round_plan,
+    rounds_ticks,
+    run_rounds,
+    summarize,
+    time_call,
+)
 from kernel_lib.errors import KernelError
 from kernel_lib.core.events import Event, TaskStarted, ToolIntent, ToolResult
 from kernel_lib.log import (
@@ -164,130 +171,6 @@ class BenchPlan:
                    step_count=base.step_count, step_runs=max(2, round(base.step_runs * scale)),
                    step_warmup=base.step_warmup, fleet_runs=max(2, round(base.fleet_runs * scale)),
                    fleet_warmup=base.fleet_warmup)
-
-
-# ------------------------------------------------------------------------------------------------
-# the one timing helper, and the interleaving built on it
-# ------------------------------------------------------------------------------------------------
-
-
-def _time_each(fn: Callable[[Any], object], args: Iterable[Any]) -> list[float]:
-    """Call ``fn(a)`` for each ``a`` in ``args``; return each call's wall time (s, perf_counter)."""
-    out: list[float] = []
-    clock = time.perf_counter
-    for a in args:
-        t0 = clock()
-        fn(a)
-        out.append(clock() - t0)
-    return out
-
-
-@dataclass
-class _Contender:
-    """Something measured call by call: ``op(item)`` on pre-built ``items``, consumed in order.
-
-    ``self_timed``: ``op`` returns its own wall time (s), for ops that must exclude their set-up
-    (starting writer threads) from the measurement; otherwise :func:`_time_each` times the call.
-    Self-timed ops are long (many threads, many appends), so the process's CPU time (all its
-    threads, from ``time.process_time``) is also recorded for each, in ``cpu_samples``.
-    """
-
-    key: str
-    op: Callable[[Any], object]
-    items: Sequence[Any]
-    self_timed: bool = False
-    samples: list[float] = field(default_factory=list)
-    cpu_samples: list[float] = field(default_factory=list)
-    pos: int = 0
-
-    def take(self, n: int) -> Sequence[Any]:
-        chunk = self.items[self.pos:self.pos + n]
-        if len(chunk) < n:
-            raise KernelError(f"benchmark contender {self.key} ran out of pre-built items")
-        self.pos += n
-        return chunk
-
-    def run(self, n: int, keep: bool = True) -> None:
-        """Run the next ``n`` items; with ``keep``, record each call's wall (and CPU) time in s."""
-        items = self.take(n)
-        if not self.self_timed:
-            walls = _time_each(self.op, items)
-            if keep:
-                self.samples += walls
-            return
-        for a in items:
-            cpu0 = time.process_time()
-            wall = float(self.op(a))
-            if keep:
-                self.samples.append(wall)
-                self.cpu_samples.append(time.process_time() - cpu0)
-
-
-def _interleaved(contenders: Sequence[_Contender], warmup: int, per_round: int, rounds: int,
-                 tick: Callable[[], None]) -> None:
-    """Warm every contender up, then measure ``per_round`` calls of each per round.
-
-    The order rotates every round (and reverses every other round), so no contender always runs
-    first or right after the same neighbour; noise spreads over all of them.
-    """
-    for c in contenders:
-        c.run(warmup, keep=False)
-    tick()
-    n = len(contenders)
-    for r in range(rounds):
-        order = [contenders[(i + r) % n] for i in range(n)]
-        if r % 2:
-            order.reverse()
-        gc.collect()
-        for c in order:
-            c.run(per_round)
-        tick()
-
-
-def _round_plan(runs: int, rounds: int) -> tuple[int, int]:
-    """``(per_round, rounds)`` covering at least ``runs`` measured calls in about ``rounds`` rounds."""
-    per_round = math.ceil(runs / rounds)
-    return per_round, math.ceil(runs / per_round)
-
-
-def _summary(samples_s: Sequence[float]) -> dict[str, float]:
-    """Median, p99 (nearest rank) and mean of samples in seconds, reported in µs."""
-    s = sorted(samples_s)
-    p99 = s[max(0, math.ceil(0.99 * len(s)) - 1)]
-    return {"median_us": statistics.median(s) * 1e6, "p99_us": p99 * 1e6,
-            "mean_us": statistics.fmean(s) * 1e6, "n": len(s)}
-
-
-# ------------------------------------------------------------------------------------------------
-# machine and filesystem
-# ------------------------------------------------------------------------------------------------
-
-
-def _filesystem(path: Path) -> dict[str, Any]:
-    """Mount point, filesystem type and device holding ``path`` (from /proc/self/mountinfo)."""
-    real = os.path.realpath(path)
-    best: dict[str, Any] = {"mount_point": None, "fs_type": "unknown", "device": None}
-    try:
-        with open("/proc/self/mountinfo") as f:
-            for line in f:
-                left, _, right = line.partition(" - ")
-                mnt = left.split()[4].replace("\\040", " ")
-                fs_type, device = (right.split() + ["", ""])[:2]
-                inside = real == mnt or real.startswith(mnt.rstrip("/") + "/")
-                if inside and len(mnt) >= len(best["mount_point"] or ""):
-                    best = {"mount_point": mnt, "fs_type": fs_type, "device": device}
-    except OSError:
-        pass
-    if best["fs_type"] in ("tmpfs", "ramfs"):
-        best["warning"] = (f"{real} is on {best['fs_type']}: fdatasync is a no-op there, so the "
-                           "fdatasync figures do not measure a disk; pass --dir on a real disk")
-    return best
-
-
-def _machine(tmp: Path) -> dict[str, Any]:
-    return {"cpu_count": os.cpu_count(), "python": sys.version.split()[0],
-            "implementation": platform.python_implementation(), "platform": platform.platform(),
-            "sqlite_version": sqlite3.sqlite_version, "tmp_dir": str(tmp), "filesystem": _filesystem(tmp)}
 
 
 # ------------------------------------------------------------------------------------------------
@@ -400,25 +283,26 @@ def _figure_append_latency(tmp: Path, kinds: list[str], plan: BenchPlan, stores:
             return lambda ev: (os.write(fd, ev.canonical), os.fdatasync(fd))
         return lambda ev: os.write(fd, ev.canonical)
 
-    contenders = [_Contender("raw_write", raw(False), events), _Contender("raw_write_fdatasync", raw(True), events)]
+    contenders = [Contender("raw_write", raw(False), events), Contender("raw_write_fdatasync", raw(True), events)]
     for kind in kinds:
         for tier in _offered_tiers(kind, tmp):
             store = stores.open(kind, f"append-{tier.label}")
-            contenders.append(_Contender(f"{kind}@{tier.label}", lambda ev, s=store, t=tier: s.append(ev, t), events))
+            contenders.append(Contender(f"{kind}@{tier.label}", lambda ev, s=store, t=tier: s.append(ev, t), events))
     try:
-        _interleaved(contenders, plan.warmup, per_round, plan.rounds, tick)
+        samples = run_rounds(contenders, rounds=plan.rounds, per_round=per_round, warmup=plan.warmup, tick=tick,
+                             collect="round")
     finally:
         for fd in fds:
             os.close(fd)
-    figs = {c.key: _summary(c.samples) for c in contenders}
+    figs = {name: summarize(xs, "us") for name, xs in samples.items()}
     baselines = {k: figs.pop(k) for k in ("raw_write", "raw_write_fdatasync")}
     out_stores: dict[str, dict[str, Any]] = {}
     for key, fig in figs.items():
         kind, tier = key.split("@")
         base = _BASELINE_OF_TIER.get(tier)
         if base is not None:
-            fig.update(baseline=base, ratio_median=fig["median_us"] / baselines[base]["median_us"],
-                       ratio_p99=fig["p99_us"] / baselines[base]["p99_us"])
+            fig.update(baseline=base, ratio_median=ratio(fig["median_us"], baselines[base]["median_us"]),
+                       ratio_p99=ratio(fig["p99_us"], baselines[base]["p99_us"]))
         out_stores.setdefault(kind, {})[tier] = fig
     return {"event_bytes": round(statistics.fmean(len(e.canonical) for e in events)), "warmup": plan.warmup,
             "rounds": plan.rounds, "baselines": baselines, "stores": out_stores}
@@ -445,12 +329,12 @@ def _concurrently(workers: Sequence[Callable[[], None]]) -> float:
     for t in threads:
         t.start()
 
-    def release_and_join(_: object) -> None:
+    def release_and_join() -> None:
         barrier.wait()
         for t in threads:
             t.join()
 
-    (elapsed,) = _time_each(release_and_join, [None])
+    elapsed = time_call(release_and_join)
     if errors:
         raise errors[0]
     return elapsed
@@ -461,8 +345,7 @@ def _run_tasks(loop: asyncio.AbstractEventLoop, workers: Sequence[Callable[[], A
     async def all_of() -> None:
         await asyncio.gather(*(w() for w in workers))
 
-    (elapsed,) = _time_each(lambda _: loop.run_until_complete(all_of()), [None])
-    return elapsed
+    return time_call(lambda: loop.run_until_complete(all_of()))
 
 
 def _committer_summary(stats: Any) -> dict[str, Any]:
@@ -546,19 +429,19 @@ def _figure_group_commit(kinds: list[str], plan: BenchPlan, stores: _Stores, flu
                                for w in range(writers)]
                         chunks = [[e[r * per_writer:(r + 1) * per_writer] for e in evs]
                                   for r in range(plan.group_rounds)]
-                        contenders.append(_Contender(f"{model}|{mode}", lambda chunk, m=models[model], md=mode:
-                                                     m.run(md, chunk), chunks, self_timed=True))
-                _interleaved(contenders, 0, 1, plan.group_rounds, tick)
+                        contenders.append(Contender(f"{model}|{mode}", lambda chunk, m=models[model], md=mode:
+                                                    m.run(md, chunk), chunks, self_timed=True))
+                samples = run_rounds(contenders, rounds=plan.group_rounds, per_round=1, tick=tick, collect="round")
             finally:
                 for m in models.values():
                     m.close()
-            elapsed = {c.key: sum(c.samples) for c in contenders}
+            elapsed = {name: sum(xs) for name, xs in samples.items()}
             n = per_writer * writers * plan.group_rounds
             for model, m in models.items():
                 single, group = elapsed[f"{model}|single"], elapsed[f"{model}|group"]
                 summary = _committer_summary(m.committer.stats)
                 out[kind][model].append({"writers": writers, "single_flush_events_per_s": n / single,
-                                         "group_commit_events_per_s": n / group, "speedup": single / group,
+                                         "group_commit_events_per_s": n / group, "speedup": ratio(single, group),
                                          "time_per_flush_s": group / summary["flushes"], **summary})
     return {"tier": tier.label, "flush_timer_s": flush_timer_s, "batch_cap": batch_cap,
             "rounds": plan.group_rounds, "writer_models": dict(WRITER_MODELS), "stores": out}
@@ -783,11 +666,12 @@ def _figure_steps(systems: list[_StepSystem], plan: BenchPlan, tick: Callable[[]
                         [lambda j=j: s.run(d, k, f"{rid}-t{j:02d}") for j in range(trajectories)]))
                 else:
                     op = lambda rid, s=sys_, d=durable, k=n: s.run(d, k, rid)  # noqa: E731
-                contenders.append(_Contender(key, op, run_ids, self_timed=fleet))
-    per_round, rounds = _round_plan(runs, runs if fleet else plan.rounds)   # a fleet run is long: one a round
-    _interleaved(contenders, warmup, per_round, rounds, tick)
-    med = {c.key: statistics.median(c.samples) for c in contenders}
-    cpu = {c.key: statistics.median(c.cpu_samples) for c in contenders if c.cpu_samples}
+                # a fleet run is self-timed (its threads start outside the measurement) and records CPU
+                contenders.append(Contender(key, op, run_ids, self_timed=fleet, cpu=fleet))
+    per_round, rounds = round_plan(runs, runs if fleet else plan.rounds)   # a fleet run is long: one a round
+    run_rounds(contenders, rounds=rounds, per_round=per_round, warmup=warmup, tick=tick, collect="round")
+    med = {c.name: median(c.samples_s) for c in contenders}
+    cpu = {c.name: median(c.cpu_samples_s) for c in contenders if c.cpu_samples_s}
 
     def slope(m: dict[str, float], name: str, mode: str) -> float:   # µs per step
         return (m[f"{name}|{mode}|{hi}"] - m[f"{name}|{mode}|{lo}"]) / ((hi - lo) * trajectories) * 1e6
@@ -833,16 +717,16 @@ def _compare_to_peers(steps: dict[str, Any], raw_fdatasync_us: float | None = No
             break
         best = min(peers, key=lambda k: peers[k][metric])
         out[metric] = {"faster_peer": best, "faster_peer_us": peers[best][metric],
-                       "ours_over_faster_peer": {k: v[metric] / peers[best][metric] for k, v in ours.items()}}
+                       "ours_over_faster_peer": {k: ratio(v[metric], peers[best][metric]) for k, v in ours.items()}}
     over = out.get("durability_overhead_us")
     if over and raw_fdatasync_us:
         peer_us = over["faster_peer_us"]
         over["floor"] = {
             "raw_fdatasync_median_us": raw_fdatasync_us, "target_us": TARGET_OVERHEAD_RATIO * peer_us,
-            "one_barrier_ratio": raw_fdatasync_us / peer_us,
+            "one_barrier_ratio": ratio(raw_fdatasync_us, peer_us),
             "ours": {k: {"barriers_per_step": v["barriers_per_step"],
                          "floor_us": v["barriers_per_step"] * raw_fdatasync_us,
-                         "floor_ratio": v["barriers_per_step"] * raw_fdatasync_us / peer_us}
+                         "floor_ratio": ratio(v["barriers_per_step"] * raw_fdatasync_us, peer_us)}
                      for k, v in ours.items() if "barriers_per_step" in v}}
     return out
 
@@ -862,10 +746,11 @@ def _overhead_targets(figure: int, fleet: bool, comparison: dict[str, Any]) -> l
                  "detail": "not evaluated: no peer was measured"}]
     out = []
     floor = over.get("floor", {})
-    for ours, ratio in over["ours_over_faster_peer"].items():
+    for ours, over_peer in over["ours_over_faster_peer"].items():
         row = {"figure": figure, "name": f"{ours} {scope}per-step durability overhead / {over['faster_peer']}'s {scope}"
                                          "overhead",
-               "measured": ratio, "limit": f"<= {TARGET_OVERHEAD_RATIO}", "passed": ratio <= TARGET_OVERHEAD_RATIO}
+               "measured": over_peer, "limit": f"<= {TARGET_OVERHEAD_RATIO}",
+               "passed": over_peer <= TARGET_OVERHEAD_RATIO}
         f = floor.get("ours", {}).get(ours)
         if f:
             reachable = f["floor_ratio"] <= TARGET_OVERHEAD_RATIO
@@ -944,10 +829,8 @@ def run_append_bench(*, dir: str | os.PathLike | None = None, iterations: int | 
     plan = BenchPlan.make(iterations, quick)
     if flush_timer_s < 0 or batch_cap < 1:
         raise KernelError(f"need flush timer >= 0 and batch cap >= 1, got {flush_timer_s} s, {batch_cap}")
-    parent = Path(dir) if dir is not None else Path.cwd()
-    if not parent.is_dir():
-        raise KernelError(f"--dir {str(parent)!r} is not an existing directory")
-    tmp = Path(tempfile.mkdtemp(prefix="bench-append-", dir=parent))
+    scratch = MeasuredDir(dir, prefix="bench-append-")
+    tmp = scratch.path
     stores = _Stores(tmp)
     systems: list[_StepSystem] = []
     bar = None
@@ -955,12 +838,11 @@ def run_append_bench(*, dir: str | os.PathLike | None = None, iterations: int | 
         kinds, skipped_stores = _store_kinds()
         durable_kinds = [k for k in kinds if k != "memory"]
         peer_factories = _peer_factories(tmp) if peers else {}
-        units = ((1 + plan.rounds) + len(durable_kinds) * len(WRITER_COUNTS) * (1 + plan.group_rounds)
-                 + (1 + _round_plan(plan.step_runs, plan.rounds)[1]) + (1 + plan.fleet_runs))
-        bar = tqdm(total=units, unit="round", file=sys.stderr, leave=False,
-                   disable=not (sys.stderr.isatty() if progress is None else progress))
+        units = (rounds_ticks(plan.rounds) + len(durable_kinds) * len(WRITER_COUNTS) * rounds_ticks(plan.group_rounds)
+                 + rounds_ticks(round_plan(plan.step_runs, plan.rounds)[1]) + rounds_ticks(plan.fleet_runs))
+        bar = progress_bar(units, enabled=progress, factory=tqdm)
         tick = lambda: bar.update(1)  # noqa: E731
-        result: dict[str, Any] = {"machine": _machine(tmp)}
+        result: dict[str, Any] = {"machine": machine_info(tmp)}
         result["config"] = {"quick": quick, **dataclasses.asdict(plan), "fleet_size": FLEET_SIZE,
                             "peers_requested": peers, "stores": kinds, "skipped_stores": skipped_stores}
         bar.set_description("per-append latency")
@@ -1003,7 +885,7 @@ def run_append_bench(*, dir: str | os.PathLike | None = None, iterations: int | 
             with contextlib.suppress(Exception), contextlib.redirect_stdout(sys.stderr):
                 s.close()
         stores.close()
-        shutil.rmtree(tmp, ignore_errors=True)
+        scratch.remove()
 
 
 # ------------------------------------------------------------------------------------------------
@@ -1116,202 +998,3 @@ def format_report(r: dict[str, Any]) -> str:
     out.append(_table(rows, ["fig", "target", "measured", "limit", "result"]))
     out += [f"  fig {t['figure']} {t['name']}: {t['detail']}" for t in r["targets"] if t.get("detail")]
     return "\n".join(out)
-
-
-_HELP = """\
-Measure, in one run on one disk, what a durable acknowledgment costs here (§11.3.1, §11.3.4).
-
-figures:
-  1  per-append latency (median, p99, µs) of each store at each tier it offers, for the same
-     pre-built events, and the same bytes appended raw: os.write (baseline of the write tier:
-     survives a process crash) and os.write+os.fdatasync (baseline of the fdatasync tier:
-     survives a host crash). Ratios = store / baseline. Interleaved rounds after a warm-up.
-  2  events/s of 1, 4 and 16 writers (own trajectory each, fdatasync tier) flushing every event
-     themselves ("single") vs through a group committer ("group"), for two writer models in the
-     same interleaved rounds: "threads" (OS threads; GroupCommitter) and "asyncio" (tasks on one
-     loop; single = store.append on the loop, serial; group = AsyncGroupCommitter, flush on
-     the loop). The ratio, the mean batch size and the eq. 2 terms:
-     queue_wait (flush start - arrival), storage (ack - flush start), storage per event.
-  3  per-step time of one trajectory's durable step and of the same step without durability,
-     as the slope between runs of 1 and 1+S steps; overhead = durable - non-durable. Ours: the
-     dispatch gate's durable path (admission+intent durable as one batch, no-op dispatch, result
-     durable) on each durable store vs on MemoryStore. Peers, when installed: DBOS (@DBOS.step
-     in a @DBOS.workflow, SQLite system database) and LangGraph (SqliteSaver,
-     durability="sync"). The SQLite journal_mode and synchronous of every system's connection
-     are read back: is its step fsync-durable? The floor: barriers per step (probe-counted) x
-     the raw write+fdatasync median of figure 1, as a ratio of the faster peer's overhead.
-  4  the same per-step figures for a fleet of 16 concurrent trajectories (threads) started
-     together: wall time / (16 x steps), slope between runs of 1 and 1+S steps. Ours: one
-     dispatch gate per trajectory, all on one store through one GroupCommitter; LangGraph: the
-     same compiled graph, one thread_id each, one SqliteSaver; DBOS: 16 workflow calls.
-  5  targets: fdatasync append <= 1.5x raw write+fdatasync; group commit >= 5x single flush
-     at 16 writers (per store and writer model); our per-step durability overhead <= 0.2x the
-     faster peer's, for one trajectory (with its floor) and for the fleet.
-
-The temporary directory is created under --dir (default: the current directory, so the disk is
-the project's, not a RAM disk) and removed afterwards. Numbers are this machine's, today.
-"""
-
-
-def _cmd_append(args: argparse.Namespace) -> int:
-    try:
-        result = run_append_bench(dir=args.dir, iterations=args.iterations, quick=args.quick,
-                                  peers=not args.no_peers, flush_timer_s=args.flush_timer_ms / 1e3,
-                                  batch_cap=args.batch_cap)
-    except KernelError as exc:
-        print(f"bench append: {exc}", file=sys.stderr)
-        return 2
-    print(json.dumps(result, indent=2) if args.json else format_report(result))
-    return 0
-
-
-def add_cli(subparsers: "argparse._SubParsersAction") -> argparse.ArgumentParser:
-    """Register ``bench`` (with sub-subcommand ``append``) on a CLI's subparsers.
-
-    The ``append`` parser sets ``func`` to a callable ``(args) -> exit code``.
-    """
-    bench = subparsers.add_parser("bench", help="measure this machine's durability costs",
-                                  description="Benchmarks measured on this machine.")
-    sub = bench.add_subparsers(dest="bench_command", metavar="{append,restore,diverge,replay,quorum}", required=True)
-    p = sub.add_parser("append", help="append latency, group commit and per-step overhead vs peers",
-                       description=_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
-    p.add_argument("--dir", metavar="PATH", help="create the temporary directory under PATH (default: the current "
-                                                 "directory); use a directory on the disk you want measured")
-    p.add_argument("--iterations", type=int, metavar="N",
-                   help="measured appends per contender in figure 1 (default 2000; --quick 60); "
-                        "figures 2 to 4 scale with it")
-    p.add_argument("--quick", action="store_true", help="few iterations: a smoke run of a few seconds")
-    p.add_argument("--no-peers", action="store_true", help="skip DBOS and LangGraph even if installed")
-    p.add_argument("--flush-timer-ms", type=float, default=DEFAULT_FLUSH_TIMER_S * 1e3, metavar="MS",
-                   help=f"group committers' flush timer, figures 2 and 4 (default {DEFAULT_FLUSH_TIMER_S * 1e3:g} ms)")
-    p.add_argument("--batch-cap", type=int, default=DEFAULT_BATCH_CAP, metavar="N",
-                   help=f"group committers' batch cap, figures 2 and 4 (default {DEFAULT_BATCH_CAP}, the "
-                        "committer's own)")
-    p.set_defaults(func=_cmd_append)
-    _add_restore_cli(sub)
-    _add_diverge_cli(sub)
-    _add_replay_cli(sub)
-    _add_quorum_cli(sub)
-    return bench
-
-
-# --- bench replay (§11.6.2) and bench diverge (§11.7): one shape, a ratio against a plain fold ---
-
-
-def _add_ratio_bench(sub: "argparse._SubParsersAction", name: str, module: str, run: str, fmt: str, *,
-                     help: str, events_help: str, seed_help: str) -> None:
-    """Register ``bench NAME`` for a module whose ``run(events, rounds=, seed=)`` returns a dict and
-    ``fmt(result)`` prints it (kernel_lib.bench.replay, kernel_lib.bench.diverge)."""
-    import importlib
-    mod = importlib.import_module(f".{module}", __package__)
-
-    def cmd(args: argparse.Namespace) -> int:
-        try:
-            result = getattr(mod, run)(args.events, rounds=args.rounds, seed=args.seed)
-        except KernelError as exc:
-            print(f"bench {name}: {exc}", file=sys.stderr)
-            return 2
-        print(json.dumps(result, indent=2) if args.json else getattr(mod, fmt)(result))
-        return 0
-
-    p = sub.add_parser(name, help=help, description=mod.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
-    p.add_argument("--events", type=int, default=10_000, metavar="N", help=events_help)
-    p.add_argument("--rounds", type=int, default=5, metavar="N", help="interleaved timed rounds (default 5)")
-    p.add_argument("--seed", type=int, default=0, help=seed_help)
-    p.set_defaults(func=cmd)
-
-
-def _add_diverge_cli(sub: "argparse._SubParsersAction") -> None:
-    _add_ratio_bench(sub, "diverge", "diverge", "run_diverge_bench", "format_diverge_bench",
-                     help="locating the first divergence of two logs vs a plain fold of one (ratio)",
-                     events_help="events per log (default 10000)", seed_help="seed of the synthetic logs (default 0)")
-
-
-def _add_replay_cli(sub: "argparse._SubParsersAction") -> None:
-    _add_ratio_bench(sub, "replay", "replay", "run_replay_bench", "format_replay_bench",
-                     help="serving a recording through the replay adapter vs a plain fold (ratio)",
-                     events_help="events in the recording (default 10000)",
-                     seed_help="seed of the synthetic recording (default 0)")
-
-
-_QUORUM_HELP = """\
-The price of the quorum tier (§11.3.1, table 2 row 3) against the local fdatasync tier, measured on
-this machine in the same run and given as ratios:
-
-  1. acknowledgment latency: one writer, one event per acknowledgment, the etcd store (a Raft
-     commit on a majority of three members, each syncing its own log) against SQLite at fdatasync,
-     in alternating rounds;
-  2. group commit (eq. 2): several writers share acknowledgments through a group committer on
-     each store; events acknowledged per second and the mean batch size.
-
-It starts three etcd members on loopback and stops them at the end. All three share this machine's
-disk and cores: the figures price the protocol, not an independent placement."""
-
-
-def _add_quorum_cli(sub: "argparse._SubParsersAction") -> None:
-    import kernel_lib.bench.quorum as qb
-
-    def cmd(args: argparse.Namespace) -> int:
-        try:
-            result = qb.run_quorum_bench(args.events, rounds=args.rounds, writers=args.writers)
-        except KernelError as exc:
-            print(f"bench quorum: {exc}", file=sys.stderr)
-            return 2
-        print(json.dumps(result, indent=2) if args.json else qb.format_quorum_bench(result))
-        return 0
-
-    p = sub.add_parser("quorum", help="quorum (etcd) acknowledgment latency and group commit vs local fdatasync "
-                                      "(ratios)", description=_QUORUM_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
-    p.add_argument("--events", type=int, default=400, metavar="N", help="appends per store per figure (default 400)")
-    p.add_argument("--rounds", type=int, default=4, metavar="N", help="alternating rounds in figure 1 (default 4)")
-    p.add_argument("--writers", type=int, default=8, metavar="N", help="concurrent writers in figure 2 (default 8)")
-    p.set_defaults(func=cmd)
-
-
-# --- bench restore (§11.4): implemented in kernel_lib.bench.restore ---------------------------
-
-
-def _cmd_restore(args: argparse.Namespace) -> int:
-    import kernel_lib.bench.restore as restore_bench
-    progress = None if args.json or not sys.stderr.isatty() else (lambda msg: print(f"... {msg}", file=sys.stderr))
-    try:
-        result = restore_bench.run_restore_bench(sizes=args.sizes, dir=args.dir, store=args.store, rounds=args.rounds,
-                                                 scrub_positions=args.positions, seed=args.seed, progress=progress)
-    except KernelError as exc:
-        print(f"bench restore: {exc}", file=sys.stderr)
-        return 2
-    print(json.dumps(result, indent=2) if args.json else restore_bench.format_restore_report(result))
-    return 0
-
-
-def _add_restore_cli(sub: "argparse._SubParsersAction") -> None:
-    import kernel_lib.bench.restore as restore_bench
-    p = sub.add_parser("restore", help="restore from a checkpoint vs fold from the start; fold throughput; scrubber",
-                       description=restore_bench.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
-    p.add_argument("--sizes", type=int, nargs="+", default=list(restore_bench.DEFAULT_SIZES), metavar="N",
-                   help="log sizes in events (default: 10000 100000)")
-    p.add_argument("--store", choices=["sqlite", "segment"], default="sqlite", help="log store (default sqlite)")
-    p.add_argument("--dir", metavar="PATH", help="create the temporary directory under PATH (default: the current "
-                                                 "directory)")
-    p.add_argument("--rounds", type=int, metavar="N", help="interleaved rounds per timed figure (default 5, 3 from "
-                                                           "50000 events)")
-    p.add_argument("--positions", type=int, default=40, metavar="N", help="scrubber positions timed (default 40)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the generated log (default 0)")
-    p.set_defaults(func=_cmd_restore)
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m kernel_lib.bench.append append ...`` (same as ``python -m kernel_lib bench append ...``)."""
-    argv = list(sys.argv[1:] if argv is None else argv)
-    parser = argparse.ArgumentParser(prog="python -m kernel_lib")
-    add_cli(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(argv if argv[:1] == ["bench"] else ["bench", *argv])
-    return args.func(args)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

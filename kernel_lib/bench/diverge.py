@@ -8,7 +8,7 @@ delivered inputs, replies and observations differ while identities stay the same
 id of B is re-stamped (``runB-…``) as a separate run's would be. The first mismatch is therefore
 late, and the localizer has to walk nearly the whole of both logs.
 
-Timed in interleaved rounds (order rotating each round), median seconds:
+Timed in interleaved rounds (:func:`kernel_lib.bench.harness.time_rounds`), median seconds:
 
 * ``locate``: :func:`kernel_lib.history.diverge.locate_divergence` of A against B (exact equivalence);
 * ``fold``: :func:`kernel_lib.core.record.fold` of log A from the initial record (one log).
@@ -21,14 +21,15 @@ found (checked to be the expected event). Decoding is not timed: both start from
 from __future__ import annotations
 
 import random
-import statistics
 from typing import Any
 
-from kernel_lib.bench.restore import TRAJECTORY, _Maker, _rounds
-from kernel_lib.history.diverge import locate_divergence
-from kernel_lib.errors import ConfigError
+from kernel_lib.bench.harness import median, ratio, time_rounds
+from kernel_lib.bench.restore import TRAJECTORY
 from kernel_lib.core.events import Event
 from kernel_lib.core.record import fold, initial_record
+from kernel_lib.errors import ConfigError
+from kernel_lib.history.diverge import locate_divergence
+from kernel_lib.sim.events import EventMaker
 
 
 def make_diverging_logs(n: int = 10_000, *, diverge_at: float = 0.9, seed: int = 0) -> tuple[list[Event], list[Event],
@@ -44,7 +45,8 @@ def make_diverging_logs(n: int = 10_000, *, diverge_at: float = 0.9, seed: int =
     if not 0 < diverge_at < 1:
         raise ConfigError(f"diverge_at must lie in (0, 1), got {diverge_at}")
     split = int(n * diverge_at)
-    ma, mb = _Maker(TRAJECTORY, random.Random(seed)), _Maker(TRAJECTORY, random.Random(seed))
+    ma, mb = (EventMaker(TRAJECTORY, random.Random(seed), short_texts=True),
+              EventMaker(TRAJECTORY, random.Random(seed), short_texts=True))
     a, b = [], []
     for i in range(n):
         if i == split:
@@ -70,12 +72,12 @@ def run_diverge_bench(n: int = 10_000, *, rounds: int = 5, seed: int = 0) -> dic
     a, b, k = make_diverging_logs(n, seed=seed)
     rep = locate_divergence(a, b)
     fm = rep.first_mismatch
-    samples = _rounds({"locate": lambda: locate_divergence(a, b),
-                       "fold": lambda: fold(initial_record(TRAJECTORY), a)}, rounds)
-    med = {name: statistics.median(v) for name, v in samples.items()}
+    samples = time_rounds({"locate": lambda: locate_divergence(a, b),
+                           "fold": lambda: fold(initial_record(TRAJECTORY), a)}, rounds)
+    med = {name: median(v) for name, v in samples.items()}
     return {
         "events": n, "rounds": rounds, "median_s": med, "samples_s": samples,
-        "ratio_locate_over_fold": med["locate"] / med["fold"],
+        "ratio_locate_over_fold": ratio(med["locate"], med["fold"]),
         "boundaries_compared": len(rep.steps),
         "first_mismatch": fm.ref() if fm else None,
         "expected_sequence_number": a[k].sequence_number,

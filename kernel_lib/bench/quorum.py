@@ -25,8 +25,18 @@ import time
 from pathlib import Path
 from typing import Any
 
-from kernel_lib.errors import ConfigError
+from kernel_lib.bench.harness import (
+    Contender,
+    filesystem_of,
+    machine_info,
+    median,
+    ratio,
+    run_rounds,
+    summarize,
+    time_call,
+)
 from kernel_lib.core.events import Event, ToolIntent
+from kernel_lib.errors import ConfigError
 from kernel_lib.log.base import AckTier, LogStore
 from kernel_lib.log.group_commit import GroupCommitter
 from kernel_lib.log.sqlite import SQLiteStore
@@ -41,14 +51,16 @@ def _event(tid: str, seq: int) -> Event:
                                            grant_id="g", authorization_ref=f"auth{seq}", reservation_ref=f"res{seq}"))
 
 
-def _latencies(store: LogStore, tier: AckTier, tid: str, start: int, n: int) -> list[float]:
-    out = []
-    for seq in range(start, start + n):
-        e = _event(tid, seq)
-        t0 = time.perf_counter()
-        store.append(e, tier)
-        out.append(time.perf_counter() - t0)
-    return out
+def _appender(label: str, store: LogStore, tier: AckTier, tid: str, n: int) -> Contender:
+    """One writer acknowledging one event at a time: ``n`` pre-built events of trajectory ``tid``."""
+    return Contender(label, lambda e: store.append(e, tier), [_event(tid, seq) for seq in range(1, n + 1)])
+
+
+def _latency_row(samples_s: list[float]) -> dict[str, Any]:
+    """Acknowledgment latencies (s) as ``appends``, ``p50_ms``, ``p99_ms``, ``mean_ms`` (and min, p90)."""
+    s = summarize(samples_s, "ms")
+    return {"appends": s["n"], "p50_ms": s["median_ms"], "p99_ms": s["p99_ms"], "mean_ms": s["mean_ms"],
+            "min_ms": s["min_ms"], "p90_ms": s["p90_ms"]}
 
 
 def _throughput(store: LogStore, tier: AckTier, label: str, writers: int, per_writer: int) -> dict[str, Any]:
@@ -64,12 +76,14 @@ def _throughput(store: LogStore, tier: AckTier, label: str, writers: int, per_wr
             errors.append(exc)
 
     threads = [threading.Thread(target=work, args=(w,)) for w in range(writers)]
-    t0 = time.perf_counter()
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    elapsed = time.perf_counter() - t0
+
+    def start_and_join() -> None:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+
+    elapsed = time_call(start_and_join)
     stats = getattr(committer, "stats", None)
     committer.close()
     if errors:
@@ -80,15 +94,13 @@ def _throughput(store: LogStore, tier: AckTier, label: str, writers: int, per_wr
             "flushes": len(sizes), "mean_batch": statistics.fmean(sizes) if sizes else None}
 
 
-def _pct(xs: list[float], q: float) -> float:
-    xs = sorted(xs)
-    return xs[min(len(xs) - 1, int(q * (len(xs) - 1) + 0.5))]
-
-
 def run_quorum_bench(events: int = 200, *, rounds: int = 4, seed: int = 0, writers: int = 8,
                      members: int = 3) -> dict[str, Any]:
     """Run both figures (module docstring). ``events``: sequential appends per store in figure 1
-    (split over ``rounds``); figure 2 uses ``writers`` x ``events // writers`` appends per store.
+    (split over ``rounds``, interleaved: :func:`kernel_lib.bench.harness.run_rounds`); figure 2 uses
+    ``writers`` x ``events // writers`` appends per store. The result's ``machine`` names the disk
+    of the local store (``filesystem``, the system temp directory) and of the etcd members
+    (``etcd_filesystem``); latencies are in ms (``p50_ms``: the median), throughput in events/s.
 
     Raises:
         ConfigError: bad counts. QuorumSetupError: etcd missing.
@@ -100,48 +112,48 @@ def run_quorum_bench(events: int = 200, *, rounds: int = 4, seed: int = 0, write
     with tempfile.TemporaryDirectory(prefix="kl-bench-quorum-") as tmp, EtcdCluster(members) as cluster:
         local = SQLiteStore.open(Path(tmp) / "local.db")
         quorum = EtcdStore(cluster.endpoints(), timeout_s=10.0)
-        lat = {"fdatasync": [], "quorum": []}
-        nxt = {"fdatasync": 1, "quorum": 1}
-        for r in range(rounds):
-            order = [("fdatasync", local, AckTier.FDATASYNC), ("quorum", quorum, AckTier.QUORUM)]
-            if r % 2:
-                order.reverse()
-            for label, store, tier in order:
-                lat[label] += _latencies(store, tier, f"lat-{label}", nxt[label], per_round)
-                nxt[label] += per_round
-        fig1 = {label: {"appends": len(xs), "p50_ms": statistics.median(xs) * 1e3, "p99_ms": _pct(xs, 0.99) * 1e3,
-                        "mean_ms": statistics.fmean(xs) * 1e3} for label, xs in lat.items()}
-        fig1["ratio_p50"] = fig1["quorum"]["p50_ms"] / fig1["fdatasync"]["p50_ms"]
-        fig1["ratio_p99"] = fig1["quorum"]["p99_ms"] / fig1["fdatasync"]["p99_ms"]
+        machine = {**machine_info(tmp), "etcd_filesystem": filesystem_of(cluster.work_dir)}
+        lat = run_rounds([_appender("fdatasync", local, AckTier.FDATASYNC, "lat-fdatasync", per_round * rounds),
+                          _appender("quorum", quorum, AckTier.QUORUM, "lat-quorum", per_round * rounds)],
+                         rounds=rounds, per_round=per_round, collect="round")
+        fig1 = {label: _latency_row(xs) for label, xs in lat.items()}
+        fig1["ratio_p50"] = ratio(fig1["quorum"]["p50_ms"], fig1["fdatasync"]["p50_ms"])
+        fig1["ratio_p99"] = ratio(fig1["quorum"]["p99_ms"], fig1["fdatasync"]["p99_ms"])
         per_writer = max(1, events // writers)
         fig2 = {"fdatasync": _throughput(local, AckTier.FDATASYNC, "local", writers, per_writer),
                 "quorum": _throughput(quorum, AckTier.QUORUM, "quorum", writers, per_writer)}
-        fig2["ratio_events_per_s"] = fig2["quorum"]["events_per_s"] / fig2["fdatasync"]["events_per_s"]
-        fig2["quorum_group_commit_speedup"] = fig2["quorum"]["events_per_s"] / (1e3 / fig1["quorum"]["mean_ms"])
+        fig2["ratio_events_per_s"] = ratio(fig2["quorum"]["events_per_s"], fig2["fdatasync"]["events_per_s"])
+        one_at_a_time_per_s = 1e3 / fig1["quorum"]["mean_ms"]
+        fig2["quorum_group_commit_speedup"] = ratio(fig2["quorum"]["events_per_s"], one_at_a_time_per_s)
         local.close()
         quorum.close()
-    return {"members": members, "writers": writers, "seed": seed, "latency": fig1, "group_commit": fig2,
+    return {"members": members, "writers": writers, "seed": seed, "machine": machine, "latency": fig1,
+            "group_commit": fig2,
             "note": "all members on this one machine: the protocol's cost, not an independent placement"}
 
 
 def format_quorum_bench(r: dict[str, Any]) -> str:
     lat, gc = r["latency"], r["group_commit"]
-    lines = [f"bench quorum: etcd, {r['members']} members on loopback, against SQLite at fdatasync (measured here)",
-             "",
-             "1. acknowledgment latency, one writer, one event per acknowledgment",
-             f"   fdatasync: p50 {lat['fdatasync']['p50_ms']:.2f} ms, p99 {lat['fdatasync']['p99_ms']:.2f} ms "
-             f"({lat['fdatasync']['appends']} appends)",
-             f"   quorum:    p50 {lat['quorum']['p50_ms']:.2f} ms, p99 {lat['quorum']['p99_ms']:.2f} ms "
-             f"({lat['quorum']['appends']} appends)",
-             f"   ratio quorum / fdatasync: p50 {lat['ratio_p50']:.2f}x, p99 {lat['ratio_p99']:.2f}x",
-             "",
-             f"2. group commit, {r['writers']} writers (eq. 2)",
-             f"   fdatasync: {gc['fdatasync']['events_per_s']:.0f} events/s, mean batch "
-             f"{gc['fdatasync']['mean_batch'] or 0:.1f}",
-             f"   quorum:    {gc['quorum']['events_per_s']:.0f} events/s, mean batch {gc['quorum']['mean_batch'] or 0:.1f} "
-             f"({gc['quorum_group_commit_speedup']:.1f}x the one-at-a-time quorum rate)",
-             f"   ratio quorum / fdatasync: {gc['ratio_events_per_s']:.2f}x",
-             "", r["note"]]
+    lines = [f"bench quorum: etcd, {r['members']} members on loopback, against SQLite at fdatasync (measured here)"]
+    fs = r.get("machine", {}).get("filesystem", {})
+    if fs.get("warning"):
+        lines.append(f"WARNING: {fs['warning']}")
+    lines += ["",
+              "1. acknowledgment latency, one writer, one event per acknowledgment",
+              f"   fdatasync: p50 {lat['fdatasync']['p50_ms']:.2f} ms, p99 {lat['fdatasync']['p99_ms']:.2f} ms "
+              f"({lat['fdatasync']['appends']} appends)",
+              f"   quorum:    p50 {lat['quorum']['p50_ms']:.2f} ms, p99 {lat['quorum']['p99_ms']:.2f} ms "
+              f"({lat['quorum']['appends']} appends)",
+              f"   ratio quorum / fdatasync: p50 {lat['ratio_p50']:.2f}x, p99 {lat['ratio_p99']:.2f}x",
+              "",
+              f"2. group commit, {r['writers']} writers (eq. 2)",
+              f"   fdatasync: {gc['fdatasync']['events_per_s']:.0f} events/s, mean batch "
+              f"{gc['fdatasync']['mean_batch'] or 0:.1f}",
+              f"   quorum:    {gc['quorum']['events_per_s']:.0f} events/s, mean batch "
+              f"{gc['quorum']['mean_batch'] or 0:.1f} ({gc['quorum_group_commit_speedup']:.1f}x the one-at-a-time "
+              "quorum rate)",
+              f"   ratio quorum / fdatasync: {gc['ratio_events_per_s']:.2f}x",
+              "", r["note"]]
     return "\n".join(lines)
 
 
@@ -167,23 +179,18 @@ def measure_tiers(appends: int = 100, *, cluster: EtcdCluster | None = None) -> 
             quorum = EtcdStore(cluster.endpoints(only_running=True), timeout_s=10.0, prefix="kl-tiers/")
             tiers = [("write", local, AckTier.WRITE), ("fdatasync", local, AckTier.FDATASYNC),
                      ("quorum", quorum, AckTier.QUORUM)]
-            lat: dict[str, list[float]] = {t[0]: [] for t in tiers}
-            nxt = {t[0]: 1 for t in tiers}
             tag = f"{time.time_ns()}"
             rounds = 4
-            for r in range(rounds):
-                per = appends // rounds + (1 if r < appends % rounds else 0)   # exactly `appends` in all
-                for label, store, tier in (tiers if r % 2 == 0 else list(reversed(tiers))):
-                    lat[label] += _latencies(store, tier, f"tiers-{label}-{tag}", nxt[label], per)
-                    nxt[label] += per
+            per = [appends // rounds + (1 if r < appends % rounds else 0) for r in range(rounds)]   # `appends` in all
+            lat = run_rounds([_appender(label, store, tier, f"tiers-{label}-{tag}", appends)
+                              for label, store, tier in tiers], rounds=rounds, per_round=per,
+                             collect="round")
             local.close()
             quorum.close()
     finally:
         if own:
             cluster.stop()
-    base = statistics.median(lat["fdatasync"])
-    return [{"tier": label, "survives": tier.survives_up_to.label, "appends": len(lat[label]),
-             "p50_ms": statistics.median(lat[label]) * 1e3, "p99_ms": _pct(lat[label], 0.99) * 1e3,
-             "mean_ms": statistics.fmean(lat[label]) * 1e3,
-             "ratio_to_fdatasync_p50": statistics.median(lat[label]) / base}
+    base = median(lat["fdatasync"])
+    return [{"tier": label, "survives": tier.survives_up_to.label, **_latency_row(lat[label]),
+             "ratio_to_fdatasync_p50": ratio(median(lat[label]), base)}
             for label, _s, tier in tiers]

@@ -9,7 +9,7 @@ canonical form, recorded order) and hand back the recorded reply. The requests a
 the recorded ``ContextBuilt`` and ``ToolIntent`` payloads, as a faithful harness would issue them.
 The harness's own work (its gate, its appends) is not timed: this measures the adapter's share.
 
-Timed in interleaved rounds (order rotating each round), median seconds:
+Timed in interleaved rounds (:func:`kernel_lib.bench.harness.time_rounds`), median seconds:
 
 * ``replay``: build a :class:`~kernel_lib.history.replay.ReplayAdapter` and serve every recorded request;
 * ``fold``: :func:`kernel_lib.core.record.fold` of the same log from the initial record.
@@ -19,10 +19,10 @@ Reported: both medians, the ratio ``replay / fold``, and the number of requests 
 
 from __future__ import annotations
 
-import statistics
 from typing import Any
 
-from kernel_lib.bench.restore import TRAJECTORY, _rounds, make_events
+from kernel_lib.bench.harness import median, ratio, time_rounds
+from kernel_lib.bench.restore import TRAJECTORY, make_events
 from kernel_lib.errors import ConfigError
 from kernel_lib.core.events import ContextBuilt, ToolIntent
 from kernel_lib.core.record import fold, initial_record
@@ -65,11 +65,11 @@ def run_replay_bench(n: int = 10_000, *, rounds: int = 5, seed: int = 0) -> dict
     events = events[:cut]
     requests = [e.payload for e in events if isinstance(e.payload, (ContextBuilt, ToolIntent))]
     served = _serve_all(events, requests)
-    samples = _rounds({"replay": lambda: _serve_all(events, requests),
-                       "fold": lambda: fold(initial_record(TRAJECTORY), events)}, rounds)
-    med = {k: statistics.median(v) for k, v in samples.items()}
+    samples = time_rounds({"replay": lambda: _serve_all(events, requests),
+                           "fold": lambda: fold(initial_record(TRAJECTORY), events)}, rounds)
+    med = {k: median(v) for k, v in samples.items()}
     return {"events": len(events), "rounds": rounds, "requests": served, "median_s": med, "samples_s": samples,
-            "ratio_replay_over_fold": med["replay"] / med["fold"]}
+            "ratio_replay_over_fold": ratio(med["replay"], med["fold"])}
 
 
 def format_replay_bench(r: dict[str, Any]) -> str:

@@ -33,50 +33,41 @@ from __future__ import annotations
 
 import gc
 import os
-import platform
 import random
-import shutil
-import statistics
-import tempfile
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
-from kernel_lib.verify.log_workload import _EventMaker
-from kernel_lib.errors import ConfigError
-from kernel_lib.core.events import Event
-from kernel_lib.log import TrajectoryLog, open_store
-from kernel_lib.core.record import fold, fold_into, initial_record
+from kernel_lib.bench.harness import (
+    MeasuredDir,
+    machine_info,
+    median,
+    quantile,
+    ratio,
+    time_each,
+    time_rounds,
+)
 from kernel_lib.checkpoint.blobs import DirectoryBlobStore
 from kernel_lib.checkpoint.capture import Checkpointer
 from kernel_lib.checkpoint.index import CheckpointIndex
 from kernel_lib.checkpoint.restore import restore
+from kernel_lib.core.events import Event
+from kernel_lib.core.record import fold, fold_into, initial_record
+from kernel_lib.errors import ConfigError
+from kernel_lib.history.scrub import record_view
+from kernel_lib.log import TrajectoryLog, open_store
+from kernel_lib.sim.events import EventMaker
 
 DEFAULT_SIZES = (10_000, 100_000)
 TARGET_RESTORE_SPEEDUP = 20.0     # restore from the latest checkpoint vs fold from the start, at 100k
 TARGET_SCRUBBER_MS = 100.0        # median time to show a position of a 100k-event log
 TARGET_SIZE = 100_000
 TRAJECTORY = "traj_bench_restore"
-_WORDS = ("patch", "test", "assert", "fixture", "module", "regression", "import", "timeout", "config",
-          "retry", "branch", "diff", "runner", "sandbox", "coverage", "stack", "frame", "result")
-
-
-class _Maker(_EventMaker):
-    """The crash checker's turn shape with shorter texts (40–400 characters), built in linear time."""
-
-    def _text(self, lo: int, hi: int) -> str:
-        n = self.rng.randint(max(lo // 4, 10), max(hi // 4, 20))
-        words, size = [], 0
-        while size < n:
-            w = self.rng.choice(_WORDS)
-            words.append(w)
-            size += len(w) + 1
-        return " ".join(words)[:n]
-
 
 def make_events(n: int, seed: int = 0) -> list[Event]:
     """``n`` events of one trajectory (sequence 1..n), seeded."""
-    m = _Maker(TRAJECTORY, random.Random(seed))
+    m = EventMaker(TRAJECTORY, random.Random(seed), short_texts=True)
     out = []
     for _ in range(n):
         out.append(m.make())
@@ -111,24 +102,6 @@ def plain_fold(events: Sequence[Event]) -> tuple[dict, dict, float]:
             if p.final:
                 held.pop(p.reservation_id, None)
     return ops, held, consumed
-
-
-def _median(xs: Sequence[float]) -> float:
-    return statistics.median(xs) if xs else float("nan")
-
-
-def _rounds(contenders: dict[str, Callable[[], Any]], rounds: int) -> dict[str, list[float]]:
-    """Time each contender once per round, rotating the order every round (seconds)."""
-    names = list(contenders)
-    out: dict[str, list[float]] = {k: [] for k in names}
-    for r in range(rounds):
-        order = names[r % len(names):] + names[:r % len(names)]
-        for name in order:
-            gc.collect()
-            t0 = time.perf_counter()
-            contenders[name]()
-            out[name].append(time.perf_counter() - t0)
-    return out
 
 
 def _size(n: int, tmp: Path, store_kind: str, rounds: int, scrub_positions: int, seed: int,
@@ -176,18 +149,18 @@ def _size(n: int, tmp: Path, store_kind: str, rounds: int, scrub_positions: int,
     same = latest.record.state_dict() == whole.state_dict() == chain.record.state_dict()
     del whole
     tick(f"{n} events: timing fold vs restore ({rounds} rounds)")
-    samples = _rounds({
+    samples = time_rounds({
         "fold_from_start": lambda: fold_into(initial_record(TRAJECTORY), store.read(TRAJECTORY)),
         "restore_latest": lambda: restore(store, TRAJECTORY, blobs),
         "restore_chain": lambda: restore(store, TRAJECTORY, blobs, checkpoint_id=last_incremental),
     }, rounds)
-    med = {k: _median(v) for k, v in samples.items()}
+    med = {k: median(v) for k, v in samples.items()}
     reach = {
         "head": head, "suffix_events_latest": latest.suffix_events, "suffix_events_chain": chain.suffix_events,
         "chain_length": chain.chain_length, "restore_equals_fold": same,
         "median_s": med, "samples_s": samples,
-        "speedup_latest": med["fold_from_start"] / med["restore_latest"],
-        "speedup_chain": med["fold_from_start"] / med["restore_chain"],
+        "speedup_latest": ratio(med["fold_from_start"], med["restore_latest"]),
+        "speedup_chain": ratio(med["fold_from_start"], med["restore_chain"]),
         "restore_latest_phases_s": latest.timings_s, "restore_chain_phases_s": chain.timings_s,
         "record_snapshot_bytes": latest.checkpoint.record["size"],
     }
@@ -196,12 +169,12 @@ def _size(n: int, tmp: Path, store_kind: str, rounds: int, scrub_positions: int,
     tick(f"{n} events: fold throughput")
     decoded = list(store.read(TRAJECTORY))
     store.close()
-    t = _rounds({"fold": lambda: fold(initial_record(TRAJECTORY), decoded), "plain_loop": lambda: plain_fold(decoded)},
-                rounds)
-    fold_eps = len(decoded) / _median(t["fold"])
-    plain_eps = len(decoded) / _median(t["plain_loop"])
+    t = time_rounds({"fold": lambda: fold(initial_record(TRAJECTORY), decoded),
+                     "plain_loop": lambda: plain_fold(decoded)}, rounds)
+    fold_eps = len(decoded) / median(t["fold"])
+    plain_eps = len(decoded) / median(t["plain_loop"])
     throughput = {"events": len(decoded), "fold_events_per_s": fold_eps, "plain_loop_events_per_s": plain_eps,
-                  "fold_over_plain": fold_eps / plain_eps, "median_s": {k: _median(v) for k, v in t.items()}}
+                  "fold_over_plain": ratio(fold_eps, plain_eps), "median_s": {k: median(v) for k, v in t.items()}}
 
     # --- figure 4: the scrubber --------------------------------------------------------------------
     tick(f"{n} events: scrubber")
@@ -212,34 +185,21 @@ def _size(n: int, tmp: Path, store_kind: str, rounds: int, scrub_positions: int,
 
 
 def _scrubber(events: list[Event], positions: int, seed: int) -> dict[str, Any]:
-    try:
-        from widgets.scrubber import record_view
-        via = "widgets.scrubber.record_view"
-    except ImportError:   # the widgets package is not importable here: time the index alone
-        def record_view(evs, p, idx=None):
-            return idx.record_at(p) if idx is not None else fold(initial_record(TRAJECTORY), evs[:p])
-        via = "CheckpointIndex.record_at (widgets not importable)"
+    via = "kernel_lib.history.scrub.record_view (the scrubber's view)"
     gc.collect()
     t0 = time.perf_counter()
     idx = CheckpointIndex(events)
     build_s = time.perf_counter() - t0
     rng = random.Random(f"{seed}:scrub")
     pos = [rng.randint(0, len(events)) for _ in range(positions)]
-    with_index = []
-    for p in pos:
-        t0 = time.perf_counter()
-        record_view(events, p, idx)
-        with_index.append(time.perf_counter() - t0)
-    baseline = []
-    for p in pos[:max(1, min(3, positions))]:   # folding from the start is slow: a few positions
-        t0 = time.perf_counter()
-        record_view(events, p)
-        baseline.append(time.perf_counter() - t0)
-    med_ms = _median(with_index) * 1e3
-    base_ms = _median(baseline) * 1e3
+    with_index = time_each(lambda p: record_view(events, p, idx), pos)
+    # folding from the start is slow: a few positions
+    baseline = time_each(lambda p: record_view(events, p), pos[:max(1, min(3, positions))])
+    med_ms = median(with_index) * 1e3
+    base_ms = median(baseline) * 1e3
     return {"via": via, "stride": idx.stride, "snapshots": len(idx.snapshot_positions), "index_build_s": build_s,
-            "positions": positions, "median_ms": med_ms, "p90_ms": sorted(with_index)[int(0.9 * (len(with_index) - 1))] * 1e3,
-            "fold_from_start_median_ms": base_ms, "speedup": base_ms / med_ms if med_ms else float("nan")}
+            "positions": positions, "median_ms": med_ms, "p90_ms": quantile(with_index, 0.9) * 1e3,
+            "fold_from_start_median_ms": base_ms, "speedup": ratio(base_ms, med_ms)}
 
 
 def run_restore_bench(*, sizes: Sequence[int] = DEFAULT_SIZES, dir: str | os.PathLike | None = None,
@@ -250,14 +210,16 @@ def run_restore_bench(*, sizes: Sequence[int] = DEFAULT_SIZES, dir: str | os.Pat
     Args:
         sizes: log sizes in events (each ≥ 20); a size given twice is run once (each size has
             its own log in the temporary directory).
-        dir: parent of the temporary directory (default: the current directory); it is removed.
+        dir: parent of the temporary directory (default: the current directory, so the disk is the
+            project's; ``machine.filesystem`` in the result names it); it is removed.
         store: ``sqlite`` or ``segment``.
         rounds: interleaved rounds per timed figure (default 5 below 50 000 events, else 3).
         scrub_positions: random positions the scrubber is timed on.
         progress: called with a short description before each step.
 
     Raises:
-        ConfigError: a size below 20, an unknown store, or rounds/positions below 1.
+        ConfigError: a size below 20, an unknown store, rounds/positions below 1, or ``dir`` not an
+            existing directory.
     """
     sizes = list(sizes)
     if not sizes or any(type(n) is not int or n < 20 for n in sizes):
@@ -270,16 +232,16 @@ def run_restore_bench(*, sizes: Sequence[int] = DEFAULT_SIZES, dir: str | os.Pat
     if type(scrub_positions) is not int or scrub_positions < 1:
         raise ConfigError(f"scrub_positions must be an integer >= 1, got {scrub_positions!r}")
     tick = progress or (lambda _msg: None)
-    tmp = Path(tempfile.mkdtemp(prefix="bench-restore-", dir=dir if dir is not None else "."))
+    scratch = MeasuredDir(dir, prefix="bench-restore-")
+    tmp = scratch.path
+    machine = {**machine_info(tmp), "cpus": os.cpu_count()}
     t0 = time.perf_counter()
     try:
         results = [_size(n, tmp, store, rounds or (5 if n < 50_000 else 3), scrub_positions, seed, tick) for n in sizes]
     finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    out = {"benchmark": "restore", "store": store, "sizes": sizes, "seed": seed,
-           "machine": {"python": platform.python_version(), "platform": platform.platform(),
-                       "cpus": os.cpu_count()},
-           "results": results, "temp_dir_removed": not tmp.exists(), "seconds": time.perf_counter() - t0}
+        scratch.remove()
+    out = {"benchmark": "restore", "store": store, "sizes": sizes, "seed": seed, "machine": machine,
+           "results": results, "temp_dir_removed": scratch.removed, "seconds": time.perf_counter() - t0}
     out["targets"] = _targets(results)
     return out
 
@@ -303,6 +265,9 @@ def format_restore_report(r: dict[str, Any]) -> str:
     """Human-readable tables of :func:`run_restore_bench`'s result."""
     lines = [f"bench restore: {r['store']} store, seed {r['seed']}, {r['machine']['platform']}, "
              f"{r['machine']['cpus']} CPUs ({r['seconds']:.0f} s)", ""]
+    warning = r["machine"].get("filesystem", {}).get("warning")
+    if warning:
+        lines[1:1] = [f"WARNING: {warning}"]
     for x in r["results"]:
         n, reach, th, sc = x["events"], x["reach_last_position"], x["fold_throughput"], x["scrubber"]
         med = reach["median_s"]

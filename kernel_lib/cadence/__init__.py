@@ -13,8 +13,9 @@ Modules:
   Young's interval and overhead (eq. 4), the stride in turns (eq. 5), the logging gain, the flat
   minimum, eq. 3 write volumes, exercise 9's consolidation plan.
 * :mod:`.trace`: crash traces (given or seeded Poisson), eq. 6 on a trace, a turn-by-turn check.
-* :mod:`.measure`: R measured from a real kernel_lib log on this machine; C given or measured by a
-  callable (e.g. one that captures a real checkpoint); values carry their provenance.
+* :mod:`.measure`: R measured from a real kernel_lib log on this machine; C given, measured by a
+  callable, or measured by real checkpoint captures (``measure_capture_pause``, which can also time
+  T_restore); values carry their provenance.
 * :mod:`.napkin`: Napkin Math 11.1 rebuilt from its printed results.
 * :mod:`.lanl`: LANL failure records: loader, inter-arrival statistics, a Poisson test with a
   bootstrap-calibrated KS p-value, Young's interval at the measured MTBF and its replay on the
@@ -58,7 +59,14 @@ from kernel_lib.cadence.formulas import (
     young_overhead_fraction,
     young_summary,
 )
-from kernel_lib.cadence.measure import Quantity, given, measure_reconstruction, resolve_pause
+from kernel_lib.cadence.measure import (
+    CaptureMeasurement,
+    Quantity,
+    given,
+    measure_capture_pause,
+    measure_reconstruction,
+    resolve_pause,
+)
 from kernel_lib.cadence.trace import (
     CrashTrace,
     StrideResult,
@@ -72,6 +80,7 @@ from kernel_lib.cadence.trace import (
 )
 
 __all__ = [
+    "CaptureMeasurement",
     "ConsolidationPlan",
     "CrashTrace",
     "Quantity",
@@ -92,6 +101,7 @@ __all__ = [
     "logged_stride_turns",
     "logging_stride_gain",
     "lost_suffix_turns",
+    "measure_capture_pause",
     "measure_reconstruction",
     "optimal_stride_overhead_s_per_turn",
     "poisson_trace",

@@ -9,6 +9,11 @@
 * :func:`resolve_pause` turns a capture pause C given as a number into a "given" :class:`Quantity`,
   or calls a zero-argument measuring function (for instance one that captures a real checkpoint and
   returns how long execution stopped) a few times and keeps the median as "measured".
+* :func:`measure_capture_pause` measures C itself: real full captures of a trajectory's record and
+  workspace through :class:`kernel_lib.checkpoint.Checkpointer` into fresh blob directories on the
+  disk the caller names, each published in the log; C is the median whole capture (freeze,
+  serialize, durable write, publish), reported beside the freeze alone; optionally it also times
+  restores at the head (T_restore). Notebooks 11.4 and 11.9 both take C from it.
 
 What R here does not include: applying workspace deltas (the chapter's R counts them; this log holds
 control events only), and a cold page cache (the log was just written, so reads hit memory).
@@ -205,3 +210,99 @@ def measure_reconstruction(store_kind: str = "sqlite", *, turns: int = 60, short
                             "median_short_s": med_s, "median_long_s": med_l, "intercept_s": intercept,
                             "machine": f"{platform.system()} {platform.machine()} python {platform.python_version()}"},
                     notes=tuple(notes))
+
+
+@dataclass(frozen=True)
+class CaptureMeasurement:
+    """What :func:`measure_capture_pause` measured (every time in seconds, on this machine).
+
+    Fields:
+        pause: C, the median whole capture (freeze + serialize + durable write + publish) of the
+            ``repeats`` captures: a "measured" :class:`Quantity`, unit "s", with every sample.
+        freeze: the median of the freeze phase alone (``CaptureResult.pause_s``), "measured", "s".
+        restore: T_restore, the median wall time of ``restore_repeats`` restores of the trajectory at
+            the log's head from the last capture (record and workspace rebuilt, every blob verified),
+            "measured", "s"; None when ``restore_repeats`` is 0.
+        record: the trajectory record with every published Checkpoint event folded in (the caller's
+            live record after the captures).
+        blobs: the blob store holding the last capture (what ``restore`` reads).
+        captures: the :class:`~kernel_lib.checkpoint.capture.CaptureResult` of each capture, in order.
+    """
+
+    pause: Quantity
+    freeze: Quantity
+    restore: Quantity | None
+    record: object
+    blobs: object
+    captures: tuple = ()
+
+
+def measure_capture_pause(log, record, workspace, directory: str | Path, *, repeats: int = 5,
+                          restore_repeats: int = 0) -> CaptureMeasurement:
+    """Measure the capture pause C of a trajectory on this machine (§11.4.3: measure C, do not assume it).
+
+    Each of the ``repeats`` captures is a real full checkpoint of ``record`` and ``workspace``
+    (:meth:`kernel_lib.checkpoint.Checkpointer.capture` with ``kind="full"``) into a fresh
+    :class:`~kernel_lib.checkpoint.DirectoryBlobStore` under ``directory``, published in ``log``;
+    its Checkpoint event is folded into the record before the next capture, so every capture runs
+    at the log's head, as a live trajectory's would. Fresh directories keep deduplication from
+    hiding the write: every capture writes the whole state.
+
+    Args:
+        log: the trajectory's :class:`kernel_lib.log.TrajectoryLog` (its store on the disk you want
+            measured; nothing is appended but the Checkpoint events).
+        record: the trajectory record folded up to the log's head.
+        workspace: a directory, in-memory files (``{relative path: bytes}``) or a stored tree, as
+            ``Checkpointer.capture`` accepts.
+        directory: an existing folder for the blob directories (``blobs-1``, ``blobs-2``, ...); put
+            it on the disk whose durable writes you want timed (see
+            :class:`kernel_lib.course.scratch.ScratchArea`).
+        repeats: captures (1 .. :data:`MAX_REPEATS`).
+        restore_repeats: timed restores at the head after the captures (0 .. :data:`MAX_REPEATS`).
+
+    Returns: a :class:`CaptureMeasurement`.
+
+    Raises:
+        CadenceParameterError: ``repeats`` or ``restore_repeats`` out of range, or ``directory``
+            is not an existing folder.
+        CheckpointError, StoreError subclasses: a capture or its publication failed (as
+            ``Checkpointer.capture``); UnrecoverableStateError: a timed restore failed.
+    """
+    from kernel_lib.checkpoint import Checkpointer, DirectoryBlobStore, restore
+    from kernel_lib.core.record import fold
+
+    n_ = stride("repeats", repeats, MAX_REPEATS)
+    if isinstance(restore_repeats, bool) or not isinstance(restore_repeats, Integral) \
+            or not 0 <= restore_repeats <= MAX_REPEATS:
+        raise CadenceParameterError(f"restore_repeats must be a whole number in 0..{MAX_REPEATS}, got "
+                                    f"{show(restore_repeats)}", name="restore_repeats")
+    root = Path(directory)
+    if not root.is_dir():
+        raise CadenceParameterError(f"directory {str(root)!r} is not an existing folder", name="directory")
+    captures, blobs = [], None
+    for i in range(1, n_ + 1):
+        blobs = DirectoryBlobStore(str(root / f"blobs-{i}"))
+        result = Checkpointer(log, blobs).capture(record, workspace, kind="full")
+        record = fold(record, [result.event])
+        captures.append(result)
+    totals = tuple(r.total_s for r in captures)
+    freezes = tuple(r.pause_s for r in captures)
+    where = {"directory": str(root), "captures": n_, "state_bytes": captures[-1].state_bytes,
+             "bytes_written_per_capture": captures[-1].bytes_written}
+    pause = Quantity(statistics.median(totals), "s", "measured",
+                     method=f"median of {n_} real full captures (freeze, serialize, durable write, publish), "
+                            "each into a fresh blob directory",
+                     samples=totals, detail=where)
+    freeze = Quantity(statistics.median(freezes), "s", "measured",
+                      method=f"median freeze phase of the same {n_} captures", samples=freezes, detail=where)
+    restored = None
+    if restore_repeats:
+        times = []
+        for _ in range(int(restore_repeats)):
+            t0 = time.perf_counter()
+            restore(log.store, log.trajectory_id, blobs)
+            times.append(time.perf_counter() - t0)
+        restored = Quantity(statistics.median(times), "s", "measured", method="median restore at the head",
+                            samples=tuple(times), detail=where)
+    return CaptureMeasurement(pause=pause, freeze=freeze, restore=restored, record=record, blobs=blobs,
+                              captures=tuple(captures))

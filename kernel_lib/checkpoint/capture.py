@@ -347,8 +347,8 @@ class Checkpointer:
         bad = [a for a in artifact_refs if not is_digest(a) or not self.blobs.has(a)]
         if bad:
             raise CheckpointError(f"required artifact(s) not stored intact in {self.blobs.name}: {bad[:3]}")
-        # 1. freeze
-        state = record.state_dict()
+        # 1. freeze (the snapshot layout: budget figures in USD, as record-snapshot/1 holds them)
+        state = record.snapshot_state()
         tree, datas = (read_workspace(workspace, self.blobs, ignore=self.ignore) if workspace is not None
                        else (None, {}))
         if record.workspace_tree_sha256 is not None and (tree is None or tree.sha256 != record.workspace_tree_sha256):

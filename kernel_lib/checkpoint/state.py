@@ -7,8 +7,9 @@ A **record snapshot** is the canonical (RFC 8785) JSON of::
      "tables": {"operations" | "attempts" | "reservations" | "approvals" | "decisions":
                 {"ids": [...], "fields": [...], "rows": [[...], ...]}}}
 
-It holds :meth:`TrajectoryRecord.state_dict` (stored fields only, no rounding), so
-:meth:`TrajectoryRecord.from_dict` rebuilds an equal record. The record's tables are written as
+It holds :meth:`TrajectoryRecord.snapshot_state` (stored fields only, no rounding; the budget's
+integer micro-dollar figures written in USD under their USD names, as this format has always held
+them), so :meth:`TrajectoryRecord.from_dict` rebuilds an equal record. The record's tables are written as
 rows under one field list, in insertion order: canonical JSON sorts object keys, which would lose
 the order the record shows (the operation table and the in-doubt lists are in log order), and
 rows keep a 100 000-event record's snapshot small and quick to parse (every field name once, not
@@ -44,6 +45,8 @@ if TYPE_CHECKING:
     from kernel_lib.core.record import TrajectoryRecord
 
 RECORD_FORMAT = "kernel_lib.core.record-snapshot/1"
+#: Reservation fields as a record snapshot holds them (USD figures, TrajectoryRecord.snapshot_state).
+_RESERVATION_USD_FIELDS = frozenset({"reservation_id", "subject_id", "amount_usd", "settled_usd", "released"})
 RECORD_DELTA_FORMAT = "kernel_lib.core.record-delta/1"
 
 
@@ -148,7 +151,7 @@ def record_from_snapshot(data: bytes, *, name: str = "record snapshot") -> "Traj
 
     Raises UnrecoverableStateError if the bytes are not a record snapshot this build reads.
     """
-    from kernel_lib.core.record import _FIELD_NAMES, Attempt, Operation, Reservation, TrajectoryRecord
+    from kernel_lib.core.record import FIELD_NAMES, Attempt, Operation, Reservation, TrajectoryRecord
 
     gc_was = gc.isenabled()
     gc.disable()
@@ -158,13 +161,13 @@ def record_from_snapshot(data: bytes, *, name: str = "record snapshot") -> "Traj
             raise ValueError("not a record snapshot object")
         tables = d["tables"]
         op_t, att_t, res_t = tables.get("operations"), tables.get("attempts"), tables.get("reservations")
-        op_f = _FIELD_NAMES[Operation] - {"attempts"}
-        att_f = _FIELD_NAMES[Attempt] | {"operation", "key"}
+        op_f = FIELD_NAMES[Operation] - {"attempts"}
+        att_f = FIELD_NAMES[Attempt] | {"operation", "key"}
         fast = (op_t is not None and att_t is not None and res_t is not None
                 and all("rows" in t or not t["ids"] for t in (op_t, att_t, res_t))
                 and (not op_t["ids"] or set(op_t["fields"]) == op_f)
                 and (not att_t["ids"] or set(att_t["fields"]) == att_f)
-                and (not res_t["ids"] or set(res_t["fields"]) == _FIELD_NAMES[Reservation]))
+                and (not res_t["ids"] or set(res_t["fields"]) in (FIELD_NAMES[Reservation], _RESERVATION_USD_FIELDS)))
         if not fast:
             return TrajectoryRecord.from_dict(_unpack_state(d))
         rest = dict(d, tables={k: v for k, v in tables.items() if k not in ("operations", "attempts", "reservations")})
@@ -206,10 +209,12 @@ def record_from_snapshot(data: bytes, *, name: str = "record snapshot") -> "Traj
             if len(row) != n:
                 raise ValueError(f"reservation {k!r}: row has {len(row)} values for {n} fields")
             rd = dict(zip(fields, row))
-            if type(rd["amount_usd"]) is int:
-                rd["amount_usd"] = float(rd["amount_usd"])
-            if type(rd["settled_usd"]) is int:
-                rd["settled_usd"] = float(rd["settled_usd"])
+            if "amount_usd" in rd:   # the snapshot layout: figures in USD, converted as the fold converts them
+                res[k] = Reservation.from_usd(rd["reservation_id"], rd["subject_id"], rd["amount_usd"],
+                                              rd["settled_usd"], rd["released"])
+                continue
+            if type(rd["amount_micro_usd"]) is not int or type(rd["settled_micro_usd"]) is not int:
+                raise ValueError(f"reservation {k!r}: micro-dollar figures must be integers")
             r = object.__new__(Reservation)
             r.__dict__ = rd
             res[k] = r

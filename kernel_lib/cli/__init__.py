@@ -1,171 +1,57 @@
-"""``python -m kernel_lib``: the command-line face of kernel_lib.
+"""``python -m kernel_lib``: the command-line face of kernel_lib, and the only argparse code in it.
 
-Every command has ``--help``. Errors kernel_lib raises on purpose (:class:`KernelError`) are
-printed as one line on stderr with exit code 2, never as a traceback.
+One module per command group, each offering ``add_commands(subparsers)``:
+
+==========================  =====================================================================
+module                      commands
+==========================  =====================================================================
+:mod:`.log`                 ``crash-positions``, ``fold``, ``schema``, ``example``
+:mod:`.verify`              ``crashcheck``
+:mod:`.bench`               ``bench append|restore|replay|diverge|quorum``
+:mod:`.exercises`           ``exercise list|solve|generate|check|strip``
+:mod:`.live`                ``worksheet``
+:mod:`.cadence`             ``cadence ...``
+:mod:`.diverge`             ``diverge``
+:mod:`.quorum`              ``quorum-cluster``, ``quorum-demo``, ``quorum-placement``
+:mod:`.importers`           ``import``
+==========================  =====================================================================
+
+Every command has ``--help``. One exit-code policy, in :func:`main`: 0 success; 1 the command ran
+and found what it looks for (a violation, a mismatch, an unsound conclusion); 2 a usage error or
+an error kernel_lib raises on purpose (:class:`~kernel_lib.errors.KernelError`), or an operating
+system error on a path the user gave, printed as one ``error:`` line on stderr, never a traceback;
+also 2 for a refusal that reaches here (:class:`~kernel_lib.errors.Refusal`: admission denied, dispatch
+withheld), printed as one ``refused:`` line.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
-from pathlib import Path
 from typing import Sequence
 
+import kernel_lib.cli.bench as bench_commands
+import kernel_lib.cli.cadence as cadence_commands
+import kernel_lib.cli.diverge as diverge_commands
+import kernel_lib.cli.exercises as exercise_commands
+import kernel_lib.cli.importers as import_commands
+import kernel_lib.cli.live as live_commands
+import kernel_lib.cli.log as log_commands
+import kernel_lib.cli.quorum as quorum_commands
+import kernel_lib.cli.verify as verify_commands
 from kernel_lib import __version__
-from kernel_lib.errors import KernelError
-from kernel_lib.core.events import Event, decode, registered_types
+from kernel_lib.errors import KernelError, Refusal
 
+__all__ = ["build_parser", "main"]
 
-JSONL_SUFFIXES = (".jsonl", ".ndjson")
-
-
-def load_events(path: str | None, trajectory_id: str | None = None) -> list[Event]:
-    """Events of one trajectory from a JSON-lines file of canonical events (``.jsonl``/``.ndjson``),
-    a SQLite log file, or a segment-log directory; the built-in worksheet example when ``path`` is
-    None. Stores are opened read-only: inspecting a log never changes it (a torn tail is reported
-    on stderr, not trimmed).
-
-    Raises KernelError (typed) for a missing path, a malformed line, a file that is not a log,
-    an empty log, or an ambiguous trajectory.
-    """
-    if path is None:
-        from kernel_lib.sim.worksheet import worksheet_events
-        return worksheet_events()
-    p = Path(path)
-    if not path or not p.exists():
-        raise KernelError(f"no such log: {path!r}")
-    if p.is_file() and p.suffix.lower() in JSONL_SUFFIXES:
-        out = []
-        for i, line in enumerate(p.read_bytes().splitlines(), start=1):
-            if line.strip():
-                try:
-                    out.append(decode(line))
-                except KernelError as exc:
-                    raise type(exc)(f"{path}:{i}: {exc}") from exc
-        trajs = sorted({e.trajectory_id for e in out})
-        if trajectory_id is None and len(trajs) > 1:
-            raise KernelError(f"{path} holds {len(trajs)} trajectories {trajs[:5]}; name one with --trajectory")
-        if trajectory_id:
-            out = [e for e in out if e.trajectory_id == trajectory_id]
-        if not out:
-            raise KernelError(f"{path} holds no events" + (f" for trajectory {trajectory_id!r}" if trajectory_id else ""))
-        return out
-    from kernel_lib.log import open_store
-    store = open_store("segment" if p.is_dir() else "sqlite", p, read_only=True)
-    try:
-        rep = store.recovery
-        for line in rep.notes():
-            print(f"note: {path}: {line}", file=sys.stderr)
-        trajs = store.trajectories()
-        if not trajs:
-            raise KernelError(f"{path} is a {store.name} log with no events")
-        if trajectory_id is None:
-            if len(trajs) != 1:
-                raise KernelError(f"{path} holds {len(trajs)} trajectories {trajs[:5]}; name one with --trajectory")
-            trajectory_id = trajs[0]
-        elif trajectory_id not in trajs:
-            raise KernelError(f"{path} has no trajectory {trajectory_id!r}; it holds {trajs[:5]}")
-        return list(store.read(trajectory_id))
-    finally:
-        store.close()
-
-
-def _int_at_least(lo: int):
-    """argparse type: an integer >= ``lo``."""
-    def parse(text: str) -> int:
-        try:
-            v = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-        if v < lo:
-            raise argparse.ArgumentTypeError(f"must be >= {lo}, got {v}")
-        return v
-    return parse
-
-
-def _cmd_crash_positions(args: argparse.Namespace) -> int:
-    from kernel_lib.gate.dispatch import crash_positions
-    events = load_events(args.log, args.trajectory)
-    rows = crash_positions(events, args.operation, lag_events=args.lag)
-    if args.json:
-        for r in rows:
-            print(json.dumps(r.to_dict(), sort_keys=True))
-    else:
-        print(f"operation classified: {rows[0].operation_id} (table 3); 'lagging' = a reader {args.lag} event(s) "
-              "behind, i.e. an incomplete prefix; 'request left' = whether the recorded run had dispatched it")
-        w = max(len(r.position) for r in rows)
-        print(f"{'crash position':<{w}}  prefix    conclusion      request left  why")
-        for r in rows:
-            print(f"{r.position:<{w}}  {'complete' if r.prefix_complete else 'lagging':<8}  "
-                  f"{r.conclusion:<14}  {'yes' if r.dispatched else 'no':<12}  {r.reason.split(';')[0]}")
-    return 0 if all(r.sound for r in rows) else 1
-
-
-def _cmd_fold(args: argparse.Namespace) -> int:
-    from kernel_lib.core.record import fold, initial_record
-    events = load_events(args.log, args.trajectory)
-    if args.position is not None and not 0 <= args.position <= len(events):
-        raise KernelError(f"--position must be between 0 and {len(events)}, got {args.position}")
-    upto = events if args.position is None else events[:args.position]
-    rec = fold(initial_record(events[0].trajectory_id), upto)
-    if args.json:
-        print(json.dumps(rec.to_dict(), sort_keys=True))
-        return 0
-    b = rec.budget
-    print(f"trajectory {rec.trajectory_id}: folded {rec.last_sequence_number} of {len(events)} events; "
-          f"control state {rec.control_state}, control_epoch {rec.control_epoch}, owner_epoch {rec.owner_epoch}")
-    print("operations:")
-    for op in rec.operations.values():
-        att = op.attempts.get(op.current_attempt_id or "")
-        extra = [f"attempt {op.current_attempt_id}"] if op.current_attempt_id else []
-        if op.job_handle:
-            extra.append(f"job {op.job_handle}")
-        if att and att.last_result_status:
-            extra.append(f"last evidence {att.last_result_status}")
-        if op.outcome and op.status == "established":
-            extra.append("outcome " + json.dumps(op.outcome, sort_keys=True)[:80])
-        print(f"  {op.operation_id:<20} {op.kind:<5} {op.status:<12} {', '.join(extra)}")
-    if rec.attempts_in_doubt():
-        print("attempts in doubt: " + ", ".join(f"{o}/{a}" for o, a in rec.attempts_in_doubt()))
-    held = {k: round(v, 9) for k, v in b.outstanding_reservations.items()}
-    print(f"budget (USD): ceiling {b.ceiling_usd:g}, consumed {b.actual_consumption_usd:.6g}, outstanding "
-          f"reservations {b.outstanding_reservations_usd:.6g}{' ' + str(held) if held else ''}, finalization reserve "
-          f"{b.finalization_reserve_usd:g}, available {b.available_usd:.6g}")
-    if rec.approvals:
-        print("approvals: " + ", ".join(f"{a.approval_id} {a.status}" for a in rec.approvals.values()))
-    print("(--json prints the whole trajectory record)")
-    return 0
-
-
-def _cmd_schema(args: argparse.Namespace) -> int:
-    from kernel_lib.core.events import payload_class
-    families = {t: {str(v): list(payload_class(t, v).model_fields) for v in vs}
-                for t, vs in registered_types().items()}
-    if args.json:
-        print(json.dumps(families, sort_keys=True))
-        return 0
-    print("event envelope: trajectory_id, event_id, sequence_number, event_type, schema_version, reducer_version, "
-          "owner_epoch, control_epoch, provenance {tenant, issuer}, payload")
-    for t, versions in families.items():
-        for v, fields in versions.items():
-            doc = (payload_class(t, int(v)).__doc__ or "").strip().splitlines()[0]
-            print(f"\n{t} v{v}: {doc}\n  payload: {', '.join(fields)}")
-    return 0
-
-
-def _cmd_example(args: argparse.Namespace) -> int:
-    from kernel_lib.sim.worksheet import worksheet_events
-    data = b"".join(e.canonical + b"\n" for e in worksheet_events())
-    if args.out:
-        Path(args.out).write_bytes(data)
-    else:
-        sys.stdout.buffer.write(data)
-    return 0
+#: The command groups, in the order ``--help`` lists them.
+COMMAND_GROUPS = (log_commands, verify_commands, bench_commands, exercise_commands, live_commands,
+                  cadence_commands, diverge_commands, quorum_commands, import_commands)
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The whole ``python -m kernel_lib`` parser; each subcommand sets ``func(args) -> exit code``."""
     ap = argparse.ArgumentParser(
         prog="python -m kernel_lib",
         description="durable-agents-lab kernel: trajectory logs, fold, intent before dispatch, "
@@ -174,63 +60,13 @@ def build_parser() -> argparse.ArgumentParser:
                     "benchmarks (Durable Execution §11.1-11.9).")
     ap.add_argument("--version", action="version", version=f"kernel_lib {__version__}")
     sub = ap.add_subparsers(dest="command", metavar="COMMAND")
-
-    log_help = ("a .jsonl file of canonical events, a SQLite log file, or a segment-log directory "
-                "(default: the built-in crash-worksheet example trajectory)")
-    p = sub.add_parser("crash-positions", help="what recovery may conclude after a crash at each position of eq. 1",
-                       description="For each crash position of eq. 1 (before/after every event, during each "
-                                   "intent append with a lost acknowledgment, after each dispatch), fold the "
-                                   "surviving log as a complete authoritative prefix and as a lagging one, and "
-                                   "classify the operation per table 3: not_dispatched, in_doubt or established. "
-                                   "Exit code 1 if any conclusion would be unsound.")
-    p.add_argument("--log", help=log_help)
-    p.add_argument("--trajectory", help="trajectory id when the log holds several")
-    p.add_argument("--operation", help="tool operation id to classify (default: the first ToolIntent's)")
-    p.add_argument("--lag", type=_int_at_least(1), default=1, help="events the incomplete reader lags behind (default 1)")
-    p.add_argument("--json", action="store_true", help="one JSON object per crash position (JSON lines)")
-    p.set_defaults(func=_cmd_crash_positions)
-
-    p = sub.add_parser("fold", help="fold a log into its trajectory record",
-                       description="Fold a trajectory's events (optionally only the first N) and print the "
-                                   "trajectory record (§11.2.1): operations with status (in_doubt when an "
-                                   "intent lacks adequate evidence), budgets, approvals, control state.")
-    p.add_argument("--log", help=log_help)
-    p.add_argument("--trajectory", help="trajectory id when the log holds several")
-    p.add_argument("--position", type=_int_at_least(0), help="fold only events 1..N")
-    p.add_argument("--json", action="store_true", help="compact JSON")
-    p.set_defaults(func=_cmd_fold)
-
-    p = sub.add_parser("schema", help="list registered event types and schema versions",
-                       description="List every event family (table 1 plus Failure Recovery records) and the "
-                                   "schema versions this build can decode.")
-    p.add_argument("--json", action="store_true", help="compact JSON")
-    p.set_defaults(func=_cmd_schema)
-
-    p = sub.add_parser("example", help="write the recorded worksheet example trajectory as JSON lines",
-                       description="Record the crash worksheet's trajectory through the dispatch gate and "
-                                   "write its canonical events, one per line.")
-    p.add_argument("--out", help="file to write (default: stdout)")
-    p.set_defaults(func=_cmd_example)
-
-    import kernel_lib.bench.append as bench
-    import kernel_lib.verify.log_workload as crashcheck
-    crashcheck.add_cli(sub)
-    bench.add_cli(sub)
-    import kernel_lib.cli.exercises as exercise_cli; exercise_cli.add_cli(sub)
-    import kernel_lib.cli.live as live_cli
-    live_cli.add_cli(sub)
-    import kernel_lib.cli.cadence as cadence_cli
-    cadence_cli.add_cli(sub)
-    import kernel_lib.cli.diverge as diverge_cli
-    diverge_cli.add_cli(sub)
-    import kernel_lib.cli.quorum as quorum_cli
-    quorum_cli.add_cli(sub)
-    import kernel_lib.cli.importers as imports_cli
-    imports_cli.add_cli(sub)
+    for group in COMMAND_GROUPS:
+        group.add_commands(sub)
     return ap
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run one command; returns its exit code (see the module docstring for the policy)."""
     ap = build_parser()
     args = ap.parse_args(argv)
     if not getattr(args, "func", None):
@@ -240,6 +76,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(args.func(args) or 0)
     except KernelError as exc:
         print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except Refusal as exc:   # not a fault, but the command could not do what was asked
+        print(f"refused: {exc}", file=sys.stderr)
         return 2
     except BrokenPipeError:   # output piped into head & co.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

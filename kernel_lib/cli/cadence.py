@@ -411,7 +411,7 @@ def _cmd_derive(args: argparse.Namespace) -> int:
 
 
 # --- registration -----------------------------------------------------------------------------------------
-def add_cli(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+def add_commands(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """Register ``cadence`` and its subcommands on a CLI's subparsers."""
     top = subparsers.add_parser(
         "cadence", help="how often to checkpoint (§11.4.3): Young, eq. 5-6, Napkin Math 11.1, LANL failure data",

@@ -1,16 +1,14 @@
 """``python -m kernel_lib diverge LOG_A LOG_B``: where two recorded executions first disagree (§11.7).
 
-:func:`add_cli` registers the subcommand on a CLI's subparsers; :func:`main` runs it alone
-(``python -m kernel_lib.cli.diverge LOG_A LOG_B``), for tests and scripts.
+:func:`add_commands` registers the subcommand on the CLI's subparsers.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import sys
-from typing import Sequence
 
+from kernel_lib.log.files import load_events
 from kernel_lib.history.diverge import CATEGORIES, Equivalence, locate_divergence, sequence_fault
 
 _DESCRIPTION = f"""\
@@ -47,7 +45,7 @@ examples:
 """
 
 
-def add_cli(subparsers: "argparse._SubParsersAction") -> argparse.ArgumentParser:
+def add_commands(subparsers: "argparse._SubParsersAction") -> argparse.ArgumentParser:
     """Register ``diverge`` on an argparse ``subparsers`` object; the parser's ``func`` is
     ``(args) -> exit code``."""
     p = subparsers.add_parser("diverge", help="locate the first boundary where two executions differ (§11.7)",
@@ -97,7 +95,6 @@ def equivalence_from_args(args: argparse.Namespace) -> Equivalence:
 
 
 def _cmd_diverge(args: argparse.Namespace) -> int:
-    from kernel_lib.cli import load_events
     from kernel_lib.errors import ConfigError
     if args.max_differences < 0:
         raise ConfigError(f"--max-differences must be >= 0, got {args.max_differences}")
@@ -140,14 +137,3 @@ def _check_sequence(events, path: str) -> None:
     except (OSError, ValueError, AttributeError):
         pass
     raise ConfigError(f"{where}: {what}")
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run ``diverge`` on its own; returns the exit code (errors: one line on stderr, code 2), as
-    ``python -m kernel_lib diverge`` does."""
-    from kernel_lib.cli import main as cli_main
-    return cli_main(["diverge", *(sys.argv[1:] if argv is None else argv)])
-
-
-if __name__ == "__main__":
-    sys.exit(main())

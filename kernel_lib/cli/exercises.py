@@ -138,7 +138,7 @@ def _cmd_check(args: argparse.Namespace) -> int:
 
 def build_strip_parser(parser: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
     from kernel_lib.course.strip import EXERCISES_DIR, SOLUTIONS_DIR
-    p = parser or argparse.ArgumentParser(prog="python -m kernel_lib.course.strip")
+    p = parser or argparse.ArgumentParser(prog="python -m kernel_lib exercise strip")
     p.description = ("Derive exercises/*.ipynb from solutions/*.ipynb by removing solution regions (cells tagged "
                      "'solution'; lines between '# BEGIN SOLUTION' and '# END SOLUTION') and every output.")
     p.add_argument("--check", action="store_true",
@@ -172,7 +172,7 @@ def _add_params_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, help="start from the seeded variant `generate --seed S` instead of the defaults")
 
 
-def add_cli(subparsers) -> argparse.ArgumentParser:
+def add_commands(subparsers) -> argparse.ArgumentParser:
     """Register ``exercise`` and its subcommands on the main CLI's ``subparsers``."""
     ids = _exercise_ids()
     epilog = _epilog()

@@ -3,7 +3,6 @@ trajectory into a JSON-lines event log (§11.6, §11.7; table 1).
 
 Errors are :class:`~kernel_lib.errors.KernelError` subclasses (``ImportFormatError`` names the
 file and the JSON path), which the main CLI prints as one ``error:`` line with exit code 2.
-:func:`main` runs the command on its own (tests, scripts) with the same handling.
 """
 
 from __future__ import annotations
@@ -11,10 +10,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 import tempfile
 import textwrap
-from collections.abc import Sequence
 from pathlib import Path
 
 from kernel_lib.errors import KernelError
@@ -132,7 +129,7 @@ def _cmd_import(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_cli(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+def add_commands(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """Register the ``import`` command on a ``python -m kernel_lib`` subparsers object."""
     p = subparsers.add_parser(
         "import", help="turn another agent's recorded trajectory (SWE-agent, tau-bench, Who&When, OpenAI "
@@ -148,15 +145,3 @@ def add_cli(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
                         "the full notes are in the log's import:source RuntimeInput")
     p.set_defaults(func=_cmd_import)
     return p
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run ``import`` alone: ``main(["swe-agent", PATH, "--out", LOG])``. Exit code 2 on a
-    KernelError or an OSError, printed as one ``error:`` line."""
-    from kernel_lib.cli import main as cli_main
-    argv = list(sys.argv[1:] if argv is None else argv)
-    return cli_main(argv if argv[:1] == ["import"] else ["import", *argv])
-
-
-if __name__ == "__main__":
-    sys.exit(main())

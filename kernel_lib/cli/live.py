@@ -121,7 +121,7 @@ def _cmd(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_cli(subparsers) -> argparse.ArgumentParser:
+def add_commands(subparsers) -> argparse.ArgumentParser:
     """Register the ``worksheet`` subcommand on an argparse ``subparsers`` object."""
     p = subparsers.add_parser(
         "worksheet", help="the crash worksheet for real: SIGKILL a worker mid-test and recover from the log, "

@@ -87,7 +87,7 @@ def _cmd_cluster(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_cli(subparsers: "argparse._SubParsersAction") -> None:
+def add_commands(subparsers: "argparse._SubParsersAction") -> None:
     """Register ``quorum-demo``, ``quorum-placement`` and ``quorum-cluster``."""
     c = subparsers.add_parser("quorum-cluster", help="run N etcd members on loopback until Ctrl-C (for your own "
                                                       "experiments with --store etcd)",

@@ -32,6 +32,11 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from kernel_lib.errors import MalformedEventError, UnknownEventTypeError, UnknownSchemaVersionError
 
 #: Version of the reducer in :mod:`kernel_lib.core.record`. Stamped on every event appended by this build.
+#: Sentinel an importer puts in every field the event schema requires but the source never
+#: recorded (grant, authorization decision, reservation, model name, delivered input...). It names
+#: no real object; a compared field holding it is missing evidence, never agreement (§11.7).
+NOT_RECORDED = "not-recorded-by-source"
+
 REDUCER_VERSION = 1
 
 JSONValue = Any

@@ -8,7 +8,19 @@ intent and no adequate evidence folds to ``in_doubt`` with its reservation held;
 ``ModelReplied`` is in doubt too, but only for its charge (§11.3.2).
 
 The record is plain data (dataclasses) and :meth:`TrajectoryRecord.to_dict` gives a JSON view;
-:func:`fold` never mutates its input record.
+:func:`fold` never mutates its input record. :func:`fold_step` is the reducer's single step, in
+place (what a gate that keeps its record current calls after each append).
+
+Money is kept as integer micro-dollars (``*_micro_usd`` fields, :mod:`kernel_lib.core.money`):
+each USD amount an event carries is converted once, when it is folded (rounded half-even to
+1e-6 USD), and the budget arithmetic is exact integer arithmetic, so a reservation released
+unspent or fully settled nets to exactly zero outstanding. The ``*_usd`` attributes are floats
+computed from the integers, and :meth:`TrajectoryRecord.to_dict` shows only those.
+
+Invariants checked after every fold step: the sequence advanced by exactly one, and the budget
+figures the event touched are non-negative integers (so every reservation's outstanding amount
+is >= 0). An event whose amounts cannot be represented (negative, not finite) is refused with a
+FoldError before it changes the record.
 """
 
 from __future__ import annotations
@@ -21,6 +33,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Iterable, Literal, Sequence
 
 from kernel_lib.errors import FoldError, RecordFormatError
+from kernel_lib.core.money import micro_to_usd, usd_to_micro
 from kernel_lib.core.events import (
     REDUCER_VERSION,
     ApprovalRequested,
@@ -53,8 +66,6 @@ OperationStatus = Literal["proposed", "admitted", "denied", "in_doubt", "establi
 
 #: ToolResult statuses that settle an attempt when the observation is complete.
 SETTLING_STATUSES = frozenset({"completed", "failed"})
-
-_EPS = 1e-9
 
 
 @dataclass
@@ -102,48 +113,106 @@ class Operation:
 
 @dataclass
 class Reservation:
-    """A budget reservation: its bound and what settlements verified so far (USD)."""
+    """A budget reservation: its bound and what settlements verified so far, in integer
+    micro-dollars (``*_usd`` properties: the same figures in USD, floats)."""
 
     reservation_id: str
     subject_id: str
-    amount_usd: float
-    settled_usd: float = 0.0
+    amount_micro_usd: int
+    settled_micro_usd: int = 0
     released: bool = False
+
+    @classmethod
+    def from_usd(cls, reservation_id: str, subject_id: str, amount_usd: float, settled_usd: float = 0.0,
+                 released: bool = False) -> "Reservation":
+        """A reservation from USD figures (converted as the fold converts them).
+
+        Raises ValueError: an amount that is not a finite number."""
+        return cls(reservation_id, subject_id, usd_to_micro(amount_usd), usd_to_micro(settled_usd), released)
+
+    @property
+    def amount_usd(self) -> float:
+        return micro_to_usd(self.amount_micro_usd)
+
+    @property
+    def settled_usd(self) -> float:
+        return micro_to_usd(self.settled_micro_usd)
+
+    @property
+    def outstanding_micro_usd(self) -> int:
+        """Liability still held: the bound minus verified usage, or 0 once finally settled."""
+        return 0 if self.released else max(self.amount_micro_usd - self.settled_micro_usd, 0)
 
     @property
     def outstanding_usd(self) -> float:
-        """Liability still held: the bound minus verified usage, or 0 once finally settled."""
-        return 0.0 if self.released else max(self.amount_usd - self.settled_usd, 0.0)
+        return micro_to_usd(self.outstanding_micro_usd)
+
+    @property
+    def overrun_micro_usd(self) -> int:
+        """Verified usage beyond the reservation bound (a real overcharge, kept visible)."""
+        return max(self.settled_micro_usd - self.amount_micro_usd, 0)
 
     @property
     def overrun_usd(self) -> float:
-        """Verified usage beyond the reservation bound (a real overcharge, kept visible)."""
-        return max(self.settled_usd - self.amount_usd, 0.0)
+        return micro_to_usd(self.overrun_micro_usd)
+
+    def usd_dict(self) -> dict[str, Any]:
+        """The reservation with its figures in USD (the layout of :meth:`TrajectoryRecord.to_dict`
+        and of record snapshots)."""
+        return {"reservation_id": self.reservation_id, "subject_id": self.subject_id, "amount_usd": self.amount_usd,
+                "settled_usd": self.settled_usd, "released": self.released}
 
 
 @dataclass
 class Budget:
-    """Budgets as §11.5.3 rebuilds them, not a remaining-balance scalar (USD)."""
+    """Budgets as §11.5.3 rebuilds them, not a remaining-balance scalar: integer micro-dollar
+    fields, with ``*_usd`` properties giving the same figures in USD."""
 
-    ceiling_usd: float = 0.0
-    finalization_reserve_usd: float = 0.0
-    actual_consumption_usd: float = 0.0
+    ceiling_micro_usd: int = 0
+    finalization_reserve_micro_usd: int = 0
+    actual_consumption_micro_usd: int = 0
     reservations: dict[str, Reservation] = field(default_factory=dict)
+
+    @property
+    def ceiling_usd(self) -> float:
+        return micro_to_usd(self.ceiling_micro_usd)
+
+    @property
+    def finalization_reserve_usd(self) -> float:
+        return micro_to_usd(self.finalization_reserve_micro_usd)
+
+    @property
+    def actual_consumption_usd(self) -> float:
+        return micro_to_usd(self.actual_consumption_micro_usd)
 
     @property
     def outstanding_reservations(self) -> dict[str, float]:
         """Reservation id → liability still held (USD), for reservations holding any."""
-        return {k: r.outstanding_usd for k, r in self.reservations.items() if r.outstanding_usd > _EPS}
+        return {k: micro_to_usd(m) for k, r in self.reservations.items() if (m := r.outstanding_micro_usd) > 0}
+
+    @property
+    def outstanding_reservations_micro_usd(self) -> int:
+        return sum(r.outstanding_micro_usd for r in self.reservations.values())
 
     @property
     def outstanding_reservations_usd(self) -> float:
-        return sum(r.outstanding_usd for r in self.reservations.values())
+        return micro_to_usd(self.outstanding_reservations_micro_usd)
+
+    @property
+    def available_micro_usd(self) -> int:
+        """What a new step could still reserve: ceiling − consumption − outstanding − reserve (§11.5.4)."""
+        return (self.ceiling_micro_usd - self.actual_consumption_micro_usd - self.outstanding_reservations_micro_usd
+                - self.finalization_reserve_micro_usd)
 
     @property
     def available_usd(self) -> float:
-        """What a new step could still reserve: ceiling − consumption − outstanding − reserve (§11.5.4)."""
-        return (self.ceiling_usd - self.actual_consumption_usd - self.outstanding_reservations_usd
-                - self.finalization_reserve_usd)
+        return micro_to_usd(self.available_micro_usd)
+
+    def usd_dict(self) -> dict[str, Any]:
+        """The stored figures in USD (the layout of record snapshots; no derived figures)."""
+        return {"ceiling_usd": self.ceiling_usd, "finalization_reserve_usd": self.finalization_reserve_usd,
+                "actual_consumption_usd": self.actual_consumption_usd,
+                "reservations": {k: r.usd_dict() for k, r in self.reservations.items()}}
 
 
 @dataclass
@@ -232,10 +301,12 @@ class TrajectoryRecord:
                    for a in self.approvals.values())
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-compatible view, with derived budget figures included. Derived USD figures are
-        rounded to 1e-9 USD so binary float noise (3.9880000000000004) does not show."""
-        d = asdict(self)
+        """JSON-compatible view, with derived budget figures included. Budget figures are shown in
+        USD (``ceiling_usd``, ``amount_usd``...; the integer micro-dollar fields are not shown),
+        rounded to 1e-9 USD."""
         b = self.budget
+        d = asdict(dataclasses.replace(self, budget=Budget()))
+        d["budget"] = b.usd_dict()
         d["budget"]["outstanding_reservations_usd"] = _usd(b.outstanding_reservations_usd)
         d["budget"]["available_usd"] = _usd(b.available_usd)
         d["budget"]["actual_consumption_usd"] = _usd(b.actual_consumption_usd)
@@ -245,7 +316,7 @@ class TrajectoryRecord:
             d["operations"][k]["job_handle"] = op.job_handle
         d["in_doubt"] = self.in_doubt()
         d["attempts_in_doubt"] = [list(x) for x in self.attempts_in_doubt()]
-        d["budget"]["overruns"] = {k: _usd(r.overrun_usd) for k, r in b.reservations.items() if r.overrun_usd > _EPS}
+        d["budget"]["overruns"] = {k: _usd(r.overrun_usd) for k, r in b.reservations.items() if r.overrun_micro_usd > 0}
         return d
 
     def state_dict(self) -> dict[str, Any]:
@@ -269,14 +340,25 @@ class TrajectoryRecord:
             d[name] = list(d[name])
         return d
 
+    def snapshot_state(self) -> dict[str, Any]:
+        """:meth:`state_dict` in the layout of record snapshots (``record-snapshot/1``,
+        :mod:`kernel_lib.checkpoint.state`): the same stored fields, with the budget's figures in
+        USD under their USD names (``ceiling_usd``, ``amount_usd``, ``settled_usd``...), as the
+        format has always held them. :meth:`from_dict` reads it back exactly (each figure is a
+        whole number of micro-dollars, so the conversion back is exact)."""
+        d = self.state_dict()
+        d["budget"] = self.budget.usd_dict()
+        return d
+
     @classmethod
     def from_dict(cls, d: Any) -> "TrajectoryRecord":
-        """Rebuild a record from :meth:`state_dict` (exactly: ``from_dict(r.state_dict()) == r``)
-        or from the :meth:`to_dict` view (its derived keys are ignored; its USD consumption figure
-        is rounded to 1e-9, so that route is exact only up to that rounding).
+        """Rebuild a record from :meth:`state_dict` (exactly: ``from_dict(r.state_dict()) == r``),
+        from :meth:`snapshot_state`, or from the :meth:`to_dict` view (its derived keys are
+        ignored). Budget figures given in USD (``ceiling_usd``, ``amount_usd``...) are converted to
+        micro-dollars as the fold converts them; micro-dollar fields must be integers.
 
-        Integers in USD and time fields are read as floats (JSON writes 5.0 as 5). JSON leaf
-        values are shared with ``d``, not copied.
+        Integers in time fields are read as floats (JSON writes 5.0 as 5). JSON leaf values are
+        shared with ``d``, not copied.
 
         Raises:
             RecordFormatError: a field is missing or has the wrong shape, or a key is unknown.
@@ -304,6 +386,10 @@ _LIST_FIELDS = ("plan_steps", "runtime_inputs", "compactions", "checkpoints", "r
 #: Keys that to_dict adds (derived figures); from_dict ignores them.
 _DERIVED_RECORD = frozenset({"in_doubt", "attempts_in_doubt"})
 _DERIVED_BUDGET = frozenset({"outstanding_reservations_usd", "available_usd", "outstanding_reservations", "overruns"})
+#: USD names of the budget's and a reservation's micro-dollar fields (the to_dict / snapshot layout).
+_BUDGET_USD = {"ceiling_usd": "ceiling_micro_usd", "finalization_reserve_usd": "finalization_reserve_micro_usd",
+               "actual_consumption_usd": "actual_consumption_micro_usd"}
+_RESERVATION_USD = {"amount_usd": "amount_micro_usd", "settled_usd": "settled_micro_usd"}
 _DERIVED_OPERATION = frozenset({"attempt_id", "job_handle"})
 
 
@@ -311,7 +397,7 @@ def _fields(cls: type) -> frozenset[str]:
     return frozenset(f.name for f in dataclasses.fields(cls))
 
 
-_FIELD_NAMES = {cls: _fields(cls) for cls in (TrajectoryRecord, Operation, Attempt, Budget, Reservation, Approval)}
+FIELD_NAMES = {cls: _fields(cls) for cls in (TrajectoryRecord, Operation, Attempt, Budget, Reservation, Approval)}
 
 
 def _known(d: Any, names: frozenset[str], derived: frozenset[str], where: str) -> dict[str, Any]:
@@ -331,6 +417,26 @@ def _float(v: Any) -> Any:
     return float(v) if type(v) is int else v
 
 
+def _micro_fields(d: dict[str, Any], usd_names: dict[str, str], where: str) -> dict[str, Any]:
+    """``d`` with its USD-named figures converted to the micro-dollar fields (a new dict when any
+    is converted); every micro-dollar field present must be an integer."""
+    if any(k in d for k in usd_names):
+        d = dict(d)
+        for usd, micro in usd_names.items():
+            if usd in d:
+                if micro in d:
+                    raise RecordFormatError(f"{where}: both {usd} and {micro} are given")
+                try:
+                    d[micro] = usd_to_micro(d.pop(usd))
+                except ValueError as exc:
+                    raise RecordFormatError(f"{where}.{usd}: {exc}") from None
+    for micro in usd_names.values():
+        v = d.get(micro, 0)
+        if type(v) is not int:
+            raise RecordFormatError(f"{where}.{micro} must be an integer number of micro-dollars, got {v!r:.40}")
+    return d
+
+
 def _make(cls: type, d: dict[str, Any], names: frozenset[str], where: str) -> Any:
     """An instance of dataclass ``cls`` from field dict ``d``: a copy of ``d`` becomes its
     ``__dict__`` when ``d`` holds exactly the fields (fast: no ``__init__`` call per entry of a
@@ -343,7 +449,7 @@ def _make(cls: type, d: dict[str, Any], names: frozenset[str], where: str) -> An
 
 
 def _record_from(d: Any) -> TrajectoryRecord:
-    F = _FIELD_NAMES
+    F = FIELD_NAMES
     kw = dict(_known(d, F[TrajectoryRecord], _DERIVED_RECORD, "record"))
     ops = {}
     attempt_f, op_f = F[Attempt], F[Operation]
@@ -354,20 +460,16 @@ def _record_from(d: Any) -> TrajectoryRecord:
         ops[k] = _make(Operation, od, op_f, f"operations[{k!r}]")
     kw["operations"] = ops
     if "budget" in kw:
-        bd = dict(_known(kw["budget"], F[Budget], _DERIVED_BUDGET, "budget"))
+        bd = dict(_known(kw["budget"], F[Budget] | _BUDGET_USD.keys(), _DERIVED_BUDGET, "budget"))
         res = {}
         res_f = F[Reservation]
         for k, r in bd.get("reservations", {}).items():
-            rv = res[k] = _make(Reservation, r, res_f, f"budget.reservations[{k!r}]")
-            if type(rv.amount_usd) is int:
-                rv.amount_usd = float(rv.amount_usd)
-            if type(rv.settled_usd) is int:
-                rv.settled_usd = float(rv.settled_usd)
+            where = f"budget.reservations[{k!r}]"
+            if type(r) is not dict:
+                raise RecordFormatError(f"{where}: expected an object, got {type(r).__name__}")
+            res[k] = _make(Reservation, _micro_fields(r, _RESERVATION_USD, where), res_f, where)
         bd["reservations"] = res
-        for name in ("ceiling_usd", "finalization_reserve_usd", "actual_consumption_usd"):
-            if name in bd:
-                bd[name] = _float(bd[name])
-        kw["budget"] = Budget(**bd)
+        kw["budget"] = Budget(**_micro_fields(bd, _BUDGET_USD, "budget"))
     apps = {}
     for k, a in kw.get("approvals", {}).items():
         ad = dict(_known(a, F[Approval], frozenset(), f"approvals[{k!r}]"))
@@ -410,7 +512,7 @@ def fold(record_0: TrajectoryRecord, events: Iterable[Event]) -> TrajectoryRecor
     """
     rec = copy.deepcopy(record_0)
     for ev in events:
-        _apply_in_place(rec, ev)
+        fold_step(rec, ev)
     return rec
 
 
@@ -424,7 +526,7 @@ def fold_into(record: TrajectoryRecord, events: Iterable[Event]) -> TrajectoryRe
     record it just rebuilt from a snapshot (§11.4.1). Same reducer and errors as :func:`fold`;
     on a FoldError the record holds every event before the refused one."""
     for ev in events:
-        _apply_in_place(record, ev)
+        fold_step(record, ev)
     return record
 
 
@@ -490,7 +592,18 @@ def _settle_status(op: Operation) -> None:
         op.status = "in_doubt"
 
 
-def _apply_in_place(rec: TrajectoryRecord, ev: Event) -> None:
+def fold_step(rec: TrajectoryRecord, ev: Event) -> TrajectoryRecord:
+    """One reducer step applied to ``rec`` in place (no copy); returns ``rec``.
+
+    Same reducer and errors as :func:`fold` (on a FoldError, as for :func:`fold_into`). After the step
+    the invariants hold: ``rec.last_sequence_number`` advanced by exactly one, and the budget
+    figures the event named are non-negative integer micro-dollars.
+
+    Raises:
+        FoldError: another trajectory's event, a sequence gap or repeat, an unsupported reducer
+            version, or an event the reducer refuses (see the handlers).
+    """
+    before = rec.last_sequence_number
     if ev.trajectory_id != rec.trajectory_id:
         raise FoldError(f"event {ev.event_id} belongs to {ev.trajectory_id}, not {rec.trajectory_id}")
     if ev.sequence_number != rec.last_sequence_number + 1:
@@ -509,15 +622,39 @@ def _apply_in_place(rec: TrajectoryRecord, ev: Event) -> None:
     rec.owner_epoch = max(rec.owner_epoch, ev.owner_epoch)
     rec.last_sequence_number = ev.sequence_number
     rec.prefix_sha256 = hashlib.sha256((rec.prefix_sha256 + ev.digest).encode()).hexdigest()
+    # invariants (the checks above and the handlers' refusals guarantee them; a failure here is a
+    # reducer bug, not bad data)
+    assert rec.last_sequence_number == before + 1, (before, rec.last_sequence_number)
+    if handler is _budget_reserved or handler is _budget_settled or handler is _task_started:
+        b = rec.budget
+        assert b.actual_consumption_micro_usd >= 0 and b.ceiling_micro_usd >= 0, b
+        r = b.reservations.get(getattr(p, "reservation_id", ""))
+        assert r is None or (r.amount_micro_usd >= 0 and r.settled_micro_usd >= 0 and r.outstanding_micro_usd >= 0), r
+    return rec
+
+
+def _amount(ev: Event, name: str, amount_usd: Any) -> int:
+    """An event's USD amount as integer micro-dollars; FoldError (before anything changes) if it
+    is not a finite number >= 0 (the schema refuses those; an event built around the schema
+    could still carry one)."""
+    try:
+        micro = usd_to_micro(amount_usd)
+    except ValueError as exc:
+        raise FoldError(f"event {ev.event_id} ({ev.event_type}): {name}: {exc}") from None
+    if micro < 0 or amount_usd < 0:
+        raise FoldError(f"event {ev.event_id} ({ev.event_type}): {name} is negative ({amount_usd!r} USD)")
+    return micro
 
 
 def _task_started(rec: TrajectoryRecord, ev: Event, p: TaskStarted) -> None:
     if rec.task is not None:
         raise FoldError(f"event {ev.event_id}: a second TaskStarted (the task started at an earlier event)")
+    ceiling = _amount(ev, "budget_ceiling_usd", p.budget_ceiling_usd)
+    reserve = _amount(ev, "finalization_reserve_usd", p.finalization_reserve_usd)
     rec.task = p.model_dump(mode="json")
     rec.control_state = "RUNNING"
-    rec.budget.ceiling_usd = p.budget_ceiling_usd
-    rec.budget.finalization_reserve_usd = p.finalization_reserve_usd
+    rec.budget.ceiling_micro_usd = ceiling
+    rec.budget.finalization_reserve_micro_usd = reserve
 
 
 def _context_built(rec: TrajectoryRecord, ev: Event, p: ContextBuilt) -> None:
@@ -562,7 +699,8 @@ def _budget_reserved(rec: TrajectoryRecord, ev: Event, p: BudgetReserved) -> Non
     if p.reservation_id in rec.budget.reservations:
         raise FoldError(f"event {ev.event_id}: reservation {p.reservation_id} already exists; a reservation "
                         "is never replaced (that would change the liability it holds)")
-    rec.budget.reservations[p.reservation_id] = Reservation(p.reservation_id, p.subject_id, p.amount_usd)
+    rec.budget.reservations[p.reservation_id] = Reservation(p.reservation_id, p.subject_id,
+                                                            _amount(ev, "amount_usd", p.amount_usd))
     op = rec.operations.get(p.subject_id)
     if op is not None:
         op.reservation_id = p.reservation_id
@@ -572,14 +710,15 @@ def _budget_reserved(rec: TrajectoryRecord, ev: Event, p: BudgetReserved) -> Non
 
 
 def _budget_settled(rec: TrajectoryRecord, ev: Event, p: BudgetSettled) -> None:
+    actual = _amount(ev, "actual_usd", p.actual_usd)
     r = rec.budget.reservations.get(p.reservation_id)
     if r is None:   # usage evidence without a reservation: count it, hold nothing
-        rec.budget.actual_consumption_usd += p.actual_usd
+        rec.budget.actual_consumption_micro_usd += actual
         return
     if r.released:
         raise FoldError(f"event {ev.event_id}: reservation {p.reservation_id} was already finally settled")
-    r.settled_usd += p.actual_usd
-    rec.budget.actual_consumption_usd += p.actual_usd
+    r.settled_micro_usd += actual
+    rec.budget.actual_consumption_micro_usd += actual
     if p.final:
         r.released = True
 

@@ -12,14 +12,13 @@ Every output, execution count and run-time metadata is dropped, and a note namin
 put first, so the result is byte-for-byte a function of the solution notebook: ``--check`` (and
 ``tests/test_exercises.py``) fails when the committed exercises drift from their solutions.
 
-Usage: ``python -m kernel_lib exercise strip [--check]`` or ``python -m kernel_lib.course.strip``.
+Usage: ``python -m kernel_lib exercise strip [--check]``.
 """
 
 from __future__ import annotations
 
 import copy
 import re
-import sys
 from pathlib import Path
 
 from typing import TYPE_CHECKING
@@ -146,18 +145,3 @@ def sync(solutions: Path = SOLUTIONS_DIR, exercises: Path = EXERCISES_DIR, check
         out += [f"{p}: has no solution notebook in {solutions}" for p in sorted(exercises.glob("*.ipynb"))
                 if p.name not in names]
     return out
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``python -m kernel_lib.course.strip [--check]``."""
-    from kernel_lib.cli.exercises import build_strip_parser, run_strip
-    args = build_strip_parser().parse_args(sys.argv[1:] if argv is None else argv)
-    try:
-        return run_strip(args)
-    except ConfigError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -69,21 +69,20 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Literal, Mapping
 
-from kernel_lib.gate.dispatch import (
+from kernel_lib.errors import AdmissionDenied, ConfigError, DispatchWithheld
+from kernel_lib.core.events import Authorized, BudgetSettled, RuntimeInput
+from kernel_lib.core.money import micro_to_usd, usd_to_micro
+from kernel_lib.core.proposals import (
     REPEAT_SAFE_CONTRACTS,
     AdmissionPolicy,
-    DispatchGate,
     ModelCall,
     ModelReply,
-    ModelTransport,
     ToolProposal,
-    ToolTransport,
     decision_id,
     reservation_id,
 )
-from kernel_lib.errors import AdmissionDenied, ConfigError, DispatchWithheld
-from kernel_lib.core.events import Authorized, BudgetSettled, RuntimeInput
 from kernel_lib.core.record import TERMINAL_STATES, TrajectoryRecord
+from kernel_lib.gate.dispatch import DispatchGate, ModelTransport, ToolTransport
 
 Verdict = Literal["admit", "withhold", "refuse"]
 Resolution = Literal["unchanged", "pinned", "migrated", "halt"]
@@ -91,7 +90,6 @@ Resolution = Literal["unchanged", "pinned", "migrated", "halt"]
 #: Check names in report order.
 CHECKS = ("identity", "control", "deadline", "source", "dependencies", "in_doubt", "grant", "approval", "capacity", "budget",
           "versions")
-_EPS = 1e-9
 _RANK = {"admit": 0, "withhold": 1, "refuse": 2}
 
 
@@ -365,7 +363,7 @@ def record_version_transition(gate: DispatchGate, resolution: VersionResolution,
         if (ri.get("kind") == "config" and ri.get("name") == VERSION_INPUT_PREFIX + resolution.key
                 and isinstance(old, dict) and all(old.get(k) == v for k, v in same.items())):
             return
-    gate._append(RuntimeInput(kind="config", name=VERSION_INPUT_PREFIX + resolution.key, value=value))
+    gate.append(RuntimeInput(kind="config", name=VERSION_INPUT_PREFIX + resolution.key, value=value))
 
 
 # --- the evaluation ----------------------------------------------------------------------------
@@ -607,37 +605,38 @@ def evaluate(record: TrajectoryRecord, step: ProposedStep, *, policy: AdmissionP
     else:
         add("capacity", "withhold", "no free dispatch slot in the cluster now")
 
-    # budget
+    # budget (integer micro-dollars; the figures in the reasons are USD)
     b = record.budget
+    consumed, outstanding, ceiling = (b.actual_consumption_micro_usd, b.outstanding_reservations_micro_usd,
+                                      b.ceiling_micro_usd)
+    reserve = 0 if step.finalization else b.finalization_reserve_micro_usd
     reuse = reusable
     if reuse is not None:
         held = b.reservations[reuse]
-        reserve = 0.0 if step.finalization else b.finalization_reserve_usd
-        need = b.actual_consumption_usd + b.outstanding_reservations_usd + reserve   # the held bound is in outstanding
-        if step.bound_usd > held.amount_usd + _EPS:
+        need = consumed + outstanding + reserve   # the held bound is in outstanding
+        if usd_to_micro(step.bound_usd) > held.amount_micro_usd:
             add("budget", "refuse", f"admitted with a bound of {held.amount_usd:g} USD under {reuse}; a bound of "
                                     f"{step.bound_usd:g} USD needs a new attempt id")
             reuse = None
-        elif need > b.ceiling_usd + _EPS:
-            others = b.outstanding_reservations_usd - held.outstanding_usd
-            add("budget", "withhold" if need - others <= b.ceiling_usd + _EPS else "refuse",
+        elif need > ceiling:
+            others = outstanding - held.outstanding_micro_usd
+            add("budget", "withhold" if need - others <= ceiling else "refuse",
                 f"keeps {reuse}, but consumption {b.actual_consumption_usd:.4f} + outstanding "
                 f"{b.outstanding_reservations_usd:.4f} (its own {held.outstanding_usd:.4f} included) + reserve "
-                f"{reserve:.4f} = {need:.4f} USD is over the ceiling {b.ceiling_usd:.4f} (usage beyond a bound since "
-                "the admission)")
+                f"{micro_to_usd(reserve):.4f} = {micro_to_usd(need):.4f} USD is over the ceiling {b.ceiling_usd:.4f} "
+                "(usage beyond a bound since the admission)")
             reuse = None
         else:
             add("budget", "admit", f"admitted before the crash and never sent: keeps {reuse} ({held.amount_usd:g} USD) "
                                    "and reserves nothing again")
     else:
-        reserve = 0.0 if step.finalization else b.finalization_reserve_usd
-        need = b.actual_consumption_usd + b.outstanding_reservations_usd + step.bound_usd + reserve
+        need = consumed + outstanding + usd_to_micro(step.bound_usd) + reserve
         figures = (f"consumption {b.actual_consumption_usd:.4f} + outstanding {b.outstanding_reservations_usd:.4f} "
-                   f"+ bound {step.bound_usd:.4f} + reserve {reserve:.4f} = {need:.4f} USD against the ceiling "
-                   f"{b.ceiling_usd:.4f}")
-        if need <= b.ceiling_usd + _EPS:
+                   f"+ bound {step.bound_usd:.4f} + reserve {micro_to_usd(reserve):.4f} = {micro_to_usd(need):.4f} USD "
+                   f"against the ceiling {b.ceiling_usd:.4f}")
+        if need <= ceiling:
             add("budget", "admit", figures + (" (finalization work may use the reserve)" if step.finalization else ""))
-        elif need - b.outstanding_reservations_usd <= b.ceiling_usd + _EPS:
+        elif need - outstanding <= ceiling:
             add("budget", "withhold", figures + "; it could fit only if the outstanding reservations settle below "
                                                 "their bounds (it fits if all are released unspent)")
         else:
@@ -703,12 +702,12 @@ class ContinuationGate:
             if own is not None and own.kind != step.kind:   # a deny under a clashing id would not fold: log nothing
                 raise AdmissionDenied(f"{step.step_id} refused at continuation admission (not logged: the id "
                                       f"belongs to a {own.kind} operation): " + "; ".join(d.reasons()))
-            self.gate._append(Authorized(decision_id=decision_id(step.step_id, step.attempt_id), subject_id=step.step_id,
+            self.gate.append(Authorized(decision_id=decision_id(step.step_id, step.attempt_id), subject_id=step.step_id,
                                          subject_kind=step.kind, policy_version=self.gate.policy.policy_version,
                                          grant_id=step.grant_id, decision="deny",
                                          reason="continuation admission: " + "; ".join(d.reasons())))
             if unsent is not None:   # admitted, never sent (complete prefix): nothing was charged
-                self.gate._append(BudgetSettled(reservation_id=unsent, subject_id=step.step_id, actual_usd=0.0,
+                self.gate.append(BudgetSettled(reservation_id=unsent, subject_id=step.step_id, actual_usd=0.0,
                                                 final=True, evidence="released: the admitted attempt was never sent "
                                                 "and continuation admission refused it"))
             raise AdmissionDenied(f"{step.step_id} refused at continuation admission: " + "; ".join(d.reasons()))

@@ -60,11 +60,12 @@ from typing import Any, Iterator, Mapping
 import rfc8785
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
+from kernel_lib._support.sqlite import Layout, close_quietly, open_database, statements, write_transaction
 from kernel_lib.gate.dispatch import reservation_id as _reservation_id
 from kernel_lib.errors import ConfigError, FoldError, InboxConflictError, InboxError, InboxRecordError, KernelError
 from kernel_lib.core.events import BudgetSettled, Payload, ToolResult
-from kernel_lib.live.errors import EvidenceSignatureError
-from kernel_lib.live.executor import load_public_key, signing_bytes, verify_completion
+from kernel_lib.errors import EvidenceSignatureError
+from kernel_lib.gate.evidence import load_public_key, signing_bytes, verify_completion
 from kernel_lib.log.trajectory import TrajectoryLog
 from kernel_lib.core.record import SETTLING_STATUSES, TrajectoryRecord, fold, fold_into, fork, initial_record
 
@@ -96,6 +97,10 @@ CREATE UNIQUE INDEX IF NOT EXISTS one_final_per_key
 """
 _COLUMNS = frozenset({"entry_id", "trajectory_id", "operation_id", "attempt_id", "executor_id", "status", "final",
                       "record_sha256", "record_json", "signature"})
+#: The layout checked at open (:mod:`kernel_lib._support.sqlite`). The inbox predates layout
+#: versions: a file is recognised by its ``completions`` columns, and what is missing is created.
+_LAYOUT = Layout(kind="result inbox", label="inbox", version=None, tables={"completions": _COLUMNS},
+                 schema=statements(_SCHEMA), indexes=frozenset({"completions_by_key", "one_final_per_key"}))
 
 
 @dataclass(frozen=True)
@@ -200,15 +205,17 @@ class ResultInbox:
 
         create: with False, a missing file is an error instead of a new, empty inbox (for readers).
 
-    The file is opened in WAL mode with ``synchronous=FULL``: a deposit that returned is on disk.
-    The connection is shared by threads under a lock.
+    The file is opened in WAL mode with ``synchronous=FULL`` (:mod:`kernel_lib._support.sqlite`):
+    a deposit that returned is on disk and survives a host crash or power loss with the volume
+    intact. The connection is shared by threads under a lock.
 
     Raises:
         ConfigError: ``endpoint_keys`` is not a mapping of endpoint ids to usable Ed25519 public
             keys (a key file that is missing or unreadable, a malformed hex key, a wrong type).
         InboxError: the file cannot be used as an inbox (a directory, a missing parent directory,
             not an SQLite file, an SQLite file holding another ``completions`` table, or missing
-            with ``create=False``).
+            with ``create=False``: nothing in it is changed), or it stayed locked past the busy
+            timeout (10 s; ``retryable``).
     """
 
     def __init__(self, path: str | os.PathLike, endpoint_keys: Mapping[str, Ed25519PublicKey | str | os.PathLike],
@@ -218,32 +225,9 @@ class ResultInbox:
         self.path = str(path)
         self._keys = _load_keys(endpoint_keys)
         self._lock = threading.RLock()
-        if self.path != ":memory:":
-            if os.path.isdir(self.path):
-                raise InboxError(f"inbox {self.path!r} is a directory, not an SQLite file")
-            if not create and not os.path.exists(self.path):
-                raise InboxError(f"inbox {self.path!r} does not exist")
-            parent = os.path.dirname(os.path.abspath(self.path))
-            if not os.path.isdir(parent):
-                raise InboxError(f"inbox {self.path!r}: its directory {parent!r} does not exist")
-        try:
-            self._db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=10.0)
-        except sqlite3.Error as exc:
-            raise InboxError(f"inbox {self.path!r} cannot be opened: {exc}") from exc
-        try:
-            if self.path != ":memory:":
-                self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute("PRAGMA synchronous=FULL")
-            self._db.executescript(_SCHEMA)
-            columns = {r[1] for r in self._db.execute("PRAGMA table_info(completions)")}
-            if not _COLUMNS <= columns:
-                raise InboxError(f"inbox {self.path!r} holds a 'completions' table that is not a result inbox's "
-                                 f"(missing columns {sorted(_COLUMNS - columns)})")
-        except (sqlite3.Error, InboxError) as exc:
-            self._db.close()
-            if isinstance(exc, InboxError):
-                raise
-            raise InboxError(f"inbox {self.path!r} is not a usable SQLite result inbox: {exc}") from exc
+        # the path and the layout are checked before anything is written (":memory:" needs neither)
+        self._db = open_database(self.path, _LAYOUT, error=InboxError, busy_error=InboxError, busy_timeout_s=10.0,
+                                 journal_mode="WAL", synchronous="FULL", create=create)
 
     @contextmanager
     def _locked(self, what: str) -> Iterator[sqlite3.Connection]:
@@ -258,13 +242,13 @@ class ResultInbox:
         """Take and release the write lock without storing anything (what a depositor checks at
         startup). Raises InboxError when the file cannot be written (read-only file or
         directory, locked past the busy timeout)."""
-        with self._locked("a write check") as db:
-            db.execute("BEGIN IMMEDIATE")
-            db.execute("ROLLBACK")
+        with self._locked("a write check") as db, write_transaction(db, f"inbox {self.path!r}: a write check",
+                                                                   busy_error=InboxError):
+            pass   # an empty transaction: the lock was taken, nothing is written
 
     def close(self) -> None:
         with self._lock:
-            self._db.close()
+            close_quietly(self._db)
 
     def __enter__(self) -> "ResultInbox":
         return self
@@ -322,14 +306,13 @@ class ResultInbox:
 
     def _deposit_locked(self, db: sqlite3.Connection, record: dict[str, Any], tid: str, sha: str,
                         final: bool) -> InboxEntry:
-        db.execute("BEGIN IMMEDIATE")
-        try:
+        # one BEGIN IMMEDIATE transaction: rolled back on any exception (a conflict stores nothing)
+        with write_transaction(db, f"inbox {self.path!r}: deposit", busy_error=InboxError):
             same = self._select("record_sha256 = ?", (sha,))
             if same:
                 if same[0].trajectory_id != tid:
                     raise InboxConflictError(f"this completion record is already stored for trajectory "
                                              f"{same[0].trajectory_id!r}, not {tid!r}")
-                db.execute("COMMIT")
                 return same[0]
             if final:
                 rival = self._select("trajectory_id = ? AND operation_id = ? AND attempt_id = ? AND final = 1",
@@ -345,11 +328,6 @@ class ResultInbox:
                 (tid, record["operation_id"], record["attempt_id"], record["executor_id"], record["status"],
                  int(final), sha, json.dumps(record, sort_keys=True), record["signature"]))
             entry_id = cur.lastrowid
-            db.execute("COMMIT")
-        except BaseException:
-            if db.in_transaction:
-                db.execute("ROLLBACK")
-            raise
         return self._select("entry_id = ?", (entry_id,))[0]
 
     # --- reading ---------------------------------------------------------------------------------

@@ -7,8 +7,9 @@
 May import: ``gate``, ``ownership``, ``checkpoint``, ``log``, ``core`` and the leaves.
 """
 
+from kernel_lib.errors import LiveCallDuringReplayError, ReplayMismatchError   # re-exported
 from kernel_lib.history.replay import (
-    NORMALIZATIONS, ORDERS, rerun_match_probability, ReplayMismatchError, LiveCallDuringReplayError,
+    NORMALIZATIONS, ORDERS, rerun_match_probability,
     ExternalInput, ReplayReport, ReplayAdapter, sealed, EXAMPLE_GRANT, EXAMPLE_TRAJECTORY, example_policy,
     worksheet_harness, record_example, replay_harness, TimeTravelView, time_travel, BRANCH_ORIGIN,
     Intervention, BranchTransports, Branch, fork_branch

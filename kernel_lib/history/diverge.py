@@ -104,7 +104,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Literal, Sequence
 
 from kernel_lib.errors import ConfigError
-from kernel_lib.core.events import Event, registered_types
+from kernel_lib.core.events import NOT_RECORDED, Event, registered_types
 
 ASSEMBLED_INPUT = "assembled input"
 MODEL_RESPONSE = "model response"
@@ -121,7 +121,6 @@ _DEFAULT_CAP = 20
 #: Value an importer (:mod:`kernel_lib.importers`) puts in a required field its source never
 #: recorded. A compared field holding it is left out of the comparison and reported as missing
 #: evidence: two sentinels agree about nothing.
-from kernel_lib.importers._common import NOT_RECORDED  # noqa: E402  (one constant shared with the importers)
 
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 #: Name of the RuntimeInput an importer writes first; its ``value["lacks"]`` lists what the source
@@ -1175,7 +1174,7 @@ def locate_divergence(events_a: Sequence[Event], events_b: Sequence[Event], equi
 
     Args:
         events_a, events_b: the events of one trajectory each, in log order (e.g. from
-            :func:`kernel_lib.cli.load_events`). A is the reference: steps follow A's order.
+            :func:`kernel_lib.log.load_events`). A is the reference: steps follow A's order.
         equivalence: the declared relation (default: :class:`Equivalence` ``()``, exact).
         label_a, label_b: names for the logs in the report (e.g. their paths).
 

@@ -35,7 +35,6 @@ given, nor about whether the task was done well.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import socket
 import subprocess
@@ -46,7 +45,7 @@ from typing import Any, Iterator, Sequence
 import rfc8785
 
 from kernel_lib.gate.dispatch import ModelReply, ToolReply
-from kernel_lib.errors import ConfigError, KernelError
+from kernel_lib.errors import ConfigError, KernelError, LiveCallDuringReplayError, ReplayMismatchError
 from kernel_lib.core.events import (
     ApprovalResolved,
     BudgetSettled,
@@ -85,28 +84,6 @@ def rerun_match_probability(per_call: float, calls: int) -> float:
     if type(calls) is not int or calls < 0:
         raise ConfigError(f"calls must be an int >= 0, got {calls!r}")
     return float(per_call) ** calls
-
-
-class ReplayMismatchError(KernelError):
-    """A request of the replayed harness does not match the recording (§11.6.2).
-
-    Attributes: ``kind`` (``"model"``/``"tool"``), ``key`` (the request's identity), ``expected``
-    (the recorded canonical request, or None when nothing was recorded under that identity),
-    ``actual`` (the request made), ``reason``."""
-
-    def __init__(self, reason: str, *, kind: str, key: str, expected: Any, actual: Any):
-        super().__init__(f"replay mismatch ({kind} {key}): {reason}\n  recorded: {_show(expected)}\n"
-                         f"  replayed: {_show(actual)}")
-        self.kind, self.key, self.expected, self.actual, self.reason = kind, key, expected, actual, reason
-
-
-class LiveCallDuringReplayError(KernelError):
-    """Something tried to reach the outside world while a replay was sealed."""
-
-
-def _show(x: Any, limit: int = 400) -> str:
-    text = json.dumps(x, sort_keys=True, default=str) if x is not None else "nothing recorded"
-    return text if len(text) <= limit else text[:limit] + "…"
 
 
 def _canon(x: Any) -> str:
@@ -176,7 +153,7 @@ class ReplayAdapter:
             raise ConfigError(f"a recording is a sequence of Events, got {type(events).__name__}")
         events = list(events)
         if any(not isinstance(e, Event) for e in events):
-            raise ConfigError("a recording holds Event objects only (load a log with kernel_lib.cli.load_events)")
+            raise ConfigError("a recording holds Event objects only (load a log with kernel_lib.log.load_events)")
         if [e.sequence_number for e in events] != sorted(e.sequence_number for e in events):
             raise ConfigError("a recording must be in sequence order")
         if len({e.trajectory_id for e in events}) > 1:

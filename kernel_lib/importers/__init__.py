@@ -68,14 +68,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from kernel_lib.importers._common import (
-    ALWAYS_LACKS,
-    LACKS,
-    NOT_RECORDED,
-    ImportFormatError,
-    ImportResult,
-    UnknownImportFormatError,
-)
+from kernel_lib.errors import ImportFormatError, UnknownImportFormatError   # re-exported: import_file raises them
+from kernel_lib.importers._common import ALWAYS_LACKS, LACKS, NOT_RECORDED, ImportResult
 from kernel_lib.importers.openai_messages import import_openai_messages
 from kernel_lib.importers.swe_agent import import_swe_agent
 from kernel_lib.importers.tau_bench import import_tau_bench

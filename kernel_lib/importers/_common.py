@@ -20,7 +20,7 @@ from typing import Any
 import rfc8785
 from pydantic import ValidationError
 
-from kernel_lib.errors import KernelError
+from kernel_lib.errors import ImportFormatError
 from kernel_lib.core.events import (
     JSON_MAX_DEPTH,
     JSON_SAFE_MAX,
@@ -38,11 +38,9 @@ from kernel_lib.core.events import (
     ToolResult,
     redact_secrets,
 )
+from kernel_lib.core.events import NOT_RECORDED  # noqa: F401  (the importers' sentinel, re-exported)
 from kernel_lib.log.trajectory import default_event_id
 
-#: Sentinel put in every field the event schema requires but the source never recorded (grant,
-#: authorization decision, reservation, model name, delivered input...). It names no real object.
-NOT_RECORDED = "not-recorded-by-source"
 
 #: Version of the mapping these importers apply; stamped in the ``import:source`` RuntimeInput.
 IMPORTER_VERSION = 1
@@ -81,25 +79,6 @@ LACKS: dict[str, str] = {
 #: agent log records.
 ALWAYS_LACKS = ("intent-before-dispatch", "authorization", "budget-reservation", "owner-epoch", "control-epoch",
                 "clock", "wire-request")
-
-
-class ImportFormatError(KernelError, ValueError):
-    """A source file cannot be read as the named format.
-
-    ``path`` is the file as given and ``where`` the place inside it: a JSON path such as
-    ``trajectory[12].observation`` or ``traj[30].tool_calls[0].function.arguments``, ``line L
-    column C`` for text that is not JSON, or ``$`` for the file as a whole.
-    """
-
-    def __init__(self, message: str, *, path: str | Path, where: str = "$"):
-        self.path = str(path)
-        self.where = where
-        self.reason = message
-        super().__init__(f"{self.path}: at {where}: {message}")
-
-
-class UnknownImportFormatError(KernelError, ValueError):
-    """The format name is not one of :data:`kernel_lib.importers.FORMATS`."""
 
 
 @dataclass(frozen=True)

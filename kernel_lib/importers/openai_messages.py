@@ -62,7 +62,7 @@ def _tokens(src: Source, m: dict[str, Any], where: str) -> tuple[int, int] | Non
     return i, o
 
 
-def _calls(src: Source, m: dict[str, Any], where: str) -> list[tuple[str, dict[str, Any], str | None, str]]:
+def message_tool_calls(src: Source, m: dict[str, Any], where: str) -> list[tuple[str, dict[str, Any], str | None, str]]:
     """(tool name, arguments, source call id, JSON path of the arguments) of every call the
     message proposes."""
     out = []
@@ -107,7 +107,7 @@ def map_messages(b: Builder, src: Source, messages: list[Any], base: str, *, mod
         role = src.get(m, "role", str, where, required=True)
         text = src.text(m.get("content"), join(where, "content"))
         if role in ASSISTANT_ROLES:
-            calls = _calls(src, m, where)
+            calls = message_tool_calls(src, m, where)
             tokens = _tokens(src, m, where)
             usage_seen |= tokens is not None
             turn_model = src.get(m, "model", str, where) or model

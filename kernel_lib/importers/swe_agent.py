@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from kernel_lib.importers._common import NOT_RECORDED, Builder, ImportResult, Source, call_id, join, proposal_call
-from kernel_lib.importers.openai_messages import _calls
+from kernel_lib.importers.openai_messages import message_tool_calls
 
 FORMAT = "swe-agent"
 
@@ -149,7 +149,7 @@ def import_swe_agent(path: str | Path) -> ImportResult:
                            else f"history records {len(assistant_at)} assistant message(s); none matches this step")
             calls: list = []
             if hidx is not None and history[hidx].get("tool_calls"):
-                calls = _calls(src, history[hidx], join("history", hidx))
+                calls = message_tool_calls(src, history[hidx], join("history", hidx))
             elif action.strip():
                 calls = [_command_call(action, join(where, "action"))]
             ops = turn(k, where, action=action, response=response, thought=thought, calls=calls,
@@ -236,7 +236,7 @@ def _from_history(src: Source, b: Builder, history: list, assistant_at: list[int
         action = src.get(m, "action", str, where, default="")
         thought = src.get(m, "thought", str, where, default="")
         response = src.text(m.get("content"), join(where, "content"))
-        calls = _calls(src, m, where) if m.get("tool_calls") else (
+        calls = message_tool_calls(src, m, where) if m.get("tool_calls") else (
             [_command_call(action, join(where, "action"))] if action.strip() else [])
         ops = turn(j, where, action=action, response=response, thought=thought, calls=calls,
                    delivered=history[:j], missing="")

@@ -4,9 +4,39 @@
 * :mod:`.executor` — the executor service (its own OS process, loopback only) that runs the real
   tests, keeps charging after the worker dies, answers status by operation id and signs its
   completion records (Ed25519).
-* :mod:`.model` — the seeded stochastic model stand-in.
 * :mod:`.worker` — the worker process (runs the repair trajectory through the dispatch gate; can
   pause at a log position) and the replacement worker (``--recover``: fold, then reconcile).
 * :mod:`.controller` — the crash controller: ``run_worksheet`` kills the worker with a real
   ``SIGKILL`` and recovers in a new process (§11.1, §11.3.3, §11.5.3).
+* :mod:`.client` — ``ExecutorClient``: the executor's endpoints (status by operation id, fences,
+  job submission, a bounded wait for a running job) for notebooks and widgets.
+* :mod:`.checks` — where an executor job's seconds go: pytest's reported time and a timed
+  start-up probe of the executor's check command.
+
+The seeded model stand-in the worker uses is deterministic and lives in :mod:`kernel_lib.sim`.
+
+May import every layer below it (``quorum`` and ``sim`` included); never ``verify``, ``bench``,
+``course`` or ``cli``.
 """
+
+# The names below load on first use (PEP 562): the worker and the executor are started as
+# ``python -m kernel_lib.live.worker`` / ``kernel_lib.live.executor``, and importing them here
+# would load them twice in those processes.
+_EXPORTS = {
+    "kernel_lib.live.controller": (
+        "CRASH_POINTS", "EXPECTED", "TEMP_PREFIX", "live_env", "make_workdir", "run_replacement", "run_worksheet",
+        "run_zombie", "spawn_executor", "spawn_worker", "stop_executor", "sweep_stale_workdirs"),
+    "kernel_lib.live.session": ("WorksheetSession",),
+    "kernel_lib.live.workspace": (
+        "BASE_DIR", "DATASET_DIR", "PATCH_FILE", "SNAPSHOT_NAME", "Snapshot", "apply_patch", "build_snapshot",
+        "copy_verified", "manifest_digest", "manifest_of", "verify"),
+}
+_WHERE = {name: module for module, names in _EXPORTS.items() for name in names}
+__all__ = sorted(_WHERE)
+
+
+def __getattr__(name: str):
+    if name not in _WHERE:
+        raise AttributeError(f"module 'kernel_lib.live' has no attribute {name!r}")
+    import importlib
+    return getattr(importlib.import_module(_WHERE[name]), name)

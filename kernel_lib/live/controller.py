@@ -24,23 +24,23 @@ import math
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
+from kernel_lib._support import workdirs
+from kernel_lib._support.procs import kill_group, port_accepts, process_state  # noqa: F401
+from kernel_lib._support.workdirs import OWNER_FILE  # noqa: F401
 from kernel_lib.errors import ConfigError
-from kernel_lib.live.errors import LiveProcessError
-from kernel_lib.live.orphan import parent_env, pid_alive
+from kernel_lib.errors import LiveProcessError
+from kernel_lib.live.orphan import parent_env
 from kernel_lib.live.worker import OPERATION, TRAJECTORY
 from kernel_lib.live.workspace import build_snapshot, remove_tree
 
 CRASH_POINTS = ("Authorized", "BudgetReserved", "ToolIntent", "ToolResult")
 TEMP_PREFIX = "kernel_lib_live_"
-OWNER_FILE = "owner.pid"   # the pid of the process that made a work directory (for the stale sweep)
 
 #: What table 3 lets recovery conclude about test_r18 at each crash point (for the report).
 EXPECTED = {
@@ -73,74 +73,10 @@ def _tail(path: Path, n: int = 600) -> str:
         return "(no output)"
 
 
-def _kill_group(proc: subprocess.Popen | None, sig: int = signal.SIGKILL, wait_s: float = 10.0) -> None:
-    """Send ``sig`` to the process group of ``proc`` (its own session) and reap it."""
-    if proc is None:
-        return
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(proc.pid, sig)
-    try:
-        proc.wait(timeout=wait_s)
-    except subprocess.TimeoutExpired:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=wait_s)
-    with contextlib.suppress(ProcessLookupError, PermissionError):   # stragglers left in the group
-        os.killpg(proc.pid, signal.SIGKILL)
-
-
-def port_accepts(port: int, timeout_s: float = 0.5) -> bool:
-    """Does 127.0.0.1:``port`` accept a TCP connection?"""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.settimeout(timeout_s)
-        try:
-            s.connect(("127.0.0.1", port))
-            return True
-        except OSError:
-            return False
-
-
 def live_env() -> dict[str, str]:
     """Environment for the live processes: unbuffered output, no bytecode files left behind, and
     this process named as their parent so that they shut down if it dies (:mod:`.orphan`)."""
     return {**os.environ, "PYTHONDONTWRITEBYTECODE": "1", "PYTHONUNBUFFERED": "1", **parent_env()}
-
-
-def sweep_stale_workdirs(parent: str | os.PathLike | None = None, *, prefix: str = TEMP_PREFIX,
-                         before_remove: "Callable[[Path], None] | None" = None) -> list[Path]:
-    """Remove work directories (named ``prefix*`` under ``parent``) left by a controller that died
-    without cleaning up (its owner pid is gone, e.g. a killed notebook kernel), calling
-    ``before_remove(dir)`` first (e.g. to stop processes it recorded). Directories without an owner
-    mark are left alone. Returns the directories removed."""
-    base = Path(parent) if parent is not None else Path(tempfile.gettempdir())
-    removed = []
-    for d in base.glob(prefix + "*"):
-        try:
-            owner = int((d / OWNER_FILE).read_text().strip())
-        except (OSError, ValueError):
-            continue
-        if owner != os.getpid() and not pid_alive(owner):
-            if before_remove is not None:
-                before_remove(d)
-            remove_tree(d)
-            removed.append(d)
-    return removed
-
-
-def make_workdir(parent: str | os.PathLike | None = None) -> Path:
-    """A new private work directory under ``parent`` (default: the system temp dir), created if
-    needed, marked with this process's pid; stale ones of dead controllers are swept first.
-
-    Raises: ConfigError: ``parent`` cannot be created or written."""
-    try:
-        if parent is not None:
-            Path(parent).mkdir(parents=True, exist_ok=True)
-        sweep_stale_workdirs(parent)
-        work = Path(tempfile.mkdtemp(prefix=TEMP_PREFIX, dir=parent))
-        (work / OWNER_FILE).write_text(f"{os.getpid()}\n")
-    except OSError as exc:
-        raise ConfigError(f"cannot create a work directory under {parent or tempfile.gettempdir()}: {exc}") from None
-    return work
 
 
 def spawn_executor(work: Path, snap: Any, *, usd_per_s: float, test_delay_s: float, env: dict[str, str],
@@ -188,7 +124,7 @@ def spawn_worker(work: Path, *, store_kind: str, store_path: Path, ready: dict[s
         return proc, (_wait_for_file(marker, proc, timeout_s, "the worker", log)
                       if pause_at or wait_for_marker else None)
     except BaseException:
-        _kill_group(proc)
+        kill_group(proc)
         raise
 
 
@@ -240,7 +176,7 @@ def stop_executor(proc: subprocess.Popen | None) -> None:
             proc.wait(timeout=15)
         except subprocess.TimeoutExpired:
             pass
-    _kill_group(proc)
+    kill_group(proc)
 
 
 def _tear_down_run(result: dict[str, Any], executor: subprocess.Popen | None, worker: subprocess.Popen | None,
@@ -248,7 +184,7 @@ def _tear_down_run(result: dict[str, Any], executor: subprocess.Popen | None, wo
     """Stop the executor, kill the worker's group, remove the work directory, and say so in
     ``result`` (``processes`` and ``cleanup``)."""
     stop_executor(executor)
-    _kill_group(worker)
+    kill_group(worker)
     remove_tree(work)
     result["processes"] = {"executor_pid": executor.pid if executor else None,
                            "worker_pid": worker.pid if worker else None}
@@ -332,7 +268,7 @@ def run_worksheet(crash_after: str = "ToolResult", store_kind: str = "sqlite", w
 
         os.kill(worker.pid, signal.SIGKILL)            # the crash: a real SIGKILL, no clean-up code runs
         rc = worker.wait(timeout=step_timeout_s)
-        _kill_group(worker)
+        kill_group(worker)
         import httpx
         with httpx.Client(timeout=5.0, trust_env=False) as client:
             at_crash = client.get(f"{url}/operations/{OPERATION}").json()
@@ -372,16 +308,6 @@ def run_worksheet(crash_after: str = "ToolResult", store_kind: str = "sqlite", w
 # ------------------------------------------------------------------------------------------------
 # the zombie worker (§11.5.1)
 # ------------------------------------------------------------------------------------------------
-
-
-def process_state(pid: int) -> str | None:
-    """The one-letter state of process ``pid`` from ``/proc`` (``T``: stopped, ``S``: sleeping,
-    ``R``: running, ``Z``: zombie), or None when it cannot be read."""
-    try:
-        text = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return text.rsplit(")", 1)[-1].split()[0] if ")" in text else None
 
 
 def _last_json(path: Path, key: str) -> dict[str, Any] | None:
@@ -579,6 +505,20 @@ def run_zombie(store_kind: str = "sqlite", workdir: str | os.PathLike | None = N
         if old is not None and old.poll() is None:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(old.pid, signal.SIGCONT)     # a stopped process still dies of SIGKILL; be tidy anyway
-        _kill_group(old)
+        kill_group(old)
         _stop_cluster(cluster, result)
         _tear_down_run(result, executor, old, work, port)
+
+
+def sweep_stale_workdirs(parent: str | os.PathLike | None = None) -> list[Path]:
+    """Remove the live substrate's work directories whose controller died (see
+    :func:`kernel_lib._support.workdirs.sweep_stale_workdirs`)."""
+    return workdirs.sweep_stale_workdirs(parent, prefix=TEMP_PREFIX)
+
+
+def make_workdir(parent: str | os.PathLike | None = None) -> Path:
+    """A new private work directory of the live substrate under ``parent`` (default: the system
+    temp dir), marked with this process's pid; stale ones are swept first.
+
+    Raises: ConfigError: ``parent`` cannot be created or written."""
+    return workdirs.make_workdir(parent, prefix=TEMP_PREFIX)

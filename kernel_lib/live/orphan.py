@@ -15,6 +15,8 @@ import threading
 import time
 from typing import Callable
 
+from kernel_lib._support.procs import pid_alive  # noqa: F401  (re-exported: the live helpers use it)
+
 PARENT_ENV = "KERNEL_LIB_LIVE_PARENT"
 
 
@@ -39,19 +41,3 @@ def watch_parent(on_orphan: Callable[[], None], interval_s: float = 0.5) -> thre
     t = threading.Thread(target=loop, name="orphan-watch", daemon=True)
     t.start()
     return t
-
-
-def pid_alive(pid: int) -> bool:
-    """True if a process with this pid exists on this host and has not exited (signal 0 probe;
-    an exited child not yet reaped, a zombie, counts as gone)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
-        return True

@@ -33,12 +33,12 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from kernel_lib.errors import ConfigError
+from kernel_lib._support.procs import kill_group
+from kernel_lib.errors import ConfigError, NoWorkerRunningError, SessionStateError, UnrecoveredRunError
 from kernel_lib.log import open_store
 from kernel_lib.live.controller import (
     CRASH_POINTS,
     EXPECTED,
-    _kill_group,
     live_env,
     make_workdir,
     port_accepts,
@@ -47,25 +47,10 @@ from kernel_lib.live.controller import (
     spawn_worker,
     stop_executor,
 )
-from kernel_lib.live.errors import LiveError
 from kernel_lib.live.worker import OPERATION, TRAJECTORY
 from kernel_lib.live.workspace import build_snapshot, remove_tree
 
-__all__ = ["WorksheetSession", "SessionStateError", "NoWorkerRunningError", "UnrecoveredRunError", "CRASH_POINTS"]
-
-
-class SessionStateError(LiveError):
-    """A :class:`WorksheetSession` step was asked for at a moment it cannot run (e.g. recover
-    before any log exists, start while a worker is still running, any step after ``close()``)."""
-
-
-class UnrecoveredRunError(SessionStateError):
-    """``start()`` would tear down a crashed run whose surviving log no replacement has read yet."""
-
-
-class NoWorkerRunningError(SessionStateError):
-    """``crash()`` was asked for but no worker process is running (never started, already killed,
-    or it finished its trajectory)."""
+__all__ = ["WorksheetSession", "CRASH_POINTS"]
 
 
 def _event_view(ev) -> dict[str, Any]:
@@ -232,7 +217,7 @@ class WorksheetSession:
         pid = self._worker.pid
         os.kill(pid, signal.SIGKILL)
         rc = self._worker.wait(timeout=self.step_timeout_s)
-        _kill_group(self._worker)
+        kill_group(self._worker)
         tail = self.log_tail(1)
         at = self._executor_status()
         self.last_crash = {"signal": "SIGKILL", "worker_pid": pid, "worker_exit": rc,
@@ -337,7 +322,7 @@ class WorksheetSession:
     def _teardown(self) -> dict[str, Any]:
         port = self._ready.get("port") if self._ready else None
         stop_executor(self._executor)
-        _kill_group(self._worker)
+        kill_group(self._worker)
         work = self._work
         if work is not None:
             remove_tree(work)

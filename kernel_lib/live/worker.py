@@ -92,6 +92,7 @@ from kernel_lib.errors import (
     DispatchWithheld,
     FencedRequestError,
     KernelError,
+    KernelException,
     LeaseHeldError,
     LeaseLostError,
     StoreError,
@@ -102,7 +103,7 @@ from kernel_lib.ownership.leases import LeaseCheck, SQLiteOwnershipCoordinator, 
 from kernel_lib.core.record import TERMINAL_STATES, TrajectoryRecord, fold, initial_record
 from kernel_lib.resume.stages import DEFAULT_PREFILL as _DP
 from kernel_lib.resume.stages import PrefillModel, StageTimer
-from kernel_lib.live.errors import EvidenceSignatureError, SnapshotMismatchError
+from kernel_lib.errors import EvidenceSignatureError, SnapshotMismatchError
 from kernel_lib.live.executor import load_public_key, verify_completion
 from kernel_lib.sim.model import MODEL_NAME, StochasticModel, repair_prompt
 from kernel_lib.live.orphan import watch_parent
@@ -812,7 +813,7 @@ def main(argv: list[str] | None = None) -> int:
         if not (args.executor_url and args.public_key and args.snapshot_digest):
             raise KernelError("worker mode needs --executor-url, --public-key and --snapshot-digest")
         return run_worker(args)
-    except KernelError as exc:
+    except KernelException as exc:   # a fault, or a refusal (admission, dispatch recheck) not handled above
         print(f"error: {exc}", file=sys.stderr)
         return 2
 

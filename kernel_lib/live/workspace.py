@@ -24,7 +24,8 @@ from pathlib import Path
 
 import rfc8785
 
-from kernel_lib.live.errors import PatchApplyError, SnapshotMismatchError
+from kernel_lib._support.workdirs import make_writable, remove_tree  # noqa: F401
+from kernel_lib.errors import PatchApplyError, SnapshotMismatchError
 
 #: The dataset directory: ``datasets/repair_r18`` of this repository.
 DATASET_DIR = Path(__file__).resolve().parents[2] / "datasets" / "repair_r18"
@@ -99,28 +100,6 @@ def _make_read_only(root: Path) -> None:
         p.chmod(stat.S_IRUSR | stat.S_IRGRP | stat.S_IROTH)
     for dirpath, _, _ in sorted(os.walk(root), reverse=True):
         Path(dirpath).chmod(stat.S_IRUSR | stat.S_IXUSR | stat.S_IRGRP | stat.S_IXGRP | stat.S_IROTH | stat.S_IXOTH)
-
-
-def make_writable(root: str | os.PathLike) -> None:
-    """Give the owner write permission again everywhere under ``root`` (before deleting it)."""
-    root = Path(root)
-    if not root.exists():
-        return
-    for dirpath, dirnames, filenames in os.walk(root):
-        Path(dirpath).chmod(0o755)
-        for f in filenames:
-            try:
-                (Path(dirpath) / f).chmod(0o644)
-            except OSError:
-                pass
-
-
-def remove_tree(root: str | os.PathLike) -> None:
-    """Delete a (possibly read-only) snapshot or work tree; missing is fine."""
-    root = Path(root)
-    if root.exists():
-        make_writable(root)
-        shutil.rmtree(root, ignore_errors=False)
 
 
 def build_snapshot(dest_root: str | os.PathLike, base: str | os.PathLike = BASE_DIR,

@@ -8,7 +8,9 @@ One database file in WAL mode. Tables::
     sync_marker(n)                                    -- bumped to force a WAL sync (see below)
 
 ``PRAGMA user_version`` holds :data:`LAYOUT_VERSION`. A database that is not this layout (another
-application's tables, another version) is refused with StoreError and left as it was.
+application's tables, another version) is refused with StoreError and left as it was. Opening, the
+layout check and the ``BEGIN IMMEDIATE`` transactions are those of :mod:`kernel_lib._support.sqlite`,
+shared with the other embedded SQLite files (ownership coordinator, result inbox, reference index).
 
 Acknowledgment tiers:
 
@@ -51,10 +53,20 @@ import contextlib
 import os
 import sqlite3
 import threading
-import urllib.parse
 from pathlib import Path
 from typing import Iterator, Sequence
 
+from kernel_lib._support.sqlite import (
+    Layout,
+    close_quietly,
+    connect,
+    is_busy,
+    is_corrupt,
+    open_database,
+    set_synchronous,
+    statements,
+    write_transaction,
+)
 from kernel_lib.errors import (
     CorruptLogError,
     MalformedEventError,
@@ -124,22 +136,12 @@ _LAYOUT_COLUMNS = {
     "sync_marker": {"id", "n"},
 }
 
+#: The layout checked at open (:mod:`kernel_lib._support.sqlite`): ``user_version`` and columns.
+_LAYOUT = Layout(kind="kernel_lib log", label="SQLite log", version=LAYOUT_VERSION,
+                 tables={t: frozenset(c) for t, c in _LAYOUT_COLUMNS.items()}, schema=statements(_SCHEMA))
+
+#: ``PRAGMA synchronous`` of each tier (what each level survives: kernel_lib._support.sqlite).
 _SYNC = {AckTier.WRITE: "OFF", AckTier.FDATASYNC: "FULL"}
-
-
-def _is_busy(exc: BaseException) -> bool:
-    """True for SQLITE_BUSY / SQLITE_LOCKED (and their extended codes): another connection holds a lock."""
-    if not isinstance(exc, sqlite3.OperationalError):
-        return False
-    name = getattr(exc, "sqlite_errorname", None)
-    if name:
-        return name.startswith(("SQLITE_BUSY", "SQLITE_LOCKED"))
-    return str(exc).startswith(("database is locked", "database table is locked"))
-
-
-def _is_corrupt(exc: BaseException) -> bool:
-    name = getattr(exc, "sqlite_errorname", None) or ""
-    return name.startswith(("SQLITE_CORRUPT", "SQLITE_NOTADB"))
 
 
 class SQLiteStore(LogStore):
@@ -184,7 +186,7 @@ class SQLiteStore(LogStore):
             self._survey()
         except sqlite3.Error as exc:
             self._close_quietly()
-            if _is_busy(exc):
+            if is_busy(exc):
                 raise StoreBusyError(f"cannot open SQLite log {self.path}: {exc} (another connection holds "
                                      "its lock; retry)") from exc
             raise StoreError(f"cannot open SQLite log {self.path}: {exc}") from exc
@@ -198,39 +200,20 @@ class SQLiteStore(LogStore):
         return cls(path, busy_timeout_s=busy_timeout_s, read_only=read_only)
 
     # --- opening -------------------------------------------------------------------------------
-    def _connect(self, target: str, *, uri: bool = False) -> sqlite3.Connection:
-        return sqlite3.connect(target, uri=uri, isolation_level=None, check_same_thread=False,
-                               timeout=self._timeout)
-
     def _open_read_write(self) -> None:
-        self._db = db = self._connect(str(self.path))
-        fresh = self._check_layout(db)   # before anything is written: a foreign file stays untouched
-        db.execute("PRAGMA journal_mode=WAL")
-        if fresh:
-            db.execute("BEGIN IMMEDIATE")
-            try:
-                if self._check_layout(db):   # again, under the write lock: another opener may have won
-                    for stmt in _SCHEMA.split(";"):
-                        if stmt.strip():
-                            db.execute(stmt)
-                    db.execute(f"PRAGMA user_version={LAYOUT_VERSION}")
-                db.execute("COMMIT")
-            except BaseException:
-                if db.in_transaction:
-                    db.execute("ROLLBACK")
-                raise
-        elif db.execute("SELECT count(*) FROM sync_marker WHERE id = 1").fetchone()[0] == 0:
+        # the layout is checked before anything is written (a foreign file stays untouched), and
+        # created under the write lock; synchronous is set per transaction (_set_tier)
+        self._db = db = open_database(self.path, _LAYOUT, error=StoreError, busy_timeout_s=self._timeout,
+                                      journal_mode="WAL", synchronous=None)
+        if db.execute("SELECT count(*) FROM sync_marker WHERE id = 1").fetchone()[0] == 0:
             db.execute("INSERT OR IGNORE INTO sync_marker VALUES (1, 0)")   # needed by retry-only syncs
         db.execute(_RETIRED_SCHEMA)
 
     def _open_read_only(self) -> None:
-        if not self.path.exists():
-            raise StoreError(f"no SQLite log at {self.path}: the file does not exist")
-        if not self.path.is_file():
-            raise StoreError(f"{self.path} is not a file, so not an SQLite log")
-        self._db = self._connect_read_only()
-        if self._check_layout(self._db):
-            raise StoreError(f"{self.path} is an empty SQLite database, not a kernel_lib log")
+        self._immutable = not os.path.exists(self._wal_path)
+        self._file_state = self._stat()
+        self._db = open_database(self.path, _LAYOUT, error=StoreError, busy_timeout_s=self._timeout,
+                                 read_only=True, immutable=self._immutable)
 
     def _stat(self) -> tuple[int, int, int] | None:
         try:
@@ -243,33 +226,7 @@ class SQLiteStore(LogStore):
         """A ``mode=ro`` connection; ``immutable=1`` too while no ``-wal`` file exists."""
         self._immutable = not os.path.exists(self._wal_path)
         self._file_state = self._stat()
-        uri = "file:" + urllib.parse.quote(str(self.path.resolve())) + "?mode=ro"
-        if self._immutable:
-            uri += "&immutable=1"
-        return self._connect(uri, uri=True)
-
-    def _check_layout(self, db: sqlite3.Connection) -> bool:
-        """Check that ``db`` is a kernel_lib log. Returns True if it is empty (a new file).
-
-        Raises StoreError naming what was found instead.
-        """
-        version = db.execute("PRAGMA user_version").fetchone()[0]
-        tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
-        objects = db.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]
-        if version == 0:
-            if objects:
-                raise StoreError(f"{self.path} is an SQLite database but not a kernel_lib log (it holds tables "
-                                 f"{sorted(tables)[:5]} and no kernel_lib layout version); refusing to touch it")
-            return True
-        if version != LAYOUT_VERSION:
-            raise StoreError(f"{self.path} is a log of layout version {version} (or another application's "
-                             f"database); this build reads version {LAYOUT_VERSION}")
-        for table, cols in _LAYOUT_COLUMNS.items():
-            have = {r[1] for r in db.execute(f"PRAGMA table_info({table})")} if table in tables else set()
-            if not cols <= have:
-                raise StoreError(f"{self.path} has user_version {version} but no kernel_lib {table!r} table "
-                                 f"(missing columns {sorted(cols - have)}): not a kernel_lib log; refusing to touch it")
-        return False
+        return connect(self.path, busy_timeout_s=self._timeout, read_only=True, immutable=self._immutable)
 
     def _survey(self) -> None:
         """Fill :attr:`recovery`: events, trajectories, and trajectories whose rows have gaps."""
@@ -314,35 +271,31 @@ class SQLiteStore(LogStore):
         ``synchronous=FULL`` (the WAL is synced before this returns)."""
         with self._lock:
             self._usable()
-            db = self._db
             try:
                 self._set_tier(AckTier.FDATASYNC)
-                db.execute("BEGIN IMMEDIATE")
-                self._refresh_cache()
-                head = db.execute("SELECT coalesce(max(sequence_number), 0) FROM events WHERE trajectory_id=?",
-                                  (trajectory_id,)).fetchone()[0]
-                try:
-                    check_retire_args(trajectory_id, through, head, checkpoint_event_id)
-                except StoreError:
-                    db.execute("ROLLBACK")
-                    raise
-                current = self._retired(db, trajectory_id)[0]
-                if through <= current:
-                    db.execute("ROLLBACK")
-                    return current
-                # the bodies go; id, position and digest stay, so a retired event id is never reused and an
-                # identical late retry is still acknowledged as the duplicate it is (§11.8.4)
-                db.execute("UPDATE events SET body=x'' WHERE trajectory_id=? AND sequence_number<=?",
-                           (trajectory_id, through))
-                db.execute("INSERT INTO retired_prefix VALUES (?,?,?) ON CONFLICT(trajectory_id) DO UPDATE SET "
-                           "through_sequence=excluded.through_sequence, "
-                           "checkpoint_event_id=excluded.checkpoint_event_id",
-                           (trajectory_id, through, checkpoint_event_id))
-                db.execute("COMMIT")
+                with write_transaction(self._db, f"SQLite retire_prefix on {self.path}") as db:
+                    self._refresh_cache()
+                    head = db.execute("SELECT coalesce(max(sequence_number), 0) FROM events WHERE trajectory_id=?",
+                                      (trajectory_id,)).fetchone()[0]
+                    check_retire_args(trajectory_id, through, head, checkpoint_event_id)   # raises: rolled back
+                    current = self._retired(db, trajectory_id)[0]
+                    if through <= current:
+                        return current   # nothing written: the commit is empty
+                    # the bodies go; id, position and digest stay, so a retired event id is never reused and an
+                    # identical late retry is still acknowledged as the duplicate it is (§11.8.4)
+                    db.execute("UPDATE events SET body=x'' WHERE trajectory_id=? AND sequence_number<=?",
+                               (trajectory_id, through))
+                    db.execute("INSERT INTO retired_prefix VALUES (?,?,?) ON CONFLICT(trajectory_id) DO UPDATE SET "
+                               "through_sequence=excluded.through_sequence, "
+                               "checkpoint_event_id=excluded.checkpoint_event_id",
+                               (trajectory_id, through, checkpoint_event_id))
                 self._data_version = None
                 return through
             except sqlite3.Error as exc:
                 self._raise_sqlite(exc, "retire_prefix")
+            except BaseException:
+                self._abort()
+                raise
 
     def _first_gap(self, tid: str) -> int:
         row = self._db.execute(
@@ -353,10 +306,8 @@ class SQLiteStore(LogStore):
 
     # --- state checks ----------------------------------------------------------------------------
     def _close_quietly(self) -> None:
-        if self._db is not None:
-            with contextlib.suppress(Exception):
-                self._db.close()
-            self._db = None
+        close_quietly(self._db)
+        self._db = None
 
     def _usable(self) -> None:
         if self._closed:
@@ -383,9 +334,9 @@ class SQLiteStore(LogStore):
         try:
             yield
         except sqlite3.Error as exc:
-            if _is_busy(exc):
+            if is_busy(exc):
                 raise StoreBusyError(f"SQLite log {self.path}: {what}: {exc} (retry)") from exc
-            if _is_corrupt(exc):
+            if is_corrupt(exc):
                 raise CorruptLogError(f"SQLite log {self.path}: {what}: {exc}") from exc
             raise StoreError(f"SQLite log {self.path}: {what} failed: {exc}") from exc
 
@@ -406,7 +357,7 @@ class SQLiteStore(LogStore):
     def _raise_sqlite(self, exc: sqlite3.Error, what: str) -> None:
         """Roll back after ``exc`` and raise the typed error (busy: retryable; else: failed)."""
         self._abort()
-        if _is_busy(exc) and not self._failed:
+        if is_busy(exc) and not self._failed:
             raise StoreBusyError(f"SQLite {what} on {self.path}: {exc}: another connection holds the write "
                                  "lock; nothing was applied, retry") from exc
         self._failed = self._failed or str(exc)
@@ -417,7 +368,7 @@ class SQLiteStore(LogStore):
     def _set_tier(self, tier: AckTier) -> None:
         mode = _SYNC[tier]
         if mode != self._sync:
-            self._db.execute(f"PRAGMA synchronous={mode}")
+            set_synchronous(self._db, mode)
             self._sync = mode
 
     def _lookup(self, event_id: str) -> tuple[StoredRef, bytes] | tuple[None, None]:
@@ -516,37 +467,36 @@ class SQLiteStore(LogStore):
         out: list[AppendOutcome | StoreError] = []
         with self._lock:
             self._usable()
-            db = self._db
             inserted, retried = 0, 0
             try:
                 self._set_tier(tier)
-                db.execute("BEGIN IMMEDIATE")
-                self._refresh_cache()
-                fast = self._insert_all_new(events, tier)
-                if fast is not None:   # the common case: every event new and next in line
-                    out = fast
-                    events = ()
-                for ev in events:
-                    t = ev.trajectory_id
-                    try:
-                        ref = self._decide(ev)
-                    except StoreError as exc:
-                        out.append(exc)
-                        continue
-                    if ref is not None:   # an identical retry: acknowledged where it already is
-                        out.append(AppendOutcome(ev.event_id, ref.trajectory_id, ref.sequence_number, tier, True))
-                        retried += 1
-                        continue
-                    inserted += 1
-                    self._heads[t] = ev.sequence_number
-                    if ev.owner_epoch > self._fences[t]:
-                        self._fences[t] = ev.owner_epoch
-                        db.execute("INSERT INTO fences VALUES (?,?) ON CONFLICT(trajectory_id) "
-                                   "DO UPDATE SET owner_epoch=excluded.owner_epoch", (t, ev.owner_epoch))
-                    out.append(AppendOutcome(ev.event_id, t, ev.sequence_number, tier))
-                if retried and not inserted and tier is AckTier.FDATASYNC:
-                    db.execute("UPDATE sync_marker SET n = n + 1 WHERE id = 1")
-                db.execute("COMMIT")   # our own commit leaves PRAGMA data_version unchanged
+                with write_transaction(self._db, f"SQLite append on {self.path}") as db:
+                    self._refresh_cache()
+                    fast = self._insert_all_new(events, tier)
+                    if fast is not None:   # the common case: every event new and next in line
+                        out = fast
+                        events = ()
+                    for ev in events:
+                        t = ev.trajectory_id
+                        try:
+                            ref = self._decide(ev)
+                        except StoreError as exc:
+                            out.append(exc)
+                            continue
+                        if ref is not None:   # an identical retry: acknowledged where it already is
+                            out.append(AppendOutcome(ev.event_id, ref.trajectory_id, ref.sequence_number, tier, True))
+                            retried += 1
+                            continue
+                        inserted += 1
+                        self._heads[t] = ev.sequence_number
+                        if ev.owner_epoch > self._fences[t]:
+                            self._fences[t] = ev.owner_epoch
+                            db.execute("INSERT INTO fences VALUES (?,?) ON CONFLICT(trajectory_id) "
+                                       "DO UPDATE SET owner_epoch=excluded.owner_epoch", (t, ev.owner_epoch))
+                        out.append(AppendOutcome(ev.event_id, t, ev.sequence_number, tier))
+                    if retried and not inserted and tier is AckTier.FDATASYNC:
+                        db.execute("UPDATE sync_marker SET n = n + 1 WHERE id = 1")
+                # committed here; our own commit leaves PRAGMA data_version unchanged
             except sqlite3.Error as exc:
                 self._raise_sqlite(exc, "append")
             except BaseException:
@@ -590,15 +540,14 @@ class SQLiteStore(LogStore):
         FDATASYNC ``BEGIN IMMEDIATE`` transaction. Returns ``new``."""
         with self._lock:
             self._usable()
-            db = self._db
             try:
                 self._set_tier(AckTier.FDATASYNC)
-                db.execute("BEGIN IMMEDIATE")
-                row = db.execute("SELECT owner_epoch FROM fences WHERE trajectory_id=?", (trajectory_id,)).fetchone()
-                epoch = decide(row[0] if row else 0)
-                db.execute("INSERT INTO fences VALUES (?,?) ON CONFLICT(trajectory_id) "
-                           "DO UPDATE SET owner_epoch=excluded.owner_epoch", (trajectory_id, epoch))
-                db.execute("COMMIT")
+                with write_transaction(self._db, f"SQLite {what} on {self.path}") as db:
+                    row = db.execute("SELECT owner_epoch FROM fences WHERE trajectory_id=?",
+                                     (trajectory_id,)).fetchone()
+                    epoch = decide(row[0] if row else 0)
+                    db.execute("INSERT INTO fences VALUES (?,?) ON CONFLICT(trajectory_id) "
+                               "DO UPDATE SET owner_epoch=excluded.owner_epoch", (trajectory_id, epoch))
                 self._fences.pop(trajectory_id, None)
                 self._heads.pop(trajectory_id, None)
                 return epoch
@@ -681,7 +630,7 @@ class SQLiteStore(LogStore):
                 raise StoreClosedError(f"SQLite log {self.path} is closed")
             with self._reading("fence"):
                 if self._fence_db is None:
-                    self._fence_db = self._connect(str(self.path))
+                    self._fence_db = connect(self.path, busy_timeout_s=self._timeout)
                 row = self._fence_db.execute(sql, (trajectory_id,)).fetchone()
         return row[0] if row else 0
 
@@ -696,7 +645,5 @@ class SQLiteStore(LogStore):
             if not self._closed:
                 self._closed = True
                 self._close_quietly()
-                if self._fence_db is not None:
-                    with contextlib.suppress(sqlite3.Error):
-                        self._fence_db.close()
-                    self._fence_db = None
+                close_quietly(self._fence_db)
+                self._fence_db = None

@@ -2,6 +2,7 @@
 
 * :mod:`.leases` — the SQLite ownership coordinator (leases with a TTL, monotonic
   ``owner_epoch``), fencing checks, and the availability proof of a surviving prefix.
+* :mod:`.wait` — waiting, with a deadline, for another owner's lease to end (``wait_for_lease``).
 
 May import: ``checkpoint``, ``log``, ``core`` and the leaves.
 """
@@ -11,9 +12,10 @@ from kernel_lib.ownership.leases import (
     SQLiteOwnershipCoordinator, check_available, check_available_at, require_coordinator_domain,
     take_ownership
 )
+from kernel_lib.ownership.wait import LeaseWait, wait_for_lease
 
 __all__ = [
     "Availability", "Lease", "LeaseCheck", "ManualClock", "OwnershipCoordinator", "ReplicaView",
     "SQLiteOwnershipCoordinator", "check_available", "check_available_at", "require_coordinator_domain",
-    "take_ownership"
+    "take_ownership", "LeaseWait", "wait_for_lease"
 ]

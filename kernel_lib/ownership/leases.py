@@ -75,6 +75,14 @@ from pathlib import Path
 from typing import Any
 
 from kernel_lib.checkpoint.restore import restore
+from kernel_lib._support.checks import check_id, check_seconds, finite_or_none
+from kernel_lib._support.sqlite import (
+    Layout,
+    close_quietly,
+    open_database,
+    read_transaction,
+    write_transaction,
+)
 from kernel_lib.errors import (
     AcknowledgmentTooWeakError,
     ConfigError,
@@ -126,7 +134,7 @@ class ManualClock:
     Call it like ``time.time``: ``clock()`` returns the current time in seconds."""
 
     def __init__(self, start_s: float = 1_000_000.0):
-        self.now_s = _check_seconds("ManualClock start_s", start_s)
+        self.now_s = check_seconds("ManualClock start_s", start_s)
 
     def __call__(self) -> float:
         return self.now_s
@@ -179,30 +187,6 @@ class Lease:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
-
-
-def _check_id(name: str, value: object) -> str:
-    if not isinstance(value, str) or not value or len(value) > 512:
-        raise ConfigError(f"{name} must be a non-empty string of at most 512 characters, got {value!r}")
-    return value
-
-
-def _finite_seconds(value: object) -> float | None:
-    """``value`` as a finite float, or None if it is not a finite int or float (bools excluded)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    try:
-        v = float(value)
-    except OverflowError:
-        return None
-    return v if math.isfinite(v) else None
-
-
-def _check_seconds(name: str, value: object, *, positive: bool = False) -> float:
-    v = _finite_seconds(value)
-    if v is None or (positive and v <= 0):
-        raise ConfigError(f"{name} must be a finite number of seconds{' > 0' if positive else ''}, got {value!r}")
-    return v
 
 
 class OwnershipCoordinator(ABC):
@@ -271,13 +255,13 @@ class OwnershipCoordinator(ABC):
             CoordinatorUnavailableError: the clock raised, or did not return a finite number of
                 seconds (see the module docstring on clocks)."""
         if now is not None:
-            return _check_seconds("now", now)
+            return check_seconds("now", now)
         try:
             value = self.clock()
         except Exception as exc:   # noqa: BLE001 - any failure to read the time is the same answer
             raise CoordinatorUnavailableError(f"{self.name}: its clock failed ({type(exc).__name__}: {exc}); "
                                               "nothing was decided") from exc
-        t = _finite_seconds(value)
+        t = finite_or_none(value)
         if t is None:
             raise CoordinatorUnavailableError(f"{self.name}: its clock returned {value!r}, not a finite number of "
                                               "seconds; nothing was decided")
@@ -290,7 +274,7 @@ class OwnershipCoordinator(ABC):
         Raises:
             CoordinatorUnavailableError: the coordinator, or its clock, cannot answer.
             ConfigError: ``now`` or ``margin_s`` is not a finite number (``margin_s`` >= 0)."""
-        margin_s = _check_seconds("margin_s", margin_s)
+        margin_s = check_seconds("margin_s", margin_s)
         if margin_s < 0:
             raise ConfigError(f"margin_s must be >= 0, got {margin_s!r}")
         t = self._now(now)
@@ -363,6 +347,13 @@ _SCHEMA = (
         PRIMARY KEY (trajectory_id, owner_epoch)
     ) WITHOUT ROWID""",
 )
+#: The layout checked at open (:mod:`kernel_lib._support.sqlite`): application_id, user_version, columns.
+_LAYOUT = Layout(
+    kind="kernel_lib ownership coordinator", label="ownership coordinator", version=_LAYOUT_VERSION,
+    tables={"leases": frozenset({"trajectory_id", "owner_id", "owner_epoch", "granted_at_s", "expires_at_s",
+                                 "released"}),
+            "grants": frozenset({"trajectory_id", "owner_epoch", "owner_id", "granted_at_s", "expires_at_s"})},
+    schema=_SCHEMA, application_id=_APPLICATION_ID)
 
 
 class SQLiteOwnershipCoordinator(OwnershipCoordinator):
@@ -394,50 +385,16 @@ class SQLiteOwnershipCoordinator(OwnershipCoordinator):
         self.clock = clock
         self._lock = threading.Lock()
         self._closed = False
-        try:
-            self._db = sqlite3.connect(str(self.path), isolation_level=None, check_same_thread=False,
-                                       timeout=_check_seconds("busy_timeout_s", busy_timeout_s, positive=True))
-        except sqlite3.Error as exc:
-            raise CoordinatorUnavailableError(f"cannot open the ownership coordinator {self.path}: {exc}") from exc
-        try:
-            self._init_layout()
-        except BaseException:
-            self._db.close()
-            raise
+        # refuses (nothing changed) a file that is not a coordinator of this layout; WAL, synchronous=FULL
+        self._db = open_database(self.path, _LAYOUT, error=CoordinatorUnavailableError,
+                                 busy_error=CoordinatorUnavailableError,
+                                 busy_timeout_s=check_seconds("busy_timeout_s", busy_timeout_s, positive=True),
+                                 journal_mode="WAL", synchronous="FULL")
 
     @classmethod
     def open(cls, path: str | os.PathLike, **kw) -> SQLiteOwnershipCoordinator:
         """Open (creating if needed) the coordinator at ``path``. See the class docstring."""
         return cls(path, **kw)
-
-    def _init_layout(self) -> None:
-        db = self._db
-        try:
-            app = db.execute("PRAGMA application_id").fetchone()[0]
-            objects = db.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]
-            if app != _APPLICATION_ID and (app != 0 or objects):
-                raise CoordinatorUnavailableError(
-                    f"{self.path} is an SQLite database but not a kernel_lib ownership coordinator; refusing to "
-                    "touch it")
-            db.execute("PRAGMA journal_mode=WAL")
-            db.execute("PRAGMA synchronous=FULL")
-            if app == 0:
-                db.execute("BEGIN IMMEDIATE")
-                try:
-                    for stmt in _SCHEMA:
-                        db.execute(stmt)
-                    db.execute(f"PRAGMA application_id={_APPLICATION_ID}")
-                    db.execute(f"PRAGMA user_version={_LAYOUT_VERSION}")
-                    db.execute("COMMIT")
-                except BaseException:
-                    if db.in_transaction:
-                        db.execute("ROLLBACK")
-                    raise
-            elif db.execute("PRAGMA user_version").fetchone()[0] != _LAYOUT_VERSION:
-                raise CoordinatorUnavailableError(f"{self.path} is an ownership coordinator of another layout "
-                                                  f"version; this build reads version {_LAYOUT_VERSION}")
-        except sqlite3.Error as exc:
-            raise CoordinatorUnavailableError(f"cannot open the ownership coordinator {self.path}: {exc}") from exc
 
     @contextlib.contextmanager
     def _transaction(self, what: str, *, write: bool = True) -> Iterator[sqlite3.Connection]:
@@ -445,23 +402,15 @@ class SQLiteOwnershipCoordinator(OwnershipCoordinator):
         is still true at commit) for decisions, a deferred read transaction for reads."""
         with self._lock:
             if self._closed:
-                raise CoordinatorUnavailableError(f"ownership coordinator {self.path} is closed")
-            db = self._db
-            try:
-                db.execute("BEGIN IMMEDIATE" if write else "BEGIN")
-                yield db
-                db.execute("COMMIT")
+                raise CoordinatorUnavailableError(f"ownership coordinator {self.path} is closed", retryable=False)
+            transaction = write_transaction if write else read_transaction
+            try:   # rolled back on any exception; a lock held past the timeout: CoordinatorUnavailableError
+                with transaction(self._db, f"ownership coordinator {self.path}: {what}",
+                                 busy_error=CoordinatorUnavailableError) as db:
+                    yield db
             except sqlite3.Error as exc:
-                with contextlib.suppress(sqlite3.Error):
-                    if db.in_transaction:
-                        db.execute("ROLLBACK")
                 raise CoordinatorUnavailableError(f"ownership coordinator {self.path}: {what} failed: {exc}; "
                                                   "nothing was granted or changed") from exc
-            except BaseException:
-                with contextlib.suppress(sqlite3.Error):
-                    if db.in_transaction:
-                        db.execute("ROLLBACK")
-                raise
 
     @staticmethod
     def _row(db: sqlite3.Connection, trajectory_id: str) -> Lease | None:
@@ -480,9 +429,9 @@ class SQLiteOwnershipCoordinator(OwnershipCoordinator):
     def acquire(self, trajectory_id: str, owner_id: str, ttl_s: float, now: float | None = None, *,
                 min_epoch: int = 0) -> Lease:
         """See :meth:`OwnershipCoordinator.acquire`."""
-        _check_id("trajectory_id", trajectory_id)
-        _check_id("owner_id", owner_id)
-        ttl = _check_seconds("ttl_s", ttl_s, positive=True)
+        check_id("trajectory_id", trajectory_id)
+        check_id("owner_id", owner_id)
+        ttl = check_seconds("ttl_s", ttl_s, positive=True)
         if type(min_epoch) is not int or not 0 <= min_epoch < MAX_OWNER_EPOCH:
             raise ConfigError(f"min_epoch must be an int with 0 <= min_epoch < 2**63 - 1, got {min_epoch!r}")
         t = self._now(now)
@@ -506,7 +455,7 @@ class SQLiteOwnershipCoordinator(OwnershipCoordinator):
     def renew(self, lease: Lease, now: float | None = None, ttl_s: float | None = None) -> Lease:
         """See :meth:`OwnershipCoordinator.renew`."""
         t = self._now(now)
-        ttl = lease.ttl_s if ttl_s is None else _check_seconds("ttl_s", ttl_s, positive=True)
+        ttl = lease.ttl_s if ttl_s is None else check_seconds("ttl_s", ttl_s, positive=True)
         with self._transaction("renew") as db:
             cur = self._row(db, lease.trajectory_id)
             lost = self._lost(lease, cur, t)
@@ -565,8 +514,7 @@ class SQLiteOwnershipCoordinator(OwnershipCoordinator):
         with self._lock:
             if not self._closed:
                 self._closed = True
-                with contextlib.suppress(sqlite3.Error):
-                    self._db.close()
+                close_quietly(self._db)
 
     def __enter__(self):
         return self
@@ -634,7 +582,7 @@ class LeaseCheck:
 
     def __init__(self, coordinator: OwnershipCoordinator, lease: Lease, *, margin_s: float = 0.0):
         self.coordinator, self.lease = coordinator, lease
-        self.margin_s = _check_seconds("margin_s", margin_s)
+        self.margin_s = check_seconds("margin_s", margin_s)
         if self.margin_s < 0:
             raise ConfigError(f"margin_s must be >= 0, got {margin_s!r}")
 

@@ -20,14 +20,8 @@ import time
 import urllib.parse
 from typing import Any, Sequence
 
-import httpx
 
-from kernel_lib.errors import ConfigError, StoreError
-
-
-class QuorumUnavailableError(StoreError):
-    """No etcd member acknowledged the request within the timeout (no majority reachable, or all
-    members down). Nothing is acknowledged; a write may still commit later if a majority returns."""
+from kernel_lib.errors import ConfigError, QuorumSetupError, QuorumUnavailableError, StoreError
 
 
 def b64(data: "bytes | str") -> str:
@@ -47,6 +41,16 @@ def range_end_for_prefix(prefix: bytes) -> bytes:
             return bytes(p[: i + 1])
     return b"\0"
 
+
+
+def _httpx():
+    """httpx, imported when a client is made: the quorum tier is an extra (``pip install
+    durable-agents-lab[quorum]``), so the kernel and its CLI load without it."""
+    try:
+        import httpx
+    except ImportError:
+        raise QuorumSetupError("the quorum tier needs httpx: pip install 'durable-agents-lab[quorum]'") from None
+    return httpx
 
 class EtcdClient:
     """Talk to an etcd cluster through its JSON gateway.
@@ -86,6 +90,7 @@ class EtcdClient:
         self.endpoints = eps
         self.timeout_s = float(timeout_s)
         self._preferred = 0
+        httpx = self._httpx = _httpx()
         self._http = httpx.Client(timeout=httpx.Timeout(self.timeout_s, connect=min(0.5, self.timeout_s)))
 
     def close(self) -> None:
@@ -126,18 +131,18 @@ class EtcdClient:
             url = self.endpoints[i] + path
             wait = min(left, attempt_s)
             try:
-                r = self._http.post(url, json=body, timeout=httpx.Timeout(wait, connect=min(0.3, wait)))
-            except httpx.ConnectError as exc:
+                r = self._http.post(url, json=body, timeout=self._httpx.Timeout(wait, connect=min(0.3, wait)))
+            except self._httpx.ConnectError as exc:
                 errors.append(f"{self.endpoints[i]}: not reachable ({type(exc).__name__})")
                 if k % n == 0:
                     time.sleep(min(0.05, max(0.0, deadline - time.monotonic())))
                 continue
-            except httpx.TimeoutException as exc:
+            except self._httpx.TimeoutException as exc:
                 errors.append(f"{self.endpoints[i]}: no answer within {wait:.2f} s ({type(exc).__name__})")
                 if not idempotent:
                     break        # the write may be in the leader's log: do not send it twice
                 continue
-            except httpx.HTTPError as exc:
+            except self._httpx.HTTPError as exc:
                 errors.append(f"{self.endpoints[i]}: {type(exc).__name__}: {exc}")
                 continue
             try:

@@ -26,11 +26,9 @@ from __future__ import annotations
 import ctypes
 import json
 import math
-import random
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import threading
@@ -39,16 +37,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kernel_lib.errors import ConfigError, KernelError
+from kernel_lib._support.procs import free_port
+from kernel_lib._support.workdirs import sweep_stale_workdirs
+from kernel_lib.errors import ConfigError, QuorumSetupError
 
 TEMP_PREFIX = "kl-etcd-"
 OWNER_FILE = "owner.pid"
 MEMBERS_FILE = "members.json"
-
-
-class QuorumSetupError(KernelError):
-    """etcd cannot be started here: the binary is missing, a member did not become healthy, or
-    the cluster has no leader within the start timeout."""
 
 
 def etcd_binary() -> str:
@@ -63,36 +58,6 @@ def etcd_binary() -> str:
     return path
 
 
-def _ephemeral_range() -> tuple[int, int]:
-    try:
-        lo, hi = (int(x) for x in Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
-        return lo, hi
-    except (OSError, ValueError):
-        return 32768, 60999
-
-
-_PORT_RNG = random.Random()
-
-
-def _free_port(taken: "set[int] | None" = None) -> int:
-    """A loopback port that binds now, chosen BELOW the kernel's ephemeral range: the port is
-    released before etcd binds it, and a port from the ephemeral range could meanwhile be handed
-    to some outgoing connection (then etcd fails with 'address already in use')."""
-    lo, _hi = _ephemeral_range()
-    taken = taken or set()
-    for _ in range(200):
-        port = _PORT_RNG.randrange(20000, max(20001, min(lo, 32768)))
-        if port in taken:
-            continue
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-            try:
-                s.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return port
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:    # fall back to any free port
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _die_with_parent() -> None:     # pragma: no cover - runs in the child between fork and exec
@@ -125,8 +90,6 @@ def _kill_recorded_members(d: Path) -> None:
 def sweep_stale_clusters(parent: str | os.PathLike | None = None) -> list[Path]:
     """Stop the members of, and remove, cluster work directories whose owner process is gone
     (e.g. a killed notebook kernel). Returns the directories removed."""
-    from kernel_lib.live.controller import sweep_stale_workdirs
-
     return sweep_stale_workdirs(parent, prefix=TEMP_PREFIX, before_remove=_kill_recorded_members)
 
 
@@ -222,9 +185,9 @@ class EtcdCluster:
             self.members = []
             for i in range(self.members_n):
                 name = f"m{i}"
-                ports = (_free_port(taken), 0)
+                ports = (free_port(taken), 0)
                 taken.add(ports[0])
-                ports = (ports[0], _free_port(taken))
+                ports = (ports[0], free_port(taken))
                 taken.add(ports[1])
                 self.members.append(Member(name, ports[0], ports[1], self.work_dir / f"{name}-{attempt}",
                                            self.work_dir / f"{name}.log"))

@@ -27,9 +27,10 @@ import time
 import urllib.parse
 from typing import Callable, Sequence
 
+from kernel_lib._support.checks import check_id, check_seconds
 from kernel_lib.errors import ConfigError, CoordinatorUnavailableError, LeaseHeldError, LeaseLostError, StoreError
 from kernel_lib.log.base import MAX_OWNER_EPOCH, FailureDomain
-from kernel_lib.ownership.leases import Lease, OwnershipCoordinator, _check_id, _check_seconds
+from kernel_lib.ownership.leases import Lease, OwnershipCoordinator
 from kernel_lib.quorum.client import EtcdClient, unb64
 
 _DIGITS = 20
@@ -73,7 +74,8 @@ class EtcdOwnershipCoordinator(OwnershipCoordinator):
         try:
             return fn(*args)
         except StoreError as exc:
-            raise CoordinatorUnavailableError(f"{self.name}: {exc}; nothing was decided") from exc
+            raise CoordinatorUnavailableError(f"{self.name}: {exc}; nothing was decided",
+                                              retryable=exc.retryable) from exc   # e.g. no majority: retryable
 
     def _read(self, trajectory_id: str) -> tuple[dict | None, int, int, dict | None]:
         """(owner record or None, its mod revision, epoch, last grant record or None)."""
@@ -93,14 +95,15 @@ class EtcdOwnershipCoordinator(OwnershipCoordinator):
             grant = json.loads(unb64(grant_kv["value"])) if grant_kv else None
         except (KeyError, TypeError, ValueError) as exc:
             raise CoordinatorUnavailableError(f"{self.name}: the grant keys of {trajectory_id!r} do not read as this "
-                                              f"coordinator's ({type(exc).__name__}); nothing was decided") from exc
+                                              f"coordinator's ({type(exc).__name__}); nothing was decided",
+                                              retryable=False) from exc
         return owner, rev, epoch, grant
 
     def acquire(self, trajectory_id: str, owner_id: str, ttl_s: float, now: float | None = None, *,
                 min_epoch: int = 0) -> Lease:
-        _check_id("trajectory_id", trajectory_id)
-        _check_id("owner_id", owner_id)
-        ttl = _check_seconds("ttl_s", ttl_s, positive=True)
+        check_id("trajectory_id", trajectory_id)
+        check_id("owner_id", owner_id)
+        ttl = check_seconds("ttl_s", ttl_s, positive=True)
         if ttl > _MAX_TTL_S:
             raise ConfigError(f"ttl_s must be at most {_MAX_TTL_S:.0f} s (etcd's longest lease), got {ttl_s!r}")
         if type(min_epoch) is not int or not 0 <= min_epoch < MAX_OWNER_EPOCH:
@@ -153,7 +156,7 @@ class EtcdOwnershipCoordinator(OwnershipCoordinator):
                                  f"{reason}", trajectory_id=lease.trajectory_id, owner_epoch=lease.owner_epoch,
                                  current_epoch=cur["owner_epoch"] if cur else 0, reason=reason)
         if ttl_s is not None:
-            _check_seconds("ttl_s", ttl_s, positive=True)
+            check_seconds("ttl_s", ttl_s, positive=True)
         left = self._call(self.client.lease_keepalive, int(owner["lease_id"]))
         if left <= 0:
             raise LeaseLostError(f"the etcd lease for {lease.trajectory_id} expired before it was renewed",

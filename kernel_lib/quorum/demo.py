@@ -22,11 +22,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from kernel_lib.errors import ConfigError, StoreError
+from kernel_lib.errors import ConfigError, QuorumUnavailableError, StoreError
 from kernel_lib.core.events import TaskStarted, ToolIntent
 from kernel_lib.log.base import AckTier
 from kernel_lib.log.trajectory import TrajectoryLog
-from kernel_lib.quorum.client import QuorumUnavailableError
 from kernel_lib.quorum.cluster import EtcdCluster
 from kernel_lib.quorum.store import EtcdStore
 

@@ -48,6 +48,7 @@ from kernel_lib.log.base import (
     next_claimed_epoch,
     read_bounds,
 )
+from kernel_lib.log.stores import register_store_kind
 from kernel_lib.quorum.client import EtcdClient, unb64
 
 _DIGITS = 20
@@ -68,7 +69,7 @@ class EtcdStore(LogStore):
         endpoints: the members' client URLs, or an :class:`EtcdClient`.
         prefix: key prefix, so several logs can share one cluster.
         timeout_s: how long an append waits for a quorum acknowledgment before
-            :class:`~kernel_lib.quorum.client.QuorumUnavailableError` (nothing acknowledged).
+            :class:`~kernel_lib.errors.QuorumUnavailableError` (nothing acknowledged).
         read_only: refuse appends and fences (StoreReadOnlyError); reads are unchanged.
 
     Raises:
@@ -329,3 +330,12 @@ class EtcdStore(LogStore):
         if not self._closed:
             self._closed = True
             self.client.close()
+
+
+def open_etcd_store(path: "str | Sequence[str]", *, read_only: bool = False, **kw) -> EtcdStore:
+    """``open_store("etcd", urls, ...)``: the opener this module provides to :mod:`kernel_lib.log`
+    (entry point ``kernel_lib.stores: etcd``; also registered when this module is imported)."""
+    return EtcdStore.open(str(path) if not isinstance(path, (list, tuple)) else path, read_only=read_only, **kw)
+
+
+register_store_kind("etcd", open_etcd_store)

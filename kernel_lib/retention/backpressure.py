@@ -106,7 +106,7 @@ class BoundedStore(LogStore):
         if need > self.capacity_bytes:
             self.stats.refused += 1
             raise BackpressureError(f"a batch of {need} bytes can never fit a budget of {self.capacity_bytes} bytes; "
-                                    "nothing was appended")
+                                    "nothing was appended", retryable=False)   # no release can make it fit
         t0 = time.monotonic()
         stalled = False
         with self._space:

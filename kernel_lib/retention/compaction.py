@@ -36,7 +36,8 @@ from kernel_lib.checkpoint.restore import find_checkpoint, load_checkpoint
 from kernel_lib.errors import CompactionRefusedError, KernelError, UnrecoverableStateError
 from kernel_lib.core.events import CheckpointV2, Event
 from kernel_lib.log.base import FailureDomain, LogStore
-from kernel_lib.retention.references import ReferenceIndex, _time
+from kernel_lib._support.checks import check_unix_s
+from kernel_lib.retention.references import ReferenceIndex
 
 
 @dataclass
@@ -150,7 +151,7 @@ def plan_compaction(store: LogStore, blobs: BlobStore, index: ReferenceIndex, tr
         failure_domain: the failure the recovery contract promises to survive (§11.8.3: the
             replacement checkpoint must be durable across it).
     """
-    now = time.time() if now_unix_s is None else _time("now_unix_s", now_unix_s)
+    now = time.time() if now_unix_s is None else check_unix_s("now_unix_s", now_unix_s)
     failure_domain = FailureDomain.parse(failure_domain)
     head = store.head(trajectory_id)
     before = store.retired_through(trajectory_id)

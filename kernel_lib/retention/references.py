@@ -47,7 +47,9 @@ from pathlib import Path
 from typing import Iterator
 
 from kernel_lib.checkpoint.blobs import is_digest
-from kernel_lib.live.orphan import pid_alive
+from kernel_lib._support.procs import pid_alive
+from kernel_lib._support.checks import check_unix_s
+from kernel_lib._support.sqlite import Layout, close_quietly, open_database, statements, write_transaction
 from kernel_lib.errors import ConfigError, RetentionError
 from kernel_lib.retention.pricing import ARTIFACT_CLASSES, RetentionPolicy
 
@@ -99,6 +101,10 @@ _LAYOUT_TABLES = {
     "collecting": {"digest", "owner_pid"},
 }
 
+#: The layout checked at open (:mod:`kernel_lib._support.sqlite`): ``user_version`` and columns.
+_LAYOUT = Layout(kind="reference index", label="reference index", version=_LAYOUT_VERSION,
+                 tables={t: frozenset(c) for t, c in _LAYOUT_TABLES.items()}, schema=statements(_SCHEMA))
+
 _MAX_SEQUENCE = 2**63 - 1
 
 
@@ -140,12 +146,6 @@ def _text(name: str, value: object) -> str:
     return value
 
 
-def _time(name: str, value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise ConfigError(f"{name} must be a finite number of seconds since the epoch, got {value!r}")
-    return float(value)
-
-
 def policy_to_json(policy: RetentionPolicy) -> str:
     return json.dumps({"name": policy.name, "lifetimes_months": dict(policy.lifetimes_months)}, sort_keys=True)
 
@@ -161,73 +161,37 @@ class ReferenceIndex:
 
     Args:
         path: the SQLite file (created if missing). A file of another layout is refused.
-        busy_timeout_s: how long a write waits for another connection's lock.
+        busy_timeout_s: how long a write waits for another connection's lock (seconds).
 
     Raises:
-        RetentionError: the file is not a reference index of this layout, or cannot be opened.
+        RetentionError: the file is not a reference index of this layout (a directory, not an
+            SQLite file, another application's database, another layout version: nothing in it is
+            changed), or cannot be opened (locked past the timeout: ``retryable``).
+        ConfigError: a bad ``busy_timeout_s``.
+
+    Every write method may raise :class:`~kernel_lib.errors.StoreBusyError` (retryable: nothing
+    of the call was applied) when another connection holds the write lock past the timeout.
     """
 
     def __init__(self, path: str | os.PathLike, *, busy_timeout_s: float = 5.0):
         self.path = Path(path)
         self._lock = threading.RLock()
-        try:
-            self._db = sqlite3.connect(str(self.path), isolation_level=None, check_same_thread=False,
-                                       timeout=busy_timeout_s)
-        except sqlite3.Error as exc:
-            raise RetentionError(f"cannot open the reference index {self.path}: {exc}") from exc
-        try:
-            fresh = self._check_layout()          # before any write: a foreign file stays untouched
-            if fresh:
-                with self._tx():
-                    if self._check_layout():      # again under the write lock: another opener may have won
-                        for stmt in _SCHEMA.split(";"):
-                            if stmt.strip():
-                                self._db.execute(stmt)
-                        self._db.execute(f"PRAGMA user_version={_LAYOUT_VERSION}")
-            self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute("PRAGMA synchronous=FULL")
-        except sqlite3.DatabaseError as exc:
-            self._db.close()
-            raise RetentionError(f"{self.path} is not a usable reference index: {exc}") from exc
-        except BaseException:
-            self._db.close()
-            raise
-
-    def _check_layout(self) -> bool:
-        """True if the file is empty (a new index); RetentionError if it is anything but an index
-        of this layout (another application's database, a log store, another version)."""
-        db = self._db
-        version = db.execute("PRAGMA user_version").fetchone()[0]
-        tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
-        if version == 0 and not tables:
-            return True
-        if version != _LAYOUT_VERSION or not set(_LAYOUT_TABLES) <= tables:
-            raise RetentionError(f"{self.path} is an SQLite database but not a reference index of layout "
-                                 f"{_LAYOUT_VERSION} (user_version {version}, tables {sorted(tables)[:5]}); refusing "
-                                 "to touch it")
-        for table, cols in _LAYOUT_TABLES.items():
-            have = {r[1] for r in db.execute(f"PRAGMA table_info({table})")}
-            if not cols <= have:
-                raise RetentionError(f"{self.path}: table {table!r} lacks columns {sorted(cols - have)}; not a "
-                                     "reference index; refusing to touch it")
-        return False
+        # the layout is checked before any write (a foreign file stays untouched) and created under
+        # the write lock (another opener may win the race); WAL, synchronous=FULL
+        self._db = open_database(self.path, _LAYOUT, error=RetentionError, busy_error=RetentionError,
+                                 busy_timeout_s=busy_timeout_s, journal_mode="WAL", synchronous="FULL")
 
     # --- plumbing -------------------------------------------------------------------------------
     @contextlib.contextmanager
     def _tx(self) -> Iterator[sqlite3.Connection]:
-        with self._lock:
-            db = self._db
-            db.execute("BEGIN IMMEDIATE")
-            try:
-                yield db
-            except BaseException:
-                db.execute("ROLLBACK")
-                raise
-            db.execute("COMMIT")
+        """One ``BEGIN IMMEDIATE`` transaction under the lock. Raises StoreBusyError (retryable,
+        nothing applied) when another connection holds the write lock past the busy timeout."""
+        with self._lock, write_transaction(self._db, f"reference index {self.path}") as db:
+            yield db
 
     def close(self) -> None:
         with self._lock:
-            self._db.close()
+            close_quietly(self._db)
 
     def __enter__(self) -> "ReferenceIndex":
         return self
@@ -273,7 +237,7 @@ class ReferenceIndex:
     def end(self, trajectory_id: str, now_unix_s: float) -> None:
         """Mark the trajectory ended (terminal and its operations settled): retention lifetimes
         start counting. Ending twice keeps the first time."""
-        now = _time("now_unix_s", now_unix_s)
+        now = check_unix_s("now_unix_s", now_unix_s)
         with self._tx() as db:
             self._trajectory(db, trajectory_id)
             db.execute("UPDATE trajectories SET ended_unix_s=coalesce(ended_unix_s, ?) WHERE trajectory_id=?",
@@ -302,7 +266,7 @@ class ReferenceIndex:
             raise ConfigError(f"wait_s must be a finite number of seconds >= 0, got {wait_s!r}")
         if artifact_class not in ARTIFACT_CLASSES:
             raise ConfigError(f"artifact_class must be one of {', '.join(ARTIFACT_CLASSES)}, got {artifact_class!r}")
-        now = time.time() if now_unix_s is None else _time("now_unix_s", now_unix_s)
+        now = time.time() if now_unix_s is None else check_unix_s("now_unix_s", now_unix_s)
         deadline = time.monotonic() + wait_s
         while True:
             with self._tx() as db:
@@ -368,7 +332,7 @@ class ReferenceIndex:
         """Drop every reference whose lifetime (from its trajectory's end, per its policy) is over
         at ``now_unix_s``, unless a hold that is still active needs its trajectory. Returns the
         dropped references."""
-        now = _time("now_unix_s", now_unix_s)
+        now = check_unix_s("now_unix_s", now_unix_s)
         dropped: list[Reference] = []
         with self._tx() as db:
             held = {r[0] for r in db.execute("SELECT DISTINCT trajectory_id FROM holds WHERE until_unix_s>?", (now,))}
@@ -405,7 +369,7 @@ class ReferenceIndex:
                 raise ConfigError(f"{name} must be an int from 1 to 2**63 - 1, got {v!r}")
         if to_sequence < from_sequence:
             raise ConfigError(f"to_sequence ({to_sequence}) is before from_sequence ({from_sequence})")
-        hold = Hold(hold_id, trajectory_id, from_sequence, to_sequence, purpose, _time("until_unix_s", until_unix_s))
+        hold = Hold(hold_id, trajectory_id, from_sequence, to_sequence, purpose, check_unix_s("until_unix_s", until_unix_s))
         with self._tx() as db:
             self._trajectory(db, trajectory_id)
             row = db.execute("SELECT trajectory_id, from_sequence, to_sequence, purpose, until_unix_s FROM holds "

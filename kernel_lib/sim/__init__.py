@@ -1,7 +1,9 @@
 """``sim``: the deterministic substrate (Design principle 4: determinism is injected).
 
 * :mod:`.worksheet` — the crash worksheet's trajectory recorded through the dispatch gate;
-* :mod:`.model` — the seeded model stand-in.
+* :mod:`.model` — the seeded model stand-in;
+* :mod:`.endpoints` — scripted endpoints with declared repeat contracts (a payment service, its
+  idempotency-key variant, a completion signer) and a worker that dies after sending.
 
 May import: every layer below ``live`` and ``quorum``, never a real process or socket.
 """

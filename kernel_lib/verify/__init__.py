@@ -4,6 +4,8 @@ Every file operation of a workload goes through one seam; every crash state (pre
 unsynced writes, a torn last write) is rebuilt, reopened and checked against what each
 acknowledgment promised.
 
+* :mod:`.engine` — the one engine: crash states, materialization, de-duplication, sampling under
+  a cap, and the one report type (:class:`~kernel_lib.verify.engine.CrashReport`);
 * :mod:`.log_workload` — the segment-file log;
 * :mod:`.checkpoint_workload` — checkpoints and their blobs;
 * :mod:`.payload_workload` — payload-before-reference logging.

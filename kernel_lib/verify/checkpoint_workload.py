@@ -4,15 +4,16 @@ The claim under test: *a crash at any moment of a capture leaves either the prev
 checkpoint or the new one in force, never a half one*, and restore at the surviving log's head
 then rebuilds exactly what folding that log from the start gives.
 
-Method (the one :mod:`kernel_lib.verify.log_workload` uses for the log, reused here):
+Method: the crash-state engine of :mod:`kernel_lib.verify.engine`, with this workload
+(:class:`CaptureWorkload`):
 
-1. **Record.** A workload drives a :class:`~kernel_lib.log.segment.SegmentStore` (``/log``) and a
+1. **Record.** The workload drives a :class:`~kernel_lib.log.segment.SegmentStore` (``/log``) and a
    :class:`~kernel_lib.checkpoint.blobs.DirectoryBlobStore` (``/ckpt``) over one
    :class:`~kernel_lib.log.fs.RecordingFileSystem`: events appended at the fdatasync tier, a full
    checkpoint, logged workspace changes, two incremental checkpoints, a consolidation and the
    deletion of the superseded deltas. After each capture returns, an acknowledgment marker names
    the checkpoint.
-2. **Crash states.** :func:`kernel_lib.verify.log_workload.crash_states` builds, for a crash after every
+2. **Crash states.** :func:`kernel_lib.verify.engine.crash_states` builds, for a crash after every
    file operation, the process-crash, host-crash, out-of-order (subset) and torn-write states.
 3. **Check** each distinct state, reopened in a fresh memory file system:
 
@@ -25,18 +26,20 @@ Method (the one :mod:`kernel_lib.verify.log_workload` uses for the log, reused h
    (5) a new full capture on the crashed state (same workspace bytes) succeeds and restores: a
        torn object file left by the crash does not poison content-addressed deduplication.
 
-Entry point: :func:`explore`. It counts the states explored and lists every violation.
+Entry point: :func:`explore`. It counts the states explored and lists every violation; its
+report tallies ``restored_from`` (which checkpoint restore used, ``"none"`` before the first
+publication survived).
 """
 
 from __future__ import annotations
 
 import random
-import time
-from dataclasses import dataclass, field
-from typing import Any, Callable
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
 
-from kernel_lib.verify.log_workload import _FILE_OPS, _EventMaker, crash_states, materialize, state_key
-from kernel_lib.errors import ConfigError, CorruptLogError
+from kernel_lib.sim.events import EventMaker
+from kernel_lib.verify.engine import CrashReport, CrashWorkload, Verdict, explore as explore_workloads
+from kernel_lib.errors import CorruptLogError
 from kernel_lib.log.fs import FileSystem, MemoryFileSystem, Op, RecordingFileSystem
 from kernel_lib.log.segment import SegmentStore
 from kernel_lib.log.trajectory import TrajectoryLog
@@ -63,7 +66,9 @@ WORKSPACES: list[dict[str, Any]] = [
 
 
 @dataclass
-class _Recorded:
+class Recorded:
+    """The recorded capture workload: its ops and the workspace files of each tree id."""
+
     ops: list[Op]
     tree_files: dict[str, dict[str, Any]]    # tree id -> workspace files
 
@@ -73,7 +78,7 @@ def _workload(fs: RecordingFileSystem, seed: int, blob_store_cls: type[Directory
     try:
         blobs = blob_store_cls(BLOB_DIR, fs=fs)
         log = TrajectoryLog(store, TRAJECTORY, must_survive="host_crash")
-        maker = _EventMaker(TRAJECTORY, random.Random(seed))
+        maker = EventMaker(TRAJECTORY, random.Random(seed))
         ck = Checkpointer(log, blobs, max_chain=4)
         trees = {files_tree(w)[0].sha256: w for w in WORKSPACES}
 
@@ -108,19 +113,38 @@ def _workload(fs: RecordingFileSystem, seed: int, blob_store_cls: type[Directory
         store.close()
 
 
-def record_workload(seed: int = 0, blob_store_cls: type[DirectoryBlobStore] = DirectoryBlobStore) -> _Recorded:
+class CaptureWorkload(CrashWorkload):
+    """The capture workload as an engine workload, on ``blob_store_cls`` (a subclass of
+    :class:`~kernel_lib.checkpoint.blobs.DirectoryBlobStore`, e.g. a deliberately broken one).
+    Promised in a crash state: every checkpoint acknowledged before it. Tally: ``restored_from``."""
+
+    name = "checkpoint-capture"
+    description = ("a full checkpoint, logged workspace changes, two incremental checkpoints, a "
+                   "consolidation and the deletion of the superseded deltas (§11.4.1)")
+    tallies = ("restored_from",)
+
+    def __init__(self, blob_store_cls: type[DirectoryBlobStore] = DirectoryBlobStore):
+        self.blob_store_cls = blob_store_cls
+        self.tree_files: dict[str, dict[str, Any]] = {}
+
+    def record(self, fs: RecordingFileSystem, seed: int) -> None:
+        fs.makedirs(LOG_DIR)
+        self.tree_files = _workload(fs, seed, self.blob_store_cls)
+
+    def check(self, fs: MemoryFileSystem, promised: Sequence[str]) -> Verdict:
+        problems, used = _check(self.tree_files, fs, promised, self.blob_store_cls)
+        return Verdict(tuple(problems), tally={"restored_from": used or "none"})
+
+
+def record_workload(seed: int = 0, blob_store_cls: type[DirectoryBlobStore] = DirectoryBlobStore) -> Recorded:
     """Run the capture workload on a recording file system; return its ops and trees."""
     fs = RecordingFileSystem(MemoryFileSystem())
-    fs.makedirs(LOG_DIR)
-    trees = _workload(fs, seed, blob_store_cls)
-    return _Recorded(fs.ops, trees)
+    wl = CaptureWorkload(blob_store_cls)
+    wl.record(fs, seed)
+    return Recorded(fs.ops, wl.tree_files)
 
 
-def _acked(ops: list[Op], k: int) -> list[str]:
-    return [s for op in ops[:k] if op.kind == "ack" for s in op.subjects]
-
-
-def _check(rec: _Recorded, mem: FileSystem, acked: list[str],
+def _check(tree_files: dict[str, dict[str, Any]], mem: FileSystem, acked: Sequence[str],
            blob_store_cls: type[DirectoryBlobStore]) -> tuple[list[str], str | None]:
     problems: list[str] = []
     try:
@@ -154,7 +178,7 @@ def _check(rec: _Recorded, mem: FileSystem, acked: list[str],
                             "the log names")
         # (5) capture again on the crashed state, then restore from the new checkpoint
         if res.tree_sha256 is not None or not published:
-            files = rec.tree_files.get(res.tree_sha256, WORKSPACES[0])
+            files = tree_files.get(res.tree_sha256, WORKSPACES[0])
             log = TrajectoryLog(store, TRAJECTORY, must_survive="host_crash")
             try:
                 again = Checkpointer(log, blob_store_cls(BLOB_DIR, fs=mem)).capture(res.record, files, kind="full")
@@ -172,71 +196,27 @@ def _check(rec: _Recorded, mem: FileSystem, acked: list[str],
     return problems, used
 
 
-@dataclass
-class CaptureCrashReport:
-    """Result of :func:`explore`: ``ops`` file operations recorded, ``states_generated`` crash
-    states built, ``states_explored`` distinct ones checked (``by_kind``), ``restored_from``
-    counts which checkpoint restore used (``"none"``: no checkpoint survived yet),
-    ``violations`` states failing a check, with ``violation_details`` (first 100), ``seconds``."""
-
-    seed: int
-    ops: int = 0
-    states_generated: int = 0
-    states_explored: int = 0
-    by_kind: dict[str, int] = field(default_factory=dict)
-    restored_from: dict[str, int] = field(default_factory=dict)
-    violations: int = 0
-    violation_details: list[dict[str, Any]] = field(default_factory=list)
-    seconds: float = 0.0
-
-    def to_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__)
-
-
 def explore(seed: int = 0, *, max_states: int | None = None,
             blob_store_cls: type[DirectoryBlobStore] = DirectoryBlobStore,
-            progress: Callable[[int, int], None] | None = None) -> CaptureCrashReport:
+            progress: bool | Callable[[int, int], None] = False) -> CrashReport:
     """Record the capture workload, build its crash states and check each (module docstring).
 
     Args:
         seed: seeds event text, sampled subsets and garbage bytes.
         max_states: check at most this many generated states (a seeded sample).
         blob_store_cls: the blob store under test (a subclass, e.g. a deliberately broken one).
-        progress: called as ``progress(done, total)`` after each state.
+        progress: True for a tqdm bar; a callable is called as ``progress(done, total)`` after
+            each state.
+
+    Returns:
+        A :class:`~kernel_lib.verify.engine.CrashReport` with one row, ``checkpoint-capture``:
+        ``ops`` file operations recorded, ``states_generated`` crash states kept (sampled),
+        ``states_explored`` distinct ones checked (``by_kind``), ``restored_from`` (which
+        checkpoint restore used, ``"none"``: no checkpoint survived yet), ``violations`` and the
+        first 100 ``violation_details``.
 
     Raises:
         ConfigError: ``max_states`` < 1.
     """
-    if max_states is not None and (type(max_states) is not int or max_states < 1):
-        raise ConfigError(f"max_states must be an integer >= 1, got {max_states!r}")
-    t0 = time.perf_counter()
-    rec = record_workload(seed, blob_store_cls)
-    report = CaptureCrashReport(seed=seed, ops=sum(op.kind in _FILE_OPS for op in rec.ops))
-    states = crash_states(rec.ops, seed, "checkpoint-capture")
-    if max_states is not None and max_states < len(states):
-        keep = sorted(random.Random(f"{seed}:ckpt:max_states").sample(range(len(states)), max_states))
-        states = [states[i] for i in keep]
-    report.states_generated = len(states)
-    seen: set[bytes] = set()
-    for i, st in enumerate(states):
-        mem = materialize(rec.ops, st, seed)
-        acked = _acked(rec.ops, st.crash_after)
-        key = state_key(mem, acked)
-        if key in seen:
-            continue
-        seen.add(key)
-        report.states_explored += 1
-        report.by_kind[st.kind] = report.by_kind.get(st.kind, 0) + 1
-        problems, used = _check(rec, mem, acked, blob_store_cls)
-        report.restored_from[used or "none"] = report.restored_from.get(used or "none", 0) + 1
-        if problems:
-            report.violations += 1
-            if len(report.violation_details) < 100:
-                op = rec.ops[st.crash_after - 1] if st.crash_after else None
-                report.violation_details.append({"crash_after_ops": st.crash_after, "state": st.kind,
-                                                 "last_op": f"{op.kind} {op.path}".strip() if op else "none",
-                                                 "torn": st.torn, "problems": problems})
-        if progress is not None:
-            progress(i + 1, len(states))
-    report.seconds = time.perf_counter() - t0
-    return report
+    return explore_workloads([CaptureWorkload(blob_store_cls)], seed=seed, max_states=max_states,
+                             progress=progress, sample_salt="ckpt:max_states", max_details=100)

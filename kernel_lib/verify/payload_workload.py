@@ -3,9 +3,10 @@
 The claim under test: *in every state a crash can leave behind, each event of the surviving log
 names payload bytes that are present and intact*, and every acknowledged event survived.
 
-Method (the one :mod:`kernel_lib.verify.log_workload` and :mod:`kernel_lib.verify.checkpoint_workload` use):
+Method: the crash-state engine of :mod:`kernel_lib.verify.engine`, with this workload
+(:class:`PayloadWorkload`):
 
-1. **Record.** A workload appends ``turns`` ``ContextBuilt`` events to a
+1. **Record.** The workload appends ``turns`` ``ContextBuilt`` events to a
    :class:`~kernel_lib.log.segment.SegmentStore` (``/log``), each naming its delivered input by
    digest, with the bytes in a :class:`~kernel_lib.checkpoint.DirectoryBlobStore`
    (``/payloads``); both run over one :class:`~kernel_lib.log.fs.RecordingFileSystem`, which
@@ -13,7 +14,7 @@ Method (the one :mod:`kernel_lib.verify.log_workload` and :mod:`kernel_lib.verif
    :meth:`PayloadStore.log_with_payloads <kernel_lib.retention.PayloadStore.log_with_payloads>`;
    ``order="reference-first"`` appends the event and writes the bytes afterwards (the ordering
    §11.8.2 warns about), so the method can be seen to find the violation.
-2. **Crash states.** :func:`kernel_lib.verify.log_workload.crash_states`: a crash after every file
+2. **Crash states.** :func:`kernel_lib.verify.engine.crash_states`: a crash after every file
    operation, as a process crash, a host crash (unsynced writes lost), out-of-order subsets and
    torn writes.
 3. **Check** each distinct state in a fresh memory file system: the log reopens; every
@@ -26,13 +27,11 @@ from __future__ import annotations
 
 import random
 import tempfile
-import time
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable, Sequence
 
 from kernel_lib.checkpoint.blobs import DirectoryBlobStore, sha256_hex
-from kernel_lib.verify.log_workload import _FILE_OPS, crash_states, materialize, state_key
+from kernel_lib.verify.engine import CrashReport, CrashWorkload, explore as explore_workloads
 from kernel_lib.errors import ConfigError, CorruptLogError
 from kernel_lib.core.events import ContextBuilt, TaskStarted
 from kernel_lib.log.fs import FileSystem, MemoryFileSystem, Op, RecordingFileSystem
@@ -53,9 +52,7 @@ def _context(digest: str, turn: int) -> ContextBuilt:
                         delivered_input_sha256=digest)
 
 
-def record_workload(order: str, turns: int, seed: int) -> list[Op]:
-    """Run the workload on a recording file system; return its operations."""
-    fs = RecordingFileSystem(MemoryFileSystem())
+def _drive(fs: RecordingFileSystem, order: str, turns: int, seed: int) -> None:
     fs.makedirs(LOG_DIR)
     rng = random.Random(seed)
     store = SegmentStore.open(LOG_DIR, fs=fs)
@@ -81,10 +78,16 @@ def record_workload(order: str, turns: int, seed: int) -> list[Op]:
         finally:
             index.close()
             store.close()
+
+
+def record_workload(order: str, turns: int, seed: int) -> list[Op]:
+    """Run the workload on a recording file system; return its operations."""
+    fs = RecordingFileSystem(MemoryFileSystem())
+    _drive(fs, order, turns, seed)
     return fs.ops
 
 
-def _check(mem: FileSystem, acked: list[str]) -> list[str]:
+def _check(mem: FileSystem, acked: Sequence[str]) -> list[str]:
     try:
         store = SegmentStore.open(LOG_DIR, fs=mem)
     except CorruptLogError as exc:
@@ -105,61 +108,48 @@ def _check(mem: FileSystem, acked: list[str]) -> list[str]:
     return problems
 
 
-@dataclass
-class PayloadCrashReport:
-    """Result of :func:`explore`: file ``ops`` recorded, ``states_explored`` distinct crash
-    states checked (``by_kind``), ``violations`` and their first 50 ``violation_details``."""
-
-    order: str
-    turns: int
-    seed: int
-    ops: int = 0
-    states_generated: int = 0
-    states_explored: int = 0
-    by_kind: dict[str, int] = field(default_factory=dict)
-    violations: int = 0
-    violation_details: list[dict[str, Any]] = field(default_factory=list)
-    seconds: float = 0.0
-
-    def to_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__)
-
-
-def explore(order: str = "payload-first", *, turns: int = 3, seed: int = 0,
-            progress: Callable[[int, int], None] | None = None) -> PayloadCrashReport:
-    """Record the workload in ``order``, build every crash state and check each.
+class PayloadWorkload(CrashWorkload):
+    """The payload workload in one ``order`` over ``turns`` turns, as an engine workload named
+    after the order. Promised in a crash state: every event acknowledged before it.
 
     Raises:
         ConfigError: unknown ``order``, or ``turns`` not an int in 1..50.
     """
-    if order not in ORDERS:
-        raise ConfigError(f"order must be one of {', '.join(ORDERS)}, got {order!r}")
-    if type(turns) is not int or not 1 <= turns <= 50:
-        raise ConfigError(f"turns must be an int from 1 to 50, got {turns!r}")
-    t0 = time.perf_counter()
-    ops = record_workload(order, turns, seed)
-    rep = PayloadCrashReport(order, turns, seed, ops=sum(op.kind in _FILE_OPS for op in ops))
-    states = crash_states(ops, seed, f"payload-{order}")
-    rep.states_generated = len(states)
-    seen: set[bytes] = set()
-    for i, st in enumerate(states):
-        mem = materialize(ops, st, seed)
-        acked = [s for op in ops[:st.crash_after] if op.kind == "ack" for s in op.subjects]
-        key = state_key(mem, acked)
-        if key in seen:
-            continue
-        seen.add(key)
-        rep.states_explored += 1
-        rep.by_kind[st.kind] = rep.by_kind.get(st.kind, 0) + 1
-        problems = _check(mem, acked)
-        if problems:
-            rep.violations += 1
-            if len(rep.violation_details) < 50:
-                op = ops[st.crash_after - 1] if st.crash_after else None
-                rep.violation_details.append({"crash_after_ops": st.crash_after, "state": st.kind,
-                                              "last_op": f"{op.kind} {op.path}".strip() if op else "none",
-                                              "problems": problems})
-        if progress is not None:
-            progress(i + 1, len(states))
-    rep.seconds = time.perf_counter() - t0
-    return rep
+
+    def __init__(self, order: str = "payload-first", turns: int = 3):
+        if order not in ORDERS:
+            raise ConfigError(f"order must be one of {', '.join(ORDERS)}, got {order!r}")
+        if type(turns) is not int or not 1 <= turns <= 50:
+            raise ConfigError(f"turns must be an int from 1 to 50, got {turns!r}")
+        self.order, self.turns, self.name = order, turns, order
+        self.description = (f"{turns} turns logged with offloaded inputs, bytes stored before the event "
+                            "(§11.8.2)" if order == "payload-first" else
+                            f"{turns} turns logged with the event committed before its bytes: the ordering "
+                            "§11.8.2 warns about (violations expected)")
+
+    @property
+    def label(self) -> str:
+        return f"payload-{self.order}"
+
+    def record(self, fs: RecordingFileSystem, seed: int) -> None:
+        _drive(fs, self.order, self.turns, seed)
+
+    def check(self, fs: MemoryFileSystem, promised: Sequence[str]) -> list[str]:
+        return _check(fs, promised)
+
+
+def explore(order: str = "payload-first", *, turns: int = 3, seed: int = 0,
+            progress: bool | Callable[[int, int], None] = False) -> CrashReport:
+    """Record the workload in ``order``, build every crash state and check each.
+
+    Returns:
+        A :class:`~kernel_lib.verify.engine.CrashReport` with one row named ``order``: file
+        ``ops`` recorded, ``states_explored`` distinct crash states checked (``by_kind``),
+        ``violations`` and their first 50 ``violation_details``; ``report.order`` and
+        ``report.turns`` are its parameters.
+
+    Raises:
+        ConfigError: unknown ``order``, or ``turns`` not an int in 1..50.
+    """
+    return explore_workloads([PayloadWorkload(order, turns)], seed=seed, progress=progress, max_details=50,
+                             params={"order": order, "turns": turns})

@@ -1,0 +1,1 @@
+"""stdlib-only helpers."""

@@ -1,0 +1,33 @@
+"""What every command group of the CLI shares: argument types and the log argument."""
+
+from __future__ import annotations
+
+import argparse
+
+from kernel_lib.core.events import Event
+from kernel_lib.log.files import load_events
+from kernel_lib.sim.worksheet import worksheet_events
+
+LOG_HELP = ("a .jsonl file of canonical events, a SQLite log file, or a segment-log directory "
+            "(default: the built-in crash-worksheet example trajectory)")
+
+
+def int_at_least(lo: int):
+    """argparse type: an integer >= ``lo``."""
+    def parse(text: str) -> int:
+        try:
+            v = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+        if v < lo:
+            raise argparse.ArgumentTypeError(f"must be >= {lo}, got {v}")
+        return v
+    return parse
+
+
+def events_from(path: str | None, trajectory_id: str | None = None) -> list[Event]:
+    """The events a command reads: the log at ``path`` (read-only), or the built-in crash-worksheet
+    example trajectory when no path is given."""
+    if path is None:
+        return worksheet_events()
+    return load_events(path, trajectory_id)

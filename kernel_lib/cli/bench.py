@@ -1,0 +1,181 @@
+"""``python -m kernel_lib bench ...``: the benchmarks' command line (append, restore, replay,
+diverge, quorum). Each benchmark lives in :mod:`kernel_lib.bench`; this module only parses
+arguments and prints."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+import kernel_lib.bench.diverge as diverge_bench
+import kernel_lib.bench.quorum as qb
+import kernel_lib.bench.replay as replay_bench
+import kernel_lib.bench.restore as restore_bench
+from kernel_lib.bench.append import DEFAULT_BATCH_CAP, DEFAULT_FLUSH_TIMER_S, format_report, run_append_bench
+
+
+_HELP = """\
+Measure, in one run on one disk, what a durable acknowledgment costs here (§11.3.1, §11.3.4).
+
+figures:
+  1  per-append latency (median, p99, µs) of each store at each tier it offers, for the same
+     pre-built events, and the same bytes appended raw: os.write (baseline of the write tier:
+     survives a process crash) and os.write+os.fdatasync (baseline of the fdatasync tier:
+     survives a host crash). Ratios = store / baseline. Interleaved rounds after a warm-up.
+  2  events/s of 1, 4 and 16 writers (own trajectory each, fdatasync tier) flushing every event
+     themselves ("single") vs through a group committer ("group"), for two writer models in the
+     same interleaved rounds: "threads" (OS threads; GroupCommitter) and "asyncio" (tasks on one
+     loop; single = store.append on the loop, serial; group = AsyncGroupCommitter, flush on
+     the loop). The ratio, the mean batch size and the eq. 2 terms:
+     queue_wait (flush start - arrival), storage (ack - flush start), storage per event.
+  3  per-step time of one trajectory's durable step and of the same step without durability,
+     as the slope between runs of 1 and 1+S steps; overhead = durable - non-durable. Ours: the
+     dispatch gate's durable path (admission+intent durable as one batch, no-op dispatch, result
+     durable) on each durable store vs on MemoryStore. Peers, when installed: DBOS (@DBOS.step
+     in a @DBOS.workflow, SQLite system database) and LangGraph (SqliteSaver,
+     durability="sync"). The SQLite journal_mode and synchronous of every system's connection
+     are read back: is its step fsync-durable? The floor: barriers per step (probe-counted) x
+     the raw write+fdatasync median of figure 1, as a ratio of the faster peer's overhead.
+  4  the same per-step figures for a fleet of 16 concurrent trajectories (threads) started
+     together: wall time / (16 x steps), slope between runs of 1 and 1+S steps. Ours: one
+     dispatch gate per trajectory, all on one store through one GroupCommitter; LangGraph: the
+     same compiled graph, one thread_id each, one SqliteSaver; DBOS: 16 workflow calls.
+  5  targets: fdatasync append <= 1.5x raw write+fdatasync; group commit >= 5x single flush
+     at 16 writers (per store and writer model); our per-step durability overhead <= 0.2x the
+     faster peer's, for one trajectory (with its floor) and for the fleet.
+
+The temporary directory is created under --dir (default: the current directory, so the disk is
+the project's, not a RAM disk) and removed afterwards. Numbers are this machine's, today.
+"""
+
+
+def _cmd_append(args: argparse.Namespace) -> int:
+    result = run_append_bench(dir=args.dir, iterations=args.iterations, quick=args.quick,
+                              peers=not args.no_peers, flush_timer_s=args.flush_timer_ms / 1e3,
+                              batch_cap=args.batch_cap)
+    print(json.dumps(result, indent=2) if args.json else format_report(result))
+    return 0
+
+
+def add_commands(subparsers: "argparse._SubParsersAction") -> argparse.ArgumentParser:
+    """Register ``bench`` (with sub-subcommand ``append``) on a CLI's subparsers.
+
+    The ``append`` parser sets ``func`` to a callable ``(args) -> exit code``.
+    """
+    bench = subparsers.add_parser("bench", help="measure this machine's durability costs",
+                                  description="Benchmarks measured on this machine.")
+    sub = bench.add_subparsers(dest="bench_command", metavar="{append,restore,diverge,replay,quorum}", required=True)
+    p = sub.add_parser("append", help="append latency, group commit and per-step overhead vs peers",
+                       description=_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
+    p.add_argument("--dir", metavar="PATH", help="create the temporary directory under PATH (default: the current "
+                                                 "directory); use a directory on the disk you want measured")
+    p.add_argument("--iterations", type=int, metavar="N",
+                   help="measured appends per contender in figure 1 (default 2000; --quick 60); "
+                        "figures 2 to 4 scale with it")
+    p.add_argument("--quick", action="store_true", help="few iterations: a smoke run of a few seconds")
+    p.add_argument("--no-peers", action="store_true", help="skip DBOS and LangGraph even if installed")
+    p.add_argument("--flush-timer-ms", type=float, default=DEFAULT_FLUSH_TIMER_S * 1e3, metavar="MS",
+                   help=f"group committers' flush timer, figures 2 and 4 (default {DEFAULT_FLUSH_TIMER_S * 1e3:g} ms)")
+    p.add_argument("--batch-cap", type=int, default=DEFAULT_BATCH_CAP, metavar="N",
+                   help=f"group committers' batch cap, figures 2 and 4 (default {DEFAULT_BATCH_CAP}, the "
+                        "committer's own)")
+    p.set_defaults(func=_cmd_append)
+    _add_restore_cli(sub)
+    _add_diverge_cli(sub)
+    _add_replay_cli(sub)
+    _add_quorum_cli(sub)
+    return bench
+
+
+# --- bench replay (§11.6.2) and bench diverge (§11.7): one shape, a ratio against a plain fold ---
+
+
+def _add_ratio_bench(sub: "argparse._SubParsersAction", name: str, mod: Any, run: str, fmt: str, *,
+                     help: str, events_help: str, seed_help: str) -> None:
+    """Register ``bench NAME`` for a module whose ``run(events, rounds=, seed=)`` returns a dict and
+    ``fmt(result)`` prints it (kernel_lib.bench.replay, kernel_lib.bench.diverge)."""
+
+    def cmd(args: argparse.Namespace) -> int:
+        result = getattr(mod, run)(args.events, rounds=args.rounds, seed=args.seed)
+        print(json.dumps(result, indent=2) if args.json else getattr(mod, fmt)(result))
+        return 0
+
+    p = sub.add_parser(name, help=help, description=mod.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+    p.add_argument("--events", type=int, default=10_000, metavar="N", help=events_help)
+    p.add_argument("--rounds", type=int, default=5, metavar="N", help="interleaved timed rounds (default 5)")
+    p.add_argument("--seed", type=int, default=0, help=seed_help)
+    p.set_defaults(func=cmd)
+
+
+def _add_diverge_cli(sub: "argparse._SubParsersAction") -> None:
+    _add_ratio_bench(sub, "diverge", diverge_bench, "run_diverge_bench", "format_diverge_bench",
+                     help="locating the first divergence of two logs vs a plain fold of one (ratio)",
+                     events_help="events per log (default 10000)", seed_help="seed of the synthetic logs (default 0)")
+
+
+def _add_replay_cli(sub: "argparse._SubParsersAction") -> None:
+    _add_ratio_bench(sub, "replay", replay_bench, "run_replay_bench", "format_replay_bench",
+                     help="serving a recording through the replay adapter vs a plain fold (ratio)",
+                     events_help="events in the recording (default 10000)",
+                     seed_help="seed of the synthetic recording (default 0)")
+
+
+_QUORUM_HELP = """\
+The price of the quorum tier (§11.3.1, table 2 row 3) against the local fdatasync tier, measured on
+this machine in the same run and given as ratios:
+
+  1. acknowledgment latency: one writer, one event per acknowledgment, the etcd store (a Raft
+     commit on a majority of three members, each syncing its own log) against SQLite at fdatasync,
+     in alternating rounds;
+  2. group commit (eq. 2): several writers share acknowledgments through a group committer on
+     each store; events acknowledged per second and the mean batch size.
+
+It starts three etcd members on loopback and stops them at the end. All three share this machine's
+disk and cores: the figures price the protocol, not an independent placement."""
+
+
+def _add_quorum_cli(sub: "argparse._SubParsersAction") -> None:
+    
+    def cmd(args: argparse.Namespace) -> int:
+        result = qb.run_quorum_bench(args.events, rounds=args.rounds, writers=args.writers)
+        print(json.dumps(result, indent=2) if args.json else qb.format_quorum_bench(result))
+        return 0
+
+    p = sub.add_parser("quorum", help="quorum (etcd) acknowledgment latency and group commit vs local fdatasync "
+                                      "(ratios)", description=_QUORUM_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+    p.add_argument("--events", type=int, default=400, metavar="N", help="appends per store per figure (default 400)")
+    p.add_argument("--rounds", type=int, default=4, metavar="N", help="alternating rounds in figure 1 (default 4)")
+    p.add_argument("--writers", type=int, default=8, metavar="N", help="concurrent writers in figure 2 (default 8)")
+    p.set_defaults(func=cmd)
+
+
+# --- bench restore (§11.4): implemented in kernel_lib.bench.restore ---------------------------
+
+
+def _cmd_restore(args: argparse.Namespace) -> int:
+    progress = None if args.json or not sys.stderr.isatty() else (lambda msg: print(f"... {msg}", file=sys.stderr))
+    result = restore_bench.run_restore_bench(sizes=args.sizes, dir=args.dir, store=args.store, rounds=args.rounds,
+                                             scrub_positions=args.positions, seed=args.seed, progress=progress)
+    print(json.dumps(result, indent=2) if args.json else restore_bench.format_restore_report(result))
+    return 0
+
+
+def _add_restore_cli(sub: "argparse._SubParsersAction") -> None:
+    p = sub.add_parser("restore", help="restore from a checkpoint vs fold from the start; fold throughput; scrubber",
+                       description=restore_bench.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
+    p.add_argument("--sizes", type=int, nargs="+", default=list(restore_bench.DEFAULT_SIZES), metavar="N",
+                   help="log sizes in events (default: 10000 100000)")
+    p.add_argument("--store", choices=["sqlite", "segment"], default="sqlite", help="log store (default sqlite)")
+    p.add_argument("--dir", metavar="PATH", help="create the temporary directory under PATH (default: the current "
+                                                 "directory)")
+    p.add_argument("--rounds", type=int, metavar="N", help="interleaved rounds per timed figure (default 5, 3 from "
+                                                           "50000 events)")
+    p.add_argument("--positions", type=int, default=40, metavar="N", help="scrubber positions timed (default 40)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the generated log (default 0)")
+    p.set_defaults(func=_cmd_restore)

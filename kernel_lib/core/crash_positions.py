@@ -1,0 +1,150 @@
+"""Crash-position analysis: what recovery may conclude after a crash at each point of eq. 1
+(Durable Execution §11.3.2–11.3.3, table 3).
+
+Pure: it folds a recorded trajectory (a list of events) and returns values. :func:`conclude`
+judges one operation from a folded surviving prefix; :func:`crash_positions` enumerates every
+crash position of a recorded run and classifies each, complete and incomplete (a lagging reader).
+:mod:`kernel_lib.gate.dispatch` re-exports these names.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal, Sequence
+
+from kernel_lib.errors import ConfigError, KernelError
+from kernel_lib.core.events import ContextBuilt, Event, ToolIntent
+from kernel_lib.core.record import TrajectoryRecord, fold_step, initial_record
+
+__all__ = ["Conclusion", "conclude", "CrashPosition", "crash_positions"]
+
+Conclusion = Literal["not_dispatched", "in_doubt", "established"]
+
+
+def conclude(record: TrajectoryRecord, operation_id: str, prefix_complete: bool) -> tuple[Conclusion, str]:
+    """What recovery may conclude about one operation from a folded surviving prefix (table 3).
+
+    Absence of an intent proves non-dispatch only when the prefix is complete and authoritative;
+    otherwise the operation is in doubt.
+    """
+    op = record.operations.get(operation_id)
+    has_intent = op is not None and any(a.intent_sequence is not None for a in op.attempts.values())
+    if not has_intent:
+        if prefix_complete:
+            return "not_dispatched", ("no durable intent in a complete authoritative prefix: this attempt was "
+                                      "not dispatched through the gate; reconsider the proposal under current "
+                                      "admission, do not dispatch automatically")
+        return "in_doubt", ("no intent in an incomplete prefix proves nothing: the intent may exist in the part "
+                            "not read")
+    if op.status == "established":
+        return "established", f"durable intent plus complete outcome evidence ({(op.outcome or {}).get('status')})"
+    last = op.attempts[op.current_attempt_id].last_result_status if op.current_attempt_id else None
+    return "in_doubt", ("durable intent without adequate outcome evidence"
+                        + (f" (last evidence: {last})" if last else "") + "; keep identity, liability and owner")
+
+
+@dataclass(frozen=True)
+class CrashPosition:
+    """One crash position of eq. 1 and what recovery may conclude there (table 3)."""
+
+    position: str
+    after_sequence_number: int
+    prefix_complete: bool
+    surviving_sequence_number: int
+    operation_id: str
+    conclusion: Conclusion
+    dispatched: bool          # ground truth from the recorded run: had the request left?
+    sound: bool               # the conclusion never claims less than what is true
+    reason: str
+    other_operations: dict[str, str]
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+def _dispatch_after(events: Sequence[Event]) -> dict[str, int]:
+    """For each operation, the sequence number of its intent: dispatch happens right after it."""
+    out: dict[str, int] = {}
+    for ev in events:
+        if isinstance(ev.payload, ToolIntent):
+            out.setdefault(ev.payload.operation_id, ev.sequence_number)
+        elif isinstance(ev.payload, ContextBuilt):
+            out.setdefault(ev.payload.invocation_id, ev.sequence_number)
+    return out
+
+
+def crash_positions(events: Sequence[Event], operation_id: str | None = None,
+                    lag_events: int = 1) -> list[CrashPosition]:
+    """Classify every crash position of a recorded trajectory (eq. 1, table 3).
+
+    Positions are: before the first event; during each intent append with its acknowledgment
+    lost (the intent landed, or did not); after each event; and after each dispatch action (which
+    eq. 1 places after the intent and before any evidence). For each, the surviving log is folded
+    twice: as a complete authoritative prefix, and as an incomplete one (a reader lagging by
+    ``lag_events`` events, e.g. an asynchronous replica).
+
+    The log is folded once, incrementally; the conclusion for every prefix length is computed
+    as the fold passes it, so the cost is linear in events × operations.
+
+    Args:
+        events: the recorded trajectory, in sequence order.
+        operation_id: the tool operation to classify (default: the first tool operation logged).
+        lag_events: how far behind the incomplete reader is (≥ 1).
+
+    Returns:
+        One :class:`CrashPosition` per (position, completeness), in position order.
+
+    Raises:
+        ConfigError: ``lag_events`` < 1. KernelError: no such operation in the log (or no
+        ToolIntent at all when ``operation_id`` is None). FoldError: the events do not fold.
+    """
+    if isinstance(lag_events, bool) or not isinstance(lag_events, int) or lag_events < 1:
+        raise ConfigError(f"lag_events must be an integer >= 1, got {lag_events!r}")
+    events = list(events)
+    if not events:
+        return []
+    dispatch_after = _dispatch_after(events)
+    if operation_id is None:
+        tool_ops = [ev.payload.operation_id for ev in events if isinstance(ev.payload, ToolIntent)]
+        if not tool_ops:
+            raise KernelError("the trajectory logs no ToolIntent; name the operation to classify (--operation)")
+        operation_id = tool_ops[0]
+    elif operation_id not in dispatch_after and not any(
+            getattr(ev.payload, "operation_id", None) == operation_id
+            or getattr(ev.payload, "subject_id", None) == operation_id for ev in events):
+        raise KernelError(f"operation {operation_id!r} does not occur in the log; operations with an intent: "
+                          f"{sorted(dispatch_after)[:10]}")
+    intents = {seq: op for op, seq in dispatch_after.items()}
+    others = [k for k in dispatch_after if k != operation_id]
+
+    # conclusions for every surviving prefix length n = 0..N, complete and incomplete
+    rec = initial_record(events[0].trajectory_id)
+    table: list[dict[bool, tuple[Conclusion, str, dict[str, str]]]] = []
+    for n in range(len(events) + 1):
+        if n:
+            fold_step(rec, events[n - 1])
+        table.append({c: (*conclude(rec, operation_id, c), {k: conclude(rec, k, c)[0] for k in others})
+                      for c in (True, False)})
+
+    # (label, surviving prefix length n, dispatched?) ; dispatched = the op's request has left
+    op_intent = dispatch_after.get(operation_id)
+    positions: list[tuple[str, int, bool]] = [("before the first event", 0, False)]
+    for i, ev in enumerate(events, start=1):
+        left = op_intent is not None and i > op_intent   # dispatch of op followed its intent
+        if ev.sequence_number in intents:
+            positions.append((f"during {ev.event_type} append for {intents[ev.sequence_number]}, "
+                              "acknowledgment lost, intent did not land", i - 1, left and op_intent < i - 1))
+            positions.append((f"during {ev.event_type} append for {intents[ev.sequence_number]}, "
+                              "acknowledgment lost, intent landed", i, left))
+        positions.append((f"after {ev.event_type} (sequence {ev.sequence_number})", i, left))
+        if ev.sequence_number in intents:
+            positions.append((f"after dispatch of {intents[ev.sequence_number]} (before evidence)", i,
+                              op_intent is not None and i >= op_intent))
+    out: list[CrashPosition] = []
+    for label, n, dispatched in positions:
+        for complete in (True, False):
+            seen = n if complete else max(n - lag_events, 0)
+            concl, why, other = table[seen][complete]
+            sound = not (concl == "not_dispatched" and dispatched)
+            out.append(CrashPosition(label, n, complete, seen, operation_id, concl, dispatched, sound, why, other))
+    return out

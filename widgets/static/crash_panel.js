@@ -1,0 +1,35 @@
+// Crash panel (widgets/crash_panel.py): buttons for the crash worksheet's steps, the log tail and
+// the folded operation table. `dal` is widgets/static/_shared.js, bundled in front of this file.
+function render({ model, el }) {
+  dal.isolateKeys(el, "dal-crash-panel");
+  const bar = document.createElement("div");
+  const sel = dal.make("select", "dal-position");
+  const send = dal.commander(model, () => ({ position: sel.value }));
+  for (const p of model.get("positions")) {
+    const o = dal.make("option", "", p); o.value = p; sel.appendChild(o);
+  }
+  sel.value = model.get("position");
+  sel.addEventListener("change", () => { model.set("position", sel.value); model.save_changes(); });
+  bar.append(dal.button("start", "start", send), dal.button("crash now", "crash", send),
+             dal.button("crash at", "crash_at", send), sel,
+             dal.button("recover", "recover", send), dal.button("reconcile", "reconcile", send));
+  const status = dal.make("div", "dal-status");
+  const summary = dal.make("div", "dal-summary");
+  const msg = dal.make("div", "dal-error");
+  const ops = dal.make("table", "dal-ops");
+  const tail = dal.make("table", "dal-tail");
+  el.append(bar, status, summary, msg, ops, tail);
+  function draw() {
+    dal.showBusy(el, model, bar.querySelectorAll("button"), status);
+    msg.textContent = model.get("error") || "";
+    summary.textContent = model.get("summary") || "";
+    dal.fillTable(ops, ["operation_id", "kind", "status", "attempt_id", "job_handle", "last_evidence"],
+                  model.get("operations") || [],
+                  { rowClass: (r) => (r.status === "in_doubt" ? "dal-in-doubt" : "") });
+    dal.fillTable(tail, ["sequence", "type", "operation_id", "subject_id", "status", "job_handle", "owner_epoch"],
+                  model.get("log_tail") || []);
+  }
+  dal.redrawOn(model, [...dal.COMMAND_TRAITS, "summary", "operations", "log_tail"], draw);
+  draw();
+}
+export default { render };
