@@ -41,7 +41,7 @@ def _(LOG, LogScrubber, events, load_error, mo):
     else:
         scrubber = mo.ui.anywidget(LogScrubber(events, position=0))
         page = mo.vstack([title, scrubber])
-    page
+    page  # noqa: B018  marimo displays a cell's last expression
     return (scrubber,)
 
 

@@ -50,7 +50,9 @@ that are retryable)::
                 StoreReadOnlyError
                 StoreBusyError  [retryable]
                 PrefixRetiredError
+                EventTooLargeError
                 BackpressureError  [retryable]
+                    GroupCommitBackpressureError  [retryable]
                 QuorumUnavailableError  [retryable]
             QuorumSetupError
             ReplicationSessionError
@@ -277,6 +279,18 @@ class PrefixRetiredError(StoreError):
         super().__init__(message)
 
 
+class EventTooLargeError(StoreError):
+    """An event's canonical encoding is larger than :data:`kernel_lib.limits.EVENT_BYTES_MAX`,
+    the bound every store applies. Nothing of its batch was appended. Keep the large content in a
+    blob store and log its digest (§11.8.2). ``size_bytes`` and ``limit_bytes`` give the figures."""
+
+    def __init__(self, message: str, *, event_id: str = "", size_bytes: int = 0, limit_bytes: int = 0):
+        self.event_id = event_id
+        self.size_bytes = size_bytes
+        self.limit_bytes = limit_bytes
+        super().__init__(message)
+
+
 class BackpressureError(StoreError):
     """The store is full and no space was released within the stall timeout (§11.8.4). The
     append was NOT made and is NOT acknowledged; nothing already stored was dropped or
@@ -286,6 +300,12 @@ class BackpressureError(StoreError):
     with ``retryable=False`` (no release can ever make it fit)."""
 
     retryable = True
+
+
+class GroupCommitBackpressureError(BackpressureError):
+    """A group committer's queue of unflushed batches stayed full for the whole timeout the writer
+    gave (:data:`kernel_lib.limits.GROUP_COMMIT_QUEUED_BATCHES_MAX`). The events were NOT queued
+    and are NOT acknowledged. Without a timeout a writer waits instead; it is never dropped."""
 
 
 class QuorumUnavailableError(StoreError):

@@ -178,7 +178,8 @@ def test_scrubber_arrow_keys_in_jupyterlab_move_the_slider_not_the_notebook(lab,
     nb = nbformat.v4.new_notebook(cells=[
         nbformat.v4.new_markdown_cell("# heading a stray arrow key would collapse"),
         nbformat.v4.new_code_cell("from kernel_lib.log import load_events\nfrom widgets.scrubber import LogScrubber\n"
-                                  f"LogScrubber(load_events({str(ROOT / 'datasets' / 'worksheet_r18_example.jsonl')!r}),"
+                                  "LogScrubber(load_events("
+                                  f"{str(ROOT / 'datasets' / 'worksheet_r18_example.jsonl')!r}),"
                                   " position=9)"),
         nbformat.v4.new_markdown_cell("## another heading")],
         metadata={"kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"}})
@@ -222,7 +223,8 @@ def test_resume_timeline_number_boxes_in_jupyterlab(lab, browser):
     nb = nbformat.v4.new_notebook(cells=[
         nbformat.v4.new_markdown_cell("# heading above"),
         nbformat.v4.new_code_cell(
-            "from kernel_lib.resume.stages import ResumeTimeline, PrefillModel\nfrom widgets import ResumeTimelineView\n"
+            "from kernel_lib.resume.stages import ResumeTimeline, PrefillModel\n"
+            "from widgets import ResumeTimelineView\n"
             "tl = ResumeTimeline.from_durations({'ownership': 0.005, 'checkpoint_suffix_read': 0.02, 'fold': 0.01,"
             " 'workspace_restore': 0.002, 'reconciliation': 0.04}, measured=True,"
             " prefill=PrefillModel(8192, 6144, 20000.0))\nResumeTimelineView(tl)"),

@@ -43,6 +43,8 @@ from widgets.cadence_explorer import (
     trace_strides,
 )
 
+from tests.browser_support import _ERROR_OUTPUTS, _KERNEL_IDLE   # fixtures browser, lab: tests/conftest.py
+
 NAPKIN_TRACE = CrashTrace(100, (37, 83), "fixed test trace")
 
 
@@ -118,14 +120,16 @@ def test_trait_changes_recompute_everything():
     assert w.error == ""
     vol = snapshot_write_volumes(128 * BYTES_PER_KB, 5, 100)
     assert w.readout["checkpoints"] == 100
-    assert w.readout["full_write_bytes"] == vol.full_bytes and w.readout["incremental_write_bytes"] == vol.incremental_bytes
+    assert (w.readout["full_write_bytes"] == vol.full_bytes
+            and w.readout["incremental_write_bytes"] == vol.incremental_bytes)
     assert w.readout["write_amplification"] == vol.ratio
     read_s = vol.incremental_bytes / (100 * BYTES_PER_MB)
     assert w.readout["full_restore_s"] == read_s
     assert w.readout["chain_restore_s"] == worst_case_restore_s(100, read_s, 0.010)
     rows = w.view.storage
     assert [r["checkpoint"] for r in rows] == list(range(1, 101)) and rows[-1]["turn"] == 500
-    assert all(r["full_bytes"] == snapshot_write_volumes(128 * BYTES_PER_KB, 5, r["checkpoint"]).full_bytes for r in rows)
+    assert all(r["full_bytes"] == snapshot_write_volumes(128 * BYTES_PER_KB, 5, r["checkpoint"]).full_bytes
+               for r in rows)
     # the uncheckpointed tail of a run that is not a whole number of strides
     w.turns = 503
     assert w.readout["checkpoints"] == 100 and w.readout["uncheckpointed_tail_turns"] == 3
@@ -283,8 +287,6 @@ def test_every_given_has_a_slider_with_its_unit():
 
 
 # --- real browser ----------------------------------------------------------------------------------
-from tests.browser_support import _ERROR_OUTPUTS, _KERNEL_IDLE   # fixtures browser, lab: tests/conftest.py
-
 BROWSER_NOTEBOOK = "cadence_explorer_browser_check.ipynb"
 _RUN_ALL = "async () => { await window.jupyterapp.commands.execute('notebook:run-all-cells'); }"
 

@@ -172,7 +172,8 @@ def test_replay_matches_young_on_a_long_poisson_trace():
         t += rng.expovariate(1 / mtbf)
         times.append(t)
     tau = f.young_interval_s(pause, mtbf)
-    assert math.isclose(replay_interval(times, tau, pause), f.young_optimal_overhead_fraction(pause, mtbf), rel_tol=0.05)
+    assert math.isclose(replay_interval(times, tau, pause), f.young_optimal_overhead_fraction(pause, mtbf),
+                        rel_tol=0.05)
     # further from the optimum costs more, on the real account as in the model
     assert replay_interval(times, 10 * tau, pause) > replay_interval(times, tau, pause)
     assert replay_interval(times, tau / 10, pause) > replay_interval(times, tau, pause)
@@ -194,7 +195,8 @@ def test_analysis_and_cli_on_a_synthetic_file(tmp_path, capsys):
     s = a.systems[0]
     assert s.system == 7 and s.nodes_in_system == 4 and s.cadence_system is not None
     assert math.isclose(s.cadence_system.young_interval_s, math.sqrt(2 * 30 * s.stats.mtbf_s))
-    assert a.per_node.height == 4 and set(a.per_node.columns) >= {"node", "failures", "mtbf_s", "cv", "young_interval_s"}
+    assert a.per_node.height == 4
+    assert set(a.per_node.columns) >= {"node", "failures", "mtbf_s", "cv", "young_interval_s"}
     assert main(["cadence", "lanl", "--path", str(p), "--bootstrap", "99", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["systems"][0]["arrivals"]["failures"] == s.stats.failures

@@ -142,7 +142,7 @@ def test_a_crashed_run_is_not_discarded_until_read_or_confirmed(tmp_path):
 def test_malformed_commands_and_a_closed_session_are_messages(tmp_path):
     s = WorksheetSession(store_kind="segment", seed=0, test_delay_s=0.0, workdir=tmp_path / "made" / "here")
     w = CrashPanel(s)
-    for n, bad in enumerate(["x", None, [1], 5, {"action": None}, {"n": 9}], start=1):
+    for _n, bad in enumerate(["x", None, [1], 5, {"action": None}, {"n": 9}], start=1):
         done = w.completed
         w.command = bad
         assert "malformed command" in w.error and w.completed == done + 1

@@ -17,16 +17,16 @@ from kernel_lib.history.diverge import (
     extract_boundaries, locate_divergence,
 )
 from kernel_lib.cli import main as _kernel_main
-
-
-def diverge_main(argv):
-    """The ``diverge`` command of ``python -m kernel_lib``."""
-    return _kernel_main(["diverge", *argv])
 from kernel_lib.errors import ConfigError
 from kernel_lib.core.events import (
     Authorized, BudgetReserved, BudgetSettled, ContextBuilt, Event, ModelReplied, Provenance, RuntimeInput,
     TaskStarted, ToolIntent, ToolResult, encode,
 )
+
+
+def diverge_main(argv):
+    """The ``diverge`` command of ``python -m kernel_lib``."""
+    return _kernel_main(["diverge", *argv])
 
 ROOT = Path(__file__).resolve().parents[1]
 WORKSHEET = ROOT / "datasets" / "worksheet_r18_example.jsonl"

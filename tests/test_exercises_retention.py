@@ -51,7 +51,8 @@ def expected_numbers(p):
     price, months = p["usd_per_gb_month"], p["replay_months"]
     inputs_usd = inputs_gb * price * months
     raw_usd = raw_gb * price * months
-    sizes = {"envelopes": p["turns"] * p["envelope_kb_per_turn"], "observations": p["turns"] * p["observation_kb_per_turn"],
+    sizes = {"envelopes": p["turns"] * p["envelope_kb_per_turn"],
+             "observations": p["turns"] * p["observation_kb_per_turn"],
              "raw_pages": p["pages"] * p["page_kb_raw"]}
     top = max(sizes, key=sizes.get)
     return {

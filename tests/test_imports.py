@@ -34,12 +34,12 @@ from kernel_lib.importers import (
 from kernel_lib.importers._common import canonical_text
 from kernel_lib.cli.importers import add_commands as add_cli
 from kernel_lib.cli import main as _kernel_main
+from kernel_lib.core.record import fold, initial_record
 
 
 def import_main(argv):
     """The `import` command (the tests name it with or without the leading word)."""
     return _kernel_main(argv if argv[:1] == ["import"] else ["import", *argv])
-from kernel_lib.core.record import fold, initial_record
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 TRAJ = DATA / "trajectories"
@@ -283,7 +283,8 @@ def test_swe_agent_pair_aligns_turn_by_turn():
     ops = lambda r: [e.payload.operation_id for e in _of(r, "ToolIntent")]
     assert ids(a) == ids(b) and ops(a) == ops(b)   # positional ids line the two runs up (§11.7.1)
     # the two harness configurations send different inputs from the first turn on
-    assert _of(a, "ContextBuilt")[0].payload.delivered_input_sha256 != _of(b, "ContextBuilt")[0].payload.delivered_input_sha256
+    assert (_of(a, "ContextBuilt")[0].payload.delivered_input_sha256
+            != _of(b, "ContextBuilt")[0].payload.delivered_input_sha256)
 
 
 def test_who_and_when_keeps_speakers_and_labels_as_notes():
@@ -386,7 +387,8 @@ def test_openai_messages_parallel_calls_orphans_and_unanswered(tmp_path):
 def test_secrets_and_unsafe_numbers_are_kept_out_of_events(tmp_path):
     doc = [{"role": "user", "content": "my key is sk-live_abcdefghijklmnopqrstuvwx please"},
            {"role": "assistant", "content": "ok", "tool_calls": [
-               {"id": "a", "function": {"name": "login", "arguments": json.dumps({"password": "hunter22", "n": 2**60})}}]},
+               {"id": "a", "function": {"name": "login",
+                                        "arguments": json.dumps({"password": "hunter22", "n": 2**60})}}]},
            {"role": "tool", "tool_call_id": "a", "content": "welcome"}]
     r = import_file("openai-messages", _write(tmp_path, doc))
     blob = r.to_jsonl().decode()
@@ -477,7 +479,8 @@ def _json_paths(v, p=()):
             yield from _json_paths(x, p + (i,))
 
 
-FUZZ = (("swe-agent", "swe-agent/sweagenttestrepo-1c2844.traj"), ("swe-agent", "swe-agent/function_calling_simple.traj"),
+FUZZ = (("swe-agent", "swe-agent/sweagenttestrepo-1c2844.traj"),
+        ("swe-agent", "swe-agent/function_calling_simple.traj"),
         ("tau-bench", "tau-bench-airline/task08_trial1.json"), ("who-and-when", "who-and-when-handcrafted/006.json"))
 
 

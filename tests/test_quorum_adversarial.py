@@ -509,7 +509,8 @@ def test_a_stale_owner_process_racing_a_new_owner_process_never_lands_after_the_
     from tests.helpers import task as _task
     with EtcdCluster(3) as c:
         s = EtcdStore(c.endpoints())
-        s.append(Event.create(trajectory_id="race", event_id="r0", sequence_number=1, payload=_task(), owner_epoch=1), Q)
+        s.append(Event.create(trajectory_id="race", event_id="r0", sequence_number=1, payload=_task(),
+                              owner_epoch=1), Q)
         env = {**os.environ, "PYTHONPATH": str(ROOT)}
         procs = [subprocess.Popen([sys.executable, "-c", _RACER, ",".join(c.endpoints()), role], cwd=ROOT, env=env,
                                   stdout=subprocess.PIPE, text=True) for role in ("old", "new")]
@@ -721,13 +722,13 @@ def test_a_port_taken_between_choice_and_bind_is_retried_with_new_ports(monkeypa
     blocker.bind(("127.0.0.1", 0))
     blocker.listen(1)
     taken_port = blocker.getsockname()[1]
-    real = cl._free_port
+    real = cl.free_port
     calls = {"n": 0}
 
     def first_port_is_taken(taken=None):
         calls["n"] += 1
         return taken_port if calls["n"] == 1 else real(taken)
-    monkeypatch.setattr(cl, "_free_port", first_port_is_taken)
+    monkeypatch.setattr(cl, "free_port", first_port_is_taken)
     try:
         with EtcdCluster(3, start_timeout_s=10) as c:
             assert c.alive() == 3 and taken_port not in [m.client_port for m in c.members]

@@ -166,7 +166,7 @@ def test_buttons_reach_the_same_steps_and_bad_input_is_a_message():
         assert "volume was destroyed" in w.error
         w.command = {"action": "explode", "n": 8}
         assert "unknown action" in w.error
-        for n, bad in enumerate(["x", None, [1], {"action": None}, {"n": 3}], start=9):
+        for _n, bad in enumerate(["x", None, [1], {"action": None}, {"n": 3}], start=9):
             w.command = bad
             assert "malformed command" in w.error
         w.command = {"action": "kill", "member": "Z" * 100_000, "n": 20}

@@ -470,7 +470,8 @@ def test_a_replica_keeps_original_provenance_refuses_conflicts_and_fresh_appends
     events = _primary_events(4)
     replica = FollowerReplica(name="follower-2")
     rep = replica.receive([events[0], events[2], events[3]])
-    assert (rep.applied, replica.recoverable_prefix("r"), replica.first_gap("r"), replica.staged("r")) == (1, 1, 2, [3, 4])
+    assert ((rep.applied, replica.recoverable_prefix("r"), replica.first_gap("r"), replica.staged("r"))
+            == (1, 1, 2, [3, 4]))
     replica.receive([events[1]])
     held = list(replica.read("r"))
     assert all(h.owner_epoch == 3 and h.provenance == e.provenance and h.digest == e.digest

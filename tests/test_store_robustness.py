@@ -329,14 +329,14 @@ _RO_SCRIPT = textwrap.dedent("""
 
 
 def _read_only_tree(base: str) -> None:
-    for dirpath, dirnames, filenames in os.walk(base):
+    for dirpath, _dirnames, filenames in os.walk(base):
         for n in filenames:
             os.chmod(os.path.join(dirpath, n), 0o444)
         os.chmod(dirpath, 0o555)
 
 
 def _writable_tree(base: str) -> None:
-    for dirpath, dirnames, filenames in os.walk(base):
+    for dirpath, _dirnames, filenames in os.walk(base):
         os.chmod(dirpath, 0o755)
         for n in filenames:
             os.chmod(os.path.join(dirpath, n), 0o644)

@@ -281,7 +281,8 @@ def explore(givens: Mapping[str, Any] | None = None, *, trace: CrashTrace | None
     sources = {n: (quantities[n].source if n in quantities else "given") for n in GIVENS}
     notes = tuple(f"{n}: {q.source}, {q.method}" + "".join(f"; {c}" for c in q.notes)
                   for n, q in quantities.items() if q.source != "given")
-    C, lam, R, Re = g["pause_s"], g["failure_rate_per_turn"], g["reconstruction_s_per_turn"], g["reexecution_s_per_turn"]
+    C, lam, R, Re = (g["pause_s"], g["failure_rate_per_turn"], g["reconstruction_s_per_turn"],
+                     g["reexecution_s_per_turn"])
     T, k, N = g["restore_s_per_crash"], g["stride_turns"], g["turns"]
 
     summary = stride_summary(C, lam, R, Re, reconstruction_source=sources["reconstruction_s_per_turn"])

@@ -258,7 +258,8 @@ class RetentionPlan:
     Fields:
         givens: the checked givens. bytes: :class:`kernel_lib.retention.pricing.TrajectoryBytes` of one trajectory.
         policies: ``{display name: RetentionPolicy}`` in comparison order.
-        costs: ``{policy: {class: USD per trajectory, "total": USD}}`` (:func:`~kernel_lib.retention.pricing.policy_cost_usd`).
+        costs: ``{policy: {class: USD per trajectory, "total": USD}}``
+            (:func:`~kernel_lib.retention.pricing.policy_cost_usd`).
         wanted: the three promises (:func:`~kernel_lib.retention.pricing.promises`).
         verdicts: ``{policy: {promise: PromiseVerdict}}`` (:func:`~kernel_lib.retention.pricing.promises_kept`).
         rows: one dict per policy and class plus a ``"total"`` row per policy, keys
@@ -287,7 +288,8 @@ def build_policies(givens: Mapping[str, Any], custom: Mapping[str, Any],
     out = {full.name: full, split.name: split, CUSTOM: rt.RetentionPolicy(CUSTOM, check_lifetimes(custom))}
     for p in extra:
         if not isinstance(p, rt.RetentionPolicy):
-            raise ConfigError(f"extra policies must be kernel_lib.retention.pricing.RetentionPolicy, got {type(p).__name__}")
+            raise ConfigError("extra policies must be kernel_lib.retention.pricing.RetentionPolicy, "
+                              f"got {type(p).__name__}")
         if p.name in out:
             raise ConfigError(f"policy name {p.name!r} is used twice; give each policy its own name")
         out[p.name] = p

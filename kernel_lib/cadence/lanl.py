@@ -616,7 +616,8 @@ class SystemAnalysis:
     warnings: tuple[str, ...] = ()
 
     def to_dict(self) -> dict:
-        return {"system": self.system, "arrivals": self.stats.to_dict(), "merged_simultaneous": self.merged_simultaneous,
+        return {"system": self.system, "arrivals": self.stats.to_dict(),
+                "merged_simultaneous": self.merged_simultaneous,
                 "poisson": self.poisson.to_dict() if self.poisson else None,
                 "cadence_system": self.cadence_system.to_dict() if self.cadence_system else None,
                 "nodes_in_system": self.nodes_in_system, "nodes_with_failures": self.nodes_with_failures,

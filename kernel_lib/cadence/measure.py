@@ -32,12 +32,13 @@ from numbers import Integral
 from pathlib import Path
 
 from kernel_lib.errors import CadenceError, CadenceParameterError
+from kernel_lib.limits import MEASURE_PAYLOAD_BYTES_MAX
 from kernel_lib.cadence.formulas import nonnegative, show, stride
 
 #: Bounds on the measurement's own counts, so that a typo cannot start an hours-long measurement.
 MAX_MEASURE_TURNS = 100_000
 MAX_REPEATS = 1000
-MAX_PAYLOAD_BYTES = 10 ** 7
+MAX_PAYLOAD_BYTES = MEASURE_PAYLOAD_BYTES_MAX   # the filler must fit one event (kernel_lib.limits)
 
 
 @dataclass(frozen=True)

@@ -200,7 +200,8 @@ def _solve_readings(trace: CrashTrace, printed: dict) -> tuple[dict[sp.Symbol, s
         s_ = sp.linsolve(eqs, [Cs, Rs, Ts])
         consistent = bool(s_) and len(s_) == 1
         readings.append(Reading(name, expr_text, consistent,
-                                {str(sym): str(v) for sym, v in zip((Cs, Rs, Ts), next(iter(s_)))} if consistent else None,
+                                {str(sym): str(v) for sym, v in zip((Cs, Rs, Ts), next(iter(s_)))}
+                                if consistent else None,
                                 tuple(totals)))
     return solved, tuple(readings)
 

@@ -70,6 +70,6 @@ __all__ = [
     "BlobStats", "BlobStore", "DirectoryBlobStore", "MemoryBlobStore", "PutResult", "sha256_hex",
     "CaptureResult", "Checkpointer", "ConsolidationResult", "RetireReport", "WorkspaceChangeResult",
     "log_tree", "log_workspace_change", "store_tree", "CheckpointIndex", "CheckpointManifest", "LoadedCheckpoint",
-    "RestoreResult", "check_binding", "find_checkpoint", "load_checkpoint", "restore", "EMPTY_TREE", "FileEntry", "Tree",
-    "WorkspaceDelta", "diff_trees", "files_tree", "load_delta", "load_tree", "materialize", "scan_directory",
+    "RestoreResult", "check_binding", "find_checkpoint", "load_checkpoint", "restore", "EMPTY_TREE", "FileEntry",
+    "Tree", "WorkspaceDelta", "diff_trees", "files_tree", "load_delta", "load_tree", "materialize", "scan_directory",
 ]

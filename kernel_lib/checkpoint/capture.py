@@ -49,9 +49,9 @@ from kernel_lib.log.trajectory import TrajectoryLog
 from kernel_lib.core.record import TrajectoryRecord
 from kernel_lib.checkpoint.blobs import BlobStore, is_digest, sha256_hex
 from kernel_lib.checkpoint.manifest import CheckpointManifest
+from kernel_lib.limits import CHECKPOINT_SCAN_WINDOW_MAX
 from kernel_lib.checkpoint.restore import (
     SCAN_WINDOW,
-    SCAN_WINDOW_MAX,
     LoadedCheckpoint,
     check_binding,
     covers_an_earlier_position,
@@ -173,7 +173,7 @@ def log_tree(store: LogStore, trajectory_id: str) -> tuple[str | None, str]:
             if (isinstance(p, CheckpointV2) and p.workspace_tree_sha256 is not None
                     and covers_an_earlier_position(ev)):
                 return p.workspace_tree_sha256, f"checkpoint {p.checkpoint_id} at position {ev.sequence_number}"
-        hi, window = lo - 1, min(window * 2, SCAN_WINDOW_MAX)
+        hi, window = lo - 1, min(window * 2, CHECKPOINT_SCAN_WINDOW_MAX)
     return None, ""
 
 
@@ -408,7 +408,8 @@ class Checkpointer:
         self._last = _Published(manifest.sha256, manifest, state, tree, chain)
         self._loaded = True
         return CaptureResult(
-            checkpoint_id=manifest.checkpoint_id, kind=kind_now, covered_sequence_number=manifest.covered_sequence_number,
+            checkpoint_id=manifest.checkpoint_id, kind=kind_now,
+            covered_sequence_number=manifest.covered_sequence_number,
             manifest_sha256=manifest.sha256, event=ev, chain_length=chain_length,
             tree_sha256=tree.sha256 if tree is not None else None, record_sha256=record_sha,
             bytes_written=put_files.bytes_written + put_rest.bytes_written,

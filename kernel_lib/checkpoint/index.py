@@ -9,7 +9,9 @@ Snapshots share structure: each is a :func:`~kernel_lib.core.record.fork` of the
 snapshot costs pointer copies of the record's tables plus copies of the entries the next
 ``stride`` events touched, not a deep copy of the record. Snapshots are never folded into; every
 record handed out is a fork of its own. The default stride keeps at most
-:data:`MAX_SNAPSHOTS` snapshots (a snapshot of a record with n operations holds O(n) pointers).
+:data:`~kernel_lib.limits.CHECKPOINT_INDEX_SNAPSHOTS_MAX` snapshots (a snapshot of a record with n
+operations holds O(n) pointers), never closer than
+:data:`~kernel_lib.limits.CHECKPOINT_INDEX_STRIDE_MIN` events apart.
 """
 
 from __future__ import annotations
@@ -20,14 +22,13 @@ from typing import Sequence
 from kernel_lib.errors import ConfigError, FoldError
 from kernel_lib.core.events import Event
 from kernel_lib.core.record import TrajectoryRecord, fold_into, fork, initial_record
-
-MIN_STRIDE = 64
-MAX_SNAPSHOTS = 48
+from kernel_lib.limits import CHECKPOINT_INDEX_SNAPSHOTS_MAX, CHECKPOINT_INDEX_STRIDE_MIN
 
 
 def default_stride(n_events: int) -> int:
-    """Stride for ``n_events``: at least :data:`MIN_STRIDE`, and at most :data:`MAX_SNAPSHOTS` snapshots."""
-    return max(MIN_STRIDE, math.ceil(n_events / MAX_SNAPSHOTS))
+    """Stride for ``n_events``: at least ``CHECKPOINT_INDEX_STRIDE_MIN``, and at most
+    ``CHECKPOINT_INDEX_SNAPSHOTS_MAX`` snapshots (:mod:`kernel_lib.limits`)."""
+    return max(CHECKPOINT_INDEX_STRIDE_MIN, math.ceil(n_events / CHECKPOINT_INDEX_SNAPSHOTS_MAX))
 
 
 class CheckpointIndex:

@@ -159,7 +159,8 @@ class CheckpointManifest:
             if not is_digest(self.workspace.get("tree_sha256")):
                 raise ValueError("workspace.tree_sha256 is not a digest")
             if not is_digest(self.workspace.get("tree" if self.kind == "full" else "delta")):
-                raise ValueError(f"a {self.kind} checkpoint needs workspace.{'tree' if self.kind == 'full' else 'delta'}")
+                raise ValueError(f"a {self.kind} checkpoint needs "
+                                 f"workspace.{'tree' if self.kind == 'full' else 'delta'}")
         if (self.kind == "incremental") != (self.base is not None):
             raise ValueError("an incremental checkpoint names its base, a full one none")
         if self.base is not None and not is_digest(self.base.get("manifest_sha256")):

@@ -52,10 +52,11 @@ from kernel_lib.checkpoint.state import (
     record_from_snapshot,
 )
 from kernel_lib.checkpoint.tree import EMPTY_TREE, Tree, load_delta, load_tree, materialize
+from kernel_lib.limits import CHECKPOINT_CHAIN_LENGTH_MAX, CHECKPOINT_SCAN_WINDOW_MAX
 
-#: First window (events) of the backward scan for a checkpoint; it doubles up to the maximum.
+#: First window (events) of the backward scan for a checkpoint; it doubles up to
+#: :data:`kernel_lib.limits.CHECKPOINT_SCAN_WINDOW_MAX`.
 SCAN_WINDOW = 256
-SCAN_WINDOW_MAX = 65536
 
 
 @dataclass
@@ -161,7 +162,7 @@ def find_checkpoint(store: LogStore, trajectory_id: str, target: int, *,
                     f"position {ev.payload.covered_sequence_number}: a checkpoint covers a position before its own "
                     "event, so this one is not a checkpoint of this log",
                     missing=[("checkpoint manifest", ev.payload.manifest_sha256)])
-        hi, window = lo - 1, min(window * 2, SCAN_WINDOW_MAX)
+        hi, window = lo - 1, min(window * 2, CHECKPOINT_SCAN_WINDOW_MAX)
     return None, [e for c in reversed(chunks) for e in c]
 
 
@@ -221,7 +222,7 @@ def load_chain(blobs: BlobStore, manifest_sha256: str, *, trajectory_id: str | N
         chain.append((digest, m))
         if m.kind == "full":
             break
-        if len(chain) > 100_000:
+        if len(chain) > CHECKPOINT_CHAIN_LENGTH_MAX:
             raise UnrecoverableStateError("checkpoint chain does not end in a full base",
                                           missing=[("checkpoint manifest", digest)])
         needed_by = f"checkpoint {m.checkpoint_id} (its base)"

@@ -2,7 +2,7 @@
 
 A **record snapshot** is the canonical (RFC 8785) JSON of::
 
-    {"format": "kernel_lib.core.record-snapshot/1", "reducer_version": <int>,
+    {"format": "kernel_lib.record-snapshot/1", "reducer_version": <int>,
      "record": <the record's scalars, task, budget figures and lists>,
      "tables": {"operations" | "attempts" | "reservations" | "approvals" | "decisions":
                 {"ids": [...], "fields": [...], "rows": [[...], ...]}}}
@@ -44,10 +44,10 @@ from kernel_lib.checkpoint.blobs import sha256_hex
 if TYPE_CHECKING:
     from kernel_lib.core.record import TrajectoryRecord
 
-RECORD_FORMAT = "kernel_lib.core.record-snapshot/1"
+RECORD_FORMAT = "kernel_lib.record-snapshot/1"
 #: Reservation fields as a record snapshot holds them (USD figures, TrajectoryRecord.snapshot_state).
 _RESERVATION_USD_FIELDS = frozenset({"reservation_id", "subject_id", "amount_usd", "settled_usd", "released"})
-RECORD_DELTA_FORMAT = "kernel_lib.core.record-delta/1"
+RECORD_DELTA_FORMAT = "kernel_lib.record-delta/1"
 
 
 def canonical(obj: Any) -> bytes:

@@ -208,7 +208,8 @@ def _cmd_stride(args: argparse.Namespace) -> int:
               f"overhead {s.unlogged_overhead_s_per_turn:.4g} s/turn; logging lengthens the stride "
               f"sqrt(Re/R) = {s.logging_gain:.4g}x")
     if mixed:
-        print(f"with {100 * mixed['unlogged_fraction']:g}% of turns unlogged: cost {mixed['effective_cost_s_per_turn']:.4g}"
+        print(f"with {100 * mixed['unlogged_fraction']:g}% of turns unlogged: "
+              f"cost {mixed['effective_cost_s_per_turn']:.4g}"
               f" s/turn, k* = {mixed['stride_turns']:.4g} turns, overhead {mixed['overhead_s_per_turn']:.4g} s/turn "
               f"(keeping the logged stride: {mixed['overhead_keeping_logged_stride_s_per_turn']:.4g} s/turn)")
     return 0
@@ -350,8 +351,10 @@ def _cmd_lanl(args: argparse.Namespace) -> int:
         return 0
     ld = a.load
     print(f"{ld['path']}: {ld['data_rows']} rows, kept {ld['kept_rows']}; skipped {ld['skipped_rows']} malformed, "
-          f"{ld['duplicates_dropped']} duplicate, {ld['blank_lines']} blank; {ld['same_event_rows']} flagged Same Event "
-          f"({'included' if a.include_same_event else 'left out of arrivals'}); {ld['missing_fixed']} without fix time")
+          f"{ld['duplicates_dropped']} duplicate, {ld['blank_lines']} blank; "
+          f"{ld['same_event_rows']} flagged Same Event "
+          f"({'included' if a.include_same_event else 'left out of arrivals'}); "
+          f"{ld['missing_fixed']} without fix time")
     for s in ld["skipped_examples"]:
         print(f"  skipped line {s['line']}: {s['reason']}")
     for s in a.systems:
@@ -366,7 +369,8 @@ def _cmd_lanl(args: argparse.Namespace) -> int:
             c = s.cadence_system
             print(f"  whole-system job, pause {c.pause_s:g} s: Young's interval {c.young_interval_s / 60:.4g} min, "
                   f"overhead {100 * c.young_overhead_fraction:.3g}% (Poisson model); on the real failure times "
-                  f"{100 * c.replay_overhead_at_young:.3g}%, best interval there {c.best_replay_interval_s / 60:.4g} min "
+                  f"{100 * c.replay_overhead_at_young:.3g}%, "
+                  f"best interval there {c.best_replay_interval_s / 60:.4g} min "
                   f"({100 * c.best_replay_overhead:.3g}%)")
         if s.cadence_node:
             c = s.cadence_node
@@ -402,7 +406,8 @@ def _cmd_derive(args: argparse.Namespace) -> int:
         print(f"  minimum = {b.minimum}; curvature there = {b.curvature} > 0; flat factor = {b.flat_factor}")
     print(f"logging gain (logged k* / unlogged k*) = {d.logging_gain}")
     print(f"eq. 3: W_full = {d.snapshot.full}, W_incr = {d.snapshot.incremental}, ratio = {d.snapshot.ratio}")
-    print(f"exercise 9: worst-case restore = {d.worst_case_restore}; largest m under deadline D: m <= {d.deadline_stride}")
+    print(f"exercise 9: worst-case restore = {d.worst_case_restore}; "
+          f"largest m under deadline D: m <= {d.deadline_stride}")
     print(f"numeric functions agree with the sympy results at {len(rows)} sample points: {'yes' if ok else 'NO'}")
     for r in rows:
         if not r["ok"]:

@@ -142,7 +142,8 @@ def build_strip_parser(parser: argparse.ArgumentParser | None = None) -> argpars
     p.description = ("Derive exercises/*.ipynb from solutions/*.ipynb by removing solution regions (cells tagged "
                      "'solution'; lines between '# BEGIN SOLUTION' and '# END SOLUTION') and every output.")
     p.add_argument("--check", action="store_true",
-                   help="write nothing; exit 1 if any exercise notebook is missing or differs from its stripped solution")
+                   help="write nothing; exit 1 if any exercise notebook is missing or differs from its "
+                        "stripped solution")
     p.add_argument("--solutions", default=str(SOLUTIONS_DIR), metavar="DIR", help=f"default: {SOLUTIONS_DIR}")
     p.add_argument("--exercises", default=str(EXERCISES_DIR), metavar="DIR", help=f"default: {EXERCISES_DIR}")
     p.set_defaults(func=run_strip)
@@ -213,7 +214,8 @@ def add_commands(subparsers) -> argparse.ArgumentParser:
     p.add_argument("exercise", help=ex_help)
     p.add_argument("--answers", required=True, metavar="FILE", help="JSON object of quantity -> answer")
     _add_params_args(p)
-    p.add_argument("--reveal", action="store_true", help="show the expected values too (the JSON report always has them)")
+    p.add_argument("--reveal", action="store_true",
+                   help="show the expected values too (the JSON report always has them)")
     p.add_argument("--json", action="store_true", help="the grading report as one JSON object (with expected values)")
     p.set_defaults(func=_cmd_check)
 

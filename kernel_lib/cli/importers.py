@@ -49,10 +49,13 @@ formats:
   openai-messages  a list of OpenAI chat messages, or {"messages": [...], "model"?, "tools"?}
 
 examples:
-  python -m kernel_lib import swe-agent ../shared/data/trajectories/swe-agent/pydicom__pydicom-1458.traj --out /tmp/pydicom.jsonl
-  python -m kernel_lib fold --log /tmp/pydicom.jsonl
-  python -m kernel_lib import tau-bench ../shared/data/trajectories/tau-bench-airline/task08_trial1.json --out /tmp/t08.jsonl --json
-"""
+""" + (
+    "  python -m kernel_lib import swe-agent ../shared/data/trajectories/swe-agent/pydicom__pydicom-1458.traj"
+    " --out /tmp/pydicom.jsonl\n"
+    "  python -m kernel_lib fold --log /tmp/pydicom.jsonl\n"
+    "  python -m kernel_lib import tau-bench ../shared/data/trajectories/tau-bench-airline/task08_trial1.json"
+    " --out /tmp/t08.jsonl --json\n"
+)
 
 
 def _lacks_text() -> str:

@@ -152,7 +152,8 @@ def add_commands(subparsers) -> argparse.ArgumentParser:
                    help="the §11.5.1 handoff: SIGSTOP a leased worker after it dispatched test_r18, let a "
                         "replacement take over, SIGCONT the old one and show each boundary refusing it")
     p.add_argument("--lease-ttl-s", type=float, default=None,
-                   help="with --zombie: the old worker's lease term in seconds (default 1.0; 3.0 with --store etcd, whose lease TTLs are whole seconds)")
+                   help="with --zombie: the old worker's lease term in seconds (default 1.0; 3.0 with --store etcd, "
+                        "whose lease TTLs are whole seconds)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=_cmd)
     return p

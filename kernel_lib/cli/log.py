@@ -104,7 +104,8 @@ def add_commands(sub: "argparse._SubParsersAction") -> None:
     p.add_argument("--log", help=LOG_HELP)
     p.add_argument("--trajectory", help="trajectory id when the log holds several")
     p.add_argument("--operation", help="tool operation id to classify (default: the first ToolIntent's)")
-    p.add_argument("--lag", type=int_at_least(1), default=1, help="events the incomplete reader lags behind (default 1)")
+    p.add_argument("--lag", type=int_at_least(1), default=1,
+                   help="events the incomplete reader lags behind (default 1)")
     p.add_argument("--json", action="store_true", help="one JSON object per crash position (JSON lines)")
     p.set_defaults(func=_cmd_crash_positions)
 

@@ -30,6 +30,7 @@ import rfc8785
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from kernel_lib.errors import MalformedEventError, UnknownEventTypeError, UnknownSchemaVersionError
+from kernel_lib.limits import JSON_DEPTH_MAX, JSON_NUMBER_MAX
 
 #: Version of the reducer in :mod:`kernel_lib.core.record`. Stamped on every event appended by this build.
 #: Sentinel an importer puts in every field the event schema requires but the source never
@@ -46,10 +47,11 @@ JSONValue = Any
 # ------------------------------------------------------------------------------------------------
 
 #: Largest magnitude a number in an event may have: RFC 8785 numbers are IEEE doubles, and a
-#: value at or beyond 2**53 would not read back as the same JSON integer.
-JSON_SAFE_MAX = 2**53 - 1
-#: Deepest nesting of lists/objects a payload may use.
-JSON_MAX_DEPTH = 64
+#: value at or beyond 2**53 would not read back as the same JSON integer
+#: (:data:`kernel_lib.limits.JSON_NUMBER_MAX`; this name is kept for the ``kernel_lib.core`` API).
+JSON_SAFE_MAX = JSON_NUMBER_MAX
+#: Deepest nesting of lists/objects a payload may use (:data:`kernel_lib.limits.JSON_DEPTH_MAX`).
+JSON_MAX_DEPTH = JSON_DEPTH_MAX
 
 # key names (lower-cased, letters only) that name a credential: by substring, or by ending
 _SECRET_KEY_PARTS = ("apikey", "secret", "password", "passwd", "privatekey", "accesskey", "credential", "bearer",

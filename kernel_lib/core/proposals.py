@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from kernel_lib.errors import ConfigError
+from kernel_lib.limits import USAGE_USD_MAX
 from kernel_lib.core.record import TrajectoryRecord
 
 __all__ = [
@@ -128,6 +129,7 @@ def reservation_id(subject_id: str, attempt_id: str | None = None) -> str:
 
 
 def usable_usage(charged_usd: Any) -> bool:
-    """Is this a usable usage report (a finite number in 0..2**53 USD)? Anything else settles nothing."""
+    """Is this a usable usage report (a finite number in 0..:data:`~kernel_lib.limits.USAGE_USD_MAX`
+    USD)? Anything else settles nothing."""
     return (isinstance(charged_usd, (int, float)) and not isinstance(charged_usd, bool)
-            and math.isfinite(charged_usd) and 0 <= charged_usd <= 2**53)
+            and math.isfinite(charged_usd) and 0 <= charged_usd <= USAGE_USD_MAX)

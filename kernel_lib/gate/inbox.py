@@ -64,6 +64,7 @@ from kernel_lib._support.sqlite import Layout, close_quietly, open_database, sta
 from kernel_lib.gate.dispatch import reservation_id as _reservation_id
 from kernel_lib.errors import ConfigError, FoldError, InboxConflictError, InboxError, InboxRecordError, KernelError
 from kernel_lib.core.events import BudgetSettled, Payload, ToolResult
+from kernel_lib.limits import USAGE_USD_MAX
 from kernel_lib.errors import EvidenceSignatureError
 from kernel_lib.gate.evidence import load_public_key, signing_bytes, verify_completion
 from kernel_lib.log.trajectory import TrajectoryLog
@@ -153,7 +154,8 @@ class IngestReport:
 
 
 def _usage(x: Any) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and 0 <= x <= 2**53
+    return (isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+            and 0 <= x <= USAGE_USD_MAX)
 
 
 def _stored_json(text: str) -> Any:

@@ -2,7 +2,8 @@
 
 * :mod:`.replay` — time travel, harness regression replay (the matching-request rule, sealed live
   paths) and counterfactual branches (§11.6);
-* :mod:`.diverge` — locating the first divergence of two executions (§11.7, table 6).
+* :mod:`.diverge` — locating the first divergence of two executions (§11.7, table 6);
+* :mod:`.audit` — what the write-time scanner redacted and which model calls saw it (§11.9).
 
 May import: ``gate``, ``ownership``, ``checkpoint``, ``log``, ``core`` and the leaves.
 """

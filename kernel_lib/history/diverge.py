@@ -1168,34 +1168,14 @@ def sequence_fault(events: Sequence[Event]) -> tuple[int, str] | None:
     return None
 
 
-def locate_divergence(events_a: Sequence[Event], events_b: Sequence[Event], equivalence: Equivalence | None = None,
-                      *, label_a: str | None = None, label_b: str | None = None) -> DivergenceReport:
-    """Compare two executions boundary by boundary and report the earliest mismatch (§11.7.1).
-
-    Args:
-        events_a, events_b: the events of one trajectory each, in log order (e.g. from
-            :func:`kernel_lib.log.load_events`). A is the reference: steps follow A's order.
-        equivalence: the declared relation (default: :class:`Equivalence` ``()``, exact).
-        label_a, label_b: names for the logs in the report (e.g. their paths).
-
-    Returns:
-        A :class:`DivergenceReport`: last verified boundary, first mismatch and its table 6
-        category, identical evidence, later differences, missing evidence, and what the result
-        does and does not establish.
-
-    Raises:
-        ConfigError: an argument is not a sequence of :class:`Event` of one trajectory.
-    """
-    eq = equivalence if equivalence is not None else Equivalence()
-    if not isinstance(eq, Equivalence):
-        raise ConfigError(f"equivalence must be an Equivalence, got {type(eq).__name__}")
-    events_a = _check_events(events_a, "events_a")
-    events_b = _check_events(events_b, "events_b")
-    method, reason, (ba, sa), (bb, sb), pairs, paired, info = _choose_alignment(events_a, events_b, eq)
-
+def _walk_pairs(pairs, eq: Equivalence, ba, bb, missing: list[dict[str, Any]],
+                unrec: dict[tuple, dict[str, Any]]) -> tuple[list[Step], dict[str, dict[str, Any]]]:
+    """One :class:`Step` per aligned pair, in A's order: compared where both logs hold the
+    boundary, marked missing (past a log's end) or one-sided otherwise. Evidence gaps go to
+    ``missing`` and unrecorded requests to ``unrec`` as they are met; a boundary a log records in a
+    causally impossible order is noted in ``missing`` and not counted as verified. Returns the steps
+    and, per log that ends early, its end-of-log item (with a ``count`` of boundaries past the end)."""
     steps: list[Step] = []
-    missing: list[dict[str, Any]] = []
-    unrec: dict[tuple, dict[str, Any]] = {}
     last_pos = {"A": -1, "B": -1}
     for pos, (a, b) in enumerate(pairs):
         if a is not None:
@@ -1255,6 +1235,58 @@ def locate_divergence(events_a: Sequence[Event], events_b: Sequence[Event], equi
                 st.status = "undetermined"
                 st.note = f"causally impossible order in log {side}: {why}"
         steps.append(st)
+    return steps, ends
+
+
+def _verified_prefix(steps: list[Step]) -> int:
+    """How many steps from the start are verified, up to the first that is not."""
+    prefix = 0
+    for s in steps:
+        if not s.verified:
+            break
+        prefix += 1
+    return prefix
+
+
+def _verdict(steps: list[Step], first: Step | None, prefix: int) -> str:
+    """The report's verdict from the first mismatch and the verified prefix."""
+    if first is not None:
+        return "diverged"
+    if not steps:
+        return "nothing_compared"
+    if prefix == len(steps):
+        return "equivalent"
+    return "equivalent_prefix"
+
+
+def locate_divergence(events_a: Sequence[Event], events_b: Sequence[Event], equivalence: Equivalence | None = None,
+                      *, label_a: str | None = None, label_b: str | None = None) -> DivergenceReport:
+    """Compare two executions boundary by boundary and report the earliest mismatch (§11.7.1).
+
+    Args:
+        events_a, events_b: the events of one trajectory each, in log order (e.g. from
+            :func:`kernel_lib.log.load_events`). A is the reference: steps follow A's order.
+        equivalence: the declared relation (default: :class:`Equivalence` ``()``, exact).
+        label_a, label_b: names for the logs in the report (e.g. their paths).
+
+    Returns:
+        A :class:`DivergenceReport`: last verified boundary, first mismatch and its table 6
+        category, identical evidence, later differences, missing evidence, and what the result
+        does and does not establish.
+
+    Raises:
+        ConfigError: an argument is not a sequence of :class:`Event` of one trajectory.
+    """
+    eq = equivalence if equivalence is not None else Equivalence()
+    if not isinstance(eq, Equivalence):
+        raise ConfigError(f"equivalence must be an Equivalence, got {type(eq).__name__}")
+    events_a = _check_events(events_a, "events_a")
+    events_b = _check_events(events_b, "events_b")
+    method, reason, (ba, sa), (bb, sb), pairs, paired, info = _choose_alignment(events_a, events_b, eq)
+
+    missing: list[dict[str, Any]] = []
+    unrec: dict[tuple, dict[str, Any]] = {}
+    steps, ends = _walk_pairs(pairs, eq, ba, bb, missing, unrec)
     _note_unsettled(steps, ba, bb, missing)
     for item in ends.values():
         n = item.pop("count")
@@ -1270,21 +1302,10 @@ def locate_divergence(events_a: Sequence[Event], events_b: Sequence[Event], equi
     identical = [s for s in steps if s.verified]
     mismatches = [s for s in steps if s.status == "mismatch"]
     first = mismatches[0] if mismatches else None
-    prefix = 0
-    for s in steps:
-        if not s.verified:
-            break
-        prefix += 1
+    prefix = _verified_prefix(steps)
     last_verified = steps[prefix - 1] if prefix else None
     halted = steps[prefix] if prefix < len(steps) and steps[prefix].status != "mismatch" else None
-    if first is not None:
-        verdict = "diverged"
-    elif not steps:
-        verdict = "nothing_compared"
-    elif prefix == len(steps):
-        verdict = "equivalent"
-    else:
-        verdict = "equivalent_prefix"
+    verdict = _verdict(steps, first, prefix)
 
     context = _compare_context(sa, sb, eq)
     alignment = {"method": method, "reason": reason, "paired": paired,

@@ -454,7 +454,8 @@ def record_example(store=None):
     return list(store.read(EXAMPLE_TRAJECTORY))
 
 
-def replay_harness(events: Sequence[Event], harness=worksheet_harness, **harness_kw) -> tuple[list[Event], ReplayReport]:
+def replay_harness(events: Sequence[Event], harness=worksheet_harness,
+                   **harness_kw) -> tuple[list[Event], ReplayReport]:
     """Run ``harness`` against the recording ``events`` inside :func:`sealed`, on a fresh
     in-memory log, and return the replayed log and the report. Raises ReplayMismatchError at the
     first request that does not match; LiveCallDuringReplayError if anything tries to go live."""

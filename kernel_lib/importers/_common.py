@@ -309,7 +309,8 @@ def sha256_text(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
-def proposal_call(operation_id: str, tool: str, arguments: dict[str, Any], source_call_id: str | None) -> dict[str, Any]:
+def proposal_call(operation_id: str, tool: str, arguments: dict[str, Any],
+                  source_call_id: str | None) -> dict[str, Any]:
     """One entry of a ModelReplied proposal's ``tool_calls`` list."""
     d: dict[str, Any] = {"operation_id": operation_id, "tool": tool, "arguments": arguments}
     if source_call_id:
@@ -523,7 +524,8 @@ class Builder:
                                     budget_ceiling_usd=max(budget_ceiling_usd, 0.0),
                                     workspace_ref=workspace_ref, config=self.clean(cfg, "config")))
             head.append(RuntimeInput(kind="config", name="import:source",
-                                     value={**src, "importer_version": IMPORTER_VERSION, "reducer_version": REDUCER_VERSION,
+                                     value={**src, "importer_version": IMPORTER_VERSION,
+                                            "reducer_version": REDUCER_VERSION,
                                             "sentinel": NOT_RECORDED, "lacks": lacks, "notes": notes}))
         except (ValidationError, ValueError) as exc:
             raise self.src.fail("$", f"task header cannot be represented: {exc}") from None

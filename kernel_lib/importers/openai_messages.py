@@ -83,7 +83,8 @@ def message_tool_calls(src: Source, m: dict[str, Any], where: str) -> list[tuple
     if fc is not None:
         fw = join(where, "function_call")
         src.expect(fc, dict, fw, "a function call object {name, arguments}")
-        out.append((src.get(fc, "name", str, fw, required=True), src.arguments(fc.get("arguments"), join(fw, "arguments")),
+        out.append((src.get(fc, "name", str, fw, required=True),
+                    src.arguments(fc.get("arguments"), join(fw, "arguments")),
                     None, join(fw, "arguments")))
     return out
 
@@ -190,7 +191,7 @@ def import_openai_messages(path: str | Path) -> ImportResult:
         raise src.fail("$", f"expected a list of messages or an object with 'messages', got {_shape(d)}")
     if not messages:
         raise src.fail(base, "no messages")
-    b = Builder(src, f"kernel_lib.importers/{FORMAT}")
+    b = Builder(src, f"kernel_lib.imports/{FORMAT}")
     model = src.get(meta, "model", str, "$") or NOT_RECORDED
     if model == NOT_RECORDED:
         b.lacks.add("model-provenance")

@@ -64,6 +64,94 @@ def _is_demo(m: Any) -> bool:
     return isinstance(m, dict) and bool(m.get("is_demo"))
 
 
+def _replay_config(src: Source, replay: Any) -> Any:
+    """``replay_config`` as recorded, parsed when a SWE-agent version stored it as a JSON string,
+    and checked where it is in the file (it is kept in the notes)."""
+    if isinstance(replay, str):   # some SWE-agent versions store it as a JSON string
+        try:
+            replay = json.loads(replay)
+        except ValueError:
+            pass                  # not JSON: kept as text in the notes
+        except RecursionError:
+            raise src.fail("replay_config", "the JSON string is nested too deeply") from None
+    if replay is not None:        # kept in the notes (notes.replay_config): check it where it is in the file
+        src.check_value(replay, "replay_config", headroom=1)
+    return replay
+
+
+def _from_trajectory(src: Source, b: Builder, traj: list, history: list, assistant_at: list[int], turn,
+                     counts: dict[str, int], alignment: list[str]) -> None:
+    """Turns from ``trajectory``: step k is turn k, matched to the k-th assistant message of the
+    history when it records the same action (see module doc); mismatches go to ``alignment``."""
+    for k, s in enumerate(traj):
+        where = join("trajectory", k)
+        src.expect(s, dict, where, "a step object")
+        action = src.get(s, "action", str, where, required=True)
+        observation = src.get(s, "observation", str, where, default="")
+        response = src.get(s, "response", str, where, default="")
+        thought = src.get(s, "thought", str, where, default="")
+        exec_time = src.get(s, "execution_time", (int, float), where)
+        hidx = assistant_at[k] if k < len(assistant_at) else None
+        if hidx is not None and not _step_matches(src, history[hidx], join("history", hidx), action, response):
+            alignment.append(f"{where}: history[{hidx}] is not this step (different action)")
+            hidx = None
+        missing = ""
+        if hidx is None:
+            missing = ("the file has no history" if not history
+                       else f"history records {len(assistant_at)} assistant message(s); none matches this step")
+        calls: list = []
+        if hidx is not None and history[hidx].get("tool_calls"):
+            calls = message_tool_calls(src, history[hidx], join("history", hidx))
+        elif action.strip():
+            calls = [_command_call(action, join(where, "action"))]
+        ops = turn(k, where, action=action, response=response, thought=thought, calls=calls,
+                   delivered=history[:hidx] if hidx is not None else None, missing=missing)
+        extra: dict[str, Any] = {}
+        if "state" in s:              # stored one level down, in the result's outcome
+            extra["state"] = src.check_value(s["state"], join(where, "state"), headroom=1)
+        if exec_time is not None:
+            extra["execution_time_s"] = exec_time
+        ow = join(where, "observation")
+        if ops:
+            cid = calls[0][2]
+            b.result(ops[0], ow, observation=observation, extra=extra,
+                     evidence={"source_call_id": cid} if cid else None)
+            counts["tool_results"] += 1
+            if len(ops) > 1:
+                counts["unanswered"] += len(ops) - 1
+                b.warnings.append(f"{where}: {len(ops)} calls share one recorded observation; it is kept as "
+                                  f"the result of {ops[0]}, and {', '.join(ops[1:])} stay in doubt")
+        elif observation:
+            b.message_input(ow, {"role": "environment", "content": observation, **extra})
+            counts["inputs"] += 1
+
+
+def _spend_and_end(src: Source, b: Builder, info: dict, counts: dict[str, int]) -> None:
+    """The run's recorded spending (``info.model_stats``) and its end (``info.exit_status``)."""
+    ms = src.get(info, "model_stats", dict, "info", default={})
+    figures = {}
+    for key in ("instance_cost", "total_cost", "tokens_sent", "tokens_received", "api_calls"):
+        v = src.get(ms, key, (int, float), "info.model_stats")
+        if v is not None:
+            figures[key] = v
+    tracked = any(figures.get(k, 0) > 0 for k in ("instance_cost", "tokens_sent", "tokens_received", "api_calls"))
+    if tracked and "instance_cost" in figures:
+        b.spend("info.model_stats.instance_cost", actual_usd=float(figures["instance_cost"]),
+                evidence="SWE-agent info.model_stats: " + ", ".join(f"{k}={v}" for k, v in figures.items())
+                         + " (totals for the run; no per-call split is recorded)")
+    else:
+        b.lacks.add("cost")
+        if figures and not tracked:
+            b.warnings.append(f"info.model_stats are all zero although {counts['model_turns']} model turn(s) are "
+                              "recorded: read as cost not tracked, not as a zero spend")
+    exit_status = src.get(info, "exit_status", str, "info")
+    if exit_status:
+        b.end("info.exit_status", to_state="COMPLETED" if _submitted(exit_status) else "FAILED",
+              reason=f"SWE-agent exit_status={exit_status!r}")
+    else:
+        b.lacks.add("terminal-state")
+
+
 def import_swe_agent(path: str | Path) -> ImportResult:
     """Import one SWE-agent ``.traj`` file (see module doc).
 
@@ -84,15 +172,7 @@ def import_swe_agent(path: str | Path) -> ImportResult:
     env = src.get(d, "environment", str, "$")
     replay = d.get("replay_config")
     src.check_value(info, "info", headroom=1)                # kept as notes.info
-    if isinstance(replay, str):   # some SWE-agent versions store it as a JSON string
-        try:
-            replay = json.loads(replay)
-        except ValueError:
-            pass                  # not JSON: kept as text in the notes
-        except RecursionError:
-            raise src.fail("replay_config", "the JSON string is nested too deeply") from None
-    if replay is not None:        # kept in the notes (notes.replay_config): check it where it is in the file
-        src.check_value(replay, "replay_config", headroom=1)
+    replay = _replay_config(src, replay)
     replay_d = replay if isinstance(replay, dict) else {}
     agent_cfg = replay_d.get("agent") if isinstance(replay_d.get("agent"), dict) else {}
     model_cfg = agent_cfg.get("model") if isinstance(agent_cfg.get("model"), dict) else {}
@@ -106,7 +186,7 @@ def import_swe_agent(path: str | Path) -> ImportResult:
     if not traj and not history:
         raise src.fail("trajectory", "no steps (and no history)")
 
-    b = Builder(src, f"kernel_lib.importers/{FORMAT}")
+    b = Builder(src, f"kernel_lib.imports/{FORMAT}")
     b.lacks.add("per-turn-usage")
     if model == NOT_RECORDED:
         b.lacks.add("model-provenance")
@@ -131,72 +211,11 @@ def import_swe_agent(path: str | Path) -> ImportResult:
         return ops
 
     if traj:
-        for k, s in enumerate(traj):
-            where = join("trajectory", k)
-            src.expect(s, dict, where, "a step object")
-            action = src.get(s, "action", str, where, required=True)
-            observation = src.get(s, "observation", str, where, default="")
-            response = src.get(s, "response", str, where, default="")
-            thought = src.get(s, "thought", str, where, default="")
-            exec_time = src.get(s, "execution_time", (int, float), where)
-            hidx = assistant_at[k] if k < len(assistant_at) else None
-            if hidx is not None and not _step_matches(src, history[hidx], join("history", hidx), action, response):
-                alignment.append(f"{where}: history[{hidx}] is not this step (different action)")
-                hidx = None
-            missing = ""
-            if hidx is None:
-                missing = ("the file has no history" if not history
-                           else f"history records {len(assistant_at)} assistant message(s); none matches this step")
-            calls: list = []
-            if hidx is not None and history[hidx].get("tool_calls"):
-                calls = message_tool_calls(src, history[hidx], join("history", hidx))
-            elif action.strip():
-                calls = [_command_call(action, join(where, "action"))]
-            ops = turn(k, where, action=action, response=response, thought=thought, calls=calls,
-                       delivered=history[:hidx] if hidx is not None else None, missing=missing)
-            extra: dict[str, Any] = {}
-            if "state" in s:              # stored one level down, in the result's outcome
-                extra["state"] = src.check_value(s["state"], join(where, "state"), headroom=1)
-            if exec_time is not None:
-                extra["execution_time_s"] = exec_time
-            ow = join(where, "observation")
-            if ops:
-                cid = calls[0][2]
-                b.result(ops[0], ow, observation=observation, extra=extra,
-                         evidence={"source_call_id": cid} if cid else None)
-                counts["tool_results"] += 1
-                if len(ops) > 1:
-                    counts["unanswered"] += len(ops) - 1
-                    b.warnings.append(f"{where}: {len(ops)} calls share one recorded observation; it is kept as "
-                                      f"the result of {ops[0]}, and {', '.join(ops[1:])} stay in doubt")
-            elif observation:
-                b.message_input(ow, {"role": "environment", "content": observation, **extra})
-                counts["inputs"] += 1
+        _from_trajectory(src, b, traj, history, assistant_at, turn, counts, alignment)
     else:
         _from_history(src, b, history, assistant_at, turn, counts)
 
-    ms = src.get(info, "model_stats", dict, "info", default={})
-    figures = {}
-    for key in ("instance_cost", "total_cost", "tokens_sent", "tokens_received", "api_calls"):
-        v = src.get(ms, key, (int, float), "info.model_stats")
-        if v is not None:
-            figures[key] = v
-    tracked = any(figures.get(k, 0) > 0 for k in ("instance_cost", "tokens_sent", "tokens_received", "api_calls"))
-    if tracked and "instance_cost" in figures:
-        b.spend("info.model_stats.instance_cost", actual_usd=float(figures["instance_cost"]),
-                evidence="SWE-agent info.model_stats: " + ", ".join(f"{k}={v}" for k, v in figures.items())
-                         + " (totals for the run; no per-call split is recorded)")
-    else:
-        b.lacks.add("cost")
-        if figures and not tracked:
-            b.warnings.append(f"info.model_stats are all zero although {counts['model_turns']} model turn(s) are "
-                              "recorded: read as cost not tracked, not as a zero spend")
-    exit_status = src.get(info, "exit_status", str, "info")
-    if exit_status:
-        b.end("info.exit_status", to_state="COMPLETED" if _submitted(exit_status) else "FAILED",
-              reason=f"SWE-agent exit_status={exit_status!r}")
-    else:
-        b.lacks.add("terminal-state")
+    _spend_and_end(src, b, info, counts)
 
     limit = model_cfg.get("per_instance_cost_limit")
     ceiling = float(limit) if isinstance(limit, (int, float)) and not isinstance(limit, bool) and limit > 0 else 0.0
@@ -228,7 +247,8 @@ def import_swe_agent(path: str | Path) -> ImportResult:
     return b.finish(task_id=task_id, objective=objective, requester=None, budget_ceiling_usd=ceiling, config=config)
 
 
-def _from_history(src: Source, b: Builder, history: list, assistant_at: list[int], turn, counts: dict[str, int]) -> None:
+def _from_history(src: Source, b: Builder, history: list, assistant_at: list[int], turn,
+                  counts: dict[str, int]) -> None:
     """Turns from a history-only file: assistant message j is turn j (see module doc)."""
     bounds = assistant_at + [len(history)]
     for n, j in enumerate(assistant_at):
@@ -256,7 +276,8 @@ def _from_history(src: Source, b: Builder, history: list, assistant_at: list[int
                 else:
                     open_ops.remove(match)
                     op = match[0]
-                b.result(op, rw, observation=text, evidence={"source_call_id": ",".join(map(str, ids))} if ids else None)
+                b.result(op, rw, observation=text,
+                         evidence={"source_call_id": ",".join(map(str, ids))} if ids else None)
                 counts["tool_results"] += 1
             elif r["role"] == "user" and open_ops and not m.get("tool_calls"):
                 op, _ = open_ops.pop(0)

@@ -59,7 +59,7 @@ def import_tau_bench(path: str | Path) -> ImportResult:
     requester = src.get(task, "user_id", str, "info.task")
     model = src.get(d, "model", str, "$") or src.get(info, "model", str, "info") or NOT_RECORDED
 
-    b = Builder(src, f"kernel_lib.importers/{FORMAT}")
+    b = Builder(src, f"kernel_lib.imports/{FORMAT}")
     b.lacks.update({"cost", "tool-descriptions"})
     if model == NOT_RECORDED:
         b.lacks.add("model-provenance")

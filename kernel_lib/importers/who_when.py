@@ -74,7 +74,7 @@ def import_who_when(path: str | Path) -> ImportResult:
     question = src.get(d, "question", str, "$")
     qid = src.get(d, "question_ID", (str, int), "$")
 
-    b = Builder(src, f"kernel_lib.importers/{FORMAT}")
+    b = Builder(src, f"kernel_lib.imports/{FORMAT}")
     b.lacks.update({"tool-calls", "model-provenance", "delivered-input", "cost", "per-turn-usage", "terminal-state"})
     speakers: dict[int, str] = {}
     turns = inputs = 0

@@ -12,6 +12,8 @@
   job submission, a bounded wait for a running job) for notebooks and widgets.
 * :mod:`.checks` — where an executor job's seconds go: pytest's reported time and a timed
   start-up probe of the executor's check command.
+* :mod:`.payload_order` — the §11.8.2 write-order experiment: a worker process writing a payload
+  and the event naming it is SIGKILLed between the two writes.
 
 The seeded model stand-in the worker uses is deterministic and lives in :mod:`kernel_lib.sim`.
 

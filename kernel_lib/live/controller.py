@@ -327,6 +327,51 @@ def _last_json(path: Path, key: str) -> dict[str, Any] | None:
     return None
 
 
+def _check_zombie_args(store_kind: str, lease_ttl_s: float | None, test_delay_s: float,
+                       reconcile_timeout_s: float) -> float:
+    """Check :func:`run_zombie`'s store and times; return the old worker's lease term in seconds
+    (the store's default when None, rounded up to whole seconds on etcd). Raises ConfigError."""
+    if store_kind not in ("sqlite", "etcd"):
+        raise ConfigError(f"the zombie scenario needs the sqlite or etcd store, not {store_kind!r}: "
+                          "the segment log admits "
+                          "one opener at a time (its directory lock), so a replacement cannot even open it while "
+                          "the stalled worker lives; its fencing is tested in-process (tests/test_ownership.py)")
+    if lease_ttl_s is None:        # etcd lease TTLs are whole seconds, counted on the leader's clock
+        lease_ttl_s = 3.0 if store_kind == "etcd" else 1.0
+    elif store_kind == "etcd" and not isinstance(lease_ttl_s, bool) and isinstance(lease_ttl_s, (int, float)):
+        if lease_ttl_s < 2:
+            raise ConfigError(f"with --store etcd the lease term must be at least 2 s (etcd counts lease TTLs in whole "
+                              f"seconds, and the old worker must still hold its lease when it dispatches), got "
+                              f"{lease_ttl_s!r}")
+        lease_ttl_s = float(math.ceil(lease_ttl_s))     # what etcd will grant
+    for name, value, lo, hi in (("lease_ttl_s", lease_ttl_s, 0.2, 60), ("test_delay_s", test_delay_s, 0, 600),
+                                ("reconcile_timeout_s", reconcile_timeout_s, 0, 600)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not lo <= value <= hi:
+            raise ConfigError(f"{name} must be between {lo} and {hi} seconds, got {value!r}")
+    return lease_ttl_s
+
+
+def _freeze(pid: int) -> str:
+    """SIGSTOP the process ``pid`` (frozen, not killed), wait up to 5 s until the kernel shows it
+    stopped, and return its process state (``"T"`` once stopped)."""
+    os.kill(pid, signal.SIGSTOP)                 # frozen, not killed
+    deadline = time.monotonic() + 5
+    while process_state(pid) != "T" and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return process_state(pid)
+
+
+def _wait_for_lapse(coord) -> bool:
+    """Sleep until the trajectory's current lease at ``coord`` has expired (etcd's own clock may
+    lag by about a second: poll up to 5 s more); True when it has lapsed."""
+    held = coord.current(TRAJECTORY)
+    time.sleep(max(0.0, held.expires_at_s - time.time()) + 0.05)   # let the old lease lapse
+    deadline = time.monotonic() + 5.0      # etcd expires leases on its own clock, within about a second
+    while coord.current(TRAJECTORY).live(time.time()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return not coord.current(TRAJECTORY).live(time.time())
+
+
 def run_zombie(store_kind: str = "sqlite", workdir: str | os.PathLike | None = None, seed: int = 0,
                test_delay_s: float = 3.0, *, lease_ttl_s: float | None = None, usd_per_s: float = 0.01,
                reconcile_timeout_s: float = 60.0, step_timeout_s: float = 60.0) -> dict[str, Any]:
@@ -367,22 +412,7 @@ def run_zombie(store_kind: str = "sqlite", workdir: str | os.PathLike | None = N
     from kernel_lib.log import open_store
     from kernel_lib.core.record import fold, initial_record
 
-    if store_kind not in ("sqlite", "etcd"):
-        raise ConfigError(f"the zombie scenario needs the sqlite or etcd store, not {store_kind!r}: the segment log admits "
-                          "one opener at a time (its directory lock), so a replacement cannot even open it while "
-                          "the stalled worker lives; its fencing is tested in-process (tests/test_ownership.py)")
-    if lease_ttl_s is None:        # etcd lease TTLs are whole seconds, counted on the leader's clock
-        lease_ttl_s = 3.0 if store_kind == "etcd" else 1.0
-    elif store_kind == "etcd" and not isinstance(lease_ttl_s, bool) and isinstance(lease_ttl_s, (int, float)):
-        if lease_ttl_s < 2:
-            raise ConfigError(f"with --store etcd the lease term must be at least 2 s (etcd counts lease TTLs in whole "
-                              f"seconds, and the old worker must still hold its lease when it dispatches), got "
-                              f"{lease_ttl_s!r}")
-        lease_ttl_s = float(math.ceil(lease_ttl_s))     # what etcd will grant
-    for name, value, lo, hi in (("lease_ttl_s", lease_ttl_s, 0.2, 60), ("test_delay_s", test_delay_s, 0, 600),
-                                ("reconcile_timeout_s", reconcile_timeout_s, 0, 600)):
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not lo <= value <= hi:
-            raise ConfigError(f"{name} must be between {lo} and {hi} seconds, got {value!r}")
+    lease_ttl_s = _check_zombie_args(store_kind, lease_ttl_s, test_delay_s, reconcile_timeout_s)
     work = make_workdir(workdir)
     executor = old = None
     port = None
@@ -404,23 +434,14 @@ def run_zombie(store_kind: str = "sqlite", workdir: str | os.PathLike | None = N
             pause_at=None, env=env, timeout_s=step_timeout_s, wait_for_marker=True,
             extra_args=["--coordinator", str(coord_path), "--owner-id", "worker-old", "--lease-ttl-s",
                         str(lease_ttl_s), "--stall-after-dispatch"])
-        os.kill(old.pid, signal.SIGSTOP)                 # frozen, not killed
-        deadline = time.monotonic() + 5
-        while process_state(old.pid) != "T" and time.monotonic() < deadline:
-            time.sleep(0.01)
-        state_when_stopped = process_state(old.pid)
+        state_when_stopped = _freeze(old.pid)
         import httpx
         client = httpx.Client(timeout=10.0, trust_env=False)
         at_stall = client.get(f"{url}/operations/{OPERATION}").json()
 
         from kernel_lib.quorum.coordinator import open_coordinator
         coord = open_coordinator(str(coord_path))
-        held = coord.current(TRAJECTORY)
-        time.sleep(max(0.0, held.expires_at_s - time.time()) + 0.05)   # let the old lease lapse
-        deadline = time.monotonic() + 5.0      # etcd expires leases on its own clock, within about a second
-        while coord.current(TRAJECTORY).live(time.time()) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        lapsed = not coord.current(TRAJECTORY).live(time.time())
+        lapsed = _wait_for_lapse(coord)
 
         out = run_replacement(store_kind=store_kind, store_path=store_path, ready=ready, seed=seed, reconcile=True,
                               reconcile_timeout_s=reconcile_timeout_s, step_timeout_s=step_timeout_s, env=env,

@@ -139,7 +139,8 @@ class WorksheetSession:
             return (f"worker {self._worker.pid} paused after {self.paused['paused_at']} at position "
                     f"{self.paused['log_position']}") if self.paused else f"worker {self._worker.pid} running"
         if self.last_crash:
-            return f"worker {self.last_crash['worker_pid']} killed by SIGKILL at position {self.last_crash['log_position']}"
+            return (f"worker {self.last_crash['worker_pid']} killed by SIGKILL "
+                    f"at position {self.last_crash['log_position']}")
         if self._worker is not None:
             return f"worker {self._worker.pid} exited with code {self._worker.returncode}"
         return "executor running, no worker"

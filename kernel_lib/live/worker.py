@@ -269,7 +269,8 @@ def run_worker(args: argparse.Namespace) -> int:
         ref = f"ws_r18@sha256:{args.snapshot_digest}"
         prompt = repair_prompt(ref)
         reply = gate.run_model(ModelCall(invocation_id="model_call_1", model=MODEL_NAME, delivered_input=prompt,
-                                         grant_id=GRANT, cost_bound_usd=0.20), lambda ctx: model.reply(ctx.delivered_input))
+                                         grant_id=GRANT, cost_bound_usd=0.20),
+                               lambda ctx: model.reply(ctx.delivered_input))
         prop = reply.proposal or {}
         arguments = {**prop.get("arguments", {}), "snapshot_digest": args.snapshot_digest}
         proposal = ToolProposal(operation_id=OPERATION, attempt_id=ATTEMPT, tool=prop.get("tool", "run_tests"),
@@ -594,10 +595,9 @@ def _public_key(args: argparse.Namespace):
                           f"({type(exc).__name__}: {exc})") from None
 
 
-def run_recover(args: argparse.Namespace) -> int:
-    prefill = prefill_model(args)               # refuse bad givens before anything is read
-    check_recover_args(args)
-    timer = StageTimer()
+def _check_availability(args: argparse.Namespace, timer: StageTimer):
+    """Whether the trajectory can be reconstructed from ``args.store`` (with the blobs of
+    ``--blobs``, if given); the time taken goes to ``timer.availability_s``."""
     blobs = None
     if args.blobs:
         from kernel_lib.checkpoint import DirectoryBlobStore
@@ -605,6 +605,67 @@ def run_recover(args: argparse.Namespace) -> int:
     a0 = timer.now_s()
     availability = check_available_at(args.store, args.store_path, args.trajectory, blobs)
     timer.availability_s = timer.now_s() - a0
+    return availability
+
+
+def _model_view(args: argparse.Namespace, recovered_rec, events: list) -> dict[str, Any]:
+    """The recorded model reply (reproduced by the fold) next to a fresh sample; ``{}`` when the
+    log holds no settled model call."""
+    model_view: dict[str, Any] = {}
+    mc = recovered_rec.operations.get("model_call_1")
+    if mc is not None and mc.outcome:
+        ctx = next((e.payload for e in events if e.event_type == "ContextBuilt"), None)
+        fresh = StochasticModel(args.fresh_seed).reply(ctx.delivered_input) if ctx else None
+        model_view = {"recorded_reply": mc.outcome.get("reply"), "recorded_seed": args.seed,
+                      "fresh_seed": args.fresh_seed, "fresh_reply": fresh.reply if fresh else None,
+                      "note": "folding reproduces the recorded reply exactly; re-prompting with a fresh sample "
+                              "gives a different continuation, so recovery uses the log, not the model"}
+    return model_view
+
+
+def _restore_stage(args: argparse.Namespace, timer: StageTimer, recovered_rec) -> None:
+    """The timed ``workspace_restore`` stage: restore ``--workspace-snapshot`` (verified), or
+    record the stage as skipped when none was given."""
+    if args.workspace_snapshot:
+        with timer.stage("workspace_restore") as st:
+            restored, digest = restore_workspace(args, recovered_rec)
+            st.detail = f"ws_r18@sha256:{digest[:16]}… verified, copied to {restored} and the copy verified"
+    else:
+        timer.skip("workspace_restore", "no --workspace-snapshot given: no workspace restored")
+
+
+def _settle_operations(args: argparse.Namespace, gate, recovered_rec, inbox_view: dict[str, Any] | None, client,
+                       key) -> dict[str, Any]:
+    """What reconciliation does with each tool operation of the recovered record, by operation
+    id: taken from the inbox when it settled it, reconciled with the executor when in doubt, left
+    undispatched when no durable intent exists; ``test_r18`` is reported absent if never proposed."""
+    actions: dict[str, Any] = {}
+    for op_id, op in list(recovered_rec.operations.items()):
+        if op.kind != "tool":
+            continue
+        if op_id in (inbox_view or {}).get("settled", {}):
+            actions[op_id] = inbox_view["settled"][op_id]
+        elif op.status == "in_doubt":
+            actions[op_id] = _reconcile_one(gate, op_id, client, args.executor_url, key,
+                                            args.reconcile_timeout_s, args.poll_interval_s)
+        elif op.status in ("proposed", "admitted"):
+            actions[op_id] = {"attempt_id": op.current_attempt_id, "action": "not dispatched",
+                              "note": f"no durable intent for {op_id} in a complete authoritative "
+                                      "prefix: it was not dispatched; reconsider the proposal under "
+                                      "current admission, do not dispatch automatically"
+                                      + ("; its reservation stays held until then" if op.reservation_id
+                                         else "")}
+    if OPERATION not in recovered_rec.operations:
+        actions[OPERATION] = {"action": "absent", "note": f"{OPERATION} was never proposed in the "
+                              "surviving log; the next model turn may propose it"}
+    return actions
+
+
+def run_recover(args: argparse.Namespace) -> int:
+    prefill = prefill_model(args)               # refuse bad givens before anything is read
+    check_recover_args(args)
+    timer = StageTimer()
+    availability = _check_availability(args, timer)
     if not availability.ok:
         print(json.dumps({"status": "unavailable", "availability": availability.to_dict(), "recovered": None,
                           "reconciled": None, "model": {}}, sort_keys=True), flush=True)
@@ -651,53 +712,21 @@ def run_recover(args: argparse.Namespace) -> int:
             st.detail = f"{len(events)} events folded from record_0; in doubt: {recovered_rec.in_doubt()}"
         recovered = summarize(recovered_rec)
         recovered["store_recovery_notes"] = list(store.recovery.notes()) if getattr(store, "recovery", None) else []
-        # model: the recorded reply (reproduced by the fold) next to a fresh sample
-        model_view: dict[str, Any] = {}
-        mc = recovered_rec.operations.get("model_call_1")
-        if mc is not None and mc.outcome:
-            ctx = next((e.payload for e in events if e.event_type == "ContextBuilt"), None)
-            fresh = StochasticModel(args.fresh_seed).reply(ctx.delivered_input) if ctx else None
-            model_view = {"recorded_reply": mc.outcome.get("reply"), "recorded_seed": args.seed,
-                          "fresh_seed": args.fresh_seed, "fresh_reply": fresh.reply if fresh else None,
-                          "note": "folding reproduces the recorded reply exactly; re-prompting with a fresh sample "
-                                  "gives a different continuation, so recovery uses the log, not the model"}
+        model_view = _model_view(args, recovered_rec, events)
         out: dict[str, Any] = {"recovered": recovered, "model": model_view, "reconciled": None,
                                "availability": availability.to_dict()}
         if ownership is not None:
             out["ownership"] = ownership
         if args.reconcile:
-            if args.workspace_snapshot:
-                with timer.stage("workspace_restore") as st:
-                    restored, digest = restore_workspace(args, recovered_rec)
-                    st.detail = f"ws_r18@sha256:{digest[:16]}… verified, copied to {restored} and the copy verified"
-            else:
-                timer.skip("workspace_restore", "no --workspace-snapshot given: no workspace restored")
+            _restore_stage(args, timer, recovered_rec)
             with timer.stage("reconciliation") as st:
                 log = TrajectoryLog(store, args.trajectory, must_survive="host_crash", owner_epoch=new_epoch)
                 gate = DispatchGate(log, policy(), record=recovered_rec,
                                     fence_check=LeaseCheck(coord, lease) if lease else None)
-                actions: dict[str, Any] = {}
                 inbox_view = _ingest_inbox(args, log, gate) if args.inbox else None
                 if inbox_view is not None:
                     out["inbox"] = inbox_view
-                for op_id, op in list(recovered_rec.operations.items()):
-                    if op.kind != "tool":
-                        continue
-                    if op_id in (inbox_view or {}).get("settled", {}):
-                        actions[op_id] = inbox_view["settled"][op_id]
-                    elif op.status == "in_doubt":
-                        actions[op_id] = _reconcile_one(gate, op_id, client, args.executor_url, key,
-                                                        args.reconcile_timeout_s, args.poll_interval_s)
-                    elif op.status in ("proposed", "admitted"):
-                        actions[op_id] = {"attempt_id": op.current_attempt_id, "action": "not dispatched",
-                                          "note": f"no durable intent for {op_id} in a complete authoritative "
-                                                  "prefix: it was not dispatched; reconsider the proposal under "
-                                                  "current admission, do not dispatch automatically"
-                                                  + ("; its reservation stays held until then" if op.reservation_id
-                                                     else "")}
-                if OPERATION not in recovered_rec.operations:
-                    actions[OPERATION] = {"action": "absent", "note": f"{OPERATION} was never proposed in the "
-                                          "surviving log; the next model turn may propose it"}
+                actions = _settle_operations(args, gate, recovered_rec, inbox_view, client, key)
                 st.detail = "; ".join(f"{k}: {a.get('action')}" for k, a in actions.items()) or "nothing to settle"
             out["reconciled"] = {**summarize(gate.record), "actions": actions, "owner_epoch_installed": new_epoch}
             state = gate.record.control_state

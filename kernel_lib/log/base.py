@@ -15,7 +15,8 @@ Every store enforces the append contract of §11.8.4 in :meth:`LogStore.append_b
 
 Arguments are checked the same way by every store, with the helpers below: :func:`parse_tier`
 (an :class:`AckTier` or its label), :func:`check_events` (batch members must be
-:class:`~kernel_lib.core.events.Event`), :func:`check_fence_args` (an int ``0 <= owner_epoch < 2**63``
+:class:`~kernel_lib.core.events.Event`, each at most :data:`~kernel_lib.limits.EVENT_BYTES_MAX`
+canonical bytes), :func:`check_fence_args` (an int ``0 <= owner_epoch < 2**63``
 and a non-empty trajectory id) and :func:`read_bounds` (``start < 1`` reads from 1, ``stop < start``
 reads nothing).
 
@@ -35,6 +36,7 @@ from typing import Iterable, Iterator, Sequence
 from kernel_lib.errors import (
     AcknowledgmentTooWeakError,
     ConflictingDuplicateError,
+    EventTooLargeError,
     SequenceGapError,
     StaleOwnerError,
     PrefixRetiredError,
@@ -42,6 +44,7 @@ from kernel_lib.errors import (
     TierNotOfferedError,
 )
 from kernel_lib.core.events import Event
+from kernel_lib.limits import EVENT_BYTES_MAX, OWNER_EPOCH_MAX
 
 
 class FailureDomain(enum.IntEnum):
@@ -172,8 +175,9 @@ class StoredRef:
     digest: str
 
 
-#: Largest owner_epoch a fence may carry: every store keeps it in a signed 64-bit integer.
-MAX_OWNER_EPOCH = 2**63 - 1
+#: Largest owner_epoch a fence may carry: every store keeps it in a signed 64-bit integer
+#: (:data:`kernel_lib.limits.OWNER_EPOCH_MAX`; this name is kept for the ``kernel_lib.log`` API).
+MAX_OWNER_EPOCH = OWNER_EPOCH_MAX
 
 
 def parse_tier(tier: "AckTier | str") -> AckTier:
@@ -193,10 +197,14 @@ def parse_tier(tier: "AckTier | str") -> AckTier:
 
 
 def check_events(events: Iterable[Event]) -> list[Event]:
-    """The batch as a list, after checking that every member is an :class:`Event`.
+    """The batch as a list, after checking that every member is an :class:`Event` of at most
+    :data:`~kernel_lib.limits.EVENT_BYTES_MAX` canonical bytes (every store and the group
+    committer call this before anything of the batch is written or queued).
 
     Raises:
         StoreError: a member is not an Event (nothing of the batch is appended).
+        EventTooLargeError: a member's canonical encoding is over the limit (nothing of the batch
+            is appended); the error names the event, its size and the limit.
     """
     try:
         batch = list(events)
@@ -206,6 +214,12 @@ def check_events(events: Iterable[Event]) -> list[Event]:
         if not isinstance(e, Event):
             raise StoreError(f"append_batch takes Event objects; batch member {i} is a {type(e).__name__} "
                              "(nothing of this batch was appended)")
+        if len(e.canonical) > EVENT_BYTES_MAX:
+            raise EventTooLargeError(
+                f"event {e.event_id} ({e.event_type}) is {len(e.canonical):,} bytes, over the {EVENT_BYTES_MAX:,}-byte "
+                "limit on one event (kernel_lib.limits.EVENT_BYTES_MAX); nothing of this batch was appended. Keep "
+                "large content in a blob store and log its digest (§11.8.2)",
+                event_id=e.event_id, size_bytes=len(e.canonical), limit_bytes=EVENT_BYTES_MAX)
     return batch
 
 

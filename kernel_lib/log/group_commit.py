@@ -20,6 +20,13 @@ For every event the committer measures the two terms of eq. 2 separately:
 
 so ``queue_wait_s + storage_s`` is the event's whole wait.
 
+Backpressure: a committer holds at most ``queued_batches_max`` batches ahead of its flusher (the
+open batch and full ones waiting; default :data:`kernel_lib.limits.GROUP_COMMIT_QUEUED_BATCHES_MAX`).
+A writer whose events need a new batch while that many are queued waits until a flush takes one;
+it is never dropped. Only a writer that passes ``timeout_s`` gets
+:class:`~kernel_lib.errors.GroupCommitBackpressureError` (its events not queued) when the wait
+outlasts it.
+
 Two committers share this policy: :class:`GroupCommitter` for writer *threads* (each waiting
 writer is an OS thread; on a small VM every wake-up is a thread hand-off of tens of µs), and
 :class:`AsyncGroupCommitter` for writer *tasks* on one asyncio loop (an async agent runtime),
@@ -38,9 +45,25 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Callable
 
-from kernel_lib.errors import ConfigError, StoreClosedError, StoreError
+from kernel_lib.errors import ConfigError, GroupCommitBackpressureError, StoreClosedError, StoreError
 from kernel_lib.core.events import Event
+from kernel_lib.limits import GROUP_COMMIT_QUEUED_BATCHES_MAX
 from kernel_lib.log.base import AckTier, AppendOutcome, LogStore, check_events
+
+
+def _check_timeout(timeout_s: float | None) -> float | None:
+    if timeout_s is None:
+        return None
+    if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)) or not math.isfinite(timeout_s) \
+            or timeout_s < 0:
+        raise ConfigError(f"timeout_s must be None or a finite number of seconds >= 0, got {timeout_s!r}")
+    return float(timeout_s)
+
+
+def _backpressure(n: int, queued: int, timeout_s: float) -> GroupCommitBackpressureError:
+    return GroupCommitBackpressureError(
+        f"group commit: {queued} batches were queued ahead of the flusher (the bound) for the whole "
+        f"{timeout_s:g} s timeout; these {n} event(s) were not queued and are not acknowledged")
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,15 +144,19 @@ class _CommitterCore:
     """Batch-closing policy, statistics and acknowledgments shared by both committers."""
 
     def __init__(self, store: LogStore, tier: AckTier, flush_timer_s: float, batch_cap: int, adaptive: bool,
-                 clock: Callable[[], float], keep_stats: bool):
+                 clock: Callable[[], float], keep_stats: bool,
+                 queued_batches_max: int = GROUP_COMMIT_QUEUED_BATCHES_MAX):
         timer_ok = (isinstance(flush_timer_s, (int, float)) and not isinstance(flush_timer_s, bool)
                     and math.isfinite(flush_timer_s) and flush_timer_s >= 0)
         cap_ok = isinstance(batch_cap, int) and not isinstance(batch_cap, bool) and batch_cap >= 1
         if not (timer_ok and cap_ok):
             raise ConfigError(f"need a finite flush_timer_s >= 0 (seconds) and an int batch_cap >= 1, got "
                               f"{flush_timer_s!r}, {batch_cap!r}")
+        if isinstance(queued_batches_max, bool) or not isinstance(queued_batches_max, int) or queued_batches_max < 1:
+            raise ConfigError(f"queued_batches_max must be an int >= 1, got {queued_batches_max!r}")
         self.store, self.tier = store, store.check_tier(tier)
         self.flush_timer_s, self.batch_cap, self.adaptive = flush_timer_s, batch_cap, adaptive
+        self.queued_batches_max = queued_batches_max
         self._clock = clock
         self._writers: dict[object, int] = {}   # writer (thread id or task) -> flush it last joined
         self._flush_no = 0
@@ -155,6 +182,10 @@ class _CommitterCore:
 
     def _due(self, n: int) -> bool:
         return n >= self.batch_cap or n >= self._target()
+
+    def _needs_new_batch(self, last_batch_size: int | None, n: int) -> bool:
+        """Do ``n`` events need a batch of their own (none open, or the open one cannot take them)?"""
+        return last_batch_size is None or last_batch_size + n > self.batch_cap
 
     def _closed_batch(self) -> None:
         self._flush_no += 1
@@ -196,6 +227,8 @@ class GroupCommitter(_CommitterCore):
         adaptive: also close a batch once every recently active writer is in it (module doc).
         clock: monotonic clock in seconds (injectable for tests).
         keep_stats: keep every acknowledgment in :attr:`stats` (for measurement).
+        queued_batches_max: most batches held ahead of the flusher, the open one included (an
+            int ≥ 1); past it writers wait (module docstring: backpressure).
 
     Raises:
         ConfigError: a parameter out of range, NaN or infinite. TierNotOfferedError: tier not
@@ -207,28 +240,51 @@ class GroupCommitter(_CommitterCore):
     """
 
     def __init__(self, store: LogStore, tier: AckTier, *, flush_timer_s: float = 0.001, batch_cap: int = 64,
-                 adaptive: bool = True, clock: Callable[[], float] = time.perf_counter, keep_stats: bool = True):
-        super().__init__(store, tier, flush_timer_s, batch_cap, adaptive, clock, keep_stats)
-        self._cv = threading.Condition()
+                 adaptive: bool = True, clock: Callable[[], float] = time.perf_counter, keep_stats: bool = True,
+                 queued_batches_max: int = GROUP_COMMIT_QUEUED_BATCHES_MAX):
+        super().__init__(store, tier, flush_timer_s, batch_cap, adaptive, clock, keep_stats, queued_batches_max)
+        lock = threading.Lock()
+        self._cv = threading.Condition(lock)     # the flusher waits here for events
+        self._room = threading.Condition(lock)   # writers wait here for a queue slot
         self._batches: deque[_Batch] = deque()   # the first is the open batch; later ones are full
         self._thread = threading.Thread(target=self._run, name="group-commit", daemon=True)
         self._thread.start()
 
-    def submit(self, event: Event) -> Ticket:
-        """Put ``event`` in the open batch; the ticket yields its :class:`GroupAck`."""
-        return self.submit_many([event])[0]
+    def submit(self, event: Event, *, timeout_s: float | None = None) -> Ticket:
+        """Put ``event`` in the open batch; the ticket yields its :class:`GroupAck`
+        (``timeout_s`` as in :meth:`submit_many`)."""
+        return self.submit_many([event], timeout_s=timeout_s)[0]
 
-    def submit_many(self, events: list[Event]) -> list[Ticket]:
+    def submit_many(self, events: list[Event], *, timeout_s: float | None = None) -> list[Ticket]:
         """Put ``events`` in one batch together (in order), so one flush acknowledges them all.
 
+        When they need a new batch and ``queued_batches_max`` batches are already queued, wait for
+        a flush to take one: without ``timeout_s`` for as long as it takes, with it at most that
+        many seconds.
+
         Raises StoreError at once if a member is not an Event (it never joins a batch, so it
-        cannot fail other writers' flush), StoreClosedError after close.
+        cannot fail other writers' flush), EventTooLargeError for a member over the event size
+        limit, GroupCommitBackpressureError when the wait outlasts ``timeout_s`` (nothing
+        queued), StoreClosedError after close, ConfigError for a bad ``timeout_s``.
         """
         events = check_events(events)
+        timeout_s = _check_timeout(timeout_s)
         with self._cv:
             if self._closed:
                 raise StoreClosedError("group committer is closed")
-            if not self._batches or len(self._batches[-1].events) + len(events) > self.batch_cap:
+            deadline = None if timeout_s is None else time.monotonic() + timeout_s
+            while (len(self._batches) >= self.queued_batches_max
+                   and self._needs_new_batch(len(self._batches[-1].events), len(events))):
+                if deadline is None:
+                    self._room.wait()
+                else:
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        raise _backpressure(len(events), len(self._batches), timeout_s)
+                    self._room.wait(left)
+                if self._closed:
+                    raise StoreClosedError("group committer closed while this writer waited for a queue slot")
+            if self._needs_new_batch(len(self._batches[-1].events) if self._batches else None, len(events)):
                 self._batches.append(_Batch())
             b = self._batches[-1]
             now = self._clock()
@@ -243,13 +299,15 @@ class GroupCommitter(_CommitterCore):
                 self._cv.notify()
         return tickets
 
-    def append(self, event: Event) -> GroupAck:
-        """Queue ``event`` and block until its batch is durable. Raises the store's error for it."""
-        return self.submit(event).result()
+    def append(self, event: Event, *, timeout_s: float | None = None) -> GroupAck:
+        """Queue ``event`` and block until its batch is durable. Raises the store's error for it.
+        ``timeout_s`` bounds only the wait for a queue slot (:meth:`submit_many`)."""
+        return self.submit(event, timeout_s=timeout_s).result()
 
-    def append_many(self, events: list[Event]) -> list[GroupAck]:
-        """Queue ``events`` in one batch and block until it is durable; raises the first error."""
-        return [t.result() for t in self.submit_many(events)]
+    def append_many(self, events: list[Event], *, timeout_s: float | None = None) -> list[GroupAck]:
+        """Queue ``events`` in one batch and block until it is durable; raises the first error.
+        ``timeout_s`` bounds only the wait for a queue slot (:meth:`submit_many`)."""
+        return [t.result() for t in self.submit_many(events, timeout_s=timeout_s)]
 
     def _run(self) -> None:
         while True:
@@ -267,6 +325,7 @@ class GroupCommitter(_CommitterCore):
                     self._cv.wait(left)
                 self._batches.popleft()
                 self._closed_batch()
+                self._room.notify_all()   # a queue slot is free
             self._flush(b)
 
     def _flush(self, batch: _Batch) -> None:
@@ -285,6 +344,7 @@ class GroupCommitter(_CommitterCore):
         with self._cv:
             self._closed = True
             self._cv.notify_all()
+            self._room.notify_all()
         self._thread.join()
 
     def __enter__(self):
@@ -304,30 +364,51 @@ class AsyncGroupCommitter(_CommitterCore):
     a small VM, a sizeable share of a flush cycle; see ``bench append`` figure 2).
     ``offload=True`` runs each flush in a worker thread so other tasks keep running meanwhile:
     the right choice when a flush can be long (a remote or replicated store).
-    Create it inside the running loop; close it with ``await committer.aclose()``.
+    Create it inside the running loop; close it with ``await committer.aclose()``. Backpressure
+    (``queued_batches_max``, ``timeout_s``) as for :class:`GroupCommitter`.
     """
 
     def __init__(self, store: LogStore, tier: AckTier, *, flush_timer_s: float = 0.001, batch_cap: int = 64,
                  adaptive: bool = True, offload: bool = False, clock: Callable[[], float] = time.perf_counter,
-                 keep_stats: bool = True):
-        super().__init__(store, tier, flush_timer_s, batch_cap, adaptive, clock, keep_stats)
+                 keep_stats: bool = True, queued_batches_max: int = GROUP_COMMIT_QUEUED_BATCHES_MAX):
+        super().__init__(store, tier, flush_timer_s, batch_cap, adaptive, clock, keep_stats, queued_batches_max)
         self.offload = offload
         self._loop = asyncio.get_running_loop()
         self._batches: deque[tuple[list[Event], list[float], list[asyncio.Future]]] = deque()
         self._wake = asyncio.Event()
+        self._room = asyncio.Event()   # set when the flusher takes a batch (a queue slot is free)
         self._task = self._loop.create_task(self._run())
 
-    async def append(self, event: Event) -> GroupAck:
+    async def append(self, event: Event, *, timeout_s: float | None = None) -> GroupAck:
         """Queue ``event``; return once its batch is durable. Raises the store's error for it."""
-        return (await self.append_many([event]))[0]
+        return (await self.append_many([event], timeout_s=timeout_s))[0]
 
-    async def append_many(self, events: list[Event]) -> list[GroupAck]:
+    async def append_many(self, events: list[Event], *, timeout_s: float | None = None) -> list[GroupAck]:
         """Queue ``events`` in one batch; return once it is durable. Raises the first error
-        (StoreError at once for a member that is not an Event)."""
+        (StoreError at once for a member that is not an Event, EventTooLargeError for one over the
+        event size limit). With ``queued_batches_max`` batches queued, waits for a queue slot
+        (``timeout_s`` bounds that wait: GroupCommitBackpressureError, nothing queued)."""
         events = check_events(events)
+        timeout_s = _check_timeout(timeout_s)
         if self._closed:
             raise StoreClosedError("group committer is closed")
-        if not self._batches or len(self._batches[-1][0]) + len(events) > self.batch_cap:
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        while (len(self._batches) >= self.queued_batches_max
+               and self._needs_new_batch(len(self._batches[-1][0]), len(events))):
+            self._room.clear()
+            if deadline is None:
+                await self._room.wait()
+            else:
+                left = deadline - time.monotonic()
+                try:
+                    if left <= 0:
+                        raise TimeoutError
+                    await asyncio.wait_for(self._room.wait(), left)
+                except TimeoutError:
+                    raise _backpressure(len(events), len(self._batches), timeout_s) from None
+            if self._closed:
+                raise StoreClosedError("group committer closed while this writer waited for a queue slot")
+        if self._needs_new_batch(len(self._batches[-1][0]) if self._batches else None, len(events)):
             self._batches.append(([], [], []))
         evs, arrivals, futs = self._batches[-1]
         now = self._clock()
@@ -367,6 +448,7 @@ class AsyncGroupCommitter(_CommitterCore):
                     break
             self._batches.popleft()
             self._closed_batch()
+            self._room.set()   # a queue slot is free
             start = self._clock()
             try:
                 if self.offload:
@@ -401,6 +483,7 @@ class AsyncGroupCommitter(_CommitterCore):
         """Flush what is queued, then stop the flusher task. Idempotent."""
         self._closed = True
         self._wake.set()
+        self._room.set()
         if not self._task.done():
             await self._task
         for evs, _, futs in self._batches:   # left behind by an interrupted flusher

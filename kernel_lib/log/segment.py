@@ -148,6 +148,7 @@ from kernel_lib.log.base import (
     read_bounds,
 )
 from kernel_lib.log.fs import DirLock, FileHandle, FileSystem, OsFileSystem
+from kernel_lib.limits import SEGMENT_BYTES_MIN
 
 MAGIC = b"\xf7DAL"
 FORMAT_VERSION = 1
@@ -158,7 +159,6 @@ _CRC = struct.Struct("<I")
 _EPOCH = struct.Struct("<Q")
 HEADER_BYTES = _HEAD.size + _CRC.size   # 28
 DEFAULT_SEGMENT_BYTES = 64 * 1024 * 1024
-MIN_SEGMENT_BYTES = 256
 _SEGMENT_NAME = re.compile(r"^(\d{8})\.seg$")
 
 Position = tuple[int, int]   # (segment number, byte offset)
@@ -385,8 +385,8 @@ class SegmentStore(LogStore):
                 not form gapless per-trajectory sequences. Nothing on disk is changed.
             StoreError: the file system failed while opening (the OSError is chained).
         """
-        if isinstance(segment_bytes, bool) or not isinstance(segment_bytes, int) or segment_bytes < MIN_SEGMENT_BYTES:
-            raise ConfigError(f"segment_bytes must be an int >= {MIN_SEGMENT_BYTES}, got {segment_bytes!r}")
+        if isinstance(segment_bytes, bool) or not isinstance(segment_bytes, int) or segment_bytes < SEGMENT_BYTES_MIN:
+            raise ConfigError(f"segment_bytes must be an int >= {SEGMENT_BYTES_MIN}, got {segment_bytes!r}")
         fs = fs if fs is not None else OsFileSystem()
         directory = os.fspath(directory)
         try:

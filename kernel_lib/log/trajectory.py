@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Callable, Iterator, Sequence
 
-from kernel_lib.errors import StoreError
+from kernel_lib.errors import CorruptLogError, StoreError
 from kernel_lib.core.events import Event, Payload, Provenance
 from kernel_lib.log.base import AckTier, FailureDomain, LogStore, choose_tier
 from kernel_lib.log.group_commit import GroupCommitter
@@ -84,17 +84,26 @@ class TrajectoryLog:
         """Append several payloads with one acknowledgment (a logical batch, §11.2.2).
 
         Returns the events once all are durable at :attr:`tier`. Raises the store's error for the
-        first event refused (the store's contract: gap, conflicting duplicate, stale owner).
+        first event refused (the store's contract: gap, conflicting duplicate, stale owner;
+        EventTooLargeError for one over :data:`kernel_lib.limits.EVENT_BYTES_MAX`), and
+        CorruptLogError if the store acknowledged an event at another position than the one it
+        was stamped with. Afterwards :attr:`head` is the last returned event's sequence number.
         """
         ids = list(event_ids) if event_ids is not None else [None] * len(payloads)
         events = [self.stamp(p, self._head + i + 1, event_id=ids[i]) for i, p in enumerate(payloads)]
         if self._committer is not None:
-            self._committer.append_many(events)
+            outcomes = [ack.outcome for ack in self._committer.append_many(events)]
         else:
-            for res in self.store.append_batch(events, self.tier):
+            outcomes = self.store.append_batch(events, self.tier)
+            for res in outcomes:
                 if isinstance(res, Exception):
                     raise res
+        for ev, res in zip(events, outcomes):   # invariant: each event is where it was stamped
+            if (res.trajectory_id, res.sequence_number) != (ev.trajectory_id, ev.sequence_number):
+                raise CorruptLogError(f"{self.store.name} acknowledged event {ev.event_id} at {res.trajectory_id!r} "
+                                      f"#{res.sequence_number}, but it was stamped for #{ev.sequence_number}")
         self._head += len(events)
+        assert not events or self._head == events[-1].sequence_number, (self._head, events[-1].sequence_number)
         return events
 
     def events(self, start: int = 1, stop: int | None = None) -> Iterator[Event]:

@@ -212,7 +212,8 @@ class EtcdClient:
         try:
             return int(data["ID"]), int(data["TTL"])
         except (KeyError, TypeError, ValueError):
-            raise StoreError(f"the lease grant answer is not etcd's ({str(data)[:120]}): is this an etcd member?") from None
+            raise StoreError(f"the lease grant answer is not etcd's ({str(data)[:120]}): "
+                             "is this an etcd member?") from None
 
     def lease_keepalive(self, lease_id: int) -> int:
         """Renew a lease; returns its new TTL (0 or less: it had already expired)."""

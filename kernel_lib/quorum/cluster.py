@@ -40,6 +40,7 @@ from typing import Any
 from kernel_lib._support.procs import free_port
 from kernel_lib._support.workdirs import sweep_stale_workdirs
 from kernel_lib.errors import ConfigError, QuorumSetupError
+from kernel_lib.limits import ETCD_TXN_OPS_MAX
 
 TEMP_PREFIX = "kl-etcd-"
 OWNER_FILE = "owner.pid"
@@ -53,8 +54,10 @@ def etcd_binary() -> str:
         QuorumSetupError: not installed (names the Debian packages and the make target)."""
     path = shutil.which("etcd") or ("/usr/bin/etcd" if os.path.exists("/usr/bin/etcd") else None)
     if path is None:
-        raise QuorumSetupError("the etcd server is not installed: run `make test` or `make lab` (they install Debian's "
-                               "etcd-server and etcd-client with apt-get), or `apt-get install etcd-server etcd-client`")
+        raise QuorumSetupError("the etcd server is not installed: run `make test` or `make lab` "
+                               "(they install Debian's "
+                               "etcd-server and etcd-client with apt-get), "
+                               "or `apt-get install etcd-server etcd-client`")
     return path
 
 
@@ -218,7 +221,7 @@ class EtcdCluster:
                "--initial-cluster", self._initial_cluster(), "--initial-cluster-state", cluster_state,
                "--initial-cluster-token", f"kl-{os.getpid()}-{id(self)}",
                "--heartbeat-interval", str(self.heartbeat_ms), "--election-timeout", str(self.election_ms),
-               "--max-txn-ops", "1024", "--logger", "zap", "--log-outputs", "stderr"]
+               "--max-txn-ops", str(ETCD_TXN_OPS_MAX), "--logger", "zap", "--log-outputs", "stderr"]
         log = open(m.log_path, "ab")
         try:
             main = threading.current_thread() is threading.main_thread()

@@ -30,11 +30,11 @@ from typing import Callable, Sequence
 from kernel_lib._support.checks import check_id, check_seconds
 from kernel_lib.errors import ConfigError, CoordinatorUnavailableError, LeaseHeldError, LeaseLostError, StoreError
 from kernel_lib.log.base import MAX_OWNER_EPOCH, FailureDomain
+from kernel_lib.limits import ETCD_LEASE_TTL_S_MAX
 from kernel_lib.ownership.leases import Lease, OwnershipCoordinator
 from kernel_lib.quorum.client import EtcdClient, unb64
 
 _DIGITS = 20
-_MAX_TTL_S = 9_000_000_000      # etcd's MaxLeaseTTL
 
 
 def _num(n: int) -> bytes:
@@ -104,8 +104,9 @@ class EtcdOwnershipCoordinator(OwnershipCoordinator):
         check_id("trajectory_id", trajectory_id)
         check_id("owner_id", owner_id)
         ttl = check_seconds("ttl_s", ttl_s, positive=True)
-        if ttl > _MAX_TTL_S:
-            raise ConfigError(f"ttl_s must be at most {_MAX_TTL_S:.0f} s (etcd's longest lease), got {ttl_s!r}")
+        if ttl > ETCD_LEASE_TTL_S_MAX:
+            raise ConfigError(f"ttl_s must be at most {ETCD_LEASE_TTL_S_MAX:.0f} s (etcd's longest lease), "
+                              f"got {ttl_s!r}")
         if type(min_epoch) is not int or not 0 <= min_epoch < MAX_OWNER_EPOCH:
             raise ConfigError(f"min_epoch must be an int from 0 to 2**63 - 2, got {min_epoch!r}")
         t = self._now(now)
@@ -126,12 +127,12 @@ class EtcdOwnershipCoordinator(OwnershipCoordinator):
             compare = [c.cmp_mod(ok_key, rev) if owner is not None else c.cmp_missing(ok_key),
                        c.cmp_value(self._k("epoch", trajectory_id), "EQUAL", _num(epoch)) if epoch
                        else c.cmp_missing(self._k("epoch", trajectory_id))]
-            resp = self._call(lambda: c.txn(compare, [c.op_put(ok_key, body, lease_id),
-                                                      c.op_put(self._k("epoch", trajectory_id), _num(new_epoch)),
-                                                      c.op_put(self._k("grant", trajectory_id), body),
-                                                      c.op_put(self._k("history", trajectory_id) + b"/"
-                                                               + _num(new_epoch), body)],
-                                              idempotent=True))    # compare-and-set: a re-send cannot grant twice
+            success = [c.op_put(ok_key, body, lease_id),
+                       c.op_put(self._k("epoch", trajectory_id), _num(new_epoch)),
+                       c.op_put(self._k("grant", trajectory_id), body),
+                       c.op_put(self._k("history", trajectory_id) + b"/" + _num(new_epoch), body)]
+            # compare-and-set: a re-send cannot grant twice
+            resp = self._call(lambda: c.txn(compare, success, idempotent=True))  # noqa: B023  _call runs it at once
             if not resp.get("succeeded"):
                 # A re-sent transaction fails its comparisons when the first send had committed
                 # (its answer lost, e.g. in a leader election): then the grant is ours already.

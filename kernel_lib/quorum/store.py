@@ -14,8 +14,11 @@ Keys (under a ``prefix``, default ``kl/``)::
     tl/<trajectory>                          present once the trajectory has an event
 
 (ids percent-encoded, so ``/`` in a trajectory id cannot reach into another's keys). An event's
-canonical bytes may be at most :data:`MAX_EVENT_BYTES` (etcd limits a request's size); larger
-payloads belong in a blob store, referenced by digest (§11.8.2).
+canonical bytes may be at most :data:`kernel_lib.limits.EVENT_BYTES_MAX` (the bound of every
+store, chosen so one such event fits an etcd transaction; etcd limits a request's size); larger
+payloads belong in a blob store, referenced by digest (§11.8.2). A batch is split into
+transactions of at most :data:`~kernel_lib.limits.ETCD_TXN_EVENTS_MAX` events and
+:data:`~kernel_lib.limits.ETCD_TXN_BYTES_MAX` encoded bytes.
 
 Every batch is decided under the shared append contract (:func:`kernel_lib.log.base.check_append`:
 gapless sequence numbers, owner_epoch fencing, semantic deduplication) against the state read
@@ -49,13 +52,10 @@ from kernel_lib.log.base import (
     read_bounds,
 )
 from kernel_lib.log.stores import register_store_kind
+from kernel_lib.limits import ETCD_TXN_BYTES_MAX, ETCD_TXN_EVENTS_MAX, ETCD_TXN_TRIES_MAX, etcd_encoded_bytes
 from kernel_lib.quorum.client import EtcdClient, unb64
 
 _DIGITS = 20
-_MAX_TRIES = 20
-_CHUNK = 200          # events per transaction (two puts each, under etcd's --max-txn-ops 1024)
-_CHUNK_BYTES = 900_000        # encoded bytes per transaction, under etcd's 1.5 MiB request limit
-MAX_EVENT_BYTES = 640_000     # one event's canonical bytes (base64 makes them 4/3 larger in the request)
 
 
 def _num(n: int) -> bytes:
@@ -181,8 +181,8 @@ class EtcdStore(LogStore):
         chunk: list[Event] = []
         size = 0
         for ev in events:             # transactions bounded by count and by encoded bytes
-            n = 4 * len(ev.canonical) // 3 + 256
-            if chunk and (len(chunk) >= _CHUNK or size + n > _CHUNK_BYTES):
+            n = etcd_encoded_bytes(len(ev.canonical))
+            if chunk and (len(chunk) >= ETCD_TXN_EVENTS_MAX or size + n > ETCD_TXN_BYTES_MAX):
                 out += self._append_chunk(chunk, tier)
                 chunk, size = [], 0
             chunk.append(ev)
@@ -193,7 +193,7 @@ class EtcdStore(LogStore):
 
     def _append_chunk(self, events: list[Event], tier: AckTier) -> list["AppendOutcome | StoreError"]:
         c = self.client
-        for _ in range(_MAX_TRIES):
+        for _ in range(ETCD_TXN_TRIES_MAX):
             tids = {e.trajectory_id for e in events}
             heads, fences, refs = self._state(tids, [e.event_id for e in events])
             read_heads, read_fences = dict(heads), dict(fences)
@@ -209,10 +209,6 @@ class EtcdStore(LogStore):
                 try:
                     if ev.owner_epoch > MAX_OWNER_EPOCH or ev.sequence_number > MAX_OWNER_EPOCH:
                         raise StoreError(f"event {ev.event_id}: owner_epoch and sequence_number must be < 2**63")
-                    if len(ev.canonical) > MAX_EVENT_BYTES:
-                        raise StoreError(f"event {ev.event_id} is {len(ev.canonical):,} bytes, over this store's "
-                                         f"{MAX_EVENT_BYTES:,}-byte limit (etcd refuses large requests): keep large "
-                                         "payloads in a blob store and log their digest (§11.8.2); nothing appended")
                     if check_append(ev, existing, None, heads[t], fences[t]):
                         out.append(AppendOutcome(ev.event_id, existing.trajectory_id, existing.sequence_number,
                                                  tier, True))
@@ -243,7 +239,7 @@ class EtcdStore(LogStore):
             resp = c.txn(compare, puts, idempotent=True)   # the comparisons make a re-send harmless
             if resp.get("succeeded"):
                 return out
-        raise StoreError(f"etcd append: the log kept changing under concurrent writers ({_MAX_TRIES} tries); "
+        raise StoreError(f"etcd append: the log kept changing under concurrent writers ({ETCD_TXN_TRIES_MAX} tries); "
                          "nothing of the last try was applied, retry")
 
     # --- fences ---------------------------------------------------------------------------------------
@@ -252,7 +248,7 @@ class EtcdStore(LogStore):
         check_fence_args(trajectory_id, owner_epoch)
         self._writable()
         key = self._k("t", self._t(trajectory_id), "fence")
-        for _ in range(_MAX_TRIES):
+        for _ in range(ETCD_TXN_TRIES_MAX):
             cur = self.fence(trajectory_id)
             check_fence_not_older(trajectory_id, owner_epoch, cur)
             if owner_epoch == cur:
@@ -268,7 +264,7 @@ class EtcdStore(LogStore):
         check_claim_args(trajectory_id, owner_epoch)
         self._writable()
         key = self._k("t", self._t(trajectory_id), "fence")
-        for _ in range(_MAX_TRIES):
+        for _ in range(ETCD_TXN_TRIES_MAX):
             cur = self.fence(trajectory_id)
             epoch = next_claimed_epoch(trajectory_id, owner_epoch, cur)
             cmp = self.client.cmp_value(key, "EQUAL", _num(cur)) if cur else self.client.cmp_missing(key)

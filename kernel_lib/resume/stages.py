@@ -69,6 +69,7 @@ from kernel_lib.ownership.leases import (
     take_ownership,
 )
 from kernel_lib.core.record import TERMINAL_STATES, TrajectoryRecord, fold, initial_record
+from kernel_lib.limits import RESUME_SECONDS_MAX, RESUME_TOKENS_MAX
 
 __all__ = [
     "DEPENDS_ON",
@@ -108,13 +109,15 @@ GIVEN_LABEL = "given (not measured)"
 NOT_RUN_LABEL = "not run"
 
 #: Largest token count a :class:`PrefillModel` accepts (far above any context window; it keeps
-#: the arithmetic in exact float range).
-MAX_TOKENS = 10 ** 12
+#: the arithmetic in exact float range): :data:`kernel_lib.limits.RESUME_TOKENS_MAX`, under the
+#: name this package exports.
+MAX_TOKENS = RESUME_TOKENS_MAX
 
 #: Largest time in seconds a stage may start or end at, and the longest prefill a
 #: :class:`PrefillModel` may compute (about 31.7 million years: far above any resume, and low
-#: enough that sums of stages and their values in milliseconds stay finite).
-MAX_SECONDS = 1e15
+#: enough that sums of stages and their values in milliseconds stay finite):
+#: :data:`kernel_lib.limits.RESUME_SECONDS_MAX`, under the name this package exports.
+MAX_SECONDS = RESUME_SECONDS_MAX
 
 EQUATION = "§11.5, eq. 7"
 

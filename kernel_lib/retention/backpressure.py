@@ -59,7 +59,8 @@ class BoundedStore(LogStore):
         if (isinstance(stall_timeout_s, bool) or not isinstance(stall_timeout_s, (int, float))
                 or not math.isfinite(stall_timeout_s) or stall_timeout_s < 0):
             raise ConfigError(f"stall_timeout_s must be a finite number >= 0, got {stall_timeout_s!r}")
-        self.inner, self.capacity_bytes, self.stall_timeout_s, self.reclaim = inner, capacity_bytes, stall_timeout_s, reclaim
+        self.inner, self.capacity_bytes, self.stall_timeout_s, self.reclaim = (inner, capacity_bytes,
+                                                                                stall_timeout_s, reclaim)
         self.name = f"bounded {inner.name}"
         self.offered_tiers = tuple(inner.offered_tiers)
         self.recovery = inner.recovery

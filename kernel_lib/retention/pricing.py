@@ -455,7 +455,8 @@ def _napkin_printed(printed: Any) -> dict[str, Any]:
                               f"attempt cost to be inferred from it, got {out[k]!r}")
     if out["workspace_share_of_bytes_percent"] + half["workspace_share_of_bytes_percent"] >= 100:
         raise ConfigError(f"printed workspace_share_of_bytes_percent must be below "
-                          f"{100 - half['workspace_share_of_bytes_percent']}, got {out['workspace_share_of_bytes_percent']!r}")
+                          f"{100 - half['workspace_share_of_bytes_percent']}, "
+                          f"got {out['workspace_share_of_bytes_percent']!r}")
     return out
 
 

@@ -51,6 +51,7 @@ from kernel_lib._support.procs import pid_alive
 from kernel_lib._support.checks import check_unix_s
 from kernel_lib._support.sqlite import Layout, close_quietly, open_database, statements, write_transaction
 from kernel_lib.errors import ConfigError, RetentionError
+from kernel_lib.limits import SEQUENCE_NUMBER_MAX
 from kernel_lib.retention.pricing import ARTIFACT_CLASSES, RetentionPolicy
 
 SECONDS_PER_MONTH = 365.2425 * 86_400 / 12
@@ -104,9 +105,6 @@ _LAYOUT_TABLES = {
 #: The layout checked at open (:mod:`kernel_lib._support.sqlite`): ``user_version`` and columns.
 _LAYOUT = Layout(kind="reference index", label="reference index", version=_LAYOUT_VERSION,
                  tables={t: frozenset(c) for t, c in _LAYOUT_TABLES.items()}, schema=statements(_SCHEMA))
-
-_MAX_SEQUENCE = 2**63 - 1
-
 
 @dataclass(frozen=True)
 class Hold:
@@ -210,7 +208,8 @@ class ReferenceIndex:
         _text("trajectory_id", trajectory_id)
         _text("tenant", tenant)
         if not isinstance(policy, RetentionPolicy):
-            raise ConfigError(f"policy must be a kernel_lib.retention.pricing.RetentionPolicy, got {type(policy).__name__}")
+            raise ConfigError("policy must be a kernel_lib.retention.pricing.RetentionPolicy, "
+                              f"got {type(policy).__name__}")
         with self._tx() as db:
             row = db.execute("SELECT tenant FROM trajectories WHERE trajectory_id=?", (trajectory_id,)).fetchone()
             if row and row[0] != tenant:
@@ -365,11 +364,12 @@ class ReferenceIndex:
         if purpose not in HOLD_PURPOSES:
             raise ConfigError(f"purpose must be one of {', '.join(HOLD_PURPOSES)}, got {purpose!r}")
         for name, v in (("from_sequence", from_sequence), ("to_sequence", to_sequence)):
-            if type(v) is not int or not 1 <= v <= _MAX_SEQUENCE:
+            if type(v) is not int or not 1 <= v <= SEQUENCE_NUMBER_MAX:
                 raise ConfigError(f"{name} must be an int from 1 to 2**63 - 1, got {v!r}")
         if to_sequence < from_sequence:
             raise ConfigError(f"to_sequence ({to_sequence}) is before from_sequence ({from_sequence})")
-        hold = Hold(hold_id, trajectory_id, from_sequence, to_sequence, purpose, check_unix_s("until_unix_s", until_unix_s))
+        hold = Hold(hold_id, trajectory_id, from_sequence, to_sequence, purpose,
+                    check_unix_s("until_unix_s", until_unix_s))
         with self._tx() as db:
             self._trajectory(db, trajectory_id)
             row = db.execute("SELECT trajectory_id, from_sequence, to_sequence, purpose, until_unix_s FROM holds "

@@ -4,6 +4,8 @@
 * :mod:`.model` — the seeded model stand-in;
 * :mod:`.endpoints` — scripted endpoints with declared repeat contracts (a payment service, its
   idempotency-key variant, a completion signer) and a worker that dies after sending.
+* :mod:`.rerun` — re-runs of a recording on a serving path that is not bit-stable (a flipped call
+  answers from the nearest other seed), simulated many times (§11.9).
 
 May import: every layer below ``live`` and ``quorum``, never a real process or socket.
 """

@@ -73,7 +73,8 @@ class EventMaker:
             return Authorized(decision_id=f"{op}-auth", subject_id=op, subject_kind="tool", policy_version="p3",
                               grant_id="grant_repo_rw", decision="allow")
         if phase == 4:
-            return BudgetReserved(reservation_id=f"{op}-res", subject_id=op, amount_usd=round(self.rng.uniform(0.01, 0.4), 4))
+            return BudgetReserved(reservation_id=f"{op}-res", subject_id=op,
+                                  amount_usd=round(self.rng.uniform(0.01, 0.4), 4))
         if phase == 5:
             return ToolIntent(operation_id=op, attempt_id=att, tool="run_tests",
                               arguments={"check": f"test_r{r}", "workspace": "ws_r18"}, revision=f"r{r}",

@@ -28,8 +28,8 @@ EXERCISES: dict[str, ModuleType] = {
     "11.8": ex11_8, "11.9": ex11_9,
 }
 
-__all__ = ["EXERCISES", "get", "format_report", "ex11_1", "ex11_2", "ex11_3", "ex11_4", "ex11_5", "ex11_6", "ex11_7", "ex11_8",
-           "ex11_9"]
+__all__ = ["EXERCISES", "get", "format_report", "ex11_1", "ex11_2", "ex11_3", "ex11_4", "ex11_5", "ex11_6", "ex11_7",
+           "ex11_8", "ex11_9"]
 
 
 def get(exercise_id: str) -> ModuleType:

@@ -40,7 +40,8 @@ EXERCISE = "11.3"
 TITLE = "Checkpointing too often"
 
 PARAMS = (
-    Param("checkpoint_pause_s", float, 1e-6, 1e6, "C: seconds execution stops per checkpoint, durable publication included"),
+    Param("checkpoint_pause_s", float, 1e-6, 1e6,
+          "C: seconds execution stops per checkpoint, durable publication included"),
     Param("mtbf_s", float, 1e-3, 1e10, "M: mean seconds between failures that lose unrecorded work"),
     Param("current_interval_s", float, 1e-6, 1e10, "useful-work interval between checkpoints today, s"),
     Param("proposed_interval_s", float, 1e-6, 1e10, "useful-work interval of the second proposal, s"),
@@ -117,7 +118,8 @@ def solve(params: Mapping[str, Any] | None = None) -> dict[str, Any]:
     out["decision"] = decision
 
     def says(pol: dict[str, Any], name: str) -> str:
-        return (f"{name} every {pol['interval_s']:g} s is {pol['miss_factor']:.3g}x {pol['direction'].replace('_', ' ')}: "
+        return (f"{name} every {pol['interval_s']:g} s is {pol['miss_factor']:.3g}x "
+                f"{pol['direction'].replace('_', ' ')}: "
                 f"overhead {pol['overhead_fraction']:.2%}, {pol['overhead_ratio']:.3g}x the optimum "
                 f"(the flat-minimum form (x+1/x)/2 gives {pol['flat_minimum_factor']:.3g})")
 

@@ -34,7 +34,8 @@ FLUSHES_IN_FLIGHT_ALTERNATIVE = 2   # fixed by the exercise statement ("two flus
 PARAMS = (
     Param("intent_rate_per_s", float, 1.0, 1e7, "intents admitted per second, arriving evenly"),
     Param("flush_ms", float, 1e-3, 1e5, "durable flush time of the replicated store, any batch size, ms"),
-    Param("dispatch_budget_ms", float, 1e-3, 1e6, "longest allowed time from an intent's arrival to its acknowledgment, ms"),
+    Param("dispatch_budget_ms", float, 1e-3, 1e6,
+          "longest allowed time from an intent's arrival to its acknowledgment, ms"),
 )
 
 DEFAULTS: dict[str, Any] = {"intent_rate_per_s": 2000, "flush_ms": 5.0, "dispatch_budget_ms": 8.0}

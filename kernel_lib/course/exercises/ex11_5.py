@@ -190,7 +190,8 @@ def chapter_example() -> dict[str, Any]:
               "unlogged_turn_fraction": 0.0}
     s = solve(givens)
     rows = {}
-    for name, key in (("logged_stride_turns", "logged_stride_turns"), ("unlogged_stride_turns", "unlogged_stride_turns"),
+    for name, key in (("logged_stride_turns", "logged_stride_turns"),
+                      ("unlogged_stride_turns", "unlogged_stride_turns"),
                       ("logging_gain", "stride_ratio")):
         rows[name] = {"printed": NAPKIN_PRINTED[name], "computed": s[key], "tolerance": TOLERANCE[name],
                       "ok": abs(NAPKIN_PRINTED[name] - s[key]) <= TOLERANCE[name]}

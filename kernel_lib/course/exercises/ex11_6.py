@@ -209,7 +209,8 @@ def solve(params: Mapping[str, Any] | None = None) -> dict[str, Any]:
         f"{resume['clean_resident']:.4g} s with the {pre}-token prefix resident; an in-doubt one adds the "
         f"{look:g} s lookup: {resume['in_doubt_cold']:.4g} s and {resume['in_doubt_resident']:.4g} s. "
         + (f"Each of these alone fits the {bound:g} s bound, but the pool cannot serve them all at once: "
-           if worst_serial["cold"] <= bound else f"The slowest of these already exceeds the {bound:g} s bound, and at scale the pool adds to it: ")
+           if worst_serial["cold"] <= bound
+           else f"The slowest of these already exceeds the {bound:g} s bound, and at scale the pool adds to it: ")
         + f"an eager cold resume of {n} sessions holds {n * ctx:,} prefill tokens, {drain['cold']:.4g} s of the whole "
         f"pool ({drain['resident']:.4g} s with the prefix resident), while customers return at {rate:.4g} per second "
         f"from the first moment. Policy: {policy_words}. "

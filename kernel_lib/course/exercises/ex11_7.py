@@ -218,9 +218,11 @@ def solve(params: Mapping[str, Any] | None = None) -> dict[str, Any]:
         "decision": "split_lifetimes",
     }
     rr_share, raw_share = out["recovery_replay_share_of_attempt"], out["raw_pages_share_of_attempt"]
+    bill = _bill_change(out["fleet_full_retention_usd_per_year"], out["fleet_policy_usd_per_year"], tb.raw_pages == 0)
     out["decision_text"] = (
         f"Per trajectory the recovery and replay inputs are {rr_bytes / rt.BYTES_PER_KB:,.4g} KB (envelopes "
-        f"{tb.envelopes / rt.BYTES_PER_KB:,.4g} KB, delivered observations {tb.observations / rt.BYTES_PER_KB:,.4g} KB) "
+        f"{tb.envelopes / rt.BYTES_PER_KB:,.4g} KB, "
+        f"delivered observations {tb.observations / rt.BYTES_PER_KB:,.4g} KB) "
         f"and the raw pages {tb.raw_pages / rt.BYTES_PER_MB:,.4g} MB. Kept for the {months:g}-month promise they cost "
         f"${rr_usd:.4g} ({rr_share:.3%} of the ${attempt:,.2f} attempt) and ${raw_usd:.4g} ({raw_share:.3%}). "
         "The investigator's question is answered by folding the recorded projection: the input manifest of the "
@@ -231,7 +233,7 @@ def solve(params: Mapping[str, Any] | None = None) -> dict[str, Any]:
         "citation; a controlled branch from that boundary with the passage altered tests its effect in this one "
         f"trajectory. Policy: envelopes and delivered observations {_months(months)}, raw pages "
         f"{_months(p['raw_page_months'])} under diagnostics, which keeps current recovery and historical replay. "
-        f"For {n:,} trajectories a year {_bill_change(out['fleet_full_retention_usd_per_year'], out['fleet_policy_usd_per_year'], tb.raw_pages == 0)}. Here {dominant.replace('_', ' ')} are "
+        f"For {n:,} trajectories a year {bill}. Here {dominant.replace('_', ' ')} are "
         f"{tb.share(dominant):.1%} of the bytes and "
         + ("no recovery or replay promise reads them; in the repair trajectory (Napkin Math 11.2) the workspace "
            if dominant == "raw_pages" else "a recovery and replay promise reads them; in the repair trajectory the "
