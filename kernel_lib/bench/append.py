@@ -104,7 +104,8 @@ from kernel_lib.bench.harness import (
     time_call,
 )
 from kernel_lib.errors import KernelError
-from kernel_lib.core.events import Event, TaskStarted, ToolIntent, ToolResult
+from kernel_lib.gate.dispatch import AdmissionPolicy, DispatchGate, ToolProposal, ToolReply
+from kernel_lib.core.events import Event, TaskStarted
 from kernel_lib.log import (
     AckTier,
     AsyncGroupCommitter,
@@ -115,6 +116,7 @@ from kernel_lib.log import (
     choose_tier,
     open_store,
 )
+from kernel_lib.sim.events import sample_intent_events
 
 #: Writer counts of figure 2.
 WRITER_COUNTS = (1, 4, 16)
@@ -177,20 +179,13 @@ class BenchPlan:
 # events and stores
 # ------------------------------------------------------------------------------------------------
 
-_ARGS_PAD = "r18-" * 40   # makes the event a realistic ~0.7 kB intent
-
-
-def _intent(i: int) -> ToolIntent:
-    return ToolIntent(operation_id=f"test_r18-{i:07d}", attempt_id="attempt1", tool="run_tests",
-                      arguments={"workspace": "ws_r18", "check": "test_r18", "note": _ARGS_PAD},
-                      input_ref="ws_r18", repeat_contract="idempotency_key", grant_id="grant-ci",
-                      authorization_ref=f"auth-test_r18-{i:07d}", reservation_ref=f"res-test_r18-{i:07d}")
+#: Padding that makes a sample intent a realistic ~0.7 kB event.
+INTENT_PAD_CHARS = 200
 
 
 def _events(trajectory_id: str, n: int) -> list[Event]:
     """``n`` pre-built intent events of one trajectory, sequence numbers 1..n."""
-    return [Event.create(trajectory_id=trajectory_id, event_id=f"{trajectory_id}/e0/{s}", sequence_number=s,
-                         payload=_intent(s)) for s in range(1, n + 1)]
+    return sample_intent_events(trajectory_id, n, pad_chars=INTENT_PAD_CHARS)
 
 
 def _store_kinds() -> tuple[list[str], dict[str, str]]:
@@ -483,7 +478,7 @@ class _CountingLog(TrajectoryLog):
 
 def _our_step_system(kind: str, stores: _Stores,
                      group_commit: Callable[[LogStore, AckTier], GroupCommitter] | None = None) -> _StepSystem:
-    """Our durable step: the dispatch gate's durable path (or its two appends, without the gate).
+    """Our durable step: the dispatch gate's durable path.
 
     ``group_commit(store, tier)``: makes the :class:`GroupCommitter` that every durable run
     shares (figure 4); without it each run acknowledges through the store itself (figure 3).
@@ -492,25 +487,12 @@ def _our_step_system(kind: str, stores: _Stores,
     memory_store = stores.open("memory", "steps-memory")
     tier = choose_tier(durable_store, FailureDomain.HOST_CRASH)
     committer = group_commit(durable_store, tier) if group_commit is not None else None
-    try:
-        from kernel_lib.gate.dispatch import AdmissionPolicy, DispatchGate, ToolProposal, ToolReply
-    except Exception as exc:
-        DispatchGate = None  # noqa: N806
-        how = (f"TrajectoryLog: ToolIntent append, no-op dispatch, ToolResult append (kernel_lib.gate.dispatch "
-               f"unavailable: {type(exc).__name__}: {exc})")
-    else:
-        policy = AdmissionPolicy(grants={"grant-ci": {"noop"}})
-        reply = ToolReply(status="completed", outcome={"passed": True}, observation_complete=True)
-        how = ("DispatchGate.run_tool with coalesce_admission=True: [Authorized, BudgetReserved, ToolIntent] "
-               "as one durable batch, dispatch-time recheck, no-op dispatch, ToolResult durable")
+    policy = AdmissionPolicy(grants={"grant-ci": {"noop"}})
+    reply = ToolReply(status="completed", outcome={"passed": True}, observation_complete=True)
+    how = ("DispatchGate.run_tool with coalesce_admission=True: [Authorized, BudgetReserved, ToolIntent] "
+           "as one durable batch, dispatch-time recheck, no-op dispatch, ToolResult durable")
 
     def steps(log: TrajectoryLog, n: int, run_id: str) -> None:
-        if DispatchGate is None:
-            for i in range(n):
-                log.append(_intent(i))
-                log.append(ToolResult(operation_id=f"test_r18-{i:07d}", attempt_id="attempt1", status="completed",
-                                      outcome={"passed": True}, observation_complete=True))
-            return
         gate = DispatchGate(log, policy, coalesce_admission=True)
         gate.start(TaskStarted(task_id=run_id, requester="bench", objective="bench", grant_ids=["grant-ci"],
                                budget_ceiling_usd=1.0))

@@ -20,9 +20,10 @@ from numbers import Integral
 from pathlib import Path
 
 from kernel_lib._support.disks import FilesystemInfo, filesystem_of
-from kernel_lib.core.events import Event, ToolIntent
+from kernel_lib.core.events import Event
 from kernel_lib.errors import ConfigError
 from kernel_lib.log import AckTier, GroupCommitter, open_store
+from kernel_lib.sim.events import sample_intent
 
 __all__ = ["MAX_APPENDS", "BatchCapAck", "BatchCapRun", "measure_batch_caps", "worksheet_intent"]
 
@@ -33,10 +34,7 @@ MAX_APPENDS = 200_000
 def worksheet_intent(trajectory_id: str, sequence_number: int) -> Event:
     """The ``ToolIntent`` appended at ``sequence_number``: ``op<n>``/``attempt1`` running the
     tests of ``ws_r18`` (a realistic intent of the crash worksheet)."""
-    payload = ToolIntent(operation_id=f"op{sequence_number}", attempt_id="attempt1", tool="run_tests",
-                         arguments={"snapshot": "ws_r18"}, input_ref="ws_r18", revision="r18",
-                         repeat_contract="idempotency_key", grant_id="grant_repair",
-                         authorization_ref=f"auth-op{sequence_number}", reservation_ref=f"res-op{sequence_number}")
+    payload = sample_intent(sequence_number, arguments={"snapshot": "ws_r18"}, grant_id="grant_repair")
     return Event.create(trajectory_id=trajectory_id, event_id=f"{trajectory_id}/{sequence_number}",
                         sequence_number=sequence_number, payload=payload)
 

@@ -35,20 +35,19 @@ from kernel_lib.bench.harness import (
     summarize,
     time_call,
 )
-from kernel_lib.core.events import Event, ToolIntent
+from kernel_lib.core.events import Event
 from kernel_lib.errors import ConfigError
 from kernel_lib.log.base import AckTier, LogStore
 from kernel_lib.log.group_commit import GroupCommitter
 from kernel_lib.log.sqlite import SQLiteStore
 from kernel_lib.quorum.cluster import EtcdCluster
 from kernel_lib.quorum.store import EtcdStore
+from kernel_lib.sim.events import sample_intent
 
 
 def _event(tid: str, seq: int) -> Event:
     return Event.create(trajectory_id=tid, event_id=f"{tid}/{seq}", sequence_number=seq,
-                        payload=ToolIntent(operation_id=f"op{seq}", attempt_id="a1", tool="run_tests",
-                                           arguments={"seq": seq, "pad": "x" * 200}, repeat_contract="idempotency_key",
-                                           grant_id="g", authorization_ref=f"auth{seq}", reservation_ref=f"res{seq}"))
+                        payload=sample_intent(seq, arguments={"seq": seq}, pad_chars=200))
 
 
 def _appender(label: str, store: LogStore, tier: AckTier, tid: str, n: int) -> Contender:

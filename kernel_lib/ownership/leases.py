@@ -75,6 +75,7 @@ from pathlib import Path
 from typing import Any
 
 from kernel_lib.checkpoint.restore import restore
+from kernel_lib._support.clock import ManualClock  # noqa: F401  (offered here as kernel_lib.ownership.ManualClock)
 from kernel_lib._support.checks import check_id, check_seconds, finite_or_none
 from kernel_lib._support.sqlite import (
     Layout,
@@ -126,29 +127,6 @@ __all__ = [
 # ------------------------------------------------------------------------------------------------
 # leases
 # ------------------------------------------------------------------------------------------------
-
-
-class ManualClock:
-    """A clock for tests and notebooks: starts at ``start_s`` and moves only by :meth:`advance`.
-
-    Call it like ``time.time``: ``clock()`` returns the current time in seconds."""
-
-    def __init__(self, start_s: float = 1_000_000.0):
-        self.now_s = check_seconds("ManualClock start_s", start_s)
-
-    def __call__(self) -> float:
-        return self.now_s
-
-    def advance(self, seconds: float) -> float:
-        """Move forward by ``seconds`` (≥ 0) and return the new time. Raises ConfigError otherwise."""
-        if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not math.isfinite(seconds) \
-                or seconds < 0:
-            raise ConfigError(f"a clock only moves forward by a finite number of seconds, got {seconds!r}")
-        later = self.now_s + seconds
-        if not math.isfinite(later):
-            raise ConfigError(f"advancing the clock by {seconds!r} s from {self.now_s!r} s leaves finite time")
-        self.now_s = later
-        return self.now_s
 
 
 @dataclass(frozen=True)

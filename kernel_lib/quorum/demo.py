@@ -28,14 +28,13 @@ from kernel_lib.log.base import AckTier
 from kernel_lib.log.trajectory import TrajectoryLog
 from kernel_lib.quorum.cluster import EtcdCluster
 from kernel_lib.quorum.store import EtcdStore
+from kernel_lib.sim.events import sample_intent
 
 TRAJECTORY = "traj_quorum_demo"
 
 
 def _intent(i: int) -> ToolIntent:
-    return ToolIntent(operation_id=f"op{i}", attempt_id="attempt1", tool="run_tests", arguments={"i": i},
-                      repeat_contract="idempotency_key", grant_id="g", authorization_ref=f"auth{i}",
-                      reservation_ref=f"res{i}")
+    return sample_intent(i)
 
 
 def _task() -> TaskStarted:

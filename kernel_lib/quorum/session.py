@@ -40,7 +40,7 @@ import time
 import weakref
 from typing import Any
 
-from kernel_lib.core.events import Event, TaskStarted, ToolIntent
+from kernel_lib.core.events import Event, TaskStarted
 from kernel_lib.errors import (  # the session's errors are defined in kernel_lib.errors and re-exported here
     ClusterNotRunningError,
     ClusterRunningError,
@@ -55,6 +55,7 @@ from kernel_lib.log.base import AckTier
 from kernel_lib.log.trajectory import TrajectoryLog
 from kernel_lib.quorum.cluster import EtcdCluster, Member
 from kernel_lib.quorum.store import EtcdStore
+from kernel_lib.sim.events import sample_intent
 
 __all__ = ["ReplicationSession", "ReplicationSessionError", "ClusterNotRunningError", "ClusterRunningError",
            "UnknownMemberError", "MemberStateError", "MEMBER_STEPS", "TRAJECTORY"]
@@ -190,9 +191,7 @@ class ReplicationSession:
         if k == 1:
             return TaskStarted(task_id=TRAJECTORY, requester="lab", objective="replication panel",
                                grant_ids=["g"], budget_ceiling_usd=1.0, finalization_reserve_usd=0.1)
-        return ToolIntent(operation_id=f"op{k - 1}", attempt_id="attempt1", tool="run_tests",
-                          arguments={"append": k}, repeat_contract="idempotency_key", grant_id="g",
-                          authorization_ref=f"auth{k - 1}", reservation_ref=f"res{k - 1}")
+        return sample_intent(k - 1, arguments={"append": k})
 
     def _remember(self, ev: Event, ack_ms: float) -> None:
         self._acked.append({"sequence": ev.sequence_number, "event_id": ev.event_id, "type": ev.event_type,

@@ -13,7 +13,7 @@ from kernel_lib.core.events import (
     ToolIntent, ToolResult,
 )
 
-__all__ = ["EventMaker"]
+__all__ = ["EventMaker", "sample_intent", "sample_intent_events"]
 
 _WORDS = ("patch", "test", "assert", "fixture", "module", "regression", "import", "timeout", "config",
           "retry", "branch", "diff", "runner", "sandbox", "coverage", "stack", "frame", "result")
@@ -97,3 +97,23 @@ class EventMaker:
                             owner_epoch=owner_epoch, provenance=Provenance("tenant_a", "worker_1"))
 
 
+
+
+def sample_intent(n: int, *, arguments: dict | None = None, pad_chars: int = 0, grant_id: str = "g") -> ToolIntent:
+    """The ``n``-th sample tool intent (``op<n>``/``attempt1`` running ``run_tests``), the shape the
+    benchmarks, the quorum demo and the replication panel append. ``arguments`` default to
+    ``{"i": n}``; ``pad_chars`` adds a ``pad`` argument of that many characters to reach a realistic
+    event size (a worksheet intent with its arguments is about 0.7 kB)."""
+    args = dict(arguments) if arguments is not None else {"i": n}
+    if pad_chars:
+        args["pad"] = "x" * pad_chars
+    return ToolIntent(operation_id=f"op{n}", attempt_id="attempt1", tool="run_tests", arguments=args,
+                      repeat_contract="idempotency_key", grant_id=grant_id, authorization_ref=f"auth{n}",
+                      reservation_ref=f"res{n}")
+
+
+def sample_intent_events(trajectory_id: str, n: int, *, start: int = 1, pad_chars: int = 0) -> list[Event]:
+    """``n`` events of :func:`sample_intent` for one trajectory, sequence numbers ``start`` … ``start+n-1``,
+    event ids ``<trajectory>/<sequence>``."""
+    return [Event.create(trajectory_id=trajectory_id, event_id=f"{trajectory_id}/{s}", sequence_number=s,
+                         payload=sample_intent(s, pad_chars=pad_chars)) for s in range(start, start + n)]
