@@ -28,6 +28,7 @@ from kernel_lib.core.events import (
     ApprovalRequested, Authorized, BudgetReserved, BudgetSettled, PlanChanged, TaskStarted,
 )
 from kernel_lib.log import FailureDomain, MemoryStore, TrajectoryLog
+from kernel_lib.core.money import usd_to_micro
 from kernel_lib.core.record import fold, initial_record
 
 TRAJ = "traj-admission"
@@ -366,10 +367,11 @@ def test_verdict_is_the_strictest_check_and_admission_keeps_the_budget_rule(cons
     assert [c.name for c in d.checks] == list(CHECKS)
     rank = {"admit": 0, "withhold": 1, "refuse": 2}
     assert rank[d.verdict] == max(rank[c.outcome] for c in d.checks)
-    if d.admitted:
+    if d.admitted:   # the rule holds in integer micro-dollars, the unit the budget keeps
         b = rec.budget
-        used_reserve = 0.0 if finalization else b.finalization_reserve_usd
-        assert b.actual_consumption_usd + b.outstanding_reservations_usd + bound + used_reserve <= b.ceiling_usd + 1e-9
+        used_reserve = 0 if finalization else b.finalization_reserve_micro_usd
+        assert (b.actual_consumption_micro_usd + b.outstanding_reservations_micro_usd + usd_to_micro(bound)
+                + used_reserve <= b.ceiling_micro_usd)
         assert slots > 0
 
 
@@ -487,5 +489,6 @@ def test_an_approval_request_that_lapses_while_pending_is_void_not_waiting():
     rec = refold(store)
     assert outcome(evaluate(rec, ProposedStep.from_tool(EDIT), policy=POLICY, now_unix_s=NOW), "approval") == "withhold"
     late = evaluate(rec, ProposedStep.from_tool(EDIT), policy=POLICY, now_unix_s=NOW + 11)
-    assert outcome(late, "approval") == "refuse" and "lapsed" in dict((c.name, c.reason) for c in late.checks)["approval"]
+    assert outcome(late, "approval") == "refuse"
+    assert "lapsed" in dict((c.name, c.reason) for c in late.checks)["approval"]
     assert rec.approval_pending("edit_r19", NOW) and not rec.approval_pending("edit_r19", NOW + 11)

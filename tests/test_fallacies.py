@@ -139,8 +139,10 @@ def test_one_final_context_fits_two_different_logs():
     rec_a, rec_b = fold(initial_record(TRAJ), store_a.read(TRAJ)), fold(initial_record(TRAJ), store_b.read(TRAJ))
     assert rec_a.prefix_sha256 != rec_b.prefix_sha256
     assert rec_b.operations["op_3"].status == "denied" and rec_a.operations["op_3"].status == "established"
-    leaks_a = [e for e in store_a.read(TRAJ) if e.event_type == "ToolResult" and "redacted_fields" in (e.payload.outcome or {})]
-    leaks_b = [e for e in store_b.read(TRAJ) if e.event_type == "ToolResult" and "redacted_fields" in (e.payload.outcome or {})]
+    def leaks(store):
+        return [e for e in store.read(TRAJ)
+                if e.event_type == "ToolResult" and "redacted_fields" in (e.payload.outcome or {})]
+    leaks_a, leaks_b = leaks(store_a), leaks(store_b)
     assert len(leaks_a) == 1 and not leaks_b
 
 
@@ -362,9 +364,11 @@ def test_notebook_follows_the_course_conventions():
     no machine path in a stored output; ends with what the record proves and cannot."""
     nb = nbformat.read(NOTEBOOK, as_version=4)
     params = [c for c in nb.cells if "parameters" in c.get("metadata", {}).get("tags", [])]
-    assert len(params) == 1 and "seed = " in params[0].source and 'shared_data = "../../shared/data"' in params[0].source
+    assert len(params) == 1 and "seed = " in params[0].source
+    assert 'shared_data = "../../shared/data"' in params[0].source
     text = "\n".join(c.source for c in nb.cells if c.cell_type == "markdown")
-    for heading in ("## 1. Fallacy", "## 2. Pitfall", "## 3. Fallacy", "## 4. Pitfall", "## 5. Fallacy", "## 6. Pitfall",
+    for heading in ("## 1. Fallacy", "## 2. Pitfall", "## 3. Fallacy", "## 4. Pitfall", "## 5. Fallacy",
+                    "## 6. Pitfall",
                     "## What the surviving record proves, and what it cannot"):
         assert heading in text
     checked = [c for c in nb.cells if "nbval-check-output" in c.get("metadata", {}).get("tags", [])]

@@ -37,7 +37,8 @@ def record_run(steps):
             op = f"op{i}"
             first, rest = (arg[0], arg[1:]) if arg else ("accepted", [])
             replies = [ToolReply(status=s, observation_complete=flag, outcome={"n": i}) for s in [first] + rest]
-            gate.run_tool(ToolProposal(op, "attempt1", "run_tests", {"i": i}, "g", 1.0), lambda _: replies[0])
+            gate.run_tool(ToolProposal(op, "attempt1", "run_tests", {"i": i}, "g", 1.0),
+                          lambda _, first=replies[0]: first)
             for r in replies[1:]:
                 gate.record_evidence(op, "attempt1", r)
             expect[op] = [r.status for r in replies] if flag else []
@@ -145,7 +146,8 @@ def _res(rid="r1", amt=1.0, subj="test_r18"):
     ("reservation replaced", [_res(amt=5.0), _res(amt=0.1)]),
     ("double final settlement", [_res(), BudgetSettled(reservation_id="r1", subject_id="test_r18", actual_usd=1.0,
                                                        final=True),
-                                 BudgetSettled(reservation_id="r1", subject_id="test_r18", actual_usd=1.0, final=True)]),
+                                 BudgetSettled(reservation_id="r1", subject_id="test_r18", actual_usd=1.0,
+                                               final=True)]),
     ("tool id reused for a model call", [intent(), ModelReplied(invocation_id="test_r18", status="complete")]),
     ("same attempt intended twice", [intent(), intent()]),
     ("a retry that changes the request", [intent(attempt="a1"), intent(attempt="a2", arguments={"snapshot": "x"})]),

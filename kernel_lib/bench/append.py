@@ -897,10 +897,12 @@ def _format_steps(ps: dict[str, Any], title: str) -> list[str]:
     rows = []
     for name, s in ps["systems"].items():
         d, g = s["durability"], s.get("group_commit")
-        ack = (f"{d['journal_mode']}/synchronous={d['synchronous_name']}" if "journal_mode" in d else d.get("tier", "?"))
+        ack = (f"{d['journal_mode']}/synchronous={d['synchronous_name']}" if "journal_mode" in d
+               else d.get("tier", "?"))
         cpu = [_fmt(s.get("durable_cpu_us_per_step")), _fmt(s.get("durability_overhead_cpu_us"))] if with_cpu else []
         rows.append([name, _fmt(s["durable_step_us"]), _fmt(s["non_durable_step_us"]),
-                     _fmt(s["durability_overhead_us"]), *cpu, _fmt(s.get("barriers_per_step"), 0), _fmt(g and g["mean_batch_size"], 2),
+                     _fmt(s["durability_overhead_us"]), *cpu, _fmt(s.get("barriers_per_step"), 0),
+                     _fmt(g and g["mean_batch_size"], 2),
                      _fmt(g and g["mean_queue_wait_s"] * 1e6, 0), _fmt(g and g["mean_storage_s"] * 1e6, 0),
                      ack, "yes" if d.get("fsync_durable") else "NO"])
     out.append(_table(rows, ["system", "durable µs/step", "non-durable µs/step", "overhead µs/step",
@@ -911,11 +913,13 @@ def _format_steps(ps: dict[str, Any], title: str) -> list[str]:
     out.append(f"  note: {ps['note']}")
     for name, why in ps["skipped_peers"].items():
         out.append(f"  skipped {name}: {why}")
-    for metric, label in (("durable_step_us", "per-step time"), ("durability_overhead_us", "per-step durability overhead")):
+    for metric, label in (("durable_step_us", "per-step time"),
+                          ("durability_overhead_us", "per-step durability overhead")):
         c = ps["comparison"].get(metric)
         if c:
             ratios = ", ".join(f"{k} {v:.2f}×" for k, v in c["ours_over_faster_peer"].items())
-            out.append(f"  {label}: faster peer {c['faster_peer']} ({_fmt(c['faster_peer_us'])} µs); ours / it: {ratios}")
+            out.append(f"  {label}: faster peer {c['faster_peer']} ({_fmt(c['faster_peer_us'])} µs); "
+                       f"ours / it: {ratios}")
     floor = (ps["comparison"].get("durability_overhead_us") or {}).get("floor")
     if floor:
         peer = ps["comparison"]["durability_overhead_us"]["faster_peer"]

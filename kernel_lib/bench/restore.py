@@ -276,7 +276,8 @@ def format_restore_report(r: dict[str, Any]) -> str:
                   "captures (bytes written / state bytes, pause ms, total ms):"]
         for c in x["captures"]:
             lines.append(f"  {c['kind']:<11} at {c['covered_sequence_number']:>7}: {c['bytes_written']:>11,} / "
-                         f"{c['state_bytes']:>11,} B   pause {c['pause_s'] * 1e3:8.1f}   total {c['total_s'] * 1e3:8.1f}")
+                         f"{c['state_bytes']:>11,} B   pause {c['pause_s'] * 1e3:8.1f}   "
+                         f"total {c['total_s'] * 1e3:8.1f}")
         cons = x["consolidation"]
         lines += [f"  consolidation into a full base: {cons['bytes_written']:,} B, {cons['total_s'] * 1e3:.1f} ms, "
                   f"supersedes {cons['supersedes']} deltas",

@@ -139,14 +139,15 @@ disk and cores: the figures price the protocol, not an independent placement."""
 
 
 def _add_quorum_cli(sub: "argparse._SubParsersAction") -> None:
-    
+
     def cmd(args: argparse.Namespace) -> int:
         result = qb.run_quorum_bench(args.events, rounds=args.rounds, writers=args.writers)
         print(json.dumps(result, indent=2) if args.json else qb.format_quorum_bench(result))
         return 0
 
     p = sub.add_parser("quorum", help="quorum (etcd) acknowledgment latency and group commit vs local fdatasync "
-                                      "(ratios)", description=_QUORUM_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
+                                      "(ratios)", description=_QUORUM_HELP,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     p.add_argument("--events", type=int, default=400, metavar="N", help="appends per store per figure (default 400)")
     p.add_argument("--rounds", type=int, default=4, metavar="N", help="alternating rounds in figure 1 (default 4)")

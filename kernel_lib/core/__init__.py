@@ -11,7 +11,9 @@ No I/O, no clock, no threads. What lives here:
 * :mod:`.decisions` — the gate's decisions as values: admission, the dispatch-time recheck, the
   evidence payloads (eq. 1);
 * :mod:`.crash_positions` — what recovery may conclude after a crash at each position of eq. 1
-  (table 3).
+  (table 3);
+* :mod:`.continuation` — continuation admission after a resume as a value: every check of one
+  proposed step against the record and the conditions of now (§11.5.4).
 
 May import: :mod:`kernel_lib.errors`, :mod:`kernel_lib.limits`, :mod:`kernel_lib._support`.
 """
@@ -37,6 +39,11 @@ from kernel_lib.core.decisions import (
     Admit, Denial, Withhold, RECHECK_CLOCK_INPUT, decide_admission, recheck_reads_clock, decide_recheck
 )
 from kernel_lib.core.crash_positions import conclude, CrashPosition, crash_positions
+from kernel_lib.core.continuation import (
+    CHECKS, VERSION_INPUT_PREFIX, ProposedStep, Deployment, AdmissionCheck, VersionResolution,
+    ContinuationDecision, recorded_versions, resolve_version, unsent_reservation, evaluate,
+    discarded_partial_streams
+)
 
 __all__ = [
     "REDUCER_VERSION", "JSON_SAFE_MAX", "JSON_MAX_DEPTH", "find_secrets", "redact_secrets", "check_json",
@@ -50,5 +57,7 @@ __all__ = [
     "TERMINAL_STATES", "MICRO_PER_USD", "usd_to_micro", "micro_to_usd", "REPEAT_SAFE_CONTRACTS", "ToolProposal",
     "ToolReply", "ModelCall", "ModelReply", "AdmissionPolicy", "decision_id", "reservation_id", "Admit", "Denial",
     "Withhold", "RECHECK_CLOCK_INPUT", "decide_admission", "recheck_reads_clock", "decide_recheck", "conclude",
-    "CrashPosition", "crash_positions"
+    "CrashPosition", "crash_positions", "CHECKS", "VERSION_INPUT_PREFIX", "ProposedStep", "Deployment",
+    "AdmissionCheck", "VersionResolution", "ContinuationDecision", "recorded_versions", "resolve_version",
+    "unsent_reservation", "evaluate", "discarded_partial_streams"
 ]

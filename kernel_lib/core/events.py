@@ -111,8 +111,9 @@ def find_secrets(value: Any) -> list[str]:
 
 def redact_secrets(value: Any) -> tuple[Any, list[str]]:
     """A copy of JSON-like ``value`` with credential-looking fields, text and keys replaced by
-    ``[redacted]`` (nothing derived from the secret is kept), and the paths redacted. Used for *evidence* (tool outcomes,
-    model replies), which the runtime does not control: the evidence is kept, the secret is not."""
+    ``[redacted]`` (nothing derived from the secret is kept), and the paths redacted. Used for
+    *evidence* (tool outcomes, model replies), which the runtime does not control: the evidence is
+    kept, the secret is not."""
     hits: list[str] = []
     return _walk_secrets(value, "", hits, True), hits
 

@@ -283,7 +283,8 @@ class TrajectoryRecord:
             lapsed = now_unix_s is not None and a.expires_unix_s is not None and now_unix_s > a.expires_unix_s
             if a.status == "pending" and lapsed:
                 return (f"approval request {a.approval_id} for {operation_id} lapsed at {a.expires_unix_s:.3f} while "
-                        f"still pending with {a.reviewer} (now {now_unix_s:.3f}); it is void, a fresh request is needed")
+                        f"still pending with {a.reviewer} (now {now_unix_s:.3f}); it is void, "
+                        "a fresh request is needed")
             if a.status == "pending":
                 return f"approval {a.approval_id} for {operation_id} is still pending with {a.reviewer}"
             if a.status != "approved":

@@ -481,7 +481,8 @@ class ResultInbox:
             delta = max(float(charged) - settled.get(res_id, 0.0), 0.0)
             if delta > 0 or (established and res is not None):
                 payloads.append(BudgetSettled(reservation_id=res_id, subject_id=op_id, actual_usd=delta,
-                                              final=established, evidence=f"inbox:{r['status']}:{chosen.record_sha256}"))
+                                              final=established,
+                                              evidence=f"inbox:{r['status']}:{chosen.record_sha256}"))
         # fold what would be appended onto a copy of the record first: an append must never make
         # the log unfoldable, so anything the reducer would refuse is refused here instead
         try:

@@ -43,7 +43,8 @@ from kernel_lib.log.files import JSONL_SUFFIXES, load_events
 __all__ = [
     "AckTier", "AppendOutcome", "FailureDomain", "LogStore", "RecoveryReport", "StoredRef",
     "check_append", "check_events", "check_fence_args", "choose_tier", "parse_tier", "read_bounds",
-    "MAX_OWNER_EPOCH", "AsyncGroupCommitter", "GroupAck", "GroupCommitter", "MemoryStore", "SegmentStore", "SQLiteStore",
+    "MAX_OWNER_EPOCH", "AsyncGroupCommitter", "GroupAck", "GroupCommitter", "MemoryStore", "SegmentStore",
+    "SQLiteStore",
     "TrajectoryLog", "default_event_id", "open_store", "STORE_KINDS", "STORE_ENTRY_POINTS", "register_store_kind",
     "JSONL_SUFFIXES", "load_events",
 ]

@@ -50,7 +50,8 @@ def load_events(path: str | os.PathLike, trajectory_id: str | None = None, *,
         if trajectory_id:
             out = [e for e in out if e.trajectory_id == trajectory_id]
         if not out:
-            raise KernelError(f"{path} holds no events" + (f" for trajectory {trajectory_id!r}" if trajectory_id else ""))
+            raise KernelError(f"{path} holds no events"
+                              + (f" for trajectory {trajectory_id!r}" if trajectory_id else ""))
         return out
     store = open_store("segment" if p.is_dir() else "sqlite", p, read_only=True)
     try:

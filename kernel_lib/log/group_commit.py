@@ -486,7 +486,7 @@ class AsyncGroupCommitter(_CommitterCore):
         self._room.set()
         if not self._task.done():
             await self._task
-        for evs, _, futs in self._batches:   # left behind by an interrupted flusher
+        for _evs, _, futs in self._batches:   # left behind by an interrupted flusher
             for f in futs:
                 if not f.done():
                     f.set_exception(StoreClosedError("group committer stopped before this event was flushed"))

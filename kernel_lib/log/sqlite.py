@@ -241,7 +241,8 @@ class SQLiteStore(LogStore):
                 n, lo = self._db.execute("SELECT count(*), min(sequence_number) FROM events WHERE trajectory_id=? "
                                          "AND sequence_number>?", (tid, retired)).fetchone()
                 rep.events_recovered -= self._db.execute(
-                    "SELECT count(*) FROM events WHERE trajectory_id=? AND sequence_number<=?", (tid, retired)).fetchone()[0]
+                    "SELECT count(*) FROM events WHERE trajectory_id=? AND sequence_number<=?",
+                    (tid, retired)).fetchone()[0]
             if lo != retired + 1 or n != hi - retired:
                 first_missing = retired + 1 if lo != retired + 1 else self._first_gap(tid)
                 rep.details.append(f"trajectory {tid!r} stores {n} events but its head is #{hi}: #{first_missing} "

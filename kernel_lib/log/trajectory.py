@@ -23,6 +23,10 @@ def default_event_id(trajectory_id: str, owner_epoch: int, sequence_number: int)
     return f"{trajectory_id}/e{owner_epoch}/{sequence_number}"
 
 
+#: Provenance stamped on events when the caller names none.
+DEFAULT_PROVENANCE = Provenance("default", "kernel_lib")
+
+
 class TrajectoryLog:
     """Append and read one trajectory's events.
 
@@ -42,7 +46,7 @@ class TrajectoryLog:
 
     def __init__(self, store: LogStore, trajectory_id: str, *,
                  must_survive: FailureDomain | str = FailureDomain.HOST_CRASH, owner_epoch: int = 0,
-                 control_epoch: int = 0, provenance: Provenance = Provenance("default", "kernel_lib"),
+                 control_epoch: int = 0, provenance: Provenance = DEFAULT_PROVENANCE,
                  event_id: Callable[[str, int, int], str] = default_event_id,
                  committer: GroupCommitter | None = None):
         self.store = store

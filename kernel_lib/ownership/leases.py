@@ -63,7 +63,6 @@ or advanced to a non-finite time.
 from __future__ import annotations
 
 import contextlib
-import math
 import os
 import sqlite3
 import threading
