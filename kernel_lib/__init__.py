@@ -15,10 +15,11 @@ layer (highest first)                                 what lives there  [chapter
                                                       engine with its workloads [§11.3.1]
 ``live``                                              real processes: worker, executor service,
                                                       crash controller, the worksheet session
-``quorum`` | ``sim``                                  etcd cluster, store, coordinator [§11.3.1
-                                                      row 3, §11.5.1]; the deterministic
-                                                      substrate: event maker, model stand-in,
-                                                      the worksheet trajectory
+``quorum``                                            etcd cluster, store, coordinator, the
+                                                      replication session [§11.3.1 row 3, §11.5.1]
+``sim``                                               the deterministic substrate: event makers,
+                                                      scripted endpoints, the model stand-in, the
+                                                      worksheet trajectory
 ``importers``                                         readers of other agents' logs [§11.6–11.7]
 ``recovery``                                          Failure Recovery (sagas, forward repair,
                                                       pivots, watchdogs, gateway, quarantine)

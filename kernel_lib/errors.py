@@ -107,6 +107,23 @@ import json
 from pathlib import Path
 from typing import Any
 
+__all__ = [
+    "KernelException", "KernelError", "Refusal", "ConfigError", "AdmissionDenied", "DispatchWithheld", "EventError",
+    "UnknownEventTypeError", "UnknownSchemaVersionError", "MalformedEventError", "FoldError", "RecordFormatError",
+    "StaleRecordError", "StoreError", "AcknowledgmentTooWeakError", "TierNotOfferedError", "SequenceGapError",
+    "ConflictingDuplicateError", "StaleOwnerError", "CorruptLogError", "StoreFailedError", "StoreClosedError",
+    "StoreReadOnlyError", "StoreBusyError", "PrefixRetiredError", "EventTooLargeError", "BackpressureError",
+    "GroupCommitBackpressureError", "QuorumUnavailableError", "QuorumSetupError", "ReplicationSessionError",
+    "ClusterNotRunningError", "ClusterRunningError", "UnknownMemberError", "MemberStateError", "CadenceError",
+    "CadenceParameterError", "FailureDataError", "CheckpointError", "UnrecoverableStateError", "OwnershipError",
+    "LeaseHeldError", "LeaseWaitTimeoutError", "LeaseLostError", "CoordinatorUnavailableError",
+    "FencedRequestError", "ReconstructionUnavailableError", "InboxError", "InboxRecordError", "InboxConflictError",
+    "RetentionError", "DanglingReferenceError", "PayloadAccessError", "CompactionRefusedError",
+    "ReplayMismatchError", "LiveCallDuringReplayError", "ImportFormatError", "UnknownImportFormatError",
+    "LiveError", "SnapshotMismatchError", "PatchApplyError", "EvidenceSignatureError", "LiveProcessError",
+    "OperationStillRunningError", "SessionStateError", "UnrecoveredRunError", "NoWorkerRunningError",
+]
+
 # --- the roots: faults and refusals ---------------------------------------------------------------
 
 

@@ -13,7 +13,8 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_quickstart_block_runs(tmp_path):
     text = (ROOT / "README.md").read_text()
     code = re.search(r"## Quickstart.*?```python\n(.*?)```", text, re.S).group(1)
-    code = code.replace("/tmp/quickstart.sqlite", str(tmp_path / "quickstart.sqlite"))
+    code = code.replace("tempfile.mkdtemp()", repr(str(tmp_path)))
+    assert repr(str(tmp_path)) in code, "the quickstart no longer writes under tempfile.mkdtemp()"
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
         exec(compile(code, "README quickstart", "exec"), {})

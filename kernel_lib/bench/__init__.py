@@ -13,3 +13,18 @@ baseline of the same run, machine info and which disk was measured.
 
 May import: every layer below ``cli`` and ``course``.
 """
+
+from kernel_lib._support.lazy import lazy_exports  # noqa: E402
+
+# Loaded on first use: a benchmark imports the peers and tiers it measures.
+__all__, __getattr__, __dir__ = lazy_exports(__name__, {
+    "kernel_lib.bench.harness": ("Contender", "run_rounds", "time_rounds", "summarize", "ratio", "machine_info",
+                                 "MeasuredDir"),
+    "kernel_lib.bench.append": ("run_append_bench",),
+    "kernel_lib.bench.restore": ("run_restore_bench",),
+    "kernel_lib.bench.replay": ("run_replay_bench",),
+    "kernel_lib.bench.diverge": ("run_diverge_bench",),
+    "kernel_lib.bench.quorum": ("run_quorum_bench",),
+    "kernel_lib.bench.growth": ("run_growth_bench",),
+    "kernel_lib.bench.batching": ("measure_batch_caps",),
+})

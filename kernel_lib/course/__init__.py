@@ -7,3 +7,11 @@
 
 May import: every layer except ``cli``.
 """
+
+from kernel_lib._support.lazy import lazy_exports  # noqa: E402
+
+# Loaded on first use: the exercises import sympy and nbformat.
+__all__, __getattr__, __dir__ = lazy_exports(__name__, {
+    "kernel_lib.course.scratch": ("ScratchArea", "ScratchDir", "scratch_dir",),
+    "kernel_lib.course.strip": ("strip_notebook", "sync",),
+})

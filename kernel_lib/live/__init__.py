@@ -21,24 +21,17 @@ May import every layer below it (``quorum`` and ``sim`` included); never ``verif
 ``course`` or ``cli``.
 """
 
-# The names below load on first use (PEP 562): the worker and the executor are started as
-# ``python -m kernel_lib.live.worker`` / ``kernel_lib.live.executor``, and importing them here
-# would load them twice in those processes.
-_EXPORTS = {
+from kernel_lib._support.lazy import lazy_exports
+
+# The names load on first use: the worker and the executor run as ``python -m kernel_lib.live.worker``
+# / ``kernel_lib.live.executor``, and importing them here would load them twice in those processes.
+__all__, __getattr__, __dir__ = lazy_exports(__name__, {
     "kernel_lib.live.controller": (
         "CRASH_POINTS", "EXPECTED", "TEMP_PREFIX", "live_env", "make_workdir", "run_replacement", "run_worksheet",
         "run_zombie", "spawn_executor", "spawn_worker", "stop_executor", "sweep_stale_workdirs"),
     "kernel_lib.live.session": ("WorksheetSession",),
+    "kernel_lib.live.client": ("ExecutorClient", "JobAnswer"),
     "kernel_lib.live.workspace": (
         "BASE_DIR", "DATASET_DIR", "PATCH_FILE", "SNAPSHOT_NAME", "Snapshot", "apply_patch", "build_snapshot",
         "copy_verified", "manifest_digest", "manifest_of", "verify"),
-}
-_WHERE = {name: module for module, names in _EXPORTS.items() for name in names}
-__all__ = sorted(_WHERE)
-
-
-def __getattr__(name: str):
-    if name not in _WHERE:
-        raise AttributeError(f"module 'kernel_lib.live' has no attribute {name!r}")
-    import importlib
-    return getattr(importlib.import_module(_WHERE[name]), name)
+})

@@ -1,5 +1,7 @@
 """``sim``: the deterministic substrate (Design principle 4: determinism is injected).
 
+* :mod:`.events` — seeded synthetic trajectories (:class:`EventMaker`) and the sample tool intent
+  the benchmarks, the quorum demo and the replication panel append;
 * :mod:`.worksheet` — the crash worksheet's trajectory recorded through the dispatch gate;
 * :mod:`.model` — the seeded model stand-in;
 * :mod:`.endpoints` — scripted endpoints with declared repeat contracts (a payment service, its
@@ -7,15 +9,17 @@
 * :mod:`.rerun` — re-runs of a recording on a serving path that is not bit-stable (a flipped call
   answers from the nearest other seed), simulated many times (§11.9).
 
-May import: every layer below ``live`` and ``quorum``, never a real process or socket.
+May import: every layer below it (``importers`` and down); never ``quorum``, ``live`` or a real
+process or socket.
 """
 
 from kernel_lib.sim.worksheet import (
     WORKSHEET_TRAJECTORY, WS_R18_REF, worksheet_policy, worksheet_task, worksheet_events
 )
 from kernel_lib.sim.model import MODEL_NAME, StochasticModel, repair_prompt
+from kernel_lib.sim.events import EventMaker, sample_intent, sample_intent_events
 
 __all__ = [
     "WORKSHEET_TRAJECTORY", "WS_R18_REF", "worksheet_policy", "worksheet_task", "worksheet_events",
-    "MODEL_NAME", "StochasticModel", "repair_prompt"
+    "MODEL_NAME", "StochasticModel", "repair_prompt", "EventMaker", "sample_intent", "sample_intent_events",
 ]

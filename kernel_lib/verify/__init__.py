@@ -12,3 +12,13 @@ acknowledgment promised.
 
 May import: every layer below ``cli`` and ``course``.
 """
+
+from kernel_lib._support.lazy import lazy_exports  # noqa: E402
+
+# Loaded on first use: each workload pulls in the layers it exercises.
+__all__, __getattr__, __dir__ = lazy_exports(__name__, {
+    "kernel_lib.verify.engine": ("CrashReport", "CrashState", "CrashWorkload", "crash_states", "materialize",
+                                 "state_key"),
+    "kernel_lib.verify.log_workload": ("WORKLOADS", "run",),
+    "kernel_lib.verify.checkpoint_workload": ("explore",),
+})
