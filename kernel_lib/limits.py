@@ -52,9 +52,10 @@ SEQUENCE_NUMBER_MAX = 2**63 - 1
 
 # --- money (core.proposals, gate.inbox) ------------------------------------------------------------
 
-#: Largest usage report (USD) taken as evidence. Reason: beyond 2**53 a double no longer holds
-#: whole dollars exactly, so the report cannot be a real charge; it settles nothing.
-USAGE_USD_MAX = 2**53
+#: Largest usage report (USD) taken as evidence. Reason: beyond 2**53 - 1 a double no longer holds
+#: whole dollars exactly, so the report cannot be a real charge, and the settlement that records it
+#: must be storable as a JSON number (JSON_NUMBER_MAX); a larger report settles nothing.
+USAGE_USD_MAX = 2**53 - 1
 
 # --- the quorum tier (quorum.store, quorum.cluster, quorum.coordinator) ---------------------------
 
@@ -161,6 +162,7 @@ def _relations() -> list[tuple[bool, str]]:
         (CHECKPOINT_INDEX_STRIDE_MIN >= 1 and CHECKPOINT_INDEX_SNAPSHOTS_MAX >= 1, "an index keeps snapshots"),
         (256 <= CHECKPOINT_SCAN_WINDOW_MAX, "the scan window may grow from its first 256 events"),
         (JSON_DEPTH_MAX < 500, "nesting stays far below Python's recursion limit"),
+        (USAGE_USD_MAX <= JSON_NUMBER_MAX, "a usage report taken as evidence is storable in its BudgetSettled event"),
     ]
 
 

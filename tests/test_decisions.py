@@ -39,6 +39,7 @@ from kernel_lib.core.events import (
 from kernel_lib.core.money import micro_to_usd, usd_to_micro
 from kernel_lib.core.record import TrajectoryRecord, fold, fold_step, initial_record
 from kernel_lib.errors import AdmissionDenied, DispatchWithheld, FoldError, StaleRecordError
+from kernel_lib.core.crash_positions import crash_positions
 from kernel_lib.gate.dispatch import AdmissionPolicy, DispatchGate, ToolProposal, ToolReply
 from kernel_lib.log import FailureDomain, MemoryStore, TrajectoryLog
 from tests.helpers import ev, task
@@ -144,27 +145,69 @@ def test_the_recheck_reads_the_clock_only_for_an_approval_with_an_expiry():
     assert not recheck_reads_clock(approval_record(decision="approved"), "test_r18", 1)   # withheld before
 
 
-@pytest.mark.parametrize("now, dispatched", [(500.0, True), (2_000.0, False)])
-def test_the_gate_records_the_clock_reading_before_the_recheck_decides(now, dispatched):
-    store = MemoryStore()
-    gate = gate_over(store, clock=lambda: now)
+def approved_gate(clock, store=None):
+    gate = gate_over(store or MemoryStore(), clock=clock)
     gate.append(ApprovalRequested(approval_id="ap1", held_operation_id="test_r18", held_attempt_id="attempt1",
                                   reviewer="bob", expires_unix_s=1_000.0),
                 ApprovalResolved(approval_id="ap1", decision="approved", reviewer="bob"))
-    sent = []
-    run = lambda: gate.run_tool(PROPOSAL, lambda i: sent.append(i) or ToolReply("completed",   # noqa: E731
-                                                                                  observation_complete=True))
-    if dispatched:
-        run()
-    else:
-        with pytest.raises(DispatchWithheld, match="expired"):
-            run()
+    return gate
+
+
+def test_the_gate_records_the_clock_reading_that_licensed_the_dispatch():
+    """Fault model: a replay or an audit must know the time the recheck compared with the
+    approval's expiry. Invariant: the reading is in the log before the request leaves."""
+    store, sent = MemoryStore(), []
+    gate = approved_gate(lambda: 500.0, store)
+    gate.run_tool(PROPOSAL, lambda i: sent.append(i) or ToolReply("completed", observation_complete=True))
     types = [e.event_type for e in store.read("traj-a")]
     i = types.index("ToolIntent")
-    assert types[i + 1] == "RuntimeInput" and len(sent) == int(dispatched)
+    assert types[i + 1] == "RuntimeInput" and types[i + 2] == "ToolResult" and len(sent) == 1
     clock_inputs = [ri for ri in gate.record.runtime_inputs if ri["name"] == RECHECK_CLOCK_INPUT]
     assert clock_inputs == [{"sequence_number": i + 2, "kind": "clock", "name": RECHECK_CLOCK_INPUT,
-                             "value": {"subject_id": "test_r18", "now_unix_s": now}}]
+                             "value": {"subject_id": "test_r18", "now_unix_s": 500.0}}]
+
+
+def test_a_withheld_recheck_appends_nothing_however_often_it_is_polled():
+    """Fault model: a caller polls ``release`` on an attempt whose approval expired. Invariant:
+    nothing is sent and the log does not grow (a withhold licenses nothing, so its reading is not
+    recorded)."""
+    store, sent = MemoryStore(), []
+    gate = approved_gate(lambda: 2_000.0, store)
+    reply = lambda i: sent.append(i) or ToolReply("completed", observation_complete=True)   # noqa: E731
+    with pytest.raises(DispatchWithheld, match="expired"):
+        gate.run_tool(PROPOSAL, reply)
+    head = gate.log.head
+    for _ in range(5):
+        with pytest.raises(DispatchWithheld, match="expired"):
+            gate.release("test_r18", reply)
+    assert gate.log.head == head and not sent
+    assert [e.event_type for e in store.read("traj-a")][-1] == "ToolIntent"
+
+
+@pytest.mark.parametrize("reading", [float("nan"), float("inf"), "noon", None, True])
+def test_an_unreadable_clock_withholds_and_appends_nothing(reading):
+    store, sent = MemoryStore(), []
+    gate = approved_gate(lambda: reading, store)
+    with pytest.raises(DispatchWithheld, match="clock returned"):
+        gate.run_tool(PROPOSAL, lambda i: sent.append(i) or ToolReply("completed", observation_complete=True))
+    assert not sent and [e.event_type for e in store.read("traj-a")][-1] == "ToolIntent"
+
+
+def test_crash_positions_place_the_dispatch_after_the_recorded_clock_reading():
+    """Ground truth of table 3 with a recorded reading: the request leaves after the RuntimeInput,
+    so a crash right after it has not dispatched."""
+    store = MemoryStore()
+    gate = approved_gate(lambda: 500.0, store)
+    gate.run_tool(PROPOSAL, lambda i: ToolReply("completed", observation_complete=True))
+    rows = crash_positions(list(store.read("traj-a")), "test_r18")
+    by = {(r.position, r.prefix_complete): r for r in rows}
+    intent_seq = next(e.sequence_number for e in store.read("traj-a") if e.event_type == "ToolIntent")
+    after_intent = by[(f"after ToolIntent (sequence {intent_seq})", True)]
+    after_clock = by[(f"after RuntimeInput (sequence {intent_seq + 1})", True)]
+    dispatch = by[("after dispatch of test_r18 (before evidence)", True)]
+    assert not after_intent.dispatched and not after_clock.dispatched and dispatch.dispatched
+    assert dispatch.after_sequence_number == intent_seq + 1 and all(r.sound for r in rows)
+    assert sum(r.position.startswith("during ToolIntent append") for r in rows) == 4
 
 
 def test_a_recheck_without_approvals_appends_nothing_and_reads_no_clock():
@@ -227,6 +270,9 @@ def test_continuation_admission_appends_through_the_public_method():
 def test_usd_amounts_become_micro_dollars_rounded_half_even():
     assert usd_to_micro(0.1) == 100_000 and usd_to_micro(5) == 5_000_000
     assert usd_to_micro(2.5e-6) == 2 and usd_to_micro(3.5e-6) == 4 and usd_to_micro(1.0000005) == 1_000_000
+    assert usd_to_micro(4e-7, "up") == 1 and usd_to_micro(4e-7, "down") == 0 and usd_to_micro(0.1, "up") == 100_000
+    assert usd_to_micro(1.0000004, "up") == 1_000_001 and usd_to_micro(0.9999996, "down") == 999_999
+    assert usd_to_micro(0.30000000000000004, "up") == 300_001 and usd_to_micro(5, "up") == 5_000_000
     assert micro_to_usd(usd_to_micro(0.30000000000000004)) == 0.3
     for bad in (float("nan"), float("inf"), True, "1"):
         with pytest.raises(ValueError):
@@ -242,6 +288,55 @@ def test_the_fold_refuses_an_amount_the_schema_would_refuse():
     with pytest.raises(FoldError, match="negative"):
         fold_step(rec, ev(bad, 2))
     assert rec.last_sequence_number == 1 and rec.budget.actual_consumption_micro_usd == 0
+
+
+@pytest.mark.parametrize("ceiling, reserve, bounds, admitted", [
+    (1e-6, 0.0, [4e-7] * 5, 1),            # each sub-micro bound holds a whole micro-dollar
+    (0.0, 0.0, [4e-7], 0),                 # nothing fits a zero ceiling
+    (1.0, 0.0, [1.0000004], 0),            # a bound over the ceiling by less than a micro-dollar
+    (1.0, 0.3, [0.7000001], 0),            # ... or over what the finalization reserve leaves
+    (1.0, 0.0, [1.0], 1),                  # exactly the ceiling fits
+])
+def test_sub_micro_dollar_amounts_round_toward_more_liability(ceiling, reserve, bounds, admitted):
+    """Fault model: bounds and charges finer than a micro-dollar (the fold's grain). Invariant: the
+    bounded-liability rule never admits more than the ceiling allows: bounds and the reserve round
+    up, the ceiling down, so rounding can only refuse, never admit, a step the exact rule refuses."""
+    gate = DispatchGate(TrajectoryLog(MemoryStore(), "traj-a", must_survive=FailureDomain.NONE), POLICY)
+    gate.start(TaskStarted(task_id="t", requester="a", objective="o", grant_ids=["g"], budget_ceiling_usd=ceiling,
+                           finalization_reserve_usd=reserve))
+    ok = 0
+    for i, bound in enumerate(bounds):
+        try:
+            gate.run_tool(ToolProposal(f"op{i}", "a1", "run_tests", {}, "g", bound),
+                          lambda intent, b=bound: ToolReply("completed", observation_complete=True, charged_usd=b))
+            ok += 1
+        except AdmissionDenied:
+            pass
+    assert ok == admitted
+    b = gate.record.budget
+    assert b.actual_consumption_micro_usd + b.outstanding_reservations_micro_usd <= b.ceiling_micro_usd
+
+
+def test_a_charge_over_its_reservation_by_a_fraction_of_a_micro_dollar_is_an_overrun():
+    gate = DispatchGate(TrajectoryLog(MemoryStore(), "traj-a", must_survive=FailureDomain.NONE), POLICY)
+    gate.start(TaskStarted(task_id="t", requester="a", objective="o", grant_ids=["g"], budget_ceiling_usd=1.0))
+    gate.run_tool(ToolProposal("op0", "a1", "run_tests", {}, "g", 0.5),
+                  lambda intent: ToolReply("completed", observation_complete=True, charged_usd=0.5000004))
+    assert gate.record.budget.actual_consumption_micro_usd == 500_001
+    with pytest.raises(AdmissionDenied):   # 0.500001 spent + 0.5 would pass the 1.0 ceiling
+        gate.run_tool(ToolProposal("op1", "a1", "run_tests", {}, "g", 0.5),
+                      lambda intent: ToolReply("completed", observation_complete=True))
+
+
+def test_a_usage_report_too_large_to_store_settles_nothing_and_raises_nothing():
+    from kernel_lib.limits import JSON_NUMBER_MAX, USAGE_USD_MAX
+    assert USAGE_USD_MAX <= JSON_NUMBER_MAX
+    gate = DispatchGate(TrajectoryLog(MemoryStore(), "traj-a", must_survive=FailureDomain.NONE), POLICY)
+    gate.start(TaskStarted(task_id="t", requester="a", objective="o", grant_ids=["g"], budget_ceiling_usd=1.0))
+    gate.run_tool(ToolProposal("op0", "a1", "run_tests", {}, "g", 0.5),
+                  lambda intent: ToolReply("completed", observation_complete=True, charged_usd=float(2**53)))
+    assert gate.record.operations["op0"].status == "established"
+    assert [e.event_type for e in gate.log.events()][-1] == "ToolResult"
 
 
 amounts = st.decimals(min_value=0, max_value=1000, places=6, allow_nan=False).map(float)
@@ -278,3 +373,20 @@ def test_reservations_settlements_and_releases_net_to_exactly_zero(plan):
     assert b.actual_consumption_micro_usd == expected
     assert b.available_micro_usd == b.ceiling_micro_usd - expected
     assert TrajectoryRecord.from_dict(rec.to_dict()) == rec == TrajectoryRecord.from_dict(rec.snapshot_state())
+
+
+def test_an_intent_too_large_for_one_event_is_refused_before_anything_is_appended():
+    """Fault model: a model call whose delivered input is larger than one event may be. Invariant:
+    no admission is logged without its intent, so no reservation is left held; the error is typed."""
+    from kernel_lib.core.proposals import ModelCall, ModelReply
+    from kernel_lib.errors import EventTooLargeError
+    from kernel_lib.limits import EVENT_BYTES_MAX
+    store = MemoryStore()
+    gate = DispatchGate(TrajectoryLog(store, "traj-a", must_survive=FailureDomain.NONE),
+                        AdmissionPolicy({"g": {"run_tests", "model-x"}}))
+    gate.start(task())
+    head = gate.log.head
+    call = ModelCall("inv-1", "model-x", "x" * (EVENT_BYTES_MAX + 1), "g", 0.5)
+    with pytest.raises(EventTooLargeError):
+        gate.run_model(call, lambda ctx: ModelReply("complete", "ok"))
+    assert gate.log.head == head and gate.record.budget.outstanding_reservations_micro_usd == 0

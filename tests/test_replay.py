@@ -441,3 +441,45 @@ def test_rerun_match_probability_compounds_per_call_reproduction():
     for bad in ((1.5, 3), (-0.1, 3), (float("nan"), 3), (True, 3), (0.9, -1), (0.9, 2.0)):
         with pytest.raises(ConfigError):
             rerun_match_probability(*bad)
+
+
+def _approved_harness(gate, model, tool, inputs):
+    """One test_r18 attempt held by an approval that expires at t=2000 s and was approved."""
+    from kernel_lib.core.events import ApprovalRequested, ApprovalResolved, TaskStarted
+    from kernel_lib.history.replay import EXAMPLE_GRANT
+    gate.start(TaskStarted(task_id="t", requester="a", objective="o", grant_ids=[EXAMPLE_GRANT],
+                           budget_ceiling_usd=5.0))
+    gate.append(ApprovalRequested(approval_id="ap1", held_operation_id="test_r18", held_attempt_id="attempt1",
+                                  reviewer="bob", expires_unix_s=2_000.0),
+                ApprovalResolved(approval_id="ap1", decision="approved", reviewer="bob"))
+    gate.run_tool(ToolProposal("test_r18", "attempt1", "run_tests", {"snapshot": "ws_r18"}, EXAMPLE_GRANT, 0.5),
+                  tool)
+
+
+def test_replay_judges_an_approval_at_the_recorded_clock_reading():
+    """Fault model: a recording whose dispatch was licensed by an approval that has since expired
+    (the replay runs long after). Invariant: the replayed recheck reads the recorded clock value,
+    so the replay dispatches exactly as the recording did, and a replay that reads the clock more
+    often than the recording is a mismatch."""
+    from kernel_lib.gate.dispatch import DispatchGate
+    from kernel_lib.history.replay import EXAMPLE_TRAJECTORY, example_policy, replay_harness
+    from kernel_lib.log import FailureDomain, MemoryStore, TrajectoryLog
+    store = MemoryStore()
+    gate = DispatchGate(TrajectoryLog(store, EXAMPLE_TRAJECTORY, must_survive=FailureDomain.NONE), example_policy(),
+                        clock=lambda: 1_000.0)
+    _approved_harness(gate, None, lambda intent: ToolReply("completed", observation_complete=True), [])
+    recorded = list(store.read(EXAMPLE_TRAJECTORY))
+    replayed, report = replay_harness(recorded, harness=_approved_harness)
+    assert [e.digest for e in replayed] == [e.digest for e in recorded] and report.complete
+
+    def twice(gate, model, tool, inputs):   # a second approval-held step the recording never ran
+        from kernel_lib.core.events import ApprovalRequested, ApprovalResolved
+        from kernel_lib.history.replay import EXAMPLE_GRANT
+        _approved_harness(gate, model, tool, inputs)
+        gate.append(ApprovalRequested(approval_id="ap2", held_operation_id="lint_r18", held_attempt_id="attempt1",
+                                      reviewer="bob", expires_unix_s=2_000.0),
+                    ApprovalResolved(approval_id="ap2", decision="approved", reviewer="bob"))
+        gate.run_tool(ToolProposal("lint_r18", "attempt1", "run_tests", {"snapshot": "ws_r18"}, EXAMPLE_GRANT, 0.5),
+                      tool)
+    with pytest.raises(ReplayMismatchError, match="clock"):
+        replay_harness(recorded, harness=twice)

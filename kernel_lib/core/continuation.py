@@ -600,7 +600,7 @@ def _check_budget(record: TrajectoryRecord, step: ProposedStep,
     if reusable is not None:
         held = b.reservations[reusable]
         need = consumed + outstanding + reserve   # the held bound is in outstanding
-        if usd_to_micro(step.bound_usd) > held.amount_micro_usd:
+        if usd_to_micro(step.bound_usd, "up") > held.amount_micro_usd:
             return AdmissionCheck("budget", "refuse", f"admitted with a bound of {held.amount_usd:g} USD under "
                                                       f"{reusable}; a bound of {step.bound_usd:g} USD needs a new "
                                                       "attempt id"), None
@@ -614,7 +614,7 @@ def _check_budget(record: TrajectoryRecord, step: ProposedStep,
                 "(usage beyond a bound since the admission)"), None
         return AdmissionCheck("budget", "admit", f"admitted before the crash and never sent: keeps {reusable} "
                                                  f"({held.amount_usd:g} USD) and reserves nothing again"), reusable
-    need = consumed + outstanding + usd_to_micro(step.bound_usd) + reserve
+    need = consumed + outstanding + usd_to_micro(step.bound_usd, "up") + reserve
     figures = (f"consumption {b.actual_consumption_usd:.4f} + outstanding {b.outstanding_reservations_usd:.4f} "
                f"+ bound {step.bound_usd:.4f} + reserve {micro_to_usd(reserve):.4f} = {micro_to_usd(need):.4f} USD "
                f"against the ceiling {b.ceiling_usd:.4f}")

@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from typing import Any, Literal, Sequence
 
 from kernel_lib.errors import ConfigError, KernelError
-from kernel_lib.core.events import ContextBuilt, Event, ToolIntent
+from kernel_lib.core.decisions import RECHECK_CLOCK_INPUT
+from kernel_lib.core.events import ContextBuilt, Event, RuntimeInput, ToolIntent
 from kernel_lib.core.record import TrajectoryRecord, fold_step, initial_record
 
 __all__ = ["Conclusion", "conclude", "CrashPosition", "crash_positions"]
@@ -62,14 +63,38 @@ class CrashPosition:
         return dict(self.__dict__)
 
 
-def _dispatch_after(events: Sequence[Event]) -> dict[str, int]:
-    """For each operation, the sequence number of its intent: dispatch happens right after it."""
+def _intents(events: Sequence[Event]) -> dict[str, int]:
+    """For each operation, the sequence number of its first intent (ToolIntent or ContextBuilt)."""
     out: dict[str, int] = {}
     for ev in events:
         if isinstance(ev.payload, ToolIntent):
             out.setdefault(ev.payload.operation_id, ev.sequence_number)
         elif isinstance(ev.payload, ContextBuilt):
             out.setdefault(ev.payload.invocation_id, ev.sequence_number)
+    return out
+
+
+def _dispatch_after(events: Sequence[Event]) -> dict[str, int]:
+    """For each operation, the event its first dispatch follows: its intent, or the clock reading
+    the dispatch-time recheck recorded for it right after the intent (``RuntimeInput`` named
+    :data:`~kernel_lib.core.decisions.RECHECK_CLOCK_INPUT`), which is logged before the request
+    leaves."""
+    out: dict[str, int] = {}
+    last_of: dict[str, int] = {}
+    for ev in events:
+        p = ev.payload
+        if isinstance(p, ToolIntent):
+            out.setdefault(p.operation_id, ev.sequence_number)
+        elif isinstance(p, ContextBuilt):
+            out.setdefault(p.invocation_id, ev.sequence_number)
+        elif (isinstance(p, RuntimeInput) and p.kind == "clock" and p.name == RECHECK_CLOCK_INPUT
+              and isinstance(p.value, dict)):
+            sid = p.value.get("subject_id")
+            if sid in out and last_of.get(sid) == out[sid]:   # read right after that subject's intent
+                out[sid] = ev.sequence_number
+        sid = getattr(p, "operation_id", None) or getattr(p, "invocation_id", None)
+        if sid is not None:
+            last_of[sid] = ev.sequence_number
     return out
 
 
@@ -103,19 +128,21 @@ def crash_positions(events: Sequence[Event], operation_id: str | None = None,
     events = list(events)
     if not events:
         return []
-    dispatch_after = _dispatch_after(events)
+    intent_at = _intents(events)
+    dispatch_at = _dispatch_after(events)
     if operation_id is None:
         tool_ops = [ev.payload.operation_id for ev in events if isinstance(ev.payload, ToolIntent)]
         if not tool_ops:
             raise KernelError("the trajectory logs no ToolIntent; name the operation to classify (--operation)")
         operation_id = tool_ops[0]
-    elif operation_id not in dispatch_after and not any(
+    elif operation_id not in intent_at and not any(
             getattr(ev.payload, "operation_id", None) == operation_id
             or getattr(ev.payload, "subject_id", None) == operation_id for ev in events):
         raise KernelError(f"operation {operation_id!r} does not occur in the log; operations with an intent: "
-                          f"{sorted(dispatch_after)[:10]}")
-    intents = {seq: op for op, seq in dispatch_after.items()}
-    others = [k for k in dispatch_after if k != operation_id]
+                          f"{sorted(intent_at)[:10]}")
+    intents = {seq: op for op, seq in intent_at.items()}
+    dispatches = {seq: op for op, seq in dispatch_at.items()}
+    others = [k for k in intent_at if k != operation_id]
 
     # conclusions for every surviving prefix length n = 0..N, complete and incomplete
     rec = initial_record(events[0].trajectory_id)
@@ -127,19 +154,19 @@ def crash_positions(events: Sequence[Event], operation_id: str | None = None,
                       for c in (True, False)})
 
     # (label, surviving prefix length n, dispatched?) ; dispatched = the op's request has left
-    op_intent = dispatch_after.get(operation_id)
+    op_dispatch = dispatch_at.get(operation_id)
     positions: list[tuple[str, int, bool]] = [("before the first event", 0, False)]
     for i, ev in enumerate(events, start=1):
-        left = op_intent is not None and i > op_intent   # dispatch of op followed its intent
+        left = op_dispatch is not None and i > op_dispatch   # the op's dispatch followed that event
         if ev.sequence_number in intents:
             positions.append((f"during {ev.event_type} append for {intents[ev.sequence_number]}, "
-                              "acknowledgment lost, intent did not land", i - 1, left and op_intent < i - 1))
+                              "acknowledgment lost, intent did not land", i - 1, left and op_dispatch < i - 1))
             positions.append((f"during {ev.event_type} append for {intents[ev.sequence_number]}, "
                               "acknowledgment lost, intent landed", i, left))
         positions.append((f"after {ev.event_type} (sequence {ev.sequence_number})", i, left))
-        if ev.sequence_number in intents:
-            positions.append((f"after dispatch of {intents[ev.sequence_number]} (before evidence)", i,
-                              op_intent is not None and i >= op_intent))
+        if ev.sequence_number in dispatches:
+            positions.append((f"after dispatch of {dispatches[ev.sequence_number]} (before evidence)", i,
+                              op_dispatch is not None and i >= op_dispatch))
     out: list[CrashPosition] = []
     for label, n, dispatched in positions:
         for complete in (True, False):

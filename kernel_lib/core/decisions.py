@@ -172,7 +172,7 @@ def decide_admission(record: TrajectoryRecord, policy: AdmissionPolicy, *, subje
             return Denial(f"{subject_id}: a new attempt must repeat the recorded operation (same tool, "
                           "arguments and input); a different request is a different operation id")
     b = rec.budget
-    bound = usd_to_micro(bound_usd)
+    bound = usd_to_micro(bound_usd, "up")
     reserve = 0 if finalization else b.finalization_reserve_micro_usd   # finalization work may use the reserve
     rid = reservation_id(subject_id, attempt_id)
     held = b.reservations.get(rid)

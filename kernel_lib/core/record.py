@@ -33,7 +33,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Iterable, Literal, Sequence
 
 from kernel_lib.errors import FoldError, RecordFormatError
-from kernel_lib.core.money import micro_to_usd, usd_to_micro
+from kernel_lib.core.money import Rounding, micro_to_usd, usd_to_micro
 from kernel_lib.core.events import (
     REDUCER_VERSION,
     ApprovalRequested,
@@ -634,12 +634,13 @@ def fold_step(rec: TrajectoryRecord, ev: Event) -> TrajectoryRecord:
     return rec
 
 
-def _amount(ev: Event, name: str, amount_usd: Any) -> int:
-    """An event's USD amount as integer micro-dollars; FoldError (before anything changes) if it
-    is not a finite number >= 0 (the schema refuses those; an event built around the schema
+def _amount(ev: Event, name: str, amount_usd: Any, rounding: Rounding) -> int:
+    """An event's USD amount as integer micro-dollars, a finer amount rounded in the safe
+    direction ``rounding`` (:mod:`kernel_lib.core.money`); FoldError (before anything changes) if
+    it is not a finite number >= 0 (the schema refuses those; an event built around the schema
     could still carry one)."""
     try:
-        micro = usd_to_micro(amount_usd)
+        micro = usd_to_micro(amount_usd, rounding)
     except ValueError as exc:
         raise FoldError(f"event {ev.event_id} ({ev.event_type}): {name}: {exc}") from None
     if micro < 0 or amount_usd < 0:
@@ -650,8 +651,8 @@ def _amount(ev: Event, name: str, amount_usd: Any) -> int:
 def _task_started(rec: TrajectoryRecord, ev: Event, p: TaskStarted) -> None:
     if rec.task is not None:
         raise FoldError(f"event {ev.event_id}: a second TaskStarted (the task started at an earlier event)")
-    ceiling = _amount(ev, "budget_ceiling_usd", p.budget_ceiling_usd)
-    reserve = _amount(ev, "finalization_reserve_usd", p.finalization_reserve_usd)
+    ceiling = _amount(ev, "budget_ceiling_usd", p.budget_ceiling_usd, "down")
+    reserve = _amount(ev, "finalization_reserve_usd", p.finalization_reserve_usd, "up")
     rec.task = p.model_dump(mode="json")
     rec.control_state = "RUNNING"
     rec.budget.ceiling_micro_usd = ceiling
@@ -701,7 +702,7 @@ def _budget_reserved(rec: TrajectoryRecord, ev: Event, p: BudgetReserved) -> Non
         raise FoldError(f"event {ev.event_id}: reservation {p.reservation_id} already exists; a reservation "
                         "is never replaced (that would change the liability it holds)")
     rec.budget.reservations[p.reservation_id] = Reservation(p.reservation_id, p.subject_id,
-                                                            _amount(ev, "amount_usd", p.amount_usd))
+                                                            _amount(ev, "amount_usd", p.amount_usd, "up"))
     op = rec.operations.get(p.subject_id)
     if op is not None:
         op.reservation_id = p.reservation_id
@@ -711,7 +712,7 @@ def _budget_reserved(rec: TrajectoryRecord, ev: Event, p: BudgetReserved) -> Non
 
 
 def _budget_settled(rec: TrajectoryRecord, ev: Event, p: BudgetSettled) -> None:
-    actual = _amount(ev, "actual_usd", p.actual_usd)
+    actual = _amount(ev, "actual_usd", p.actual_usd, "up")
     r = rec.budget.reservations.get(p.reservation_id)
     if r is None:   # usage evidence without a reservation: count it, hold nothing
         rec.budget.actual_consumption_micro_usd += actual

@@ -36,6 +36,8 @@ module re-exports them.
 
 from __future__ import annotations
 
+import math
+
 import time
 from typing import Callable
 
@@ -68,6 +70,7 @@ from kernel_lib.core.proposals import (
     reservation_id,
 )
 from kernel_lib.core.record import TERMINAL_STATES, TrajectoryRecord, fold, fold_step, initial_record
+from kernel_lib.log.base import check_events
 from kernel_lib.log.trajectory import TrajectoryLog
 
 __all__ = [
@@ -178,6 +181,12 @@ class DispatchGate:
             if decision.payloads:
                 self.append(*decision.payloads)
             raise AdmissionDenied(decision.reason)
+        # every event of the admission must be storable before the first is appended: an intent
+        # too large for one event (a huge delivered input) is refused here, with no reservation
+        # left held by an admission that can never reach its intent
+        # (the intent is the one that can be large: it alone is encoded ahead)
+        intents = [(i, p) for i, p in enumerate(decision.payloads) if isinstance(p, (ToolIntent, ContextBuilt))]
+        check_events(self.log.stamp(p, self.log.head + i + 1) for i, p in intents)
         if self.coalesce_admission:
             return self.append(*decision.payloads)
         out: list[Event] = []
@@ -188,15 +197,19 @@ class DispatchGate:
     def _recheck(self, subject_id: str, admitted_control_epoch: int) -> None:
         fence = self.log.store.fence(self.log.trajectory_id)
         now = None
-        if recheck_reads_clock(self.record, subject_id, admitted_control_epoch) and fence <= self.log.owner_epoch:
-            # the decision compares an approval's expiry with the clock: record the reading first.
-            # (A writer that lost the fence can append nothing, and it withholds whatever the
-            # clock says, so it decides without a reading.)
+        withhold = None
+        reads_clock = recheck_reads_clock(self.record, subject_id, admitted_control_epoch)
+        if reads_clock and fence <= self.log.owner_epoch:
+            # the decision compares an approval's expiry with the clock (a writer that lost the
+            # fence withholds whatever the clock says, so it decides without a reading)
             now = self.clock()
-            self.append(RuntimeInput(kind="clock", name=RECHECK_CLOCK_INPUT,
-                                     value={"subject_id": subject_id, "now_unix_s": now}))
-        withhold = decide_recheck(self.record, subject_id=subject_id, admitted_control_epoch=admitted_control_epoch,
-                                  fence=fence, owner_epoch=self.log.owner_epoch, now_unix_s=now)
+            if isinstance(now, bool) or not isinstance(now, (int, float)) or not math.isfinite(now):
+                withhold = Withhold(subject_id, f"the clock returned {now!r:.60}, not a finite number of seconds: "
+                                                "an unreadable clock does not license a dispatch")
+        if withhold is None:
+            withhold = decide_recheck(self.record, subject_id=subject_id,
+                                      admitted_control_epoch=admitted_control_epoch, fence=fence,
+                                      owner_epoch=self.log.owner_epoch, now_unix_s=now)
         if withhold is None and self.fence_check is not None:
             try:
                 why = self.fence_check(self.log.trajectory_id, self.log.owner_epoch)
@@ -206,6 +219,12 @@ class DispatchGate:
                 withhold = Withhold(subject_id, why)
         if withhold is not None:
             raise DispatchWithheld(withhold.message)
+        if now is not None:
+            # the reading that licensed this dispatch is recorded before anything leaves, so a
+            # replay serves the same value (a withheld recheck appends nothing: polling a
+            # withheld attempt does not grow the log)
+            self.append(RuntimeInput(kind="clock", name=RECHECK_CLOCK_INPUT,
+                                     value={"subject_id": subject_id, "now_unix_s": now}))
         self.on_position("after:recheck", None)
 
     # --- tool calls --------------------------------------------------------------------------------

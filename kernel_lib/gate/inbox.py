@@ -64,6 +64,7 @@ from kernel_lib._support.sqlite import Layout, close_quietly, open_database, sta
 from kernel_lib.gate.dispatch import reservation_id as _reservation_id
 from kernel_lib.errors import ConfigError, FoldError, InboxConflictError, InboxError, InboxRecordError, KernelError
 from kernel_lib.core.events import BudgetSettled, Payload, ToolResult
+from kernel_lib.core.money import micro_to_usd, usd_to_micro
 from kernel_lib.limits import USAGE_USD_MAX
 from kernel_lib.errors import EvidenceSignatureError
 from kernel_lib.gate.evidence import load_public_key, signing_bytes, verify_completion
@@ -389,13 +390,13 @@ class ResultInbox:
                             f"{rec.last_sequence_number}: fold the log again (or reopen the handle) and retry")
         log.control_epoch = max(log.control_epoch, rec.control_epoch)
         in_log: set[str] = set()
-        settled: dict[str, float] = {}
+        settled: dict[str, int] = {}   # micro-dollars settled per reservation, as the fold counts them
         for ev in events:
             p = ev.payload
             if isinstance(p, ToolResult) and p.evidence and "signature_ed25519" in p.evidence:
                 in_log.add(p.evidence["signature_ed25519"])
             elif isinstance(p, BudgetSettled):
-                settled[p.reservation_id] = settled.get(p.reservation_id, 0.0) + p.actual_usd
+                settled[p.reservation_id] = settled.get(p.reservation_id, 0) + usd_to_micro(p.actual_usd, "up")
         report = IngestReport(record=rec)
         groups: dict[tuple[str, str], list[InboxEntry]] = {}
         for e in self.entries(log.trajectory_id):
@@ -406,7 +407,7 @@ class ResultInbox:
         return report
 
     def _ingest_one(self, log: TrajectoryLog, rec: TrajectoryRecord, op_id: str, att_id: str,
-                    group: list[InboxEntry], in_log: set[str], settled: dict[str, float]) -> IngestOutcome:
+                    group: list[InboxEntry], in_log: set[str], settled: dict[str, int]) -> IngestOutcome:
         good: list[InboxEntry] = []
         reasons = []
         for e in group:
@@ -475,12 +476,14 @@ class ResultInbox:
                 and len(op.attempts) <= 1:
             res_id = op.reservation_id   # an intent that names its own reservation (one attempt)
         res = rec.budget.reservations.get(res_id)
-        delta = 0.0
+        delta_micro = 0
         charged = r.get("charged_usd")
         if _usage(charged) and not (res is not None and res.released):
-            delta = max(float(charged) - settled.get(res_id, 0.0), 0.0)
-            if delta > 0 or (established and res is not None):
-                payloads.append(BudgetSettled(reservation_id=res_id, subject_id=op_id, actual_usd=delta,
+            # what the log has not settled yet, in the fold's micro-dollars (exact, no float residue)
+            delta_micro = max(usd_to_micro(float(charged), "up") - settled.get(res_id, 0), 0)
+            if delta_micro > 0 or (established and res is not None):
+                payloads.append(BudgetSettled(reservation_id=res_id, subject_id=op_id,
+                                              actual_usd=micro_to_usd(delta_micro),
                                               final=established,
                                               evidence=f"inbox:{r['status']}:{chosen.record_sha256}"))
         # fold what would be appended onto a copy of the record first: an append must never make
@@ -497,10 +500,10 @@ class ResultInbox:
         log.control_epoch = max(log.control_epoch, rec.control_epoch)
         in_log.add(r["signature"])
         if len(payloads) > 1:
-            settled[res_id] = settled.get(res_id, 0.0) + delta
+            settled[res_id] = settled.get(res_id, 0) + delta_micro
         now = rec.operations[op_id].attempts[att_id]
         return IngestOutcome(op_id, att_id, "established" if now.established else "in_doubt", r["status"],
-                             settled_usd=delta if len(payloads) > 1 else 0.0,
+                             settled_usd=micro_to_usd(delta_micro) if len(payloads) > 1 else 0.0,
                              reason="" if now.established else
                              f"a {r['status']} record does not settle the operation; it stays in doubt")
 

@@ -44,6 +44,7 @@ from typing import Any, Iterator, Sequence
 
 import rfc8785
 
+from kernel_lib.core.decisions import RECHECK_CLOCK_INPUT
 from kernel_lib.gate.dispatch import ModelReply, ToolReply
 from kernel_lib.errors import ConfigError, KernelError, LiveCallDuringReplayError, ReplayMismatchError
 from kernel_lib.core.events import (
@@ -53,6 +54,7 @@ from kernel_lib.core.events import (
     ControlChanged,
     Event,
     ModelReplied,
+    RuntimeInput,
     ToolIntent,
     ToolResult,
 )
@@ -164,6 +166,8 @@ class ReplayAdapter:
         self._recorded: dict[tuple[str, str], _Recorded] = {}
         self._order: list[tuple[str, str]] = []
         self._inputs: list[ExternalInput] = []
+        self._clock_readings: list[tuple[int, Any]] = []   # (position, now_unix_s) the recheck recorded
+        self._clock_served = 0
         early: set[tuple[str, str]] = set()   # replies seen before their request
         usage: dict[int, float] = {}          # sequence number of a reply/result -> usage logged after it
         last: dict[str, int] = {}             # subject -> sequence number of its latest reply/result
@@ -211,6 +215,9 @@ class ReplayAdapter:
                     usage[at] = p.actual_usd
             elif isinstance(p, (ControlChanged, ApprovalResolved)):
                 self._inputs.append(ExternalInput(ev))
+            elif (isinstance(p, RuntimeInput) and p.kind == "clock" and p.name == RECHECK_CLOCK_INPUT
+                  and isinstance(p.value, dict)):
+                self._clock_readings.append((ev.sequence_number, p.value.get("now_unix_s")))
         self._inputs = [ExternalInput(x.event, usage.get(x.event.sequence_number)) for x in self._inputs]
         self._usage = usage
         self._next = 0
@@ -287,6 +294,23 @@ class ReplayAdapter:
         return ToolReply(status=r.status, job_handle=r.job_handle, outcome=r.outcome,
                          observation_complete=r.observation_complete, evidence=r.evidence,
                          charged_usd=self._usage.get(rec.reply_sequence))
+
+    def clock(self) -> float:
+        """The dispatch gate's clock during a replay: each call serves the next reading the
+        recorded run's dispatch-time recheck logged (``RuntimeInput`` named
+        :data:`~kernel_lib.core.decisions.RECHECK_CLOCK_INPUT`), so an approval's expiry is judged
+        at the recorded time, not now.
+
+        Raises: ReplayMismatchError: the replayed harness reads the clock more often than the
+        recorded run did (its control flow diverged)."""
+        if self._clock_served >= len(self._clock_readings):
+            raise ReplayMismatchError(
+                f"the replayed run read the dispatch-time clock {self._clock_served + 1} time(s); the recording "
+                f"holds {len(self._clock_readings)} reading(s): its recheck took another path",
+                kind="clock", key=RECHECK_CLOCK_INPUT, expected=None, actual={"reading": self._clock_served + 1})
+        _position, now = self._clock_readings[self._clock_served]
+        self._clock_served += 1
+        return now
 
     def external_inputs(self) -> list[ExternalInput]:
         """Control events, approval decisions and late results, in their logged order: the inputs
@@ -465,7 +489,8 @@ def replay_harness(events: Sequence[Event], harness=worksheet_harness,
     adapter = ReplayAdapter(events)
     store = MemoryStore()
     traj = events[0].trajectory_id if events else EXAMPLE_TRAJECTORY
-    gate = DispatchGate(TrajectoryLog(store, traj, must_survive=FailureDomain.NONE), example_policy())
+    gate = DispatchGate(TrajectoryLog(store, traj, must_survive=FailureDomain.NONE), example_policy(),
+                        clock=adapter.clock)
     with sealed():
         harness(gate, adapter.model, adapter.tool, adapter.external_inputs(), **harness_kw)
     return list(store.read(traj)), adapter.finish()

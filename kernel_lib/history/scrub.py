@@ -50,30 +50,14 @@ def view_of(rec: TrajectoryRecord, position: int) -> dict[str, Any]:
             "control_state": rec.control_state}
 
 
-_EPS = 1e-9
-
-
-def _usd(x: float) -> float:
-    return round(x, 9)
-
-
 def _budget_view(rec: TrajectoryRecord) -> dict[str, Any]:
-    """``rec.to_dict()["budget"]``, computed in one pass (same float operations, same order)."""
+    """``rec.to_dict()["budget"]`` without the rest of ``to_dict``: the record's own budget view,
+    with the same derived figures (computed from its integer micro-dollars)."""
     b = rec.budget
-    reservations, outstanding, overruns = {}, {}, {}
-    held = 0
-    for k, r in b.reservations.items():
-        reservations[k] = {"reservation_id": r.reservation_id, "subject_id": r.subject_id,
-                           "amount_usd": r.amount_usd, "settled_usd": r.settled_usd, "released": r.released}
-        o = 0.0 if r.released else max(r.amount_usd - r.settled_usd, 0.0)
-        held += o
-        if o > _EPS:
-            outstanding[k] = _usd(o)
-        over = max(r.settled_usd - r.amount_usd, 0.0)
-        if over > _EPS:
-            overruns[k] = _usd(over)
-    available = b.ceiling_usd - b.actual_consumption_usd - held - b.finalization_reserve_usd
-    return {"ceiling_usd": b.ceiling_usd, "finalization_reserve_usd": b.finalization_reserve_usd,
-            "actual_consumption_usd": _usd(b.actual_consumption_usd), "reservations": reservations,
-            "outstanding_reservations_usd": _usd(held), "available_usd": _usd(available),
-            "outstanding_reservations": outstanding, "overruns": overruns}
+    d = b.usd_dict()
+    d["outstanding_reservations_usd"] = round(b.outstanding_reservations_usd, 9)
+    d["available_usd"] = round(b.available_usd, 9)
+    d["actual_consumption_usd"] = round(b.actual_consumption_usd, 9)
+    d["outstanding_reservations"] = {k: round(v, 9) for k, v in b.outstanding_reservations.items()}
+    d["overruns"] = {k: round(r.overrun_usd, 9) for k, r in b.reservations.items() if r.overrun_micro_usd > 0}
+    return d

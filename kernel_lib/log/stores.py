@@ -75,4 +75,8 @@ def open_store(kind: str = "sqlite", path: str | os.PathLike | None = None, *, r
     opener = _provided_opener(kind) if isinstance(kind, str) else None
     if opener is not None:     # e.g. etcd: path holds the members' client URLs, comma-separated
         return opener(path, read_only=read_only, **kw)
+    if kind in STORE_KINDS:   # a kind a higher layer provides, not registered in this process
+        raise StoreError(f"store kind {kind!r} is provided by kernel_lib.quorum, which is not registered here: "
+                         "install the package (pip install -e .; its entry points register the kind) or "
+                         "import kernel_lib.quorum before opening the store")
     raise StoreError(f"unknown store kind {kind!r}; choose one of {list(STORE_KINDS)}")
