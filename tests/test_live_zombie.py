@@ -92,3 +92,15 @@ def test_zombie_refuses_the_segment_store_and_bad_input(tmp_path):
     r = subprocess.run([sys.executable, "-m", "kernel_lib", "worksheet", "--zombie", "--store", "segment"],
                        capture_output=True, text=True, timeout=60, check=False)
     assert r.returncode == 2 and "one opener" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_the_takeover_owner_is_the_one_the_coordinator_granted(tmp_path):
+    """Fault model: the report names who took over. Invariant: the name comes from the grant the
+    replacement received (the coordinator's history), not from a fixed label."""
+    from kernel_lib.live.controller import run_zombie
+    r = run_zombie(workdir=tmp_path, test_delay_s=2.0, lease_ttl_s=1.0, takeover_owner_id="replacement-7")
+    assert r["ok"], r["checks"]
+    granted = [g for g in r["epochs"]["grants"] if g["owner_epoch"] == r["takeover"]["owner_epoch"]]
+    assert granted and granted[0]["owner_id"] == "replacement-7" == r["takeover"]["owner_id"]
+    with pytest.raises(ConfigError):
+        run_zombie(workdir=tmp_path, takeover_owner_id="")

@@ -644,15 +644,17 @@ def test_placement_demo_refuses_a_bad_append_count(bad):
         placement_demo(0, members=1, appends=bad)
 
 
-def test_demo_arguments_are_typed_errors_and_the_cli_says_so():
+def test_demo_arguments_are_typed_errors_and_the_cli_says_so(tmp_path, monkeypatch):
     from kernel_lib.quorum.demo import placement_demo, quorum_demo
     for bad in (0, True, 1001, "3"):
         with pytest.raises(ConfigError):
             quorum_demo(per_phase=bad)
-    before = set(Path(tempfile.gettempdir()).glob("kl-etcd-*"))
+    # the demo's cluster folder goes to this test's own temporary folder, so that another etcd
+    # cluster on the machine (another test run, a notebook) cannot make the check below fail
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     with pytest.raises(ConfigError):          # checked late (after the start), but typed and cleaned up
         quorum_demo(per_phase=1, timeout_s=-1)
-    assert set(Path(tempfile.gettempdir()).glob("kl-etcd-*")) - before == set()
+    assert list(tmp_path.glob("kl-etcd-*")) == []
     for k in (-1, 4, True):
         with pytest.raises(ConfigError):
             placement_demo(k)

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from kernel_lib._support import workdirs
+from kernel_lib._support.checks import check_id
 from kernel_lib._support.procs import kill_group, port_accepts, process_state  # noqa: F401
 from kernel_lib._support.workdirs import OWNER_FILE  # noqa: F401
 from kernel_lib.errors import ConfigError
@@ -374,7 +375,8 @@ def _wait_for_lapse(coord) -> bool:
 
 def run_zombie(store_kind: str = "sqlite", workdir: str | os.PathLike | None = None, seed: int = 0,
                test_delay_s: float = 3.0, *, lease_ttl_s: float | None = None, usd_per_s: float = 0.01,
-               reconcile_timeout_s: float = 60.0, step_timeout_s: float = 60.0) -> dict[str, Any]:
+               reconcile_timeout_s: float = 60.0, step_timeout_s: float = 60.0,
+               takeover_owner_id: str = "worker-new") -> dict[str, Any]:
     """Run the zombie handoff of §11.5.1 once, with real processes and real signals.
 
     1. A worker takes a lease (owner_epoch 1) from an SQLite ownership coordinator, runs the
@@ -399,6 +401,8 @@ def run_zombie(store_kind: str = "sqlite", workdir: str | os.PathLike | None = N
         lease_ttl_s: the old worker's lease term (seconds, 0.2..60; default 1.0, or 3.0 on etcd,
             whose lease TTLs are whole seconds).
         usd_per_s, reconcile_timeout_s, step_timeout_s: as :func:`run_worksheet`.
+        takeover_owner_id: the replacement's claimant id at the coordinator; the report's
+            ``takeover.owner_id`` is the owner the coordinator's grant names.
 
     Returns:
         ``{epochs, stall, takeover, resume, rejections, lease_after_resume, preserved, log,
@@ -409,6 +413,7 @@ def run_zombie(store_kind: str = "sqlite", workdir: str | os.PathLike | None = N
         ConfigError: a bad argument (or ``store_kind="segment"``). LiveProcessError: a process
         failed or timed out (everything is still torn down).
     """
+    takeover_owner_id = check_id("takeover_owner_id", takeover_owner_id)
     from kernel_lib.log import open_store
     from kernel_lib.core.record import fold, initial_record
 
@@ -445,7 +450,7 @@ def run_zombie(store_kind: str = "sqlite", workdir: str | os.PathLike | None = N
 
         out = run_replacement(store_kind=store_kind, store_path=store_path, ready=ready, seed=seed, reconcile=True,
                               reconcile_timeout_s=reconcile_timeout_s, step_timeout_s=step_timeout_s, env=env,
-                              extra_args=["--coordinator", str(coord_path), "--owner-id", "worker-new",
+                              extra_args=["--coordinator", str(coord_path), "--owner-id", takeover_owner_id,
                                           "--lease-ttl-s", "300"], snapshot=snap, restore_root=work)
         os.kill(old.pid, signal.SIGCONT)
         try:
@@ -483,7 +488,7 @@ def run_zombie(store_kind: str = "sqlite", workdir: str | os.PathLike | None = N
                            "executor_status_at_stall": at_stall.get("status"),
                            "job_handle": at_stall.get("job_handle"), "lease_lapsed_before_takeover": lapsed,
                            "stalled_s": round(zombie["resumed_at_s"] - zombie["stalled_at_s"], 3)}
-        result["takeover"] = {"owner_id": "worker-new", "owner_epoch": new_epoch,
+        result["takeover"] = {"owner_id": ownership.get("lease", {}).get("owner_id"), "owner_epoch": new_epoch,
                               "waited_for_lease_s": ownership.get("waited_for_lease_s"),
                               "log_fence_installed": ownership.get("log_fence"),
                               "executor_fence": ownership.get("executor_fence"),
