@@ -390,3 +390,13 @@ def test_an_intent_too_large_for_one_event_is_refused_before_anything_is_appende
     with pytest.raises(EventTooLargeError):
         gate.run_model(call, lambda ctx: ModelReply("complete", "ok"))
     assert gate.log.head == head and gate.record.budget.outstanding_reservations_micro_usd == 0
+
+
+def test_the_log_appends_an_event_it_stamped_and_refuses_one_stamped_for_another_position():
+    from kernel_lib.errors import ConfigError
+    log = TrajectoryLog(MemoryStore(), "traj-a", must_survive=FailureDomain.NONE)
+    first = log.stamp(task(), 1)
+    assert log.append_many([first]) == [first] and log.head == 1
+    with pytest.raises(ConfigError, match="next position"):
+        log.append_many([log.stamp(task(), 3)])
+    assert log.head == 1 and [e.sequence_number for e in log.events()] == [1]

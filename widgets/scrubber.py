@@ -20,7 +20,6 @@ import traitlets
 
 from kernel_lib.checkpoint.index import CheckpointIndex
 from kernel_lib.core.events import Event
-from kernel_lib.core.record import TrajectoryRecord, fold, initial_record  # noqa: F401
 from kernel_lib.history.scrub import record_view, view_of  # noqa: F401  (the kernel computes the view)
 from widgets._base import KernelWidget
 

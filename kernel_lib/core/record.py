@@ -214,6 +214,17 @@ class Budget:
                 "actual_consumption_usd": self.actual_consumption_usd,
                 "reservations": {k: r.usd_dict() for k, r in self.reservations.items()}}
 
+    def view(self) -> dict[str, Any]:
+        """The budget as :meth:`TrajectoryRecord.to_dict` shows it: the stored figures plus the
+        derived ones (outstanding, available, overruns), in USD rounded to 1e-9."""
+        d = self.usd_dict()
+        d["outstanding_reservations_usd"] = _usd(self.outstanding_reservations_usd)
+        d["available_usd"] = _usd(self.available_usd)
+        d["actual_consumption_usd"] = _usd(self.actual_consumption_usd)
+        d["outstanding_reservations"] = {k: _usd(v) for k, v in self.outstanding_reservations.items()}
+        d["overruns"] = {k: _usd(r.overrun_usd) for k, r in self.reservations.items() if r.overrun_micro_usd > 0}
+        return d
+
 
 @dataclass
 class Approval:
@@ -307,17 +318,12 @@ class TrajectoryRecord:
         rounded to 1e-9 USD."""
         b = self.budget
         d = asdict(dataclasses.replace(self, budget=Budget()))
-        d["budget"] = b.usd_dict()
-        d["budget"]["outstanding_reservations_usd"] = _usd(b.outstanding_reservations_usd)
-        d["budget"]["available_usd"] = _usd(b.available_usd)
-        d["budget"]["actual_consumption_usd"] = _usd(b.actual_consumption_usd)
-        d["budget"]["outstanding_reservations"] = {k: _usd(v) for k, v in b.outstanding_reservations.items()}
+        d["budget"] = b.view()
         for k, op in self.operations.items():
             d["operations"][k]["attempt_id"] = op.current_attempt_id
             d["operations"][k]["job_handle"] = op.job_handle
         d["in_doubt"] = self.in_doubt()
         d["attempts_in_doubt"] = [list(x) for x in self.attempts_in_doubt()]
-        d["budget"]["overruns"] = {k: _usd(r.overrun_usd) for k, r in b.reservations.items() if r.overrun_micro_usd > 0}
         return d
 
     def state_dict(self) -> dict[str, Any]:

@@ -122,9 +122,10 @@ class DispatchGate:
         log.control_epoch = max(log.control_epoch, self.record.control_epoch)
 
     # --- appends ---------------------------------------------------------------------------------
-    def append(self, *payloads: Payload) -> list[Event]:
+    def append(self, *payloads: Payload | Event) -> list[Event]:
         """Append ``payloads`` as one batch (one acknowledgment at the log's tier), fold them into
-        :attr:`record`, then report each as ``after:<EventType>`` to ``on_position``.
+        :attr:`record`, then report each as ``after:<EventType>`` to ``on_position``. A member may
+        be an event the log already stamped for its position (see :meth:`TrajectoryLog.append_many`).
 
         Returns the appended events. The whole batch is folded before any callback runs, so a
         callback that appends more sees a current record.
@@ -183,15 +184,17 @@ class DispatchGate:
             raise AdmissionDenied(decision.reason)
         # every event of the admission must be storable before the first is appended: an intent
         # too large for one event (a huge delivered input) is refused here, with no reservation
-        # left held by an admission that can never reach its intent
-        # (the intent is the one that can be large: it alone is encoded ahead)
-        intents = [(i, p) for i, p in enumerate(decision.payloads) if isinstance(p, (ToolIntent, ContextBuilt))]
-        check_events(self.log.stamp(p, self.log.head + i + 1) for i, p in intents)
+        # left held by an admission that can never reach its intent. The intent (the one event
+        # that can be large) is stamped ahead once, checked, and appended as stamped.
+        items: list[Payload | Event] = [
+            self.log.stamp(p, self.log.head + i + 1) if isinstance(p, (ToolIntent, ContextBuilt)) else p
+            for i, p in enumerate(decision.payloads)]
+        check_events(x for x in items if isinstance(x, Event))
         if self.coalesce_admission:
-            return self.append(*decision.payloads)
+            return self.append(*items)
         out: list[Event] = []
-        for p in decision.payloads:
-            out += self.append(p)
+        for item in items:
+            out += self.append(item)
         return out
 
     def _recheck(self, subject_id: str, admitted_control_epoch: int) -> None:

@@ -46,18 +46,5 @@ def view_of(rec: TrajectoryRecord, position: int) -> dict[str, Any]:
             if a.intent_sequence is not None and not a.established:
                 attempts_in_doubt.append([k, a.attempt_id])
     return {"position": position, "operations": ops, "in_doubt": in_doubt,
-            "attempts_in_doubt": attempts_in_doubt, "budget": _budget_view(rec),
+            "attempts_in_doubt": attempts_in_doubt, "budget": rec.budget.view(),
             "control_state": rec.control_state}
-
-
-def _budget_view(rec: TrajectoryRecord) -> dict[str, Any]:
-    """``rec.to_dict()["budget"]`` without the rest of ``to_dict``: the record's own budget view,
-    with the same derived figures (computed from its integer micro-dollars)."""
-    b = rec.budget
-    d = b.usd_dict()
-    d["outstanding_reservations_usd"] = round(b.outstanding_reservations_usd, 9)
-    d["available_usd"] = round(b.available_usd, 9)
-    d["actual_consumption_usd"] = round(b.actual_consumption_usd, 9)
-    d["outstanding_reservations"] = {k: round(v, 9) for k, v in b.outstanding_reservations.items()}
-    d["overruns"] = {k: round(r.overrun_usd, 9) for k, r in b.reservations.items() if r.overrun_micro_usd > 0}
-    return d

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Callable, Iterator, Sequence
 
-from kernel_lib.errors import CorruptLogError, StoreError
+from kernel_lib.errors import ConfigError, CorruptLogError, StoreError
 from kernel_lib.core.events import Event, Payload, Provenance
 from kernel_lib.log.base import AckTier, FailureDomain, LogStore, choose_tier
 from kernel_lib.log.group_commit import GroupCommitter
@@ -84,8 +84,13 @@ class TrajectoryLog:
         """Append one payload and return its event once durable at :attr:`tier`."""
         return self.append_many([payload], event_ids=[event_id])[0]
 
-    def append_many(self, payloads: Sequence[Payload], *, event_ids: Sequence[str | None] | None = None) -> list[Event]:
+    def append_many(self, payloads: Sequence[Payload | Event], *,
+                    event_ids: Sequence[str | None] | None = None) -> list[Event]:
         """Append several payloads with one acknowledgment (a logical batch, §11.2.2).
+
+        A member may also be an :class:`Event` this log already stamped (:meth:`stamp`) for the
+        position it will take, so that a caller who had to encode an event ahead (to check its
+        size) does not encode it twice; any other Event is refused with ConfigError.
 
         Returns the events once all are durable at :attr:`tier`. Raises the store's error for the
         first event refused (the store's contract: gap, conflicting duplicate, stale owner;
@@ -94,7 +99,7 @@ class TrajectoryLog:
         was stamped with. Afterwards :attr:`head` is the last returned event's sequence number.
         """
         ids = list(event_ids) if event_ids is not None else [None] * len(payloads)
-        events = [self.stamp(p, self._head + i + 1, event_id=ids[i]) for i, p in enumerate(payloads)]
+        events = [self._stamped(p, self._head + i + 1, ids[i]) for i, p in enumerate(payloads)]
         if self._committer is not None:
             outcomes = [ack.outcome for ack in self._committer.append_many(events)]
         else:
@@ -109,6 +114,16 @@ class TrajectoryLog:
         self._head += len(events)
         assert not events or self._head == events[-1].sequence_number, (self._head, events[-1].sequence_number)
         return events
+
+    def _stamped(self, item: Payload | Event, sequence_number: int, event_id: str | None) -> Event:
+        if not isinstance(item, Event):
+            return self.stamp(item, sequence_number, event_id=event_id)
+        if (item.trajectory_id, item.sequence_number, item.owner_epoch) != (
+                self.trajectory_id, sequence_number, self.owner_epoch):
+            raise ConfigError(f"event {item.event_id} is stamped for {item.trajectory_id!r} #{item.sequence_number} "
+                              f"(owner_epoch {item.owner_epoch}), not for this log's next position "
+                              f"{self.trajectory_id!r} #{sequence_number} (owner_epoch {self.owner_epoch})")
+        return item
 
     def events(self, start: int = 1, stop: int | None = None) -> Iterator[Event]:
         """Read this trajectory's events back from the store."""
