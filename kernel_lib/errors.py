@@ -44,6 +44,7 @@ that are retryable)::
                 SequenceGapError
                 ConflictingDuplicateError
                 StaleOwnerError
+                LogNotFoundError
                 CorruptLogError
                 StoreFailedError
                 StoreClosedError
@@ -65,6 +66,7 @@ that are retryable)::
                 FailureDataError
             CheckpointError
             UnrecoverableStateError
+                CheckpointRetiredError
             OwnershipError
                 LeaseHeldError  [retryable]
                     LeaseWaitTimeoutError  [retryable]
@@ -72,6 +74,7 @@ that are retryable)::
                 CoordinatorUnavailableError  [retryable]
                 FencedRequestError
                 ReconstructionUnavailableError
+                    LogTruncatedError
             InboxError
                 InboxRecordError  (also ValueError)
                 InboxConflictError
@@ -80,6 +83,7 @@ that are retryable)::
                 PayloadAccessError
                 CompactionRefusedError
             ReplayMismatchError
+                ReplayInputMismatchError
             LiveCallDuringReplayError
             ImportFormatError  (also ValueError)
             UnknownImportFormatError  (also ValueError)
@@ -92,6 +96,7 @@ that are retryable)::
                 SessionStateError
                     UnrecoveredRunError
                     NoWorkerRunningError
+                UnknownCrashPointError  (also ConfigError)
         Refusal
             AdmissionDenied
             DispatchWithheld
@@ -111,17 +116,21 @@ __all__ = [
     "KernelException", "KernelError", "Refusal", "ConfigError", "AdmissionDenied", "DispatchWithheld", "EventError",
     "UnknownEventTypeError", "UnknownSchemaVersionError", "MalformedEventError", "FoldError", "RecordFormatError",
     "StaleRecordError", "StoreError", "AcknowledgmentTooWeakError", "TierNotOfferedError", "SequenceGapError",
-    "ConflictingDuplicateError", "StaleOwnerError", "CorruptLogError", "StoreFailedError", "StoreClosedError",
+    "ConflictingDuplicateError", "StaleOwnerError", "LogNotFoundError", "CorruptLogError", "StoreFailedError",
+    "StoreClosedError",
     "StoreReadOnlyError", "StoreBusyError", "PrefixRetiredError", "EventTooLargeError", "BackpressureError",
     "GroupCommitBackpressureError", "QuorumUnavailableError", "QuorumSetupError", "ReplicationSessionError",
     "ClusterNotRunningError", "ClusterRunningError", "UnknownMemberError", "MemberStateError", "CadenceError",
-    "CadenceParameterError", "FailureDataError", "CheckpointError", "UnrecoverableStateError", "OwnershipError",
-    "LeaseHeldError", "LeaseWaitTimeoutError", "LeaseLostError", "CoordinatorUnavailableError",
-    "FencedRequestError", "ReconstructionUnavailableError", "InboxError", "InboxRecordError", "InboxConflictError",
+    "CadenceParameterError", "FailureDataError", "CheckpointError", "UnrecoverableStateError", "CheckpointRetiredError",
+    "OwnershipError", "LeaseHeldError", "LeaseWaitTimeoutError", "LeaseLostError", "CoordinatorUnavailableError",
+    "FencedRequestError", "ReconstructionUnavailableError", "LogTruncatedError", "InboxError", "InboxRecordError",
+    "InboxConflictError",
     "RetentionError", "DanglingReferenceError", "PayloadAccessError", "CompactionRefusedError",
-    "ReplayMismatchError", "LiveCallDuringReplayError", "ImportFormatError", "UnknownImportFormatError",
+    "ReplayMismatchError", "ReplayInputMismatchError",
+    "LiveCallDuringReplayError", "ImportFormatError", "UnknownImportFormatError",
     "LiveError", "SnapshotMismatchError", "PatchApplyError", "EvidenceSignatureError", "LiveProcessError",
     "OperationStillRunningError", "SessionStateError", "UnrecoveredRunError", "NoWorkerRunningError",
+    "UnknownCrashPointError",
 ]
 
 # --- the roots: faults and refusals ---------------------------------------------------------------
@@ -255,6 +264,12 @@ class ConflictingDuplicateError(StoreError):
 
 class StaleOwnerError(StoreError):
     """An append carries an owner_epoch older than the newest this store has seen (fencing)."""
+
+
+class LogNotFoundError(StoreError):
+    """No log exists at the path a store was opened at, and the caller did not ask to create one
+    (``create=True``): a missing log is not an empty one (a resuming worker pointed at a wrong
+    path must not conclude that nothing happened)."""
 
 
 class CorruptLogError(StoreError):
@@ -417,6 +432,23 @@ class UnrecoverableStateError(KernelError):
         super().__init__(message)
 
 
+class CheckpointRetiredError(UnrecoverableStateError):
+    """Restore needed a checkpoint that was retired on purpose (consolidated into a newer full
+    base, §11.4.2), and no fallback exists: no older retained checkpoint at or before the target
+    position restores, and the log cannot be folded from its start (its prefix was retired by
+    compaction, §11.8.3, or a workspace state only the retired checkpoint held is gone). Not data
+    loss: ``retired_by`` (e.g. ``"consolidation"``) removed it at ``retired_at_unix_s`` (Unix
+    seconds, the retiring caller's clock); ``checkpoint_id`` names it, ``replaced_by`` the
+    checkpoint that superseded it, ``target`` the position asked for."""
+
+    def __init__(self, message: str, *, checkpoint_id: str = "", retired_by: str = "",
+                 retired_at_unix_s: float | None = None, replaced_by: str = "", target: int | None = None,
+                 missing: tuple[tuple[str, str], ...] | list[tuple[str, str]] = ()):
+        self.checkpoint_id, self.retired_by, self.retired_at_unix_s = checkpoint_id, retired_by, retired_at_unix_s
+        self.replaced_by, self.target = replaced_by, target
+        super().__init__(message, missing=missing)
+
+
 # --- ownership, fencing and availability (§11.5.1) ------------------------------------------------
 
 
@@ -495,6 +527,22 @@ class ReconstructionUnavailableError(OwnershipError):
         super().__init__(message)
 
 
+class LogTruncatedError(ReconstructionUnavailableError):
+    """The log is shorter than a position another durable record names (a checkpoint manifest's
+    covered position, a result-inbox entry's intent position, a replica's head): it lost a
+    suffix, e.g. cut exactly on a record boundary, which no CRC can see. Resume refuses instead
+    of continuing from the shorter log. ``position`` is the highest position named, ``named_by``
+    who names it (``kind`` one of checkpoint, inbox, replica), ``head`` the log's head;
+    ``finding`` is the :class:`kernel_lib.resume.truncation.TruncationFinding` with every
+    record beyond the head."""
+
+    def __init__(self, message: str, *, trajectory_id: str = "", head: int = 0, position: int = 0,
+                 named_by: str = "", kind: str = "", finding=None):
+        self.trajectory_id, self.head, self.position = trajectory_id, head, position
+        self.named_by, self.kind, self.finding = named_by, kind, finding
+        super().__init__(message)
+
+
 # --- the durable result inbox (§11.5.3) -----------------------------------------------------------
 
 
@@ -560,6 +608,20 @@ class ReplayMismatchError(KernelError):
         super().__init__(f"replay mismatch ({kind} {key}): {reason}\n  recorded: {_show_request(expected)}\n"
                          f"  replayed: {_show_request(actual)}")
         self.kind, self.key, self.expected, self.actual, self.reason = kind, key, expected, actual, reason
+
+
+class ReplayInputMismatchError(ReplayMismatchError):
+    """The replayed harness asked for a runtime input (random draw, identifier, clock reading)
+    other than the one the recording holds at that draw (§11.6.2), or for more draws than it holds.
+
+    Attributes (besides ReplayMismatchError's; ``kind`` is ``"runtime input"``, ``key`` is
+    ``"draw #N"``): ``draw_index`` (1-based), ``expected`` the recorded draw ``{kind, name, value,
+    sequence_number}`` (None past the recording's last draw), ``actual`` the draw asked for
+    ``{kind, name}``."""
+
+    def __init__(self, reason: str, *, draw_index: int, expected: Any, actual: Any):
+        super().__init__(reason, kind="runtime input", key=f"draw #{draw_index}", expected=expected, actual=actual)
+        self.draw_index = draw_index
 
 
 class LiveCallDuringReplayError(KernelError):
@@ -647,3 +709,13 @@ class UnrecoveredRunError(SessionStateError):
 class NoWorkerRunningError(SessionStateError):
     """``crash()`` was asked for but no worker process is running (never started, already killed,
     or it finished its trajectory)."""
+
+
+class UnknownCrashPointError(LiveError, ConfigError):
+    """A crash (pause) point of the live worksheet names no position of its trajectory (§11.1,
+    §11.3.3): not a log position 1..N, not an event type the worker appends, or ``TYPE#K`` past
+    the K-th such event. ``choices`` lists every valid point as ``"N TYPE#K"`` strings."""
+
+    def __init__(self, message: str, *, choices: tuple[str, ...] | list[str] = ()):
+        self.choices = tuple(choices)
+        super().__init__(message)

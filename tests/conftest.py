@@ -44,8 +44,8 @@ def make_store(kind: str, tmp_path):
     if kind == "memory":
         return MemoryStore()
     if kind == "sqlite":
-        return SQLiteStore.open(tmp_path / "log.sqlite")
-    return SegmentStore.open(tmp_path / "seglog")
+        return SQLiteStore.open(tmp_path / "log.sqlite", create=True)
+    return SegmentStore.open(tmp_path / "seglog", create=True)
 
 
 @pytest.fixture(params=["memory"] + DURABLE_KINDS)

@@ -12,6 +12,8 @@ and a refusal is on record.
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -433,9 +435,10 @@ def test_a_refused_unsent_attempt_cannot_be_admitted_again_under_the_same_attemp
 
 def test_an_established_operation_with_an_attempt_still_in_doubt_still_blocks_its_dependents():
     store, gate = started()
+    keyed = dataclasses.replace(TEST, repeat_contract="idempotency_key")   # a tool that licenses another attempt
     with pytest.raises(SystemExit):
-        gate.run_tool(TEST, crash_in_doubt)            # attempt1 left, in doubt
-    second = ToolProposal("test_r18", "attempt2", "run_tests", {"snapshot": "ws_r18"}, "g", 0.5, input_ref="ws_r18")
+        gate.run_tool(keyed, crash_in_doubt)           # attempt1 left, in doubt
+    second = dataclasses.replace(keyed, attempt_id="attempt2")
     gate.run_tool(second, ok)                          # attempt2 settles the operation
     rec = refold(store)
     assert rec.operations["test_r18"].status == "established" and ("test_r18", "attempt1") in rec.attempts_in_doubt()

@@ -26,7 +26,7 @@ WORKSPACE = {"median.py": b"def median(xs):\n    return sorted(xs)[len(xs) // 2]
 
 @pytest.fixture
 def log(tmp_path):
-    store = SQLiteStore.open(tmp_path / "log.sqlite")
+    store = SQLiteStore.open(tmp_path / "log.sqlite", create=True)
     lg = TrajectoryLog(store, TRAJ, must_survive=FailureDomain.HOST_CRASH)
     lg.append(TaskStarted(task_id="t", requester="lab", objective="measure C", grant_ids=["g"],
                           budget_ceiling_usd=1.0, finalization_reserve_usd=0.1))

@@ -317,10 +317,11 @@ def test_consolidation_publishes_a_new_base_before_anything_is_retired():
     res = restore(store, TID, blobs)
     assert res.checkpoint.checkpoint_id == cons.capture.checkpoint_id and res.chain_length == 0
     assert res.record.to_dict() == fold(initial_record(TID), store.read(TID)).to_dict()
-    # the retired history: a position whose newest checkpoint was a retired delta fails fast
-    with pytest.raises(UnrecoverableStateError) as exc:
-        restore(store, TID, blobs, target=pos_last_delta)
-    assert exc.value.missing
+    # the retired history: a position whose newest checkpoint was a retired delta says so (its
+    # tombstone) and falls back to the chain's retained full base (issue 14; tests/test_checkpoint_retired.py)
+    old = restore(store, TID, blobs, target=pos_last_delta)
+    assert old.retired and old.retired[0].retired_by == "consolidation" and old.fallback_to.startswith("checkpoint ")
+    assert old.record.to_dict() == fold(initial_record(TID), list(store.read(TID, 1, pos_last_delta))).to_dict()
 
 
 # --- fail fast on a missing or damaged delta or blob ----------------------------------------------

@@ -33,7 +33,7 @@ class WorkerDied(BaseException):
 
 def _run_until_the_worker_dies(tmp_path):
     snap = build_snapshot(tmp_path / "snapshots")
-    store = SQLiteStore.open(tmp_path / "log.sqlite")
+    store = SQLiteStore.open(tmp_path / "log.sqlite", create=True)
     log = TrajectoryLog(store, TRAJECTORY)
     gate = DispatchGate(log, policy())
     gate.start(task(snap.digest))

@@ -139,6 +139,32 @@ def test_a_crashed_run_is_not_discarded_until_read_or_confirmed(tmp_path):
     assert pids and all(process_gone(p) and group_gone(p) for p in pids)
 
 
+def test_the_panel_offers_every_event_and_crashes_after_any_of_them(tmp_path):
+    """Fault model: a SIGKILL right after any event of the trajectory, chosen in the panel.
+    Invariant: the dropdown lists every event of the trajectory, validated in Python; the kill
+    lands where the choice says (the surviving log ends at that event's batch).
+    Goal: the panel crashes the worker anywhere, not only at the four table-3 points."""
+    s = WorksheetSession(store_kind="sqlite", seed=0, test_delay_s=0.0, workdir=tmp_path)
+    try:
+        w = CrashPanel(s)
+        points = s.crash_points()
+        assert [p["label"] for p in w.positions] == [p.describe() for p in points]
+        assert all(s.resolve_point(p["value"]) == q for p, q in zip(w.positions, points))
+        assert w.position == "ToolResult"                       # the table-3 default, by its name
+        w.command = {"action": "crash_at", "position": "TaskStarted", "n": 1}
+        assert w.error == "" and w.last_result["log_position"] == 1 and w.last_result["worker_exit"] == -9
+        assert [e["type"] for e in w.log_tail] == ["TaskStarted"] and w.position == "TaskStarted"
+        w.command = {"action": "recover", "n": 2}
+        w.command = {"action": "crash_at", "position": "3", "n": 3}    # a log position works too
+        assert w.error == "" and w.log_tail[-1]["type"] == "BudgetReserved" and w.position == "BudgetReserved#1"
+        w.command = {"action": "crash_at", "position": "ToolIntent#2", "n": 4}
+        assert "not one of" in w.error and "12 BudgetSettled#2" in w.error
+    finally:
+        pids = list(s.pids)
+        s.close()
+    assert pids and all(process_gone(p) and group_gone(p) for p in pids)
+
+
 def test_malformed_commands_and_a_closed_session_are_messages(tmp_path):
     s = WorksheetSession(store_kind="segment", seed=0, test_delay_s=0.0, workdir=tmp_path / "made" / "here")
     w = CrashPanel(s)

@@ -54,8 +54,9 @@ def started(ceiling=5.0) -> TrajectoryRecord:
 
 def admit(rec, proposal=PROPOSAL, **kw):
     return decide_admission(rec, POLICY, subject_id=proposal.operation_id, kind="tool", grant_id=proposal.grant_id,
-                            subject=proposal.tool, bound_usd=proposal.cost_bound_usd, intent=tool_intent(proposal),
-                            attempt_id=proposal.attempt_id, repeat_contract=proposal.repeat_contract, **kw)
+                            subject=proposal.tool, bound_usd=proposal.cost_bound_usd,
+                            intent=tool_intent(proposal, rec.trajectory_id), attempt_id=proposal.attempt_id,
+                            repeat_contract=proposal.repeat_contract, **kw)
 
 
 def gate_over(store=None, **kw) -> DispatchGate:
@@ -169,8 +170,8 @@ def test_the_gate_records_the_clock_reading_that_licensed_the_dispatch():
 
 def test_a_withheld_recheck_appends_nothing_however_often_it_is_polled():
     """Fault model: a caller polls ``release`` on an attempt whose approval expired. Invariant:
-    nothing is sent and the log does not grow (a withhold licenses nothing, so its reading is not
-    recorded)."""
+    nothing is sent; the withhold itself is recorded once (the reading that decided it, then the
+    ``AttemptWithheld`` that settles the attempt as never sent), and polling does not grow the log."""
     store, sent = MemoryStore(), []
     gate = approved_gate(lambda: 2_000.0, store)
     reply = lambda i: sent.append(i) or ToolReply("completed", observation_complete=True)   # noqa: E731
@@ -181,7 +182,8 @@ def test_a_withheld_recheck_appends_nothing_however_often_it_is_polled():
         with pytest.raises(DispatchWithheld, match="expired"):
             gate.release("test_r18", reply)
     assert gate.log.head == head and not sent
-    assert [e.event_type for e in store.read("traj-a")][-1] == "ToolIntent"
+    assert [e.event_type for e in store.read("traj-a")][-3:] == ["ToolIntent", "RuntimeInput", "AttemptWithheld"]
+    assert gate.record.runtime_inputs[-1]["value"] == {"subject_id": "test_r18", "now_unix_s": 2_000.0}
 
 
 @pytest.mark.parametrize("reading", [float("nan"), float("inf"), "noon", None, True])
@@ -190,7 +192,8 @@ def test_an_unreadable_clock_withholds_and_appends_nothing(reading):
     gate = approved_gate(lambda: reading, store)
     with pytest.raises(DispatchWithheld, match="clock returned"):
         gate.run_tool(PROPOSAL, lambda i: sent.append(i) or ToolReply("completed", observation_complete=True))
-    assert not sent and [e.event_type for e in store.read("traj-a")][-1] == "ToolIntent"
+    # no reading is recorded (there is none to store), only the withhold that settles the attempt
+    assert not sent and [e.event_type for e in store.read("traj-a")][-2:] == ["ToolIntent", "AttemptWithheld"]
 
 
 def test_crash_positions_place_the_dispatch_after_the_recorded_clock_reading():

@@ -78,27 +78,31 @@ def test_positions_are_reported_in_eq_1_order(tmp_path):
                      "after:dispatch", "after:ToolResult"]
 
 
-def test_a_pause_withholds_the_admitted_attempt_and_keeps_its_reservation(tmp_path):
+def test_a_pause_withholds_the_admitted_attempt_records_it_and_releases_its_reservation(tmp_path):
     """Fault: an operator pauses between the intent's acknowledgment and dispatch. Goal: the request
-    never leaves, the reservation stays held, and release later reserves nothing again."""
+    never leaves; the attempt is recorded as withheld (never sent, not in doubt) and its reservation
+    released, and release later dispatches the operation once, as a new attempt with its own
+    reservation (the withheld one is no longer held, so nothing is reserved twice)."""
     store = make_store("sqlite", tmp_path)
-    sent = []
+    sent, paused = [], []
 
     def pause_after_intent(name, ev):
-        if name == "after:ToolIntent" and not sent:
+        if name == "after:ToolIntent" and not paused:
+            paused.append(1)
             gate.change_control("PAUSED", issuer="operator", request_id="pause-1")
 
     gate = _gate(store, on_position=pause_after_intent)
-    with pytest.raises(DispatchWithheld):
+    with pytest.raises(DispatchWithheld, match="recorded as withheld"):
         gate.run_tool(PROPOSAL, lambda i: sent.append(i) or ToolReply("completed", observation_complete=True))
     assert sent == []
-    assert gate.record.budget.outstanding_reservations_usd == pytest.approx(0.5)
+    assert gate.record.budget.outstanding_reservations_usd == 0
+    assert gate.record.operations["test_r18"].status == "withheld" and gate.record.in_doubt() == []
     assert "test_r18" in gate.withheld
     gate.change_control("RUNNING", issuer="operator", request_id="resume-1")
     gate.release("test_r18", lambda i: sent.append(i) or ToolReply("completed", observation_complete=True))
-    assert len(sent) == 1
+    assert len(sent) == 1 and sent[0].attempt_id != "attempt1"
     reserved = [e for e in store.read("traj") if e.event_type == "BudgetReserved"]
-    assert len(reserved) == 1                        # no second reservation on release
+    assert len(reserved) == 2 and gate.record.budget.reservations[reserved[0].payload.reservation_id].released
     assert gate.record.operations["test_r18"].status == "established"
 
 
@@ -297,9 +301,11 @@ def test_a_new_attempt_must_repeat_the_recorded_request(tmp_path):
     def timeout(i):
         raise TimeoutError()
 
-    gate.run_tool(ToolProposal("pay", "a1", "run_tests", {"amount": 10, "to": "alice"}, "g", 0.1), timeout)
+    keyed = {"repeat_contract": "idempotency_key"}   # a repeat-safe tool: only the changed request is refused
+    gate.run_tool(ToolProposal("pay", "a1", "run_tests", {"amount": 10, "to": "alice"}, "g", 0.1, **keyed), timeout)
     with pytest.raises(AdmissionDenied, match="repeat the recorded operation"):
-        gate.run_tool(ToolProposal("pay", "a2", "run_tests", {"amount": 10000, "to": "mallory"}, "g", 0.1), timeout)
+        gate.run_tool(ToolProposal("pay", "a2", "run_tests", {"amount": 10000, "to": "mallory"}, "g", 0.1, **keyed),
+                      timeout)
 
 
 @pytest.mark.parametrize("outcome", [{"t": "\ud800"}, {"n": float("nan")}, {"s": {1, 2}}, {1: "int key"},

@@ -122,7 +122,7 @@ def test_per_event_errors_reach_only_their_writer():
 
 
 def test_trajectory_log_through_group_commit_on_sqlite(tmp_path):
-    store = SQLiteStore.open(tmp_path / "g.sqlite")
+    store = SQLiteStore.open(tmp_path / "g.sqlite", create=True)
     with GroupCommitter(store, AckTier.FDATASYNC, flush_timer_s=0.001) as gc:
         log = TrajectoryLog(store, "t", committer=gc)
         log.append(task())

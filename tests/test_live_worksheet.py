@@ -158,7 +158,7 @@ def test_cli_worksheet_json_and_bad_input():
     assert r["recovered"]["operations"]["test_r18"]["status"] == "admitted"
     bad = subprocess.run([sys.executable, "-m", "kernel_lib", "worksheet", "--crash-after", "Nope"],
                          capture_output=True, text=True, timeout=60)
-    assert bad.returncode == 2 and "invalid choice" in bad.stderr
+    assert bad.returncode == 2 and "unknown crash point" in bad.stderr and "1 TaskStarted#1" in bad.stderr
     with pytest.raises(KernelError):
         run_worksheet("Nope")
 
@@ -345,7 +345,7 @@ def _replacement_log(tmp_path):
     from kernel_lib.log import SQLiteStore, TrajectoryLog
 
     path = tmp_path / "log.sqlite"
-    store = SQLiteStore.open(path)
+    store = SQLiteStore.open(path, create=True)
     TrajectoryLog(store, worker.TRAJECTORY, must_survive="host_crash").append(worker.task("ab" * 32))
     store.close()
     key = tmp_path / "executor.pub"

@@ -182,7 +182,7 @@ def test_coordinator_bad_input_and_failure_domain(tmp_path, coord):
         coord.acquire(TID, "A", ttl_s=1, min_epoch=-1)
     # not a coordinator database: refused, left untouched
     log_file = tmp_path / "log.sqlite"
-    SQLiteStore.open(log_file).close()
+    SQLiteStore.open(log_file, create=True).close()
     before = log_file.read_bytes()
     with pytest.raises(CoordinatorUnavailableError, match="not a kernel_lib ownership coordinator"):
         SQLiteOwnershipCoordinator.open(log_file)
@@ -267,7 +267,7 @@ def test_stale_append_rejected_in_both_stores(kind, tmp_path, coord, clock):
     assert store_a.fence(TID) == 1
 
     clock.advance(6)
-    store_b = SQLiteStore.open(tmp_path / "log.sqlite") if kind == "sqlite" else store_a
+    store_b = SQLiteStore.open(tmp_path / "log.sqlite", create=True) if kind == "sqlite" else store_a
     lease_b = take_ownership(coord, store_b, TID, "B", ttl_s=5)
     assert lease_b.owner_epoch == 2 and store_b.fence(TID) == 2 and store_a.fence(TID) == 2
     log_b = TrajectoryLog(store_b, TID, owner_epoch=2)
@@ -309,7 +309,7 @@ def test_take_ownership_never_shares_an_epoch_with_a_claimant_without_a_coordina
     no two owners hold one epoch. Goal: A's grant is refused as lost (the log already saw
     epoch 1) and given back, so the coordinator blocks nobody; the bare claimant alone writes."""
     store_a = make_store("sqlite", tmp_path)
-    store_b = SQLiteStore.open(tmp_path / "log.sqlite")
+    store_b = SQLiteStore.open(tmp_path / "log.sqlite", create=True)
     grant = coord.acquire
     bare = []
 
@@ -361,8 +361,9 @@ def test_stale_dispatch_withheld_by_the_gate(tmp_path, coord, clock):
     """Fault model: A's intent is durable, then A stalls before dispatch; its lease expires and
     B is granted the trajectory but has not reached the log yet (no log fence moved). Invariant:
     the dispatch-time recheck asks the coordinator, so no request leaves under a lost lease, and
-    the withheld attempt keeps its operation-table entry and reservation. Goal: A is stopped at
-    the gate even where the log alone could not tell."""
+    the withheld attempt keeps its operation-table entry, recorded as withheld (never sent, its
+    reservation released: A still held the log's fence, so it could record that). Goal: A is
+    stopped at the gate even where the log alone could not tell."""
     store = make_store("sqlite", tmp_path)
     lease_a = take_ownership(coord, store, TID, "A", ttl_s=10)
     gate = _gate_for(store, coord, lease_a)
@@ -380,8 +381,8 @@ def test_stale_dispatch_withheld_by_the_gate(tmp_path, coord, clock):
     with pytest.raises(DispatchWithheld, match="expired"):
         gate.run_tool(PROPOSAL, transport)
     assert sent == [] and "test_r18" in gate.withheld
-    assert gate.record.operations["test_r18"].status == "in_doubt"
-    assert gate.record.budget.reservations["res-test_r18/attempt1"].released is False
+    assert gate.record.operations["test_r18"].status == "withheld"     # recorded as never sent
+    assert gate.record.budget.reservations["res-test_r18/attempt1"].released is True
 
     gate.on_position = lambda name, ev: None
     coord.acquire(TID, "B", ttl_s=10)                    # granted, not yet installed in the log
@@ -687,8 +688,9 @@ class OwnershipMachine(RuleBasedStateMachine):
         self.dir = Path(tempfile.mkdtemp(prefix="ownership_sm_"))
         self.clock = ManualClock(0.0)
         self.coord = SQLiteOwnershipCoordinator.open(self.dir / "leases.sqlite", clock=self.clock)
-        self.shared = MemoryStore() if self.kind == "memory" else SQLiteStore.open(self.dir / "log.sqlite")
-        self.stores = {o: (self.shared if self.kind == "memory" else SQLiteStore.open(self.dir / "log.sqlite"))
+        self.shared = MemoryStore() if self.kind == "memory" else SQLiteStore.open(self.dir / "log.sqlite", create=True)
+        self.stores = {o: (self.shared if self.kind == "memory"
+                           else SQLiteStore.open(self.dir / "log.sqlite", create=True))
                        for o in OWNERS}
         self.leases: dict[str, object] = {}            # what each owner believes it holds
         self.granted: list[int] = []

@@ -44,7 +44,7 @@ def test_the_store_offers_only_the_quorum_tier_and_a_local_store_cannot_promise_
     log.append(task())
     assert log.tier is AckTier.QUORUM
     with pytest.raises(AcknowledgmentTooWeakError):
-        TrajectoryLog(SQLiteStore.open(tmp_path / "l.db"), "q", must_survive="volume_loss")
+        TrajectoryLog(SQLiteStore.open(tmp_path / "l.db", create=True), "q", must_survive="volume_loss")
 
 
 def test_the_append_contract_holds_on_etcd(cluster):

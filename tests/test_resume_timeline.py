@@ -185,7 +185,7 @@ FILES_NOW = {**FILES_AT_CHECKPOINT, "src/stats.py": b"def median(xs):\n    xs = 
 def _build(tmp_path: Path):
     """An SQLite log: task, intents, a full checkpoint with files, then a logged workspace change
     and more intents (test_r18 stays in doubt). Returns (store path, blobs, capture, head)."""
-    store = SQLiteStore.open(tmp_path / "log.sqlite")
+    store = SQLiteStore.open(tmp_path / "log.sqlite", create=True)
     log = TrajectoryLog(store, TID, must_survive="host_crash")
     log.append(task(ceiling=100.0))
     for i in range(5):
@@ -208,7 +208,7 @@ def _files(root: Path) -> dict[str, bytes]:
 
 def test_timed_resume_on_a_real_sqlite_log_with_a_checkpoint(tmp_path):
     path, blobs, cap, head = _build(tmp_path)
-    store = SQLiteStore.open(path)
+    store = SQLiteStore.open(path, create=True)
     coord = SQLiteOwnershipCoordinator.open(tmp_path / "leases.sqlite")
     fence_before = store.fence(TID)
     try:
@@ -254,7 +254,7 @@ def test_timed_resume_on_a_real_sqlite_log_with_a_checkpoint(tmp_path):
 
 def test_reconcile_callable_settles_through_the_gate_and_is_timed(tmp_path):
     path, blobs, _, _ = _build(tmp_path)
-    store = SQLiteStore.open(path)
+    store = SQLiteStore.open(path, create=True)
     seen = []
 
     def reconcile(gate):
@@ -279,7 +279,7 @@ def test_reconcile_callable_settles_through_the_gate_and_is_timed(tmp_path):
 
 
 def test_a_paused_trajectory_needs_no_prefill(tmp_path):
-    store = SQLiteStore.open(tmp_path / "log.sqlite")
+    store = SQLiteStore.open(tmp_path / "log.sqlite", create=True)
     log = TrajectoryLog(store, TID, must_survive="host_crash")
     log.append(task())
     log.append(ControlChanged(to_state="PAUSED", issuer="operator", request_id="pause-1", reason="review"))
@@ -323,7 +323,7 @@ def _unavailable(store, tmp_path, blobs, **kw):
 def test_a_missing_checkpoint_object_makes_the_resume_unavailable(tmp_path):
     path, blobs, cap, _ = _build(tmp_path)
     Path(blobs.path_of(cap.record_sha256)).unlink()
-    store = SQLiteStore.open(path)
+    store = SQLiteStore.open(path, create=True)
     try:
         err = _unavailable(store, tmp_path, blobs)
         assert not err.availability.ok and cap.record_sha256[:16] in " ".join(err.availability.reasons)
@@ -336,7 +336,7 @@ def test_a_truncated_or_gapped_log_makes_the_resume_unavailable(tmp_path):
     db = sqlite3.connect(path)
     db.execute("DELETE FROM events WHERE sequence_number > ?", (head - 2,))
     db.commit()
-    store = SQLiteStore.open(path)
+    store = SQLiteStore.open(path, create=True)
     try:   # shorter than a position known to be acknowledged
         err = _unavailable(store, tmp_path, blobs, min_head=head)
         assert any("truncated" in r for r in err.availability.reasons)
@@ -355,7 +355,7 @@ def test_a_truncated_or_gapped_log_makes_the_resume_unavailable(tmp_path):
 
 def test_timed_resume_checks_its_arguments_before_touching_anything(tmp_path):
     path, blobs, _, _ = _build(tmp_path)
-    store = SQLiteStore.open(path)
+    store = SQLiteStore.open(path, create=True)
     fence = store.fence(TID)
     try:
         for kw, match in (({"workspace_dest": tmp_path / "w"}, "blob store"), ({"prefill": 5}, "PrefillModel"),
@@ -369,7 +369,7 @@ def test_timed_resume_checks_its_arguments_before_touching_anything(tmp_path):
 
 def _coord_and_store(tmp_path):
     path, blobs, _, _ = _build(tmp_path)
-    return SQLiteStore.open(path), blobs, SQLiteOwnershipCoordinator.open(tmp_path / "leases.sqlite")
+    return SQLiteStore.open(path, create=True), blobs, SQLiteOwnershipCoordinator.open(tmp_path / "leases.sqlite")
 
 
 def test_timed_resume_refuses_bad_arguments_before_taking_ownership(tmp_path):
@@ -463,7 +463,7 @@ def test_two_timed_resumes_racing_without_a_coordinator_never_share_an_epoch(tmp
     errors: list[BaseException] = []
 
     def worker(name):
-        st = SQLiteStore.open(path)
+        st = SQLiteStore.open(path, create=True)
         read = st.fence
 
         def fence(tid):

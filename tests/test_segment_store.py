@@ -72,7 +72,7 @@ def all_events(store: SegmentStore) -> dict[str, list[bytes]]:
 
 
 def reopen_mem(files: dict[str, bytes], **kw) -> SegmentStore:
-    return SegmentStore.open(LOG, fs=MemoryFileSystem(files=files), **kw)
+    return SegmentStore.open(LOG, fs=MemoryFileSystem(files=files), **kw, create=True)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -83,7 +83,7 @@ def reopen_mem(files: dict[str, bytes], **kw) -> SegmentStore:
 def test_roundtrip_real_directory_with_rolls(tmp_path):
     d = tmp_path / "log"
     written: dict[str, list[bytes]] = {"a": [], "b": []}
-    with SegmentStore.open(d, segment_bytes=2048) as s:
+    with SegmentStore.open(d, segment_bytes=2048, create=True) as s:
         assert s.recovery.events_recovered == 0 and not s.recovery.torn_tail_trimmed
         for seq in range(1, 21):
             for t in ("a", "b"):
@@ -99,7 +99,7 @@ def test_roundtrip_real_directory_with_rolls(tmp_path):
         assert s.synced_watermark == s.end_position
     segs = sorted(n for n in os.listdir(d) if n.endswith(".seg"))
     assert len(segs) > 3 and segs[0] == "00000001.seg" and "LOCK" in os.listdir(d)
-    with SegmentStore.open(d, segment_bytes=2048) as s:
+    with SegmentStore.open(d, segment_bytes=2048, create=True) as s:
         assert all_events(s) == written
         assert s.recovery.events_recovered == 43 and not s.recovery.torn_tail_trimmed
         assert [e.sequence_number for e in s.read("a", 5, 7)] == [5, 6, 7]
@@ -110,7 +110,7 @@ def test_roundtrip_real_directory_with_rolls(tmp_path):
 
 
 def test_identical_retry_acknowledged_without_a_second_copy(tmp_path):
-    with SegmentStore.open(tmp_path) as s:
+    with SegmentStore.open(tmp_path, create=True) as s:
         e1, e2 = ev("t", 1), ev("t", 2)
         s.append_batch([e1, e2], F)
         path = s.segment_paths()[-1]
@@ -123,12 +123,12 @@ def test_identical_retry_acknowledged_without_a_second_copy(tmp_path):
         outs = s.append_batch([e2, e3, e3], W)
         assert [o.duplicate for o in outs] == [True, False, True]
         assert os.path.getsize(path) == size + HEADER_BYTES + len(e3.canonical)
-    with SegmentStore.open(tmp_path) as s:
+    with SegmentStore.open(tmp_path, create=True) as s:
         assert all_events(s) == {"t": [e1.canonical, e2.canonical, e3.canonical]}
 
 
 def test_conflicting_duplicate_raises_and_overwrites_nothing(tmp_path):
-    with SegmentStore.open(tmp_path) as s:
+    with SegmentStore.open(tmp_path, create=True) as s:
         original = ev("t", 1, note="success evidence")
         s.append(original, F)
         size = os.path.getsize(s.segment_paths()[-1])
@@ -140,13 +140,13 @@ def test_conflicting_duplicate_raises_and_overwrites_nothing(tmp_path):
         outs = s.append_batch([ev("u", 1, eid=original.event_id), ev("t", 2)], F)
         assert isinstance(outs[0], ConflictingDuplicateError) and isinstance(outs[1], AppendOutcome)
         assert os.path.getsize(s.segment_paths()[-1]) == size + HEADER_BYTES + len(ev("t", 2).canonical)
-    with SegmentStore.open(tmp_path) as s:
+    with SegmentStore.open(tmp_path, create=True) as s:
         assert next(s.read("t")).canonical == original.canonical
         assert s.trajectories() == ["t"]
 
 
 def test_stale_owner_epoch_rejected_and_fence_durable(tmp_path):
-    with SegmentStore.open(tmp_path) as s:
+    with SegmentStore.open(tmp_path, create=True) as s:
         s.append(ev("t", 1, epoch=1), F)
         assert s.fence("t") == 1                       # an appended owner_epoch raises the fence
         s.install_fence("t", 2)
@@ -156,7 +156,7 @@ def test_stale_owner_epoch_rejected_and_fence_durable(tmp_path):
             s.install_fence("t", 1)
         s.append(ev("t", 2, epoch=2), W)
         s.install_fence("other", 5)                    # a fence on a trajectory with no events yet
-    with SegmentStore.open(tmp_path) as s:
+    with SegmentStore.open(tmp_path, create=True) as s:
         assert s.fence("t") == 2 and s.fence("other") == 5 and s.head("t") == 2
         with pytest.raises(StaleOwnerError):
             s.append(ev("t", 3, epoch=1), F)
@@ -164,19 +164,19 @@ def test_stale_owner_epoch_rejected_and_fence_durable(tmp_path):
 
 
 def test_gap_rejected_others_in_batch_still_acknowledged(tmp_path):
-    with SegmentStore.open(tmp_path) as s:
+    with SegmentStore.open(tmp_path, create=True) as s:
         s.append(ev("t", 1), F)
         with pytest.raises(SequenceGapError, match="expected 2"):
             s.append(ev("t", 3), F)
         outs = s.append_batch([ev("t", 2), ev("t", 4), ev("t", 3), ev("u", 1)], F)
         assert [type(o).__name__ for o in outs] == ["AppendOutcome", "SequenceGapError", "AppendOutcome",
                                                     "AppendOutcome"]
-    with SegmentStore.open(tmp_path) as s:
+    with SegmentStore.open(tmp_path, create=True) as s:
         assert s.head("t") == 3 and s.head("u") == 1
 
 
 def test_tiers_offered_and_closed_store(tmp_path):
-    s = SegmentStore.open(tmp_path)
+    s = SegmentStore.open(tmp_path, create=True)
     assert s.offered_tiers == (W, F) and s.name == "segment"
     for tier in (AckTier.MEMORY, AckTier.QUORUM):
         with pytest.raises(TierNotOfferedError):
@@ -205,7 +205,7 @@ class CountingFS(ForwardingFileSystem):
 
 def test_batch_is_one_write_and_at_most_one_fdatasync(tmp_path):
     fs = CountingFS(OsFileSystem())
-    with SegmentStore.open(tmp_path, fs=fs) as s:
+    with SegmentStore.open(tmp_path, fs=fs, create=True) as s:
         fs.calls.clear()
         s.append_batch([ev("t", i) for i in range(1, 6)], F)
         assert fs.calls == ["pwrite", "fdatasync"]
@@ -232,14 +232,14 @@ def test_concurrent_appenders_are_serialized(tmp_path):
         except Exception as exc:  # noqa: BLE001
             errors.append(exc)
 
-    with SegmentStore.open(tmp_path, segment_bytes=4096) as s:
+    with SegmentStore.open(tmp_path, segment_bytes=4096, create=True) as s:
         threads = [threading.Thread(target=writer, args=(f"t{i}",)) for i in range(4)]
         for t in threads:
             t.start()
         for t in threads:
             t.join()
     assert not errors
-    with SegmentStore.open(tmp_path, segment_bytes=4096) as s:
+    with SegmentStore.open(tmp_path, segment_bytes=4096, create=True) as s:
         assert not s.recovery.torn_tail_trimmed
         for i in range(4):
             assert [e.canonical for e in s.read(f"t{i}")] == [ev(f"t{i}", q).canonical for q in range(1, 31)]
@@ -254,7 +254,7 @@ def _log_of(n: int, tier: AckTier = F) -> tuple[dict[str, bytes], list[bytes], l
     """A one-segment log of ``n`` events; returns files, canonical bytes, record start offsets."""
     mem = MemoryFileSystem()
     evs = [ev("t", i, note="x" * (i * 13 % 90)) for i in range(1, n + 1)]
-    with SegmentStore.open(LOG, fs=mem) as s:
+    with SegmentStore.open(LOG, fs=mem, create=True) as s:
         for e in evs:
             s.append(e, tier)
     starts, off = [], 0
@@ -284,7 +284,7 @@ def test_truncation_at_every_byte_of_the_last_two_records_is_trimmed():
 
 
 def test_truncation_on_real_files_is_trimmed_durably(tmp_path):
-    with SegmentStore.open(tmp_path) as s:
+    with SegmentStore.open(tmp_path, create=True) as s:
         evs = [ev("t", i) for i in range(1, 5)]
         for e in evs:
             s.append(e, F)
@@ -292,7 +292,7 @@ def test_truncation_on_real_files_is_trimmed_durably(tmp_path):
     full = os.path.getsize(path)
     with open(path, "r+b") as f:
         f.truncate(full - 10)
-    with SegmentStore.open(tmp_path) as s:
+    with SegmentStore.open(tmp_path, create=True) as s:
         assert s.recovery.torn_tail_trimmed and s.recovery.bytes_trimmed == HEADER_BYTES + len(evs[-1].canonical) - 10
         assert "torn tail" in s.recovery.details[0]
         assert [e.canonical for e in s.read("t")] == [e.canonical for e in evs[:3]]
@@ -318,7 +318,7 @@ def test_bit_flip_at_every_bit_of_the_last_record_is_detected():
 
 
 def test_torn_tail_across_segments_removes_later_files(tmp_path):
-    with SegmentStore.open(tmp_path, segment_bytes=1024) as s:
+    with SegmentStore.open(tmp_path, segment_bytes=1024, create=True) as s:
         evs = [ev("t", i) for i in range(1, 12)]
         for e in evs:
             s.append(e, W)
@@ -329,7 +329,7 @@ def test_torn_tail_across_segments_removes_later_files(tmp_path):
         f.write(tail[:40])
     (tmp_path / segment_name(last + 1)).write_bytes(bytes(300))          # zero-filled next segment
     (tmp_path / segment_name(last + 2)).write_bytes(os.urandom(100))     # and a garbage one
-    with SegmentStore.open(tmp_path, segment_bytes=1024) as s:
+    with SegmentStore.open(tmp_path, segment_bytes=1024, create=True) as s:
         assert s.recovery.torn_tail_trimmed and s.recovery.bytes_trimmed == 40 + 300 + 100
         assert [e.canonical for e in s.read("t")] == kept
     assert not (tmp_path / segment_name(last + 1)).exists() and not (tmp_path / segment_name(last + 2)).exists()
@@ -341,7 +341,7 @@ def test_torn_tail_across_segments_removes_later_files(tmp_path):
 
 
 def test_early_bit_flip_followed_by_synced_records_is_corruption(tmp_path):
-    with SegmentStore.open(tmp_path) as s:
+    with SegmentStore.open(tmp_path, create=True) as s:
         for i in range(1, 4):
             s.append(ev("t", i), F)
         for i in range(4, 7):
@@ -353,7 +353,7 @@ def test_early_bit_flip_followed_by_synced_records_is_corruption(tmp_path):
     open(path, "wb").write(bytes(data))
     before = {n: (tmp_path / n).read_bytes() for n in os.listdir(tmp_path) if n.endswith(".seg")}
     with pytest.raises(CorruptLogError) as info:
-        SegmentStore.open(tmp_path)
+        SegmentStore.open(tmp_path, create=True)
     msg = str(info.value)
     assert path in msg and f"offset {second}" in msg and "CRC mismatch" in msg
     after = {n: (tmp_path / n).read_bytes() for n in os.listdir(tmp_path) if n.endswith(".seg")}
@@ -361,14 +361,14 @@ def test_early_bit_flip_followed_by_synced_records_is_corruption(tmp_path):
     # the lock was released: a fixed file opens again
     data[second + HEADER_BYTES + 5] ^= 0x04
     open(path, "wb").write(bytes(data))
-    with SegmentStore.open(tmp_path) as s:
+    with SegmentStore.open(tmp_path, create=True) as s:
         assert s.head("t") == 6
 
 
 def test_unsynced_damage_with_only_unsynced_records_after_it_is_a_torn_tail():
     """Out-of-order persistence: a later unsynced record survived, an earlier one did not."""
     mem = MemoryFileSystem()
-    with SegmentStore.open(LOG, fs=mem) as s:
+    with SegmentStore.open(LOG, fs=mem, create=True) as s:
         s.append(ev("t", 1), F)
         s.append(ev("t", 2), W)
         s.append(ev("t", 3), W)
@@ -383,13 +383,13 @@ def test_unsynced_damage_with_only_unsynced_records_after_it_is_a_torn_tail():
 
 
 def test_missing_middle_segment_is_corruption(tmp_path):
-    with SegmentStore.open(tmp_path, segment_bytes=1024) as s:
+    with SegmentStore.open(tmp_path, segment_bytes=1024, create=True) as s:
         for i in range(1, 15):
             s.append(ev("t", i), F)
         assert s.end_position[0] >= 3
     os.remove(tmp_path / segment_name(2))
     with pytest.raises(CorruptLogError, match="00000002.seg is missing"):
-        SegmentStore.open(tmp_path, segment_bytes=1024)
+        SegmentStore.open(tmp_path, segment_bytes=1024, create=True)
 
 
 def _write_frames(tmp_path, frames: list[bytes]) -> None:
@@ -400,7 +400,7 @@ def test_valid_frames_with_a_sequence_gap_are_corruption(tmp_path):
     _write_frames(tmp_path, [encode_frame(KIND_EVENT, ev("t", 1).canonical, (1, 0)),
                              encode_frame(KIND_EVENT, ev("t", 3).canonical, (1, 0))])
     with pytest.raises(CorruptLogError, match="sequence gap"):
-        SegmentStore.open(tmp_path)
+        SegmentStore.open(tmp_path, create=True)
 
 
 def test_frame_of_unknown_format_version_is_refused_not_trimmed(tmp_path):
@@ -411,7 +411,7 @@ def test_frame_of_unknown_format_version_is_refused_not_trimmed(tmp_path):
     frame[24:28] = crc32c.crc32c(body, crc32c.crc32c(bytes(frame[:24]))).to_bytes(4, "little")
     _write_frames(tmp_path, [bytes(frame)])
     with pytest.raises(StoreError, match="newer"):
-        SegmentStore.open(tmp_path)
+        SegmentStore.open(tmp_path, create=True)
     assert (tmp_path / segment_name(1)).read_bytes() == bytes(frame)
 
 
@@ -426,11 +426,11 @@ def test_magic_cannot_occur_inside_an_event_body():
 
 
 def test_second_opener_in_this_process_is_refused(tmp_path):
-    s = SegmentStore.open(tmp_path)
+    s = SegmentStore.open(tmp_path, create=True)
     with pytest.raises(StoreError, match=rf"locked by another opener \(pid {os.getpid()}\)"):
-        SegmentStore.open(tmp_path)
+        SegmentStore.open(tmp_path, create=True)
     s.close()
-    SegmentStore.open(tmp_path).close()
+    SegmentStore.open(tmp_path, create=True).close()
 
 
 def test_second_process_is_refused_with_the_holder_named(tmp_path):
@@ -447,21 +447,21 @@ def test_second_process_is_refused_with_the_holder_named(tmp_path):
     try:
         assert holder.stdout.readline().strip() == "ready"
         with pytest.raises(StoreError, match=f"pid {holder.pid}"):
-            SegmentStore.open(tmp_path)
+            SegmentStore.open(tmp_path, create=True)
     finally:
         holder.stdin.write("\n")
         holder.stdin.flush()
         holder.wait(timeout=30)
-    SegmentStore.open(tmp_path).close()
+    SegmentStore.open(tmp_path, create=True).close()
 
 
 def test_memory_file_system_lock():
     mem = MemoryFileSystem()
-    s = SegmentStore.open(LOG, fs=mem)
+    s = SegmentStore.open(LOG, fs=mem, create=True)
     with pytest.raises(StoreError, match="locked"):
-        SegmentStore.open(LOG, fs=mem)
+        SegmentStore.open(LOG, fs=mem, create=True)
     s.close()
-    SegmentStore.open(LOG, fs=mem).close()
+    SegmentStore.open(LOG, fs=mem, create=True).close()
 
 
 # ------------------------------------------------------------------------------------------------
@@ -490,7 +490,7 @@ class FaultyFS(ForwardingFileSystem):
 
 def test_failed_fdatasync_fails_the_store_until_reopened(tmp_path):
     fs = FaultyFS(OsFileSystem())
-    s = SegmentStore.open(tmp_path, fs=fs)
+    s = SegmentStore.open(tmp_path, fs=fs, create=True)
     s.append(ev("t", 1), F)
     fs.fail_fdatasync = True
     with pytest.raises(StoreFailedError, match="fdatasync failed"):
@@ -502,21 +502,21 @@ def test_failed_fdatasync_fails_the_store_until_reopened(tmp_path):
         s.install_fence("t", 3)
     assert [e.sequence_number for e in s.read("t")] == [1]   # only what was acknowledged
     s.close()
-    with SegmentStore.open(tmp_path) as s2:   # the written-but-unacknowledged event may be there
+    with SegmentStore.open(tmp_path, create=True) as s2:   # the written-but-unacknowledged event may be there
         assert s2.head("t") in (1, 2)
         s2.append(ev("t", s2.head("t") + 1), F)
 
 
 def test_failed_write_fails_the_store(tmp_path):
     fs = FaultyFS(OsFileSystem())
-    with SegmentStore.open(tmp_path, fs=fs) as s:
+    with SegmentStore.open(tmp_path, fs=fs, create=True) as s:
         fs.fail_pwrite = True
         with pytest.raises(StoreFailedError, match="write failed"):
             s.append(ev("t", 1), W)
         fs.fail_pwrite = False
         with pytest.raises(StoreFailedError):
             s.append(ev("t", 1), W)
-    with SegmentStore.open(tmp_path) as s:
+    with SegmentStore.open(tmp_path, create=True) as s:
         assert s.head("t") == 0
 
 
@@ -534,7 +534,7 @@ class SegmentStoreMachine(RuleBasedStateMachine):
     def setup(self, segment_bytes):
         self.mem = MemoryFileSystem()
         self.segment_bytes = segment_bytes
-        self.store = SegmentStore.open(LOG, fs=self.mem, segment_bytes=segment_bytes)
+        self.store = SegmentStore.open(LOG, fs=self.mem, segment_bytes=segment_bytes, create=True)
         self.model: dict[str, list[Event]] = {t: [] for t in TRAJS}
         self.fences = {t: 0 for t in TRAJS}
         self.counter = 0
@@ -585,7 +585,7 @@ class SegmentStoreMachine(RuleBasedStateMachine):
     @rule()
     def reopen(self):
         self.store.close()
-        self.store = SegmentStore.open(LOG, fs=self.mem, segment_bytes=self.segment_bytes)
+        self.store = SegmentStore.open(LOG, fs=self.mem, segment_bytes=self.segment_bytes, create=True)
         assert not self.store.recovery.torn_tail_trimmed
 
     @rule()
@@ -594,7 +594,7 @@ class SegmentStoreMachine(RuleBasedStateMachine):
         files = self.mem.snapshot()
         self.store._release_files()
         self.mem = MemoryFileSystem(files=files)
-        self.store = SegmentStore.open(LOG, fs=self.mem, segment_bytes=self.segment_bytes)
+        self.store = SegmentStore.open(LOG, fs=self.mem, segment_bytes=self.segment_bytes, create=True)
 
     @invariant()
     def read_back_equals_acknowledged(self):

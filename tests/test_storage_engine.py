@@ -92,7 +92,7 @@ _CHILD = textwrap.dedent("""
     from kernel_lib.retention.pricing import full_retention
     from kernel_lib.retention import PayloadStore, ReferenceIndex
     root, pause = sys.argv[1], float(sys.argv[2])
-    store = SQLiteStore.open(root + "/log.db")
+    store = SQLiteStore.open(root + "/log.db", create=True)
     index = ReferenceIndex(root + "/refs.db")
     index.register("k", tenant="acme", policy=full_retention(12))
     payloads = PayloadStore(DirectoryBlobStore(root + "/blobs"), index)
@@ -241,7 +241,7 @@ def test_compaction_keeps_current_recovery_and_moves_the_replay_horizon(tmp_path
     """Goal: after compaction the state at the head (and at every retained position from the
     checkpoint's event on) is exactly the fold from the start computed before compaction; earlier
     positions raise PrefixRetiredError; the availability proof goes through the checkpoint."""
-    store = MemoryStore() if kind == "memory" else SQLiteStore.open(tmp_path / "log.db")
+    store = MemoryStore() if kind == "memory" else SQLiteStore.open(tmp_path / "log.db", create=True)
     blobs, index = DirectoryBlobStore(str(tmp_path / "blobs")), _index(tmp_path)
     index.register("c", tenant="acme", policy=full_retention(12))
     _, cap, records = _checkpointed(store, blobs)
@@ -351,7 +351,7 @@ def test_retire_prefix_checks_its_arguments_and_the_segment_store_refuses(tmp_pa
     for bad in (1, -1, True, "1"):
         with pytest.raises(StoreError):
             store.retire_prefix("a", bad, checkpoint_event_id="x")
-    seg = SegmentStore.open(tmp_path / "seg")
+    seg = SegmentStore.open(tmp_path / "seg", create=True)
     with pytest.raises(StoreError, match="does not support log compaction"):
         seg.retire_prefix("a", 0, checkpoint_event_id="x")
     seg.close()
@@ -363,7 +363,7 @@ def test_retire_prefix_checks_its_arguments_and_the_segment_store_refuses(tmp_pa
 def test_a_retried_batch_carrying_other_evidence_under_a_stored_event_id_is_an_error_not_a_silent_drop(tmp_path):
     """Fault (§11.8.4): an ingestion retry re-sends event id X with a timeout ToolResult while the
     store holds X with success evidence. Goal: ConflictingDuplicateError, both versions intact."""
-    store = SQLiteStore.open(tmp_path / "log.db")
+    store = SQLiteStore.open(tmp_path / "log.db", create=True)
     store.append(ev(task(), 1), AckTier.FDATASYNC)
     store.append(ev(intent(), 2), AckTier.FDATASYNC)
     ok = ev(result(status="completed"), 3, event_id="res-1")
@@ -488,7 +488,7 @@ def test_a_replica_keeps_original_provenance_refuses_conflicts_and_fresh_appends
 
 def test_a_durable_replica_survives_reopen_with_only_its_applied_prefix(tmp_path):
     events = _primary_events(6)
-    replica = FollowerReplica(SQLiteStore.open(tmp_path / "replica.db"))
+    replica = FollowerReplica(SQLiteStore.open(tmp_path / "replica.db", create=True))
     random.Random(7).shuffle(events)
     replica.receive([e for e in events if e.sequence_number != 4])
     assert replica.recoverable_prefix("r") == 3

@@ -81,7 +81,7 @@ def test_compaction_twice_then_append_checkpoint_and_compact_again_keeps_the_fol
     Invariant: the second identical compaction is refused as "nothing new", never retiring more;
     every later compaction keeps the state at the head equal to the fold from #1.
     Goal: restore at the head equals the uncompacted fold after each round."""
-    store = MemoryStore() if kind == "memory" else SQLiteStore.open(tmp_path / "log.db")
+    store = MemoryStore() if kind == "memory" else SQLiteStore.open(tmp_path / "log.db", create=True)
     blobs, index = DirectoryBlobStore(str(tmp_path / "blobs")), _index(tmp_path)
     log = TrajectoryLog(store, "c", must_survive="none")
     log.append(task(ceiling=100.0))
@@ -160,7 +160,7 @@ def test_compaction_racing_appends_from_another_thread_loses_nothing(tmp_path, k
     """Fault: a writer thread appends while compaction retires the prefix. Invariant: every event
     the writer got an acknowledgment for is readable afterwards (suffix), the head is the writer's
     last sequence number, and the retained suffix is gapless. Goal: no append lost or refused."""
-    store = MemoryStore() if kind == "memory" else SQLiteStore.open(tmp_path / "log.db")
+    store = MemoryStore() if kind == "memory" else SQLiteStore.open(tmp_path / "log.db", create=True)
     blobs, index = DirectoryBlobStore(str(tmp_path / "blobs")), _index(tmp_path)
     _checkpointed(store, blobs, n_before=4, n_after=1)
     acked, errors = [], []
@@ -193,7 +193,8 @@ def test_compacted_sqlite_log_reopens_read_only_and_read_write_and_keeps_its_mar
     survives, reads below it raise PrefixRetiredError, appends continue at head + 1, and the
     survey reports no gap. Goal: the whole life cycle through files."""
     path = tmp_path / "log.db"
-    store, blobs, index = SQLiteStore.open(path), DirectoryBlobStore(str(tmp_path / "blobs")), _index(tmp_path)
+    store = SQLiteStore.open(path, create=True)
+    blobs, index = DirectoryBlobStore(str(tmp_path / "blobs")), _index(tmp_path)
     _, cap = _checkpointed(store, blobs)
     compact(store, blobs, index, "c", now_unix_s=T0)
     mark, head = store.retired_through("c"), store.head("c")
@@ -202,7 +203,7 @@ def test_compacted_sqlite_log_reopens_read_only_and_read_write_and_keeps_its_mar
     assert (ro.retired_through("c"), ro.head("c"), ro.recovery.details) == (mark, head, [])
     with pytest.raises(PrefixRetiredError):
         list(ro.read("c", 1, 1))
-    rw = SQLiteStore.open(path)
+    rw = SQLiteStore.open(path, create=True)
     assert rw.recovery.details == []
     rw.append(ev(intent(op="after-reopen"), head + 1, traj="c", event_id="after-reopen"), AckTier.FDATASYNC)
     assert ro.head("c") == head + 1 and ro.retired_through("c") == mark      # reader sees the writer
@@ -218,7 +219,7 @@ def test_an_old_sqlite_log_without_the_retired_prefix_table_opens_read_only(tmp_
     opened read-only (which must not create the table). Invariant: nothing on disk changes; it
     reads as never compacted; time travel and availability work. Goal: no sqlite3 error leaks."""
     path = tmp_path / "old.db"
-    store = SQLiteStore.open(path)
+    store = SQLiteStore.open(path, create=True)
     for i, p in enumerate([task(), intent(), result()], start=1):
         store.append(ev(p, i, traj="old"), AckTier.FDATASYNC)
     store.close()
@@ -242,7 +243,7 @@ def test_a_retired_event_id_is_not_silently_reusable(tmp_path, kind):
     Invariant (§11.8.4 semantic dedup): an identical retry is acknowledged as a duplicate; a
     different event under a stored id is a ConflictingDuplicateError, retired or not.
     Goal: both stores behave like the memory store."""
-    store = MemoryStore() if kind == "memory" else SQLiteStore.open(tmp_path / "log.db")
+    store = MemoryStore() if kind == "memory" else SQLiteStore.open(tmp_path / "log.db", create=True)
     blobs, index = DirectoryBlobStore(str(tmp_path / "blobs")), _index(tmp_path)
     _checkpointed(store, blobs)
     retired_event = list(store.read("c", 2, 2))[0]
@@ -324,7 +325,7 @@ def test_failure_domain_none_is_refused_not_read_as_survive_nothing(tmp_path):
 
 def test_retire_prefix_rejects_huge_and_odd_positions_on_both_stores(tmp_path):
     """Bad arguments at the primitive: huge ints, floats, NaN, None, empty ids. Goal: StoreError."""
-    for store in (MemoryStore(), SQLiteStore.open(tmp_path / "log.db")):
+    for store in (MemoryStore(), SQLiteStore.open(tmp_path / "log.db", create=True)):
         tier = store.strongest_tier()
         for i, p in enumerate([task(), intent(), result()], start=1):
             store.append(ev(p, i, traj="a"), tier)
@@ -368,7 +369,7 @@ def test_reference_index_refuses_a_foreign_file_with_user_version_1_and_leaves_i
     finally:
         with sqlite3.connect(other) as db:
             assert db.execute("PRAGMA journal_mode").fetchone()[0] == "delete", "the foreign file was switched to WAL"
-    log = SQLiteStore.open(tmp_path / "log.db")
+    log = SQLiteStore.open(tmp_path / "log.db", create=True)
     log.append(ev(task(), 1), AckTier.FDATASYNC)
     log.close()
     with pytest.raises(RetentionError):
@@ -649,7 +650,7 @@ def test_a_replica_interleaving_several_trajectories_keeps_each_prefix_separate(
         for i in range(n - 1):
             log.append(intent(op=f"{tid}{i}"))
         prims[tid] = list(src.read(tid))
-    replica = FollowerReplica(SQLiteStore.open(tmp_path / "rep.db"))
+    replica = FollowerReplica(SQLiteStore.open(tmp_path / "rep.db", create=True))
     batch = [e for tid in prims for e in reversed(prims[tid]) if not (tid == "z" and e.sequence_number == 2)]
     rep = replica.receive(batch + prims["x"][:2])
     assert rep.heads == {"x": 5, "y": 3, "z": 1} and rep.first_gaps["z"] == 2
@@ -664,7 +665,7 @@ def test_a_replica_interleaving_several_trajectories_keeps_each_prefix_separate(
 def test_a_replica_over_a_store_that_already_holds_other_events_refuses_the_conflict(tmp_path):
     """Fault: the backing SQLite store already has a different #1 for the trajectory. Goal:
     ConflictingDuplicateError; the stored event is not overwritten."""
-    backing = SQLiteStore.open(tmp_path / "rep.db")
+    backing = SQLiteStore.open(tmp_path / "rep.db", create=True)
     local = ev(task(), 1, traj="r", event_id="local-1")
     backing.append(local, AckTier.FDATASYNC)
     replica = FollowerReplica(backing)

@@ -47,8 +47,8 @@ def local_opener(kind: str, root: Path):
     if kind == "memory":
         return _memory_opener()
     if kind == "sqlite":
-        return functools.partial(SQLiteStore.open, str(root / "log.sqlite"))
-    return functools.partial(SegmentStore.open, str(root / "seglog"))
+        return functools.partial(SQLiteStore.open, str(root / "log.sqlite"), create=True)
+    return functools.partial(SegmentStore.open, str(root / "seglog"), create=True)
 
 
 def _local_capabilities(kind: str) -> StoreCapabilities:
@@ -325,7 +325,7 @@ class Forgetful:
 
     def __call__(self, read_only: bool = False) -> LogStore:
         self.n += 1
-        return SQLiteStore.open(self.root / f"log{self.n}.sqlite", read_only=read_only)
+        return SQLiteStore.open(self.root / f"log{self.n}.sqlite", read_only=read_only, create=True)
 
 
 class IgnoresReadOnly:
@@ -333,7 +333,7 @@ class IgnoresReadOnly:
         self.path = path
 
     def __call__(self, read_only: bool = False) -> LogStore:
-        return SQLiteStore.open(self.path)
+        return SQLiteStore.open(self.path, create=True)
 
 
 class OneLogPerProcess:
@@ -344,7 +344,8 @@ class OneLogPerProcess:
 
     def __call__(self, read_only: bool = False) -> LogStore:
         pid = os.getpid()
-        return SQLiteStore.open(self.path if pid == self.parent_pid else f"{self.path}.{pid}", read_only=read_only)
+        return SQLiteStore.open(self.path if pid == self.parent_pid else f"{self.path}.{pid}", read_only=read_only,
+                                create=True)
 
 
 def _wrapped(kind: str, wrapper):

@@ -78,7 +78,7 @@ def snapshot(root: str | os.PathLike) -> dict[str, tuple[bytes, int, int]]:
 
 def sqlite_log(path, n=3) -> list[Event]:
     evs = [ev(i) for i in range(1, n + 1)]
-    with SQLiteStore.open(path) as s:
+    with SQLiteStore.open(path, create=True) as s:
         s.append_batch(evs, F)
         s.install_fence("t", 2)
     return evs
@@ -86,7 +86,7 @@ def sqlite_log(path, n=3) -> list[Event]:
 
 def segment_log(path, n=3, **kw) -> list[Event]:
     evs = [ev(i) for i in range(1, n + 1)]
-    with SegmentStore.open(path, **kw) as s:
+    with SegmentStore.open(path, **kw, create=True) as s:
         for e in evs:
             s.append(e, F)
         s.install_fence("t", 2)
@@ -117,7 +117,7 @@ def test_sqlite_read_only_changes_nothing_on_disk(tmp_path):
 def test_sqlite_read_only_sees_a_live_writer_and_creates_no_file(tmp_path):
     p = tmp_path / "log.sqlite"
     sqlite_log(p)
-    w = SQLiteStore.open(p)                       # a live writer: -wal and -shm exist now
+    w = SQLiteStore.open(p, create=True)                       # a live writer: -wal and -shm exist now
     names = set(os.listdir(tmp_path))
     r = SQLiteStore.open(p, read_only=True)
     assert r.head("t") == 3
@@ -133,7 +133,7 @@ def test_sqlite_read_only_picks_up_a_writer_that_arrives_later(tmp_path):
     sqlite_log(p)
     r = SQLiteStore.open(p, read_only=True)       # no -wal: read without creating one
     assert r.head("t") == 3
-    with SQLiteStore.open(p) as w:
+    with SQLiteStore.open(p, create=True) as w:
         w.append(ev(4, epoch=2), F)
         assert r.head("t") == 4
     r.close()
@@ -190,7 +190,7 @@ def test_sqlite_read_write_refuses_a_foreign_database_without_converting_it(tmp_
     _foreign(p, kind)
     before = snapshot(tmp_path)
     with pytest.raises(StoreError):
-        SQLiteStore.open(p)
+        SQLiteStore.open(p, create=True)
     c = sqlite3.connect(p)
     assert c.execute("pragma journal_mode").fetchone()[0] == "delete"    # not switched to WAL
     c.close()
@@ -240,7 +240,7 @@ def test_segment_read_only_uses_only_reads_and_takes_no_lock(tmp_path):
 
 def test_segment_read_only_works_while_a_writer_holds_the_lock(tmp_path):
     d = tmp_path / "seg"
-    w = SegmentStore.open(d)
+    w = SegmentStore.open(d, create=True)
     w.append(ev(1), F)
     with open_store("segment", d, read_only=True) as r:
         assert r.head("t") == 1
@@ -268,7 +268,7 @@ def test_segment_read_only_reports_a_torn_tail_and_leaves_it(tmp_path):
         assert [e.canonical for e in s.read("t")] == [e.canonical for e in evs]   # the valid prefix
         assert s.fence("t") == 0                                                   # the torn fence is not read
     assert snapshot(tmp_path) == before
-    with SegmentStore.open(d) as s:            # a read-write open trims it, as before
+    with SegmentStore.open(d, create=True) as s:            # a read-write open trims it, as before
         assert s.recovery.torn_tail_trimmed and s.recovery.torn_tail_found
         assert s.recovery.bytes_trimmed == fence_frame - 10
 
@@ -304,7 +304,7 @@ def test_segment_read_only_refuses_a_directory_that_is_not_a_segment_log(tmp_pat
 
 def test_segment_read_only_on_memory_fs_records_no_mutation():
     mem = MemoryFileSystem()
-    with SegmentStore.open("/log", fs=mem) as s:
+    with SegmentStore.open("/log", fs=mem, create=True) as s:
         s.append(ev(1), F)
     files = mem.snapshot()
     with SegmentStore.open("/log", fs=mem, read_only=True) as r:
@@ -425,7 +425,7 @@ def test_segment_interrupt_fails_the_store_so_a_retry_cannot_store_twice(tmp_pat
     """Repro /tmp/breaker/p_seg_interrupt.py: the retry after an interrupt wrote the event twice."""
     fs = Interrupting(OsFileSystem())
     # fsync_dir is called on a roll: make the second append roll into a new segment
-    s = SegmentStore.open(tmp_path, fs=fs, segment_bytes=300)
+    s = SegmentStore.open(tmp_path, fs=fs, segment_bytes=300, create=True)
     s.append(ev(1), F)
     fs.armed = (where, exc)
     with pytest.raises(type(exc)):
@@ -438,7 +438,7 @@ def test_segment_interrupt_fails_the_store_so_a_retry_cannot_store_twice(tmp_pat
     with pytest.raises(StoreFailedError):
         s.install_fence("t", 1)
     s.close()
-    with SegmentStore.open(tmp_path, segment_bytes=300) as s2:   # no CorruptLogError "stored twice"
+    with SegmentStore.open(tmp_path, segment_bytes=300, create=True) as s2:   # no CorruptLogError "stored twice"
         assert s2.head("t") in (1, 2)
         assert s2.append(ev(2), F).sequence_number == 2            # new, or an identical retry
         s2.append(ev(3), F)
@@ -447,7 +447,7 @@ def test_segment_interrupt_fails_the_store_so_a_retry_cannot_store_twice(tmp_pat
 
 def test_segment_interrupt_during_install_fence_fails_the_store(tmp_path):
     fs = Interrupting(OsFileSystem())
-    s = SegmentStore.open(tmp_path, fs=fs)
+    s = SegmentStore.open(tmp_path, fs=fs, create=True)
     s.append(ev(1), F)
     fs.armed = ("fdatasync", KeyboardInterrupt())
     with pytest.raises(KeyboardInterrupt):
@@ -455,7 +455,7 @@ def test_segment_interrupt_during_install_fence_fails_the_store(tmp_path):
     with pytest.raises(StoreFailedError):
         s.append(ev(2), F)
     s.close()
-    with SegmentStore.open(tmp_path) as s2:
+    with SegmentStore.open(tmp_path, create=True) as s2:
         assert s2.fence("t") in (0, 4) and s2.head("t") == 1
 
 
@@ -487,27 +487,27 @@ def test_sqlite_interrupt_rolls_back_and_resets_caches(tmp_path, exc):
     """Repro /tmp/breaker/p_sqlite_txn*.py: the half-done transaction stayed open (visible on this
     connection, locking every other writer, and the cached head said 2)."""
     p = tmp_path / "x.db"
-    s = InterruptingSQLite.open(p, busy_timeout_s=0.2)
+    s = InterruptingSQLite.open(p, busy_timeout_s=0.2, create=True)
     s.append(ev(1), F)
     s.interrupt_at, s.exc = 2, exc
     with pytest.raises(type(exc)):
         s.append_batch([ev(2), ev(3)], F)
     assert not s._db.in_transaction
     assert s.head("t") == 1 and [e.sequence_number for e in s.read("t")] == [1]
-    with SQLiteStore.open(p, busy_timeout_s=0.2) as other:     # the write lock was released
+    with SQLiteStore.open(p, busy_timeout_s=0.2, create=True) as other:     # the write lock was released
         other.append(ev(2, value=99), F)
     assert s.append(ev(3), F).sequence_number == 3             # cache was reset: head is 2 now
     with pytest.raises(StoreError):
         s.append(ev(2), F)                                      # conflicting duplicate of other's #2
     s.install_fence("t", 1)
     s.close()
-    with SQLiteStore.open(p) as s3:
+    with SQLiteStore.open(p, create=True) as s3:
         assert [e.payload.value for e in s3.read("t")] == [1, 99, 1] and s3.fence("t") == 1
 
 
 def test_sqlite_interrupt_inside_install_fence_rolls_back(tmp_path):
     p = tmp_path / "x.db"
-    s = SQLiteStore.open(p)
+    s = SQLiteStore.open(p, create=True)
     s.append(ev(1), F)
 
     real = s._db
@@ -539,7 +539,7 @@ def test_sqlite_interrupt_inside_install_fence_rolls_back(tmp_path):
 def test_sqlite_busy_is_retryable_and_does_not_fail_the_store(tmp_path):
     """Repro /tmp/breaker/p_fail_reopen.py (SQLite part)."""
     p = tmp_path / "x.db"
-    s = SQLiteStore.open(p, busy_timeout_s=0.05)
+    s = SQLiteStore.open(p, busy_timeout_s=0.05, create=True)
     s.append(ev(1), F)
     other = sqlite3.connect(p, timeout=0, isolation_level=None)
     other.execute("BEGIN IMMEDIATE")
@@ -559,7 +559,7 @@ def test_sqlite_busy_is_retryable_and_does_not_fail_the_store(tmp_path):
 
 def test_sqlite_disk_full_still_fails_the_store(tmp_path):
     p = tmp_path / "x.db"
-    s = SQLiteStore.open(p)
+    s = SQLiteStore.open(p, create=True)
     s.append(ev(1), F)
     pages = s._db.execute("PRAGMA page_count").fetchone()[0]
     s._db.execute(f"PRAGMA max_page_count={pages}")          # the "disk" is now full
@@ -572,7 +572,7 @@ def test_sqlite_disk_full_still_fails_the_store(tmp_path):
     with pytest.raises(StoreFailedError):
         s.install_fence("t", 1)
     s.close()
-    with SQLiteStore.open(p) as s2:
+    with SQLiteStore.open(p, create=True) as s2:
         assert s2.head("t") == 1
 
 
@@ -610,7 +610,7 @@ def test_sqlite_read_detects_a_deleted_row(tmp_path):
     c.execute("DELETE FROM events WHERE sequence_number=2")
     c.commit()
     c.close()
-    with SQLiteStore.open(p) as s:
+    with SQLiteStore.open(p, create=True) as s:
         with pytest.raises(CorruptLogError, match=r"'t'.*#2"):
             s.read("t")
         with pytest.raises(CorruptLogError, match=r"#2"):
@@ -629,7 +629,7 @@ def test_sqlite_read_of_a_deeply_nested_body_is_typed(tmp_path):
     p = tmp_path / "x.db"
     sqlite_log(p)
     _set_row(p, 2, b'{"a":' + b"[" * 5000 + b"]" * 5000 + b"}")
-    with SQLiteStore.open(p) as s, pytest.raises((MalformedEventError, CorruptLogError)):
+    with SQLiteStore.open(p, create=True) as s, pytest.raises((MalformedEventError, CorruptLogError)):
         list(s.read("t"))
 
 
@@ -641,7 +641,7 @@ def test_sqlite_read_of_a_deeply_nested_body_is_typed(tmp_path):
 @pytest.mark.parametrize("seg", [float("nan"), float("inf"), 0, -5, 300.5, "1024", True, None])
 def test_segment_bytes_must_be_a_sane_int(tmp_path, seg):
     with pytest.raises(ConfigError):
-        SegmentStore.open(tmp_path / "seg", segment_bytes=seg)
+        SegmentStore.open(tmp_path / "seg", segment_bytes=seg, create=True)
     assert not (tmp_path / "seg").exists()
 
 
@@ -671,7 +671,7 @@ def test_deep_non_envelope_body_at_the_tail_is_torn_not_a_recursion_error(tmp_pa
     with SegmentStore.open(d, read_only=True) as s:
         assert s.recovery.torn_tail_found and "undecodable" in s.recovery.torn_tail_reason
         assert s.head("t") == 1
-    with SegmentStore.open(d) as s:
+    with SegmentStore.open(d, create=True) as s:
         assert s.recovery.torn_tail_trimmed and s.head("t") == 1
 
 
@@ -682,7 +682,7 @@ def test_deep_non_envelope_body_before_synced_records_is_corruption(tmp_path):
     b = encode_frame(KIND_EVENT, ev(1).canonical, (1, len(a)))     # claims the deep frame was synced
     (d / segment_name(1)).write_bytes(a + b)
     with pytest.raises(CorruptLogError):
-        SegmentStore.open(d)
+        SegmentStore.open(d, create=True)
 
 
 def test_deep_payload_in_a_valid_envelope_opens_and_read_raises_typed(tmp_path):
@@ -704,7 +704,7 @@ def test_deep_payload_in_a_valid_envelope_opens_and_read_raises_typed(tmp_path):
 
 def test_group_commit_interrupt_fails_the_segment_store_and_no_retry_double_writes(tmp_path):
     fs = Interrupting(OsFileSystem())
-    store = SegmentStore.open(tmp_path, fs=fs)
+    store = SegmentStore.open(tmp_path, fs=fs, create=True)
     with GroupCommitter(store, F, flush_timer_s=0.001) as gc:
         gc.append(ev(1))
         fs.armed = ("fdatasync", KeyboardInterrupt("ctrl-c in the flusher"))
@@ -714,7 +714,7 @@ def test_group_commit_interrupt_fails_the_segment_store_and_no_retry_double_writ
         with pytest.raises(StoreFailedError):      # the committer keeps running; the store refuses
             gc.submit(ev(2)).result(10)
     store.close()
-    with SegmentStore.open(tmp_path) as s:       # no "stored twice"
+    with SegmentStore.open(tmp_path, create=True) as s:       # no "stored twice"
         assert s.head("t") in (1, 2)
 
 

@@ -28,7 +28,7 @@ def test_tiers_declare_failure_domains_and_weak_stores_are_refused(tmp_path):
     assert AckTier.WRITE.survives == {FailureDomain.NONE, FailureDomain.PROCESS_CRASH}
     assert AckTier.FDATASYNC.covers(FailureDomain.HOST_CRASH)
     assert not AckTier.FDATASYNC.covers(FailureDomain.VOLUME_LOSS)
-    sq = SQLiteStore.open(tmp_path / "x.sqlite")
+    sq = SQLiteStore.open(tmp_path / "x.sqlite", create=True)
     assert choose_tier(sq, FailureDomain.PROCESS_CRASH) is AckTier.WRITE
     assert choose_tier(sq, FailureDomain.HOST_CRASH) is AckTier.FDATASYNC
     with pytest.raises(AcknowledgmentTooWeakError) as ei:
@@ -49,7 +49,7 @@ def test_memory_store_shows_what_is_lost():
 
 
 def _zombie_append(path, q):
-    store = SQLiteStore.open(path)
+    store = SQLiteStore.open(path, create=True)
     try:
         store.append(ev(intent(), 2, epoch=1), AckTier.FDATASYNC)
         q.put("appended")
@@ -61,7 +61,7 @@ def test_sqlite_fences_a_zombie_in_another_process(tmp_path):
     """Fault: the old owner (another process, epoch 1) appends after a new owner installed epoch 2.
     Goal: the log itself rejects it (§11.5.1)."""
     path = tmp_path / "log.sqlite"
-    s = SQLiteStore.open(path)
+    s = SQLiteStore.open(path, create=True)
     s.append(ev(task(), 1, epoch=1), AckTier.FDATASYNC)
     s.install_fence("traj-a", 2)
     q = mp.get_context("spawn").Queue()
@@ -162,12 +162,12 @@ TestSQLiteContract.settings = settings(max_examples=15, stateful_step_count=15)
 
 def test_a_long_lived_read_only_sqlite_reader_sees_writers_that_came_and_went(tmp_path):
     p = tmp_path / "log.sqlite"
-    w = SQLiteStore.open(p)
+    w = SQLiteStore.open(p, create=True)
     w.append_batch([ev(task(), 1)], AckTier.FDATASYNC)
     w.close()
     ro = SQLiteStore.open(p, read_only=True)
     assert ro.head("traj-a") == 1
-    w = SQLiteStore.open(p)
+    w = SQLiteStore.open(p, create=True)
     w.append_batch([ev(intent(), 2), ev(task(), 1, traj="traj-b")], AckTier.FDATASYNC)
     w.close()                                     # a clean close removes the -wal again
     assert ro.head("traj-a") == 2 and ro.trajectories() == ["traj-a", "traj-b"]

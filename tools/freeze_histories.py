@@ -251,11 +251,11 @@ def _manifest(name: str, doc: str, events: list[Event], fence: int, formats: lis
 def _write_formats(folder: Path, events: list[Event], fence: int) -> None:
     tid = events[0].trajectory_id
     (folder / "events.jsonl").write_bytes(b"".join(e.canonical + b"\n" for e in events))
-    with SQLiteStore.open(folder / "log.sqlite") as s:
+    with SQLiteStore.open(folder / "log.sqlite", create=True) as s:
         s.append_batch(events, AckTier.FDATASYNC)
         if fence:
             s.install_fence(tid, fence)
-    with SegmentStore.open(folder / "segments", segment_bytes=SEGMENT_BYTES) as s:
+    with SegmentStore.open(folder / "segments", segment_bytes=SEGMENT_BYTES, create=True) as s:
         for i in range(0, len(events), 3):        # several batches, so several frames per file
             s.append_batch(events[i:i + 3], AckTier.FDATASYNC)
         if fence:
@@ -283,7 +283,7 @@ def freeze_compacted(folder: Path) -> None:
     ``blobs/`` and the retained suffix."""
     folder.mkdir(parents=True)
     with tempfile.TemporaryDirectory(prefix="kl-freeze-") as tmp:
-        store = SQLiteStore.open(folder / "log.sqlite")
+        store = SQLiteStore.open(folder / "log.sqlite", create=True)
         blobs = DirectoryBlobStore(str(folder / "blobs"))
         tid = _checkpointed(store, blobs)
         events = list(store.read(tid))

@@ -9,9 +9,16 @@ last events of the surviving log), ``operations`` (the log folded by
 its one-line reading), ``error``, and ``completed`` (the ``n`` of the last finished command).
 
 Actions: ``start`` (worker runs freely), ``crash`` (SIGKILL now), ``crash_at`` (start a worker
-paused right after ``position`` ∈ Authorized/BudgetReserved/ToolIntent/ToolResult, then SIGKILL
-it there), ``recover`` (a new process folds the surviving log), ``reconcile`` (a new process
-reconciles by operation id), ``refresh``. A step that cannot run (crash with no worker, recover
+paused right after ``position``, then SIGKILL it there), ``recover`` (a new process folds the
+surviving log), ``reconcile`` (a new process reconciles by operation id), ``refresh``.
+
+Crash positions: every event of the worksheet's trajectory
+(:meth:`~kernel_lib.live.session.WorksheetSession.crash_points`). ``positions`` lists them as
+``{"value": NAME, "label": "N TYPE#K (subject)"}`` for the dropdown, NAME being the shortest spec of
+the point (``ToolResult`` for the executor's acceptance, ``Authorized#1`` for the model call's
+admission). A ``position`` is resolved and validated in Python
+(:meth:`~kernel_lib.live.session.WorksheetSession.resolve_point`: ``N``, ``TYPE#K`` or ``TYPE``), and
+the trait then holds the point's NAME. A step that cannot run (crash with no worker, recover
 before any log exists, an unknown action or position) becomes a message in ``error``; it never
 raises into the notebook.
 """
@@ -22,8 +29,8 @@ from typing import Any
 
 import traitlets
 
-from kernel_lib.errors import UnrecoveredRunError
-from kernel_lib.live.session import CRASH_POINTS, WorksheetSession
+from kernel_lib.errors import UnknownCrashPointError, UnrecoveredRunError
+from kernel_lib.live.session import WorksheetSession
 from widgets._base import CommandWidget, clip
 from widgets.scrubber import record_view
 
@@ -71,8 +78,8 @@ class CrashPanel(CommandWidget, static="crash_panel"):
     """
 
     ACTIONS = ACTIONS
-    position = traitlets.Unicode("ToolResult").tag(sync=True)
-    positions = traitlets.List(list(CRASH_POINTS)).tag(sync=True)
+    position = traitlets.Unicode("").tag(sync=True)
+    positions = traitlets.List().tag(sync=True)
     log_tail = traitlets.List().tag(sync=True)
     operations = traitlets.List().tag(sync=True)
     in_doubt = traitlets.List().tag(sync=True)
@@ -85,7 +92,19 @@ class CrashPanel(CommandWidget, static="crash_panel"):
         self.tail_n = tail_n
         self.reconcile_timeout_s = reconcile_timeout_s
         super().__init__(**kw)
+        self.positions = [{"value": session.point_name(p), "label": p.describe()} for p in session.crash_points()]
+        self.position = self.resolve("ToolResult")
         self.refresh()
+
+    def resolve(self, position: Any) -> str:
+        """The dropdown value (the shortest spec, :meth:`WorksheetSession.point_name`) of ``position``.
+
+        Raises ValueError naming every valid position when ``position`` is none of them."""
+        try:
+            return self.session.point_name(self.session.resolve_point(position))
+        except UnknownCrashPointError as exc:
+            raise ValueError(f"crash position {_short(repr(position))} is not one of the trajectory's positions: "
+                             + ", ".join(exc.choices)) from None
 
     # Python-side entry point (the buttons reach it through the ``command`` trait)
     def run(self, action: str, position: str | None = None) -> bool:
@@ -102,9 +121,7 @@ class CrashPanel(CommandWidget, static="crash_panel"):
                 self.last_result = {"action": "crash", **s.crash()}
             elif action == "crash_at":
                 pos = position or self.position
-                if pos not in CRASH_POINTS:
-                    raise ValueError(f"crash position {_short(repr(pos))} is not one of {list(CRASH_POINTS)}")
-                self.position = pos
+                self.position = self.resolve(pos)
                 started = s.start(pause_at=pos, discard_previous=discard)
                 self.last_result = {"action": "crash_at", "paused": started["paused"], **s.crash()}
             elif action == "recover":

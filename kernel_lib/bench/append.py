@@ -200,7 +200,7 @@ def _store_kinds() -> tuple[list[str], dict[str, str]]:
 
 
 def _offered_tiers(kind: str, tmp: Path) -> tuple[AckTier, ...]:
-    store = open_store(kind, None if kind == "memory" else tmp / f"probe-{kind}")
+    store = open_store(kind, None if kind == "memory" else tmp / f"probe-{kind}", create=True)
     try:
         return tuple(store.offered_tiers)
     finally:
@@ -216,7 +216,7 @@ class _Stores:
     def open(self, kind: str, label: str) -> LogStore:
         self.n += 1
         path = None if kind == "memory" else self.tmp / f"{label}-{self.n}-{kind}"
-        store = open_store(kind, path)
+        store = open_store(kind, path, create=True)
         self.opened.append(store)
         return store
 

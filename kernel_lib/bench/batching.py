@@ -116,7 +116,7 @@ def measure_batch_caps(directory: str | Path, batch_caps, *, writers: int = 8, a
     acks: list[BatchCapAck] = []
     for cap in caps:
         suffix = ".sqlite" if store_kind == "sqlite" else ""
-        store = open_store(store_kind, root / f"group-{cap}{suffix}")
+        store = open_store(store_kind, root / f"group-{cap}{suffix}", create=True)
         committer = None
         try:
             committer = GroupCommitter(store, tier, flush_timer_s=flush_timer_s, batch_cap=cap)

@@ -88,7 +88,7 @@ def grow_trajectory(root: str | os.PathLike, mode: str, *, turns: int = 24, stri
     slug = _SLUG[mode]
     ws = root / f"ws-{slug}"
     ws.mkdir()
-    store = SQLiteStore.open(root / f"log-{slug}.sqlite")
+    store = SQLiteStore.open(root / f"log-{slug}.sqlite", create=True)
     log = TrajectoryLog(store, GROWTH_TRAJECTORY, must_survive=FailureDomain.PROCESS_CRASH)
     gate = DispatchGate(log, AdmissionPolicy(grants={_GRANT: {_MODEL, "write_file"}}))
     gate.start(TaskStarted(task_id=GROWTH_TRAJECTORY, requester="notebook 11.4",

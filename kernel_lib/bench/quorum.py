@@ -109,7 +109,7 @@ def run_quorum_bench(events: int = 200, *, rounds: int = 4, seed: int = 0, write
             raise ConfigError(f"{name} must be an int >= {lo}, got {v!r}")
     per_round = max(1, events // rounds)
     with tempfile.TemporaryDirectory(prefix="kl-bench-quorum-") as tmp, EtcdCluster(members) as cluster:
-        local = SQLiteStore.open(Path(tmp) / "local.db")
+        local = SQLiteStore.open(Path(tmp) / "local.db", create=True)
         quorum = EtcdStore(cluster.endpoints(), timeout_s=10.0)
         machine = {**machine_info(tmp), "etcd_filesystem": filesystem_of(cluster.work_dir)}
         lat = run_rounds([_appender("fdatasync", local, AckTier.FDATASYNC, "lat-fdatasync", per_round * rounds),
@@ -174,7 +174,7 @@ def measure_tiers(appends: int = 100, *, cluster: EtcdCluster | None = None) -> 
     cluster = cluster or EtcdCluster(3).start()
     try:
         with tempfile.TemporaryDirectory(prefix="kl-tiers-") as tmp:
-            local = SQLiteStore.open(Path(tmp) / "tiers.db")
+            local = SQLiteStore.open(Path(tmp) / "tiers.db", create=True)
             quorum = EtcdStore(cluster.endpoints(only_running=True), timeout_s=10.0, prefix="kl-tiers/")
             tiers = [("write", local, AckTier.WRITE), ("fdatasync", local, AckTier.FDATASYNC),
                      ("quorum", quorum, AckTier.QUORUM)]

@@ -111,7 +111,7 @@ def _size(n: int, tmp: Path, store_kind: str, rounds: int, scrub_positions: int,
     events = make_events(n, seed)
     gen_s = time.perf_counter() - t0
     path = tmp / (f"log-{n}.sqlite" if store_kind == "sqlite" else f"log-{n}")
-    store = open_store(store_kind, path)
+    store = open_store(store_kind, path, create=True)
     blobs = DirectoryBlobStore(str(tmp / f"blobs-{n}"))
     log = TrajectoryLog(store, TRAJECTORY)
     ck = Checkpointer(log, blobs, max_chain=10 ** 6)

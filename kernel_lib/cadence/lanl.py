@@ -11,12 +11,18 @@ is related to an event already recorded). The data are not part of this reposito
 :func:`load_lanl` reads any file of that format with polars and is strict about what it keeps:
 
 * header names are matched after trimming, case folding and collapsing whitespace; a missing
-  required column (system, node, start time) raises :class:`~kernel_lib.errors.FailureDataError`;
+  required column (system, start time) raises :class:`~kernel_lib.errors.FailureDataError`;
+* node numbers are optional: of the node columns present (``nodenumz`` preferred, then ``nodenum``)
+  the first that holds any value is used; a row with an empty node cell is kept with a null node.
+  When no row names a node (the columns are empty or absent), the system-level figures (MTBF,
+  inter-arrival times, the Poisson check, the whole-system cadence) are computed as usual and the
+  node-level analysis is skipped with a note (:attr:`FailureRecords.node_level`,
+  :attr:`LanlAnalysis.notes`); rows without a node are left out of the node-level figures only;
 * blank lines are counted and ignored; stray whitespace around values is trimmed;
 * a malformed row is either skipped and listed with its file line and reason (``errors="skip"``,
   the default) or raises FailureDataError naming the line (``errors="raise"``); line numbers assume
   no quoted field spans lines. Malformed means: an unparseable start time, or one outside the
-  accepted window (see below); a non-integer or negative node number; a ``nodes`` count that is
+  accepted window (see below); a node number that is given but is not an integer >= 0; a ``nodes`` count that is
   given but is not a whole number >= 1; a down time that is given but is not a finite number of
   minutes >= 0 (``nan``, ``inf`` and overflowing values such as ``1e400`` are malformed); more
   fields than the header; an unknown ``Same Event`` value;
@@ -66,7 +72,7 @@ _ALIASES: dict[str, tuple[str, ...]] = {
     "down_time_min": ("down time", "downtime"),
     "same_event": ("same event",),
 }
-_REQUIRED = ("system", "node", "started")
+_REQUIRED = ("system", "started")
 BLAME_CATEGORIES = ("facilities", "hardware", "human error", "network", "undetermined", "software")
 _YES = ("yes", "y", "true", "1")
 _NO = ("no", "n", "false", "0", "")
@@ -99,7 +105,9 @@ class FailureRecords:
             (i64 or null), ``started`` and ``fixed`` (datetime, minute resolution; fixed may be null),
             ``down_time_min`` (f64 or null), ``blame`` (first non-empty blame category or null),
             ``blame_detail`` (its text), ``same_event`` (bool).
-        node_column: which header supplied node numbers (``nodenumz`` preferred).
+        node_column: which header supplied node numbers (``nodenumz`` preferred; the first node column
+            holding any value), or None when no column names a node.
+        rows_without_node: kept rows whose node cell is empty (node null in ``frame``).
         data_rows: non-blank data rows read. blank_lines: blank lines ignored.
         skipped: malformed rows left out. duplicates_dropped: repeated identical rows removed.
         same_event_rows: rows flagged Same Event. missing_fixed: rows with no usable fix time.
@@ -108,7 +116,7 @@ class FailureRecords:
 
     path: str
     frame: pl.DataFrame
-    node_column: str
+    node_column: str | None
     data_rows: int
     blank_lines: int
     skipped: tuple[SkippedRow, ...]
@@ -116,13 +124,20 @@ class FailureRecords:
     same_event_rows: int
     missing_fixed: int
     fixed_before_started: int
+    rows_without_node: int = 0
+
+    @property
+    def node_level(self) -> bool:
+        """Whether any kept row names its node (node-level analysis is possible)."""
+        return self.rows_without_node < self.frame.height
 
     @property
     def systems(self) -> list[int]:
         return sorted(self.frame["system"].unique().to_list())
 
     def summary(self) -> dict[str, Any]:
-        return {"path": self.path, "node_column": self.node_column, "data_rows": self.data_rows,
+        return {"path": self.path, "node_column": self.node_column, "rows_without_node": self.rows_without_node,
+                "node_level": self.node_level, "data_rows": self.data_rows,
                 "kept_rows": self.frame.height, "blank_lines": self.blank_lines, "skipped_rows": len(self.skipped),
                 "skipped_examples": [asdict(s) for s in self.skipped[:10]],
                 "duplicates_dropped": self.duplicates_dropped, "same_event_rows": self.same_event_rows,
@@ -225,15 +240,17 @@ def load_lanl(path: str | Path, *, errors: Literal["skip", "raise"] = "skip") ->
     header = [_norm_header(v) for v in raw.row(0)[1:width + 1]]
     cols: dict[str, str] = {}
     for key, aliases in _ALIASES.items():
+        if key == "node":
+            continue
         for alias in aliases:
             if alias in header:
                 cols[key] = f"c{header.index(alias)}"
                 break
+    node_candidates = [f"c{header.index(a_)}" for a_ in _ALIASES["node"] if a_ in header]
     missing = [k_ for k_ in _REQUIRED if k_ not in cols]
     if missing:
         raise FailureDataError(f"header lacks required column(s) {missing} (looked for "
                                f"{[_ALIASES[k_] for k_ in missing]}; found {header})", path=where, line=1 + lead)
-    node_column = header[int(cols["node"][1:])]
     blame_cols = [(cat, f"c{header.index(cat)}") for cat in BLAME_CATEGORIES if cat in header]
 
     body = raw.slice(1).with_columns((pl.col("row_index") + 1 + lead).cast(pl.UInt32).alias("line"))
@@ -243,6 +260,12 @@ def load_lanl(path: str | Path, *, errors: Literal["skip", "raise"] = "skip") ->
     blank_lines = body.filter(blank).height
     body = body.filter(~blank)
     data_rows = body.height
+    for c_ in node_candidates:   # the first node column that names any node; none: node-level analysis skipped
+        if body.filter(pl.col(c_).fill_null("") != "").height:
+            cols["node"] = c_
+            break
+    node_column = header[int(cols["node"][1:])] if "node" in cols else None
+    node_text = pl.col(cols["node"]) if "node" in cols else pl.lit(None, dtype=pl.String)
 
     def col(key: str) -> pl.Expr:
         return pl.col(cols[key]) if key in cols else pl.lit(None, dtype=pl.String)
@@ -254,7 +277,7 @@ def load_lanl(path: str | Path, *, errors: Literal["skip", "raise"] = "skip") ->
     latest = _dt.datetime.now(_dt.UTC).replace(tzinfo=None) + _dt.timedelta(days=1)
     parsed = body.with_columns(
         system=pl.col(cols["system"]).str.to_integer(strict=False),
-        node=pl.col(cols["node"]).str.to_integer(strict=False),
+        node=node_text.str.to_integer(strict=False),
         nodes_in_system=nodes_text.str.to_integer(strict=False),
         started=_parse_time(pl.col(cols["started"])),
         fixed_raw=_parse_time(col("fixed")),
@@ -270,10 +293,10 @@ def load_lanl(path: str | Path, *, errors: Literal["skip", "raise"] = "skip") ->
         .then(pl.lit(f"more fields than the header's {width}"))
         .when(pl.col("system").is_null())
         .then(pl.format("system {} is not an integer", pl.col(cols["system"]).fill_null("(empty)")))
-        .when(pl.col("node").is_null())
-        .then(pl.format("node number {} is not an integer", pl.col(cols["node"]).fill_null("(empty)")))
+        .when(node_text.fill_null("").ne("") & pl.col("node").is_null())
+        .then(pl.format("node number {} is not an integer", node_text))
         .when(pl.col("node") < 0)
-        .then(pl.format("node number {} is negative", pl.col(cols["node"])))
+        .then(pl.format("node number {} is negative", node_text))
         .when(nodes_text.fill_null("").ne("") & (pl.col("nodes_in_system").is_null()
                                                  | (pl.col("nodes_in_system") < 1)))
         .then(pl.format("nodes {} is not a whole number of nodes >= 1", nodes_text))
@@ -322,7 +345,8 @@ def load_lanl(path: str | Path, *, errors: Literal["skip", "raise"] = "skip") ->
     return FailureRecords(
         path=where, frame=frame, node_column=node_column, data_rows=data_rows, blank_lines=blank_lines,
         skipped=skipped, duplicates_dropped=duplicates, same_event_rows=int(frame["same_event"].sum()),
-        missing_fixed=int(good["fixed_raw"].is_null().sum()), fixed_before_started=int(good["fixed_before"].sum()))
+        missing_fixed=int(good["fixed_raw"].is_null().sum()), fixed_before_started=int(good["fixed_before"].sum()),
+        rows_without_node=int(frame["node"].is_null().sum()))
 
 
 # --- arrivals ----------------------------------------------------------------------------------------
@@ -629,7 +653,8 @@ class SystemAnalysis:
 @dataclass(frozen=True)
 class LanlAnalysis:
     """:func:`analyze_lanl`'s result: the load report, per-system analyses, and a per-node frame
-    (columns system, node, failures, first, last, mtbf_s, cv, young_interval_s)."""
+    (columns system, node, failures, first, last, mtbf_s, cv, young_interval_s). ``notes`` says what
+    was not analysed and why (e.g. node-level analysis skipped: no row names a node)."""
 
     load: dict
     systems: tuple[SystemAnalysis, ...]
@@ -637,6 +662,7 @@ class LanlAnalysis:
     pause_s: float
     include_same_event: bool
     merge_simultaneous: bool
+    notes: tuple[str, ...] = ()
 
     @property
     def warnings(self) -> list[str]:
@@ -645,7 +671,7 @@ class LanlAnalysis:
 
     def to_dict(self, *, nodes: bool = True) -> dict:
         out = {"source": "LANL failure records (1996-2005); theorem 11.1 with measured MTBF", "load": self.load,
-               "warnings": self.warnings,
+               "warnings": self.warnings, "notes": list(self.notes),
                "pause_s": self.pause_s, "include_same_event": self.include_same_event,
                "merge_simultaneous": self.merge_simultaneous, "systems": [s.to_dict() for s in self.systems]}
         if nodes:
@@ -656,9 +682,11 @@ class LanlAnalysis:
 
 def per_node_frame(records: FailureRecords, pause_s: float, *, include_same_event: bool = False) -> pl.DataFrame:
     """Per node: failures, first/last start, MTBF (mean gap, s; null under 2 failures), CV of gaps, and
-    Young's interval for ``pause_s`` at that MTBF. Sorted by system, node."""
+    Young's interval for ``pause_s`` at that MTBF. Sorted by system, node. Rows without a node are
+    left out (an empty frame when no row names a node)."""
     f.positive("pause_s", pause_s)
     df = records.frame if include_same_event else records.frame.filter(~pl.col("same_event"))
+    df = df.filter(pl.col("node").is_not_null())   # rows without a node count at system level only
     df = df.unique(subset=["system", "node", "started"], keep="first").sort(["system", "node", "started"])
     df = df.with_columns(gap_s=pl.col("started").diff().over(["system", "node"]).dt.total_seconds().cast(pl.Float64))
     out = df.group_by(["system", "node"]).agg(
@@ -692,6 +720,13 @@ def analyze_lanl(source: str | Path | FailureRecords, *, pause_s: float = 60.0, 
     f.probability("alpha", alpha)
     records = source if isinstance(source, FailureRecords) else load_lanl(source, errors=errors)
     nodes = per_node_frame(records, c_, include_same_event=include_same_event)
+    notes: list[str] = []
+    if not records.node_level:
+        notes.append("node-level analysis skipped: no row names a node (the node columns are empty or absent); "
+                     "the system-level figures use every row")
+    elif records.rows_without_node:
+        notes.append(f"{records.rows_without_node} row(s) name no node: they count in the system-level figures and "
+                     f"are left out of the node-level ones")
     out = []
     for system in records.systems:
         raw = arrival_times_s(records, system=system, include_same_event=include_same_event, merge_simultaneous=False)
@@ -716,7 +751,7 @@ def analyze_lanl(source: str | Path | FailureRecords, *, pause_s: float = 60.0, 
                             f"never failed are not in the records)")
             n_nodes = sys_nodes.height
         node_failures = int(sys_nodes["failures"].sum())
-        pooled = (n_nodes * st.window_s / node_failures) if node_failures and st.window_s > 0 else None
+        pooled = (n_nodes * st.window_s / node_failures) if node_failures and n_nodes and st.window_s > 0 else None
         cad_node = None
         if pooled:
             try:
@@ -729,4 +764,4 @@ def analyze_lanl(source: str | Path | FailureRecords, *, pause_s: float = 60.0, 
                 "the whole window and that nodes fail alike (see the per-node table for how unalike they are)",))
         out.append(SystemAnalysis(system, st, len(raw) - len(times), pc, cad, n_nodes, sys_nodes.height, node_failures,
                                   pooled, cad_node, n_declared, tuple(warnings)))
-    return LanlAnalysis(records.summary(), tuple(out), nodes, c_, include_same_event, merge_simultaneous)
+    return LanlAnalysis(records.summary(), tuple(out), nodes, c_, include_same_event, merge_simultaneous, tuple(notes))

@@ -164,7 +164,7 @@ def measure_reconstruction(store_kind: str = "sqlite", *, turns: int = 60, short
     tid = "traj_cadence_measure"
     with tempfile.TemporaryDirectory(prefix="cadence-R-", dir=directory) as tmp:
         path = Path(tmp) / ("log.sqlite" if store_kind == "sqlite" else "seglog")
-        store = open_store(store_kind, path)
+        store = open_store(store_kind, path, create=True)
         try:
             ends = _record_trajectory(store, tid, n_, payload_bytes)
         finally:

@@ -19,6 +19,8 @@ module              what it holds
 :mod:`.restore`     :func:`restore` (verify, bind to the log, rebuild at p, fold the suffix,
                     apply logged workspace deltas, materialize), :func:`load_checkpoint`,
                     :func:`check_binding`
+:mod:`.retired`     tombstones of retired checkpoints (who, when); :func:`scan_trajectory` lists
+                    a trajectory's manifests and tombstones in a blob store
 :mod:`.index`       :class:`CheckpointIndex`, in-memory snapshots for time travel (the scrubber)
 :mod:`.crash`       crash-state exploration of capture and publication
 :mod:`.bench`       ``bench restore``: restore vs fold-from-start, fold throughput, scrubber

@@ -49,6 +49,8 @@ from kernel_lib.log.trajectory import TrajectoryLog
 from kernel_lib.core.record import TrajectoryRecord
 from kernel_lib.checkpoint.blobs import BlobStore, is_digest, sha256_hex
 from kernel_lib.checkpoint.manifest import CheckpointManifest
+from kernel_lib.checkpoint.retired import Tombstone, write_tombstones
+from kernel_lib._support.checks import check_unix_s
 from kernel_lib.limits import CHECKPOINT_SCAN_WINDOW_MAX
 from kernel_lib.checkpoint.restore import (
     SCAN_WINDOW,
@@ -503,9 +505,15 @@ class Checkpointer:
             write_s=t2 - t1, publish_s=t3 - t2, total_s=t3 - t0)
         return ConsolidationResult(cap, supersedes, retirable)
 
-    def retire(self, consolidation: ConsolidationResult, *, delete: bool = False) -> RetireReport:
+    def retire(self, consolidation: ConsolidationResult, *, delete: bool = False, retired_by: str = "consolidation",
+               now_unix_s: float | None = None) -> RetireReport:
         """Retire the deltas a consolidated base superseded: list them, and with ``delete=True``
         remove them from the blob store.
+
+        With ``delete=True``, one :class:`~kernel_lib.checkpoint.retired.Tombstone` per retired
+        checkpoint is made durable first (``retired_by``, ``now_unix_s``: who retires and when,
+        Unix seconds from the caller's clock, default now), so a later restore at its position
+        says it was retired and falls back instead of reporting a missing manifest.
 
         Refuses (CheckpointError, nothing removed) unless the base's ``Checkpoint`` event is in
         the log at its position with the same bytes, and the base's manifest, record snapshot,
@@ -514,7 +522,12 @@ class Checkpointer:
         built on a superseded one — are kept and listed in ``kept``. After retirement, restoring
         a position whose newest checkpoint was one of the superseded deltas fails with
         UnrecoverableStateError (keep them if audits need that history, §11.4.2).
+
+        Raises ConfigError for an empty ``retired_by`` or a bad ``now_unix_s``.
         """
+        if not isinstance(retired_by, str) or not retired_by:
+            raise ConfigError(f"retired_by must be a non-empty string, got {retired_by!r}")
+        now = time.time() if now_unix_s is None else check_unix_s("now_unix_s", now_unix_s)
         cap = consolidation.capture
         seq = cap.event.sequence_number
         found = list(self.log.store.read(self.log.trajectory_id, seq, seq))
@@ -532,14 +545,27 @@ class Checkpointer:
         report = RetireReport(cap.checkpoint_id, list(consolidation.retirable))
         report.kept = [d for d in consolidation.retirable if d in needed]
         if delete:
-            for d in consolidation.retirable:
-                if d in needed:
-                    continue
+            gone = [d for d in consolidation.retirable if d not in needed]
+            write_tombstones(self.blobs, self._tombstones(gone, cap.checkpoint_id, retired_by, now))
+            for d in gone:
                 size = self.blobs.size(d) or 0
                 if self.blobs.delete(d):
                     report.deleted.append(d)
                     report.bytes_freed += size
         return report
+
+    def _tombstones(self, gone: list[str], replaced_by: str, retired_by: str, now: float) -> list[Tombstone]:
+        """One tombstone per superseded manifest among ``gone`` (read before anything goes)."""
+        out = []
+        for d in gone:
+            try:
+                m = CheckpointManifest.from_bytes(self.blobs.get(d, kind="checkpoint manifest"), name=d[:16])
+            except UnrecoverableStateError:
+                continue     # a record delta (or an object already gone): named by its manifest's tombstone
+            objs = tuple(o for o in (d, m.record.get("delta")) if o and o in gone)
+            out.append(Tombstone(m.trajectory_id, m.checkpoint_id, d, m.covered_sequence_number, objs, retired_by,
+                                 now, replaced_by))
+        return out
 
     def _needed_later(self, cap: CaptureResult) -> set[str]:
         """Objects of the chains of every checkpoint the log publishes after ``cap``'s event, or

@@ -38,12 +38,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kernel_lib.errors import ConfigError, UnrecoverableStateError
+from kernel_lib.errors import CheckpointRetiredError, ConfigError, UnrecoverableStateError
 from kernel_lib.core.events import CheckpointV2, Event, WorkspaceChanged
 from kernel_lib.log.base import LogStore
 from kernel_lib.core.record import TrajectoryRecord, fold_into, initial_record
 from kernel_lib.checkpoint.blobs import BlobStore
 from kernel_lib.checkpoint.manifest import CheckpointManifest
+from kernel_lib.checkpoint.retired import Tombstone, TrajectoryObjects, scan_trajectory
 from kernel_lib.checkpoint.state import (
     apply_state_delta,
     decode_record_delta,
@@ -85,6 +86,12 @@ class RestoreResult:
     ``bytes_read`` counts blob-store bytes. ``timings_s`` (seconds): ``find``, ``load`` (manifests,
     record and tree with their deltas, digests checked), ``fold``, ``workspace`` (logged deltas),
     ``materialize`` (blob checks and file writes) and ``total``.
+
+    When the newest checkpoint at or before the target was retired (consolidated, §11.4.2),
+    ``retired`` holds the tombstones met (who retired each checkpoint, and when), ``fallback``
+    says in words what restore did instead, and ``fallback_to`` is ``"checkpoint <id>"`` (an
+    older retained checkpoint) or ``"log"`` (folded from the log's start); all three are empty
+    otherwise.
     """
 
     record: TrajectoryRecord
@@ -98,6 +105,9 @@ class RestoreResult:
     workspace_changes: int
     bytes_read: int
     timings_s: dict[str, float] = field(default_factory=dict)
+    retired: tuple[Tombstone, ...] = ()
+    fallback: str | None = None
+    fallback_to: str | None = None
 
     @property
     def tree_sha256(self) -> str | None:
@@ -110,7 +120,9 @@ class RestoreResult:
                 "chain_length": self.chain_length, "suffix_events": self.suffix_events,
                 "workspace_changes": self.workspace_changes, "tree_sha256": self.tree_sha256,
                 "workspace_dir": str(self.workspace_dir) if self.workspace_dir else None,
-                "bytes_read": self.bytes_read, "timings_s": dict(self.timings_s), "record": self.record.to_dict()}
+                "bytes_read": self.bytes_read, "timings_s": dict(self.timings_s), "record": self.record.to_dict(),
+                "retired": [t.to_json() for t in self.retired], "fallback": self.fallback,
+                "fallback_to": self.fallback_to}
 
 
 def is_published_checkpoint(ev: Event) -> bool:
@@ -370,10 +382,26 @@ def restore(store: LogStore, trajectory_id: str, blobs: BlobStore, *, target: in
     t1 = time.perf_counter()
     read0 = blobs.stats.bytes_read
     loaded: LoadedCheckpoint | None = None
-    if ev is not None:
+    retired: list[Tombstone] = []
+    scanned: list[TrajectoryObjects] = []
+    while ev is not None:
         p: CheckpointV2 = ev.payload
-        loaded = load_checkpoint(blobs, p.manifest_sha256, trajectory_id=trajectory_id, expect=p, as_record=True)
-        check_binding(store, trajectory_id, loaded.manifest, p.manifest_sha256, events=window)
+        try:
+            loaded = load_checkpoint(blobs, p.manifest_sha256, trajectory_id=trajectory_id, expect=p, as_record=True)
+            check_binding(store, trajectory_id, loaded.manifest, p.manifest_sha256, events=window)
+            break
+        except UnrecoverableStateError as exc:
+            tomb = _tombstone_of(blobs, trajectory_id, exc, [p.manifest_sha256], scanned)
+            if tomb is None:
+                raise
+            retired.append(tomb)
+            if checkpoint_id is not None:
+                raise _retired_error(tomb, target, f"checkpoint {checkpoint_id} was asked for by name", exc) from None
+            err = exc
+        ev, window = _older_checkpoint(store, trajectory_id, ev, window, tomb, target, err)
+    fallback = _fallback_text(retired, loaded)
+    if ev is not None:
+        p = ev.payload
         record = loaded.record
         covered = loaded.manifest.covered_sequence_number
         if (record.trajectory_id, record.last_sequence_number, record.prefix_sha256) != (
@@ -397,8 +425,15 @@ def restore(store: LogStore, trajectory_id: str, blobs: BlobStore, *, target: in
     log_tree_at_start = record.workspace_tree_sha256
     fold_into(record, suffix)
     t3 = time.perf_counter()
-    tree, changes = _suffix_workspace(store, trajectory_id, blobs, suffix, covered, tree, log_tree_at_start,
-                                      window)
+    try:
+        tree, changes = _suffix_workspace(store, trajectory_id, blobs, suffix, covered, tree, log_tree_at_start,
+                                          window)
+    except UnrecoverableStateError as exc:
+        tomb = _tombstone_of(blobs, trajectory_id, exc, [], scanned)
+        if tomb is None:
+            raise
+        raise _retired_error(tomb, target, f"the workspace at position {target} is known only from that checkpoint",
+                             exc) from None
     if record.workspace_tree_sha256 is not None and (tree is None or tree.sha256 != record.workspace_tree_sha256):
         raise UnrecoverableStateError(
             f"the log says the workspace at position {target} is tree {record.workspace_tree_sha256[:12]}…, but the "
@@ -417,7 +452,50 @@ def restore(store: LogStore, trajectory_id: str, blobs: BlobStore, *, target: in
         chain_length=len(loaded.chain) - 1 if loaded else 0, suffix_events=len(suffix), workspace_changes=changes,
         bytes_read=blobs.stats.bytes_read - read0,
         timings_s={"find": t1 - t0, "load": t2 - t1, "fold": t3 - t2, "workspace": t4 - t3,
-                   "materialize": t5 - t4, "total": t5 - t0})
+                   "materialize": t5 - t4, "total": t5 - t0},
+        retired=tuple(retired), fallback=fallback,
+        fallback_to=(None if not retired else f"checkpoint {loaded.manifest.checkpoint_id}" if loaded else "log"))
+
+
+def _tombstone_of(blobs: BlobStore, trajectory_id: str, exc: UnrecoverableStateError, also: list[str],
+                  scanned: list[TrajectoryObjects]) -> Tombstone | None:
+    """The tombstone of the retired checkpoint behind ``exc`` (an object it names as missing, or
+    one of ``also``), or None: then the object was lost, not retired. Scans the store once."""
+    if not scanned:
+        scanned.append(scan_trajectory(blobs, trajectory_id))
+    return scanned[0].tombstone_for([d for _, d in exc.missing] + also)
+
+
+def _retired_error(tomb: Tombstone, target: int, why: str, exc: UnrecoverableStateError) -> CheckpointRetiredError:
+    return CheckpointRetiredError(
+        f"cannot restore position {target}: {tomb.describe()}, and no fallback exists ({why}); this is a deliberate "
+        "retirement, not data loss: keep retired checkpoints if this history must stay restorable (§11.4.2)",
+        checkpoint_id=tomb.checkpoint_id, retired_by=tomb.retired_by, retired_at_unix_s=tomb.retired_at_unix_s,
+        replaced_by=tomb.replaced_by, target=target, missing=exc.missing)
+
+
+def _older_checkpoint(store: LogStore, trajectory_id: str, ev: Event, window: list[Event], tomb: Tombstone,
+                      target: int, exc: UnrecoverableStateError) -> tuple[Event | None, list[Event]]:
+    """The next fallback after the retired checkpoint published by ``ev``: the newest checkpoint
+    event before ``ev``, with the events read merged into ``window`` (which runs up to the
+    target); or None when there is none, which means folding the log from its start, possible
+    only if no prefix was retired (else CheckpointRetiredError)."""
+    below = ev.sequence_number - 1
+    floor = store.retired_through(trajectory_id)
+    older, read = find_checkpoint(store, trajectory_id, below) if below > floor else (None, [])
+    if older is None and floor > 0:
+        raise _retired_error(tomb, target, f"no older retained checkpoint, and the log prefix through #{floor} was "
+                                           "retired by compaction, so it cannot be folded from its start", exc)
+    return older, read + [e for e in window if e.sequence_number > below]
+
+
+def _fallback_text(retired: list[Tombstone], loaded: LoadedCheckpoint | None) -> str | None:
+    if not retired:
+        return None
+    to = (f"fell back to the older retained checkpoint {loaded.manifest.checkpoint_id} at position "
+          f"{loaded.manifest.covered_sequence_number}" if loaded is not None
+          else "fell back to folding the log from its start (the log is intact)")
+    return "; ".join(t.describe() for t in retired) + f"; {to}"
 
 
 def _suffix_workspace(store: LogStore, trajectory_id: str, blobs: BlobStore, suffix: list[Event], covered: int,

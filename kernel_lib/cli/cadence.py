@@ -379,7 +379,9 @@ def _cmd_lanl(args: argparse.Namespace) -> int:
                   f"overhead {100 * c.young_overhead_fraction:.3g}%")
         for w in s.warnings:
             print(f"  warning: {w}")
-    if args.nodes > 0:
+    for n_ in a.notes:
+        print(f"\nnote: {n_}")
+    if args.nodes > 0 and a.per_node.height:
         top = a.per_node.sort("failures", descending=True).head(args.nodes)
         print(f"\nmost-failing nodes (of {a.per_node.height}):")
         print(_table(["system", "node", "failures", "MTBF h", "CV", "Young min"],

@@ -42,6 +42,11 @@ examples:
   python -m kernel_lib diverge run_a.jsonl run_b.jsonl --json
   python -m kernel_lib diverge a.jsonl b.jsonl --ignore ModelReplied.provider --normalize-whitespace
   python -m kernel_lib diverge a.jsonl b.jsonl --mask '/tmp/[A-Za-z0-9_]+' --cost-tolerance 0.001
+  python -m kernel_lib diverge a.jsonl b.jsonl --ignore-timestamps --ignore-durations
+
+Supporting evidence (the task start, runtime and configuration inputs) that differs is shown in
+full: every differing path with its complete values on both sides, never cut short, so the
+configuration difference behind a first divergence can be read off the report.
 """
 
 
@@ -63,8 +68,13 @@ def add_commands(subparsers: "argparse._SubParsersAction") -> argparse.ArgumentP
                         "'duration_s'), or EventType.path for one type ('ToolResult.outcome.log', "
                         "'ModelReplied.request')")
     g.add_argument("--ignore-timestamps", action="store_true",
-                   help="drop keys named like times or durations (timestamp, created_at, *_unix_s, duration_s, "
-                        "execution_time, ...; the pattern is kernel_lib.history.diverge.TIMESTAMP_KEY)")
+                   help="drop keys named like points in time (timestamp, created_at, *_unix_s, start_time, ...; "
+                        "the pattern is kernel_lib.history.diverge.TIMESTAMP_KEY). Durations are NOT dropped: "
+                        "add --ignore-durations for those")
+    g.add_argument("--ignore-durations", action="store_true",
+                   help="drop keys named like lengths of time (duration_s, elapsed_ms, latency_s, execution_time, "
+                        "execution_time_s as the swe-agent importer writes it, wall_time, ...; the pattern is "
+                        "kernel_lib.history.diverge.DURATION_KEY). Independent of --ignore-timestamps")
     g.add_argument("--normalize-whitespace", action="store_true",
                    help="collapse whitespace runs in strings to one space and strip the ends")
     g.add_argument("--mask", action="append", default=[], metavar="REGEX",
@@ -89,6 +99,7 @@ def add_commands(subparsers: "argparse._SubParsersAction") -> argparse.ArgumentP
 def equivalence_from_args(args: argparse.Namespace) -> Equivalence:
     """The :class:`Equivalence` the options declare. Raises ConfigError for bad values."""
     return Equivalence(ignore_fields=tuple(args.ignore), ignore_timestamps=args.ignore_timestamps,
+                       ignore_durations=args.ignore_durations,
                        normalize_whitespace=args.normalize_whitespace, mask_patterns=tuple(args.mask),
                        embedded_json=args.embedded_json, ignore_list_order=args.ignore_list_order,
                        cost_tolerance_usd=args.cost_tolerance, align=args.align, strict_order=args.strict_order)

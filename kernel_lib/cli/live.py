@@ -7,10 +7,16 @@ import json
 import signal
 import sys
 
-from kernel_lib.live.controller import CRASH_POINTS, EXPECTED, run_worksheet, run_zombie
+from kernel_lib.live.controller import EXPECTED, crash_points, run_worksheet, run_zombie
 
 _EPILOG = """\
-what each --crash-after gives (table 3):
+crash points: --crash-after takes any event the worker appends, as a log position N, TYPE#K (the
+K-th event of that type) or TYPE (its first event for test_r18, else its first event). An event
+the gate appends in one batch with the next ones ("one batch through M") is durable only with
+them, so the worker is killed at M:
+""" + "\n".join(f"  {p.describe()}" for p in crash_points()) + """
+
+what the four crash points of table 3 give:
 """ + "\n".join(f"  {k:<15} {v}" for k, v in EXPECTED.items()) + """
 
 The run builds ws_r18 (datasets/repair_r18: base + patch_r18.diff, content-addressed), starts the
@@ -27,8 +33,20 @@ wakes the old worker, whose late append, late dispatch through its gate and re-s
 each refused, while test_r18 keeps its single dispatch (sqlite or etcd store: the segment log
 admits one opener at a time).
 
+--sweep kills the worker at every kill position (every batch end) in turn (a fresh executor, log
+and worker each time, a real SIGKILL, a replacement that folds and reconciles) and reports, per
+logical operation, how
+often the executor process itself says it was invoked; an operation invoked more often than its
+repeat contract allows (once under unsafe / at_most_once) is a violation. Its JSON has positions,
+runs, invocations (largest count in one run), invocations_by_position, contracts, violations,
+errors and ok. A progress bar goes to stderr when stderr is a terminal. Exit code: 0 ok,
+1 violations found, 2 an error (a position that did not run, a bad argument).
+
 examples:
   python -m kernel_lib worksheet --crash-after ToolResult --store segment --json
+  python -m kernel_lib worksheet --crash-after TaskStarted
+  python -m kernel_lib worksheet --crash-after 'BudgetSettled#1' --json
+  python -m kernel_lib worksheet --sweep --store sqlite --json
   python -m kernel_lib worksheet --zombie --json
 """
 
@@ -65,7 +83,35 @@ def _print_zombie(r: dict) -> None:
                                               f" (failed: {[k for k, v in r['checks'].items() if not v]})"))
 
 
+def _sweep(args: argparse.Namespace) -> int:
+    from kernel_lib.live.sweep import run_sweep
+
+    r = run_sweep(args.store, seed=args.seed, test_delay_s=0.0 if args.test_delay_s is None else args.test_delay_s,
+                  reconcile_timeout_s=args.reconcile_timeout_s, progress=True)
+    if args.json:
+        print(json.dumps(r, sort_keys=True))
+    else:
+        for run in r["runs"]:
+            inv = ", ".join(f"{op} {v['invocations']}x ({v['repeat_contract']})"
+                            for op, v in run["invocations"].items())
+            print(f"  {run['position']:>2} {run['point']:<17} killed (exit {run['worker_exit']}); recovered "
+                  f"{run['recovered'].get('test_r18', 'absent')}, reconciled "
+                  f"{run['reconciled'].get('test_r18')}; executor invocations: {inv}")
+        for e in r["errors"]:
+            print(f"  error at position {e['position']} ({e['point']}): {e['error']}")
+        for v in r["violations"]:
+            print(f"  VIOLATION at position {v['position']}: {v['operation_id']} invoked {v['invocations']}x, "
+                  f"{v['repeat_contract']} allows {v['allowed']}")
+        print(f"{len(r['positions'])} positions on the {r['store']} store in {r['elapsed_s']:.1f} s; "
+              f"invocations per operation (largest in one run): {r['invocations']}; ok: {r['ok']}")
+    return 2 if r["errors"] else 1 if r["violations"] else 0
+
+
 def _cmd(args: argparse.Namespace) -> int:
+    if args.sweep and (args.crash_after is not None or args.keep or args.zombie):
+        print("error: --sweep kills the worker at every position itself; --crash-after, --keep and --zombie do "
+              "not combine with it", file=sys.stderr)
+        return 2
     if args.zombie and (args.crash_after is not None or args.keep):
         print("error: --crash-after and --keep belong to the crash worksheet; --zombie stalls the worker "
               "(SIGSTOP) right after it dispatched test_r18 instead of killing it", file=sys.stderr)
@@ -76,6 +122,9 @@ def _cmd(args: argparse.Namespace) -> int:
     args.crash_after = args.crash_after or "ToolResult"
     previous = signal.signal(signal.SIGTERM, _on_sigterm)
     try:
+        if args.sweep:
+            return _sweep(args)
+        args.test_delay_s = 2.0 if args.test_delay_s is None else args.test_delay_s
         if args.zombie:
             r = run_zombie(args.store, None, args.seed, args.test_delay_s,
                            lease_ttl_s=args.lease_ttl_s,
@@ -107,8 +156,11 @@ def _cmd(args: argparse.Namespace) -> int:
           + f"; held reservations: {held}")
     act = recon["actions"].get("test_r18", {})
     print(f"reconciled: {act.get('action')}: {act.get('note', '')}")
-    print(f"model: the fold reproduces the recorded reply {r['model'].get('recorded_reply')!r}; asking the "
-          f"stand-in again samples {r['model'].get('fresh_reply')!r}, so recovery reads the log, not the model")
+    if r["model"].get("recorded_reply") is None:
+        print("model: no model reply survived in the log, so there is nothing recorded to reproduce")
+    else:
+        print(f"model: the fold reproduces the recorded reply {r['model'].get('recorded_reply')!r}; asking the "
+              f"stand-in again samples {r['model'].get('fresh_reply')!r}, so recovery reads the log, not the model")
     tl = r.get("resume_timeline")
     if tl:
         from kernel_lib.resume.stages import ResumeTimeline
@@ -127,24 +179,26 @@ def add_commands(subparsers) -> argparse.ArgumentParser:
         "worksheet", help="the crash worksheet for real: SIGKILL a worker mid-test and recover from the log, "
                           "or (--zombie) freeze a leased worker and watch the fences refuse it",
         description="Run the repair trajectory with real processes, kill the worker with SIGKILL right after "
-                    "an event is durable, rebuild the record in a new process and reconcile test_r18 against "
+                    "any event of it is durable, rebuild the record in a new process and reconcile test_r18 against "
                     "the executor (§11.1, §11.3.3, §11.5.3). Prints one JSON object with --json: crash, "
                     "executor, recovered, reconciled, model, resume_timeline (the replacement's timed stages, "
                     "eq. 7). With --zombie (§11.5.1) the JSON holds epochs, stall, takeover, resume, "
                     "rejections (one per boundary that refused the old worker), preserved (test_r18, "
                     "dispatched once), log, checks and ok.",
         epilog=_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--crash-after", choices=CRASH_POINTS, default=None,
-                   help="kill the worker right after this event for test_r18 is durable (default ToolResult; "
-                        "not with --zombie)")
+    p.add_argument("--crash-after", metavar="POINT", default=None,
+                   help="kill the worker right after this crash point is durable: a log position N, an event type "
+                        "(its first event for test_r18, else its first event) or TYPE#K; any event the worker "
+                        "appends (listed below; an unknown point exits 2 listing them). Default ToolResult; not "
+                        "with --zombie or --sweep")
     p.add_argument("--store", choices=["sqlite", "segment", "etcd"], default="sqlite",
                    help="log store (default sqlite); etcd starts three etcd members on loopback for the run (the "
                         "quorum tier, §11.3.1) and, with --zombie, takes leases from them too; every member is "
                         "stopped at the end")
     p.add_argument("--seed", type=int, default=0, help="seed of the model stand-in (default 0)")
-    p.add_argument("--test-delay-s", type=float, default=2.0,
+    p.add_argument("--test-delay-s", type=float, default=None,
                    help="seconds the executor waits before starting pytest, so the test is still running at "
-                        "the crash (default 2.0)")
+                        "the crash (default 2.0; 0 with --sweep)")
     p.add_argument("--reconcile-timeout-s", type=float, default=60.0,
                    help="how long reconciliation waits for a running test to finish (default 60)")
     p.add_argument("--keep", metavar="DIR", help="copy the surviving (reconciled) log into DIR for inspection")
@@ -154,6 +208,10 @@ def add_commands(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--lease-ttl-s", type=float, default=None,
                    help="with --zombie: the old worker's lease term in seconds (default 1.0; 3.0 with --store etcd, "
                         "whose lease TTLs are whole seconds)")
+    p.add_argument("--sweep", action="store_true",
+                   help="kill the worker at every position of the trajectory in turn, recover each time, and "
+                        "report each operation's invocations as the executor process counts them (exit 1 when "
+                        "an operation was invoked more often than its repeat contract allows)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=_cmd)
     return p

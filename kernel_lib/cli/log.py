@@ -84,8 +84,9 @@ def _cmd_schema(args: argparse.Namespace) -> int:
 
 
 def _cmd_example(args: argparse.Namespace) -> int:
+    from kernel_lib.log.files import encode_jsonl
     from kernel_lib.sim.worksheet import worksheet_events
-    data = b"".join(e.canonical + b"\n" for e in worksheet_events())
+    data = encode_jsonl(worksheet_events())
     if args.out:
         Path(args.out).write_bytes(data)
     else:
@@ -127,6 +128,7 @@ def add_commands(sub: "argparse._SubParsersAction") -> None:
 
     p = sub.add_parser("example", help="write the recorded worksheet example trajectory as JSON lines",
                        description="Record the crash worksheet's trajectory through the dispatch gate and "
-                                   "write its canonical events, one per line.")
+                                   "write its events as JSON lines, each with its digest "
+                                   "({\"digest\": ..., \"event\": ...}; `fold --log` verifies them).")
     p.add_argument("--out", help="file to write (default: stdout)")
     p.set_defaults(func=_cmd_example)

@@ -525,7 +525,7 @@ def _check_dependencies(record: TrajectoryRecord, step: ProposedStep) -> Admissi
         unsettled = _unsettled_attempts(record, d)
         if d == step.step_id:
             continue   # reported as a cycle
-        if op is None or op.status in ("proposed", "admitted"):
+        if op is None or op.status in ("proposed", "admitted", "withheld"):   # withheld: recorded never sent
             dep_out.append(("withhold", f"{d} has not run yet"))
         elif op.status == "in_doubt":
             dep_out.append(("withhold", f"{d} is in doubt; work that depends on it waits for reconciliation"))

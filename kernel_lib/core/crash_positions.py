@@ -14,7 +14,7 @@ from typing import Any, Literal, Sequence
 
 from kernel_lib.errors import ConfigError, KernelError
 from kernel_lib.core.decisions import RECHECK_CLOCK_INPUT
-from kernel_lib.core.events import ContextBuilt, Event, RuntimeInput, ToolIntent
+from kernel_lib.core.events import AttemptWithheld, ContextBuilt, Event, RuntimeInput, ToolIntent
 from kernel_lib.core.record import TrajectoryRecord, fold_step, initial_record
 
 __all__ = ["Conclusion", "conclude", "CrashPosition", "crash_positions"]
@@ -39,6 +39,13 @@ def conclude(record: TrajectoryRecord, operation_id: str, prefix_complete: bool)
                             "not read")
     if op.status == "established":
         return "established", f"durable intent plus complete outcome evidence ({(op.outcome or {}).get('status')})"
+    if op.status == "withheld":
+        if prefix_complete:
+            return "not_dispatched", ("every durable intent of it is followed by its AttemptWithheld record: the "
+                                      "dispatch-time recheck withheld it and it was never sent; a release is a new "
+                                      "attempt under current admission")
+        return "in_doubt", ("withheld in the part read, but an incomplete prefix proves nothing about a later "
+                            "attempt in the part not read")
     last = op.attempts[op.current_attempt_id].last_result_status if op.current_attempt_id else None
     return "in_doubt", ("durable intent without adequate outcome evidence"
                         + (f" (last evidence: {last})" if last else "") + "; keep identity, liability and owner")
@@ -75,17 +82,20 @@ def _intents(events: Sequence[Event]) -> dict[str, int]:
 
 
 def _dispatch_after(events: Sequence[Event]) -> dict[str, int]:
-    """For each operation, the event its first dispatch follows: its intent, or the clock reading
-    the dispatch-time recheck recorded for it right after the intent (``RuntimeInput`` named
+    """For each operation, the event its first dispatch follows: the intent of its first attempt
+    that was not withheld, or the clock reading the dispatch-time recheck recorded for it right
+    after that intent (``RuntimeInput`` named
     :data:`~kernel_lib.core.decisions.RECHECK_CLOCK_INPUT`), which is logged before the request
-    leaves."""
+    leaves. An attempt followed by its ``AttemptWithheld`` never left, so it is skipped."""
+    withheld = {(ev.payload.subject_id, ev.payload.attempt_id) for ev in events
+                if isinstance(ev.payload, AttemptWithheld)}
     out: dict[str, int] = {}
     last_of: dict[str, int] = {}
     for ev in events:
         p = ev.payload
-        if isinstance(p, ToolIntent):
+        if isinstance(p, ToolIntent) and (p.operation_id, p.attempt_id) not in withheld:
             out.setdefault(p.operation_id, ev.sequence_number)
-        elif isinstance(p, ContextBuilt):
+        elif isinstance(p, ContextBuilt) and (p.invocation_id, p.invocation_id) not in withheld:
             out.setdefault(p.invocation_id, ev.sequence_number)
         elif (isinstance(p, RuntimeInput) and p.kind == "clock" and p.name == RECHECK_CLOCK_INPUT
               and isinstance(p.value, dict)):

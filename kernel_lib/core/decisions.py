@@ -28,6 +28,8 @@ from typing import Any, Literal
 
 from kernel_lib.errors import MalformedEventError
 from kernel_lib.core.events import (
+    ApprovalResolved,
+    AttemptWithheld,
     Authorized,
     BudgetReserved,
     BudgetSettled,
@@ -48,15 +50,17 @@ from kernel_lib.core.proposals import (
     ToolProposal,
     ToolReply,
     decision_id,
+    idempotency_key,
     reservation_id,
     usable_usage,
 )
-from kernel_lib.core.record import TrajectoryRecord
+from kernel_lib.core.record import TERMINAL_STATES, WITHHELD, TrajectoryRecord
 
 __all__ = [
     "Admit", "Denial", "Withhold", "tool_intent", "context_built", "decide_admission", "recheck_reads_clock",
-    "decide_recheck", "RECHECK_CLOCK_INPUT", "tool_evidence", "usage_settlement", "model_evidence",
-    "model_usage_settlement",
+    "decide_recheck", "RECHECK_CLOCK_INPUT", "attempt_withheld", "settled_identity_denial", "RESUME_CLOCK_INPUT",
+    "resume_reads_clock", "lapsed_approvals", "orphan_settlements", "tool_evidence", "usage_settlement",
+    "model_evidence", "model_usage_settlement",
 ]
 
 
@@ -81,8 +85,9 @@ class Denial:
 
 @dataclass(frozen=True)
 class Withhold:
-    """The dispatch-time recheck holds ``subject_id`` back for ``why``; the attempt keeps its
-    operation-table entry and its reservation."""
+    """The dispatch-time recheck holds ``subject_id`` back for ``why``. The gate records the
+    attempt as withheld, never sent (:func:`attempt_withheld`), which releases its reservation; a
+    later release is a new attempt."""
 
     subject_id: str
     why: str
@@ -90,20 +95,23 @@ class Withhold:
     @property
     def message(self) -> str:
         """The text :class:`~kernel_lib.errors.DispatchWithheld` carries."""
-        return (f"{self.subject_id} withheld at the dispatch-time recheck: {self.why}; the attempt keeps its "
-                "operation-table entry and its reservation")
+        return (f"{self.subject_id} withheld at the dispatch-time recheck: {self.why}; the request never left "
+                "(the attempt keeps its operation-table entry, recorded as withheld)")
 
 
 # --- the intent --------------------------------------------------------------------------------
 
 
-def tool_intent(proposal: ToolProposal) -> ToolIntent:
-    """The ``ToolIntent`` of a tool proposal, naming its decision and reservation ids."""
+def tool_intent(proposal: ToolProposal, trajectory_id: str) -> ToolIntent:
+    """The ``ToolIntent`` of a tool proposal in trajectory ``trajectory_id``, naming its decision
+    and reservation ids and carrying the operation's
+    :func:`~kernel_lib.core.proposals.idempotency_key` (the same for every attempt, §11.3.3)."""
     return ToolIntent(operation_id=proposal.operation_id, attempt_id=proposal.attempt_id, tool=proposal.tool,
                       arguments=proposal.arguments, input_ref=proposal.input_ref, revision=proposal.revision,
                       repeat_contract=proposal.repeat_contract, grant_id=proposal.grant_id,
                       authorization_ref=decision_id(proposal.operation_id, proposal.attempt_id),
-                      reservation_ref=reservation_id(proposal.operation_id, proposal.attempt_id))
+                      reservation_ref=reservation_id(proposal.operation_id, proposal.attempt_id),
+                      idempotency_key=idempotency_key(trajectory_id, proposal.operation_id))
 
 
 def context_built(call: ModelCall) -> ContextBuilt:
@@ -145,7 +153,8 @@ def decide_admission(record: TrajectoryRecord, policy: AdmissionPolicy, *, subje
         :class:`Admit` with the payloads to append, or :class:`Denial`. Rules, in order: the
         trajectory is RUNNING; an id with a durable intent is not reused (a tool operation in
         doubt may get a new attempt only under a repeat-safe contract, with the recorded contract
-        and request); an admitted but unsent attempt keeps its reservation (no second
+        and request; a proposal that declared none recorded ``unsafe``, so its operation is settled
+        before anything repeats it); an admitted but unsent attempt keeps its reservation (no second
         reservation) when its bound fits the held one and the budget rule still holds; otherwise
         the grant must allow the subject and consumption + outstanding + bound + reserve <=
         ceiling, in integer micro-dollars.
@@ -154,6 +163,9 @@ def decide_admission(record: TrajectoryRecord, policy: AdmissionPolicy, *, subje
     if rec.control_state != "RUNNING":
         return Denial(f"{subject_id}: trajectory is {rec.control_state}, not RUNNING")
     op = rec.operations.get(subject_id)
+    if (settled := settled_identity_denial(rec, subject_id=subject_id, kind=kind, attempt_id=attempt_id,
+                                           intent=intent)) is not None:   # an identity settled unsent: never reused
+        return settled
     if op is not None and op.status in ("in_doubt", "established"):
         if kind == "model" or attempt_id in op.attempts:
             return Denial(f"{subject_id} already has a durable intent ({op.status}); a retry needs "
@@ -260,6 +272,116 @@ def decide_recheck(record: TrajectoryRecord, *, subject_id: str, admitted_contro
         return Withhold(subject_id, f"ownership moved: the log's fence is owner_epoch={fence}, this worker holds "
                                     f"{owner_epoch}")
     return None
+
+
+def attempt_withheld(record: TrajectoryRecord, *, subject_id: str, attempt_id: str,
+                     reason: str) -> AttemptWithheld | None:
+    """The ``AttemptWithheld`` that settles a withheld attempt as never sent (§11.3.2), or None
+    when the record does not allow one: the attempt has no durable intent, or it already has
+    evidence (the fold would refuse the record, so it is never appended).
+
+    The record names the reservation the fold releases: the tool attempt's (from its intent) or
+    the model invocation's, when it is still held.
+    """
+    op = record.operations.get(subject_id)
+    att = op.attempts.get(attempt_id) if op is not None else None
+    if att is None or att.intent_sequence is None or att.established or att.last_result_status is not None:
+        return None
+    rid = reservation_id(subject_id, attempt_id) if op.kind == "tool" else reservation_id(subject_id)
+    if op.kind == "tool" and op.current_attempt_id == attempt_id and op.reservation_id:
+        rid = op.reservation_id   # the intent's reservation_ref
+    res = record.budget.reservations.get(rid)
+    held = res is not None and res.subject_id == subject_id and not res.released
+    return AttemptWithheld(subject_id=subject_id, subject_kind=op.kind, attempt_id=attempt_id,
+                           reservation_id=rid if held else None, reason=reason[:2000])
+
+
+def settled_identity_denial(record: TrajectoryRecord, *, subject_id: str, kind: Literal["tool", "model"],
+                            attempt_id: str | None, intent: ToolIntent | ContextBuilt) -> Denial | None:
+    """Admission's identity rules for an attempt whose identity was already settled without a
+    dispatch, so that admission never appends what the fold must refuse (§11.3.2):
+
+    * its reservation exists and was finally settled (an admitted attempt whose reservation a
+      resume released, or a withheld one): a new attempt needs a fresh attempt id (a model call, a
+      fresh invocation id); appending a second reservation under that id would not fold;
+    * the operation is withheld (every attempt with an intent was never sent): a new attempt needs
+      a fresh id and must repeat the recorded request, but no repeat contract (nothing was sent).
+
+    None when neither applies (the other admission rules and the budget rule still do)."""
+    rid = reservation_id(subject_id, attempt_id) if kind == "tool" else reservation_id(subject_id)
+    res = record.budget.reservations.get(rid)
+    if res is not None and res.released:
+        return Denial(f"{subject_id}{'/' + attempt_id if attempt_id else ''}: its reservation {rid} is already "
+                      "settled; a new attempt needs a fresh identity (a new attempt id, or a new invocation id for a "
+                      "model call)")
+    op = record.operations.get(subject_id)
+    if op is None or op.status != WITHHELD:
+        return None
+    if kind == "model" or attempt_id in op.attempts:
+        return Denial(f"{subject_id} was withheld at the dispatch-time recheck (never sent); a new attempt needs a "
+                      "fresh identity (a new attempt id, or a new invocation id for a model call)")
+    if isinstance(intent, ToolIntent) and (intent.tool, dict(intent.arguments), intent.input_ref) != (
+            op.tool, op.arguments, op.input_ref):
+        return Denial(f"{subject_id}: a new attempt must repeat the recorded operation (same tool, arguments and "
+                      "input); a different request is a different operation id")
+    return None
+
+
+# --- resume: what the record says must be settled ------------------------------------------------
+
+#: ``RuntimeInput`` name (kind ``clock``) of the wall-clock reading a resume compared pending
+#: approvals' expiries with; the value is ``{"purpose": "approval_expiry", "now_unix_s": ...}``.
+RESUME_CLOCK_INPUT = "resume_approval_clock"
+
+
+def resume_reads_clock(record: TrajectoryRecord) -> bool:
+    """Does :func:`lapsed_approvals` depend on the clock? True when some approval is pending with
+    an expiry and the trajectory is not terminal."""
+    return record.control_state not in TERMINAL_STATES and any(
+        a.status == "pending" and a.expires_unix_s is not None for a in record.approvals.values())
+
+
+def lapsed_approvals(record: TrajectoryRecord, now_unix_s: float, *,
+                     clock_sequence_number: int) -> list[ApprovalResolved]:
+    """An ``expired`` resolution for every pending approval whose ``expires_unix_s`` is before
+    ``now_unix_s`` (seconds since the epoch), in log order (§11.5.3: a lapsed request is void).
+
+    ``clock_sequence_number`` is where the reading is (to be) recorded as a ``RuntimeInput``; each
+    resolution names it and the reading as its evidence. Pure: the caller reads and records the
+    clock, then appends the resolutions."""
+    if record.control_state in TERMINAL_STATES:
+        return []
+    return [ApprovalResolved(approval_id=a.approval_id, decision="expired", reviewer=a.reviewer,
+                             evidence=(f"runtime-input #{clock_sequence_number} ({RESUME_CLOCK_INPUT}): now_unix_s="
+                                       f"{now_unix_s!r} is past expires_unix_s={a.expires_unix_s!r}; recorded by "
+                                       "resume"))
+            for a in record.approvals.values()
+            if a.status == "pending" and a.expires_unix_s is not None and now_unix_s > a.expires_unix_s]
+
+
+def orphan_settlements(record: TrajectoryRecord) -> list[BudgetSettled]:
+    """A final ``BudgetSettled`` for every reservation :meth:`TrajectoryRecord.orphaned_reservations`
+    reports, in log order (§11.5.3), for a resume over the complete authoritative log.
+
+    An operation with no intent that was sent or may have been (only admitted, denied, or every
+    attempt withheld) never dispatched through the gate, so its reservation is released unspent
+    (``actual_usd`` 0). Any other holder (an established operation whose usage evidence is lost,
+    an extra attempt of an established operation) may have been charged and no usage evidence
+    survives: its unverified remainder is charged at the bound, counted as consumption and never
+    released as unspent budget."""
+    out = []
+    for rid in record.orphaned_reservations():
+        r = record.budget.reservations[rid]
+        op = record.operations.get(r.subject_id)
+        sent = op is None or op.intent_missing or any(
+            a.intent_sequence is not None and not a.withheld for a in op.attempts.values())
+        remainder = r.outstanding_micro_usd if sent else 0
+        why = (f"orphaned: {r.subject_id} is {op.status if op else 'not in the operation table'}"
+               + ("; no usage evidence survives, the unverified remainder is charged at the bound" if sent
+                  else "; never dispatched, released unspent"))
+        out.append(BudgetSettled(reservation_id=rid, subject_id=r.subject_id, actual_usd=micro_to_usd(remainder),
+                                 final=True, evidence=f"resume: {why}"))
+    return out
 
 
 # --- evidence ----------------------------------------------------------------------------------

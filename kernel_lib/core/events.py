@@ -60,22 +60,110 @@ _SECRET_KEY_ENDINGS = ("authorization", "accesstoken", "authtoken", "refreshtoke
                        "bearertoken", "apitoken", "oauthtoken", "githubtoken", "gitlabtoken", "slacktoken",
                        "csrftoken", "xsrftoken")
 _SECRET_KEY_EXACT = ("token", "auth", "pass")
-_SECRET_IN_TEXT = re.compile(
-    r"(?i:bearer|basic)\s+[A-Za-z0-9._~+/=-]{8,}"                          # Authorization header values
-    r"|-----BEGIN [A-Z0-9 ]*(?:PRIVATE KEY|KEY BLOCK)-----.*?(?:-----END [A-Z0-9 ]*-----|$)"  # PEM/PGP bodies
-    r"|(?:sk|rk|pk)[-_](?:live_|test_)?[A-Za-z0-9_\-]{16,}|gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,}"
-    r"|glpat-[A-Za-z0-9_\-]{16,}|xox[abposr]-[A-Za-z0-9-]{10,}|AIza[0-9A-Za-z_\-]{30,}|AKIA[0-9A-Z]{16}"
-    r"|eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]*"              # JWTs
-    r"|(?<=://)[^/\s:@]+:[^/\s@]+(?=@)"                                      # user:password@ in URLs
-    r"|(?i:(?:api[_-]?key|secret|password|passwd|token)\s*[=:]\s*)[^\s,;&\"']{4,}",  # KEY=value
-    re.S)
+#: Credential shapes in text, as ``(literal triggers, lower-case triggers, pattern, group to redact,
+#: characters that may not precede the match)``. A shape is tried only on text holding one of its
+#: triggers (``in`` on the text, or on its lower-cased copy), so ordinary text costs a few substring
+#: tests. A prefix shape may not start inside a word or an identifier ("task-…", "desk-…" hold no
+#: "sk-…" key), and the shapes ordinary prose or code can also take ("bearer bonds", "sk-learn",
+#: "pad_token = tokenizer.eos_token", "token: gpt-4o-mini") are checked further by
+#: :func:`_credential_like`. The provider shapes follow the regex plugins of detect-secrets (AWS,
+#: GitHub, GitLab, Slack, Stripe, OpenAI, JWT, private keys, basic-auth URLs), widened to the whole
+#: key so that redaction removes all of it; a labelled shape ("Bearer …", "API_KEY=…",
+#: ``user:password@``) has only its value redacted, the label stays as evidence. "Basic" counts only
+#: after an ``Authorization`` header name (so "Basic Economy" is prose).
+_WORD = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789"
+_TEXT_SHAPES: tuple[tuple[str, tuple[str, ...], tuple[str, ...], re.Pattern[str], str | int, str], ...] = (
+    ("bearer", (), ("bearer",), re.compile(r"(?i:\bbearer\s+)(?P<v>[A-Za-z0-9._~+/-]{8,}=*)"), "v", ""),
+    ("basic", (), ("basic",),
+     re.compile(r"(?i:\bauthorization\s*[:=]\s*[\"']?basic\s+)(?P<v>[A-Za-z0-9+/]{8,}=*)"), "v", ""),
+    ("private-key", ("PRIVATE KEY",), (),
+     re.compile(r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----.*?(?:-----END [A-Z0-9 ]*-----|$)", re.S),
+     0, ""),
+    ("openai", ("sk-",), (), re.compile(r"sk-(?P<v>[A-Za-z0-9_-]{20,})"), 0, _WORD + "_-"),
+    ("stripe", ("k_live_", "k_test_"), (), re.compile(r"[sr]k_(?:live|test)_[A-Za-z0-9]{16,}"), 0, _WORD + "_-"),
+    ("github", ("ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_"), (),
+     re.compile(r"gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,}"), 0, _WORD + "_-"),
+    ("gitlab", ("glpat-",), (), re.compile(r"glpat-[A-Za-z0-9_-]{16,}"), 0, _WORD + "_-"),
+    ("slack", ("xox",), (), re.compile(r"xox[abposre]-(?=[A-Za-z-]*[0-9])[A-Za-z0-9-]{10,}"), 0, _WORD + "_-"),
+    ("google", ("AIza",), (), re.compile(r"AIza[0-9A-Za-z_-]{30,}"), 0, _WORD + "_-"),
+    ("aws", ("AKIA", "ASIA", "ABIA", "ACCA", "A3T"), (),
+     re.compile(r"(?:AKIA|ASIA|ABIA|ACCA|A3T[A-Z0-9])[0-9A-Z]{16}(?![A-Za-z0-9])"), 0, _WORD),
+    ("jwt", ("eyJ",), (), re.compile(r"eyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]*"), 0, _WORD + "_-"),
+    ("url-userinfo", ("://",), (),
+     re.compile(r"://(?P<v>[A-Za-z0-9._~%!$&'()*+,;=-]+:[A-Za-z0-9._~%!$&'()*+,;=-]+)@"), "v", ""),
+    ("key-value", (), ("key", "secret", "passw", "token"),
+     re.compile(r"(?i:api[_-]?key|secret(?:[_-]?key)?|password|passwd|token)[ \t]*[=:][ \t]*[\"']?"
+                r"(?P<v>[A-Za-z0-9_~+/=!@$%^*-]{8,}+)(?![.(\[])"), "v", _WORD),
+)
 _REDACTED = "[redacted]"
+
+
+def _credential_like(name: str, m: re.Match[str]) -> bool:
+    """Whether a match of shape ``name`` (:data:`_TEXT_SHAPES`) is a credential rather than ordinary
+    text: a bearer value holds a digit or is 20+ characters long; an ``sk-`` key holds OpenAI's
+    ``T3BlbkFJ`` marker, a run of 20+ characters without ``-`` or ``_``, or 32+ characters mixing
+    digits and both cases (so "sk-learn-compatible-estimators" is prose); a KEY=value value (8+
+    characters on the key's line, not followed by ``.``, ``(`` or ``[``) mixes letters and digits
+    and is no slug (parts joined by ``-`` or ``_`` that are each lower-case letters, digits, or at
+    most 3 characters: "gpt-4o-mini", "task-0042"), so "pad_token = tokenizer.eos_token", "token =
+    Keyword.Reserved", "max_token=4096" and "token: gpt-4o-mini" are ordinary while
+    "password=hunter22" and "token: 5d41402a-bc4b-…" are not. The other shapes are specific
+    enough as they stand."""
+    if name == "bearer":
+        v = m.group("v")
+        return any(c.isdigit() for c in v) or len(v) >= 20
+    if name == "openai":
+        v = m.group("v")
+        return ("T3BlbkFJ" in v or max(len(seg) for seg in re.split(r"[-_]", v)) >= 20
+                or (len(v) >= 32 and any(c.isdigit() for c in v) and v.lower() != v and v.upper() != v))
+    if name == "key-value":
+        v = m.group("v")
+        slug = all(seg.isalpha() and seg.islower() or seg.isdigit() or len(seg) <= 3 for seg in re.split(r"[-_]", v))
+        return any(c.isdigit() for c in v) and any(c.isalpha() for c in v) and not slug
+    return True
+
+
+def _text_secrets(text: str) -> list[tuple[int, int]]:
+    """Spans of ``text`` to redact (sorted, not overlapping): the secret part of each
+    credential-like match of :data:`_TEXT_SHAPES`."""
+    lower: str | None = None
+    spans: list[tuple[int, int]] = []
+    for name, triggers, lower_triggers, pattern, group, not_before in _TEXT_SHAPES:
+        if not any(t in text for t in triggers):
+            if not lower_triggers:
+                continue
+            lower = text.lower() if lower is None else lower
+            if not any(t in lower for t in lower_triggers):
+                continue
+        at = 0
+        while (m := pattern.search(text, at)) is not None:
+            if (not (not_before and m.start() and text[m.start() - 1] in not_before)
+                    and _credential_like(name, m)):
+                spans.append(m.span(group))
+                at = m.end()
+            else:                 # ordinary text: a credential may still start inside it
+                at = m.start() + 1
+    merged: list[tuple[int, int]] = []
+    for a, b in sorted(spans):
+        if merged and a <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(b, merged[-1][1]))
+        else:
+            merged.append((a, b))
+    return merged
+
+
+def _redact_text(text: str, spans: list[tuple[int, int]]) -> str:
+    parts, at = [], 0
+    for a, b in spans:
+        parts += [text[at:a], _REDACTED]
+        at = b
+    return "".join(parts) + text[at:]
 
 
 def _secret_key(k: str) -> bool:
     n = re.sub(r"[^a-z]", "", k.lower())
     return (any(p in n for p in _SECRET_KEY_PARTS) or n.endswith(_SECRET_KEY_ENDINGS) or n in _SECRET_KEY_EXACT
-            or bool(_SECRET_IN_TEXT.search(k)))
+            or bool(_text_secrets(k)))
 
 
 def _walk_secrets(value: Any, path: str, hits: list[str], redact: bool, depth: int = 0) -> Any:
@@ -85,10 +173,11 @@ def _walk_secrets(value: Any, path: str, hits: list[str], redact: bool, depth: i
         out = {}
         for i, (k, v) in enumerate(value.items()):
             p = f"{path}.{k}" if path else str(k)
-            if isinstance(k, str) and _SECRET_IN_TEXT.search(k):   # the key itself is a credential
+            if isinstance(k, str) and _text_secrets(k):   # the key itself is a credential
                 hits.append(f"{path}.<key {i}>" if path else f"<key {i}>")
                 out[f"{_REDACTED}#{i}" if redact else k] = _walk_secrets(v, p, hits, redact, depth + 1)
-            elif isinstance(k, str) and _secret_key(k) and v not in (None, "", [], {}) and v != _REDACTED:
+            elif (isinstance(k, str) and _secret_key(k) and v not in (None, "", [], {}) and v != _REDACTED
+                  and not isinstance(v, bool)):          # a flag ("cookies_accepted": true) holds no secret
                 hits.append(p)
                 out[k] = _REDACTED if redact else v
             else:
@@ -96,9 +185,11 @@ def _walk_secrets(value: Any, path: str, hits: list[str], redact: bool, depth: i
         return out
     if isinstance(value, list):
         return [_walk_secrets(v, f"{path}[{i}]", hits, redact, depth + 1) for i, v in enumerate(value)]
-    if isinstance(value, str) and _SECRET_IN_TEXT.search(value):
-        hits.append(path or "<value>")
-        return _SECRET_IN_TEXT.sub(_REDACTED, value) if redact else value
+    if isinstance(value, str):
+        spans = _text_secrets(value)
+        if spans:
+            hits.append(path or "<value>")
+            return _redact_text(value, spans) if redact else value
     return value
 
 
@@ -354,9 +445,16 @@ class BudgetSettled(Payload):
 
 @register
 class ToolIntent(Payload):
-    """The durable intent of one transport attempt of a logical operation (definition 11.2)."""
+    """The durable intent of one transport attempt of a logical operation (definition 11.2).
+
+    Schema 2 adds ``idempotency_key``: the key the transport hands to the endpoint with this
+    attempt (an ``Idempotency-Key`` header, a body field), the same for every attempt of one
+    logical operation (:func:`kernel_lib.core.proposals.idempotency_key` derives it from the
+    trajectory and operation ids, §11.3.3). None: no key was sent (an intent reconstructed by an
+    importer, or built outside the gate). Schema 1 logs read as :class:`ToolIntentV1`.
+    """
     event_type: ClassVar[str] = "ToolIntent"
-    schema_version: ClassVar[int] = 1
+    schema_version: ClassVar[int] = 2
     operation_id: str
     attempt_id: str
     tool: str
@@ -367,6 +465,17 @@ class ToolIntent(Payload):
     grant_id: str
     authorization_ref: str
     reservation_ref: str
+    idempotency_key: str | None = Field(default=None, min_length=1, max_length=255)
+
+
+@register
+class ToolIntentV1(ToolIntent):
+    """Schema 1 of ``ToolIntent``, as logs written before the idempotency key hold it: the same
+    fields without ``idempotency_key`` (it reads as None and is never encoded, so a stored v1
+    event re-encodes to its own bytes). Read only; the gate writes schema 2. A subclass of
+    :class:`ToolIntent`, so every reader of intents reads both."""
+    schema_version: ClassVar[int] = 1
+    idempotency_key: None = Field(default=None, exclude=True)
 
 
 @register
@@ -382,6 +491,27 @@ class ToolResult(Payload):
     observation_complete: bool = False
     evidence: dict[str, str] | None = None
     source: Literal["reply", "reconciliation", "inbox"] = "reply"
+
+
+@register
+class AttemptWithheld(Payload):
+    """The dispatch-time recheck withheld an admitted attempt whose intent is durable, and the
+    request never left (§11.3.2, §11.5.3): the gate appends this before it could ever send, so it
+    is the verified evidence that the attempt has no remote effect and no charge.
+
+    The fold settles the attempt as never sent (it is no longer in doubt) and releases
+    ``reservation_id`` unspent; a later release of the operation is a new attempt with its own
+    admission and reservation. ``subject_kind`` says whether ``subject_id`` is a tool operation
+    (``attempt_id`` its attempt) or a model invocation (``attempt_id`` is the invocation id);
+    ``reason`` is the recheck's (a pause, a moved control epoch, a void or expired approval, an
+    ownership check that failed)."""
+    event_type: ClassVar[str] = "AttemptWithheld"
+    schema_version: ClassVar[int] = 1
+    subject_id: str
+    subject_kind: Literal["tool", "model"]
+    attempt_id: str
+    reservation_id: str | None = None
+    reason: str = ""
 
 
 # --- control, plan, approvals ------------------------------------------------------------------

@@ -9,6 +9,8 @@ every name here.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -18,12 +20,20 @@ from kernel_lib.limits import USAGE_USD_MAX
 from kernel_lib.core.record import TrajectoryRecord
 
 __all__ = [
-    "REPEAT_SAFE_CONTRACTS", "ToolProposal", "ToolReply", "ModelCall", "ModelReply", "AdmissionPolicy",
-    "decision_id", "reservation_id", "usable_usage",
+    "REPEAT_CONTRACTS", "REPEAT_SAFE_CONTRACTS", "DEFAULT_REPEAT_CONTRACT", "ToolProposal", "ToolReply", "ModelCall",
+    "ModelReply", "AdmissionPolicy",
+    "decision_id", "reservation_id", "idempotency_key", "usable_usage",
 ]
+
+#: Every endpoint repeat contract a proposal may declare (the ``ToolIntent.repeat_contract`` values).
+REPEAT_CONTRACTS = frozenset({"idempotent", "idempotency_key", "at_most_once", "read_only", "unsafe"})
 
 #: Endpoint repeat contracts under which an in-doubt operation may get another attempt (§11.3.3).
 REPEAT_SAFE_CONTRACTS = frozenset({"idempotent", "idempotency_key", "read_only"})
+#: The contract of a proposal that declares none: ``unsafe``, not repeat-safe. Nothing is known about
+#: what the endpoint does with a repeated request, so an attempt in doubt is settled (reconciliation,
+#: evidence) before the operation gets another one (settlement before retry, §11.3.3).
+DEFAULT_REPEAT_CONTRACT = "unsafe"
 
 
 def _check_bound(subject: str, bound_usd: Any) -> None:
@@ -39,8 +49,14 @@ class ToolProposal:
     ``cost_bound_usd`` is the reservation bound: the most this attempt can charge (USD, finite,
     >= 0; the record holds it as integer micro-dollars).
 
+    ``repeat_contract`` is what the endpoint does with a repeated request (one of
+    :data:`REPEAT_CONTRACTS`). Undeclared, it is :data:`DEFAULT_REPEAT_CONTRACT` (``unsafe``): an
+    attempt in doubt is not repeated until it is settled. Declare ``idempotency_key``,
+    ``idempotent`` or ``read_only`` only for an endpoint that honours it (§11.3.3). Every attempt's
+    intent carries the operation's :func:`idempotency_key` whatever the contract.
+
     Raises:
-        ConfigError: a bound that is not a finite number >= 0.
+        ConfigError: a bound that is not a finite number >= 0, or an unknown repeat contract.
     """
 
     operation_id: str
@@ -49,12 +65,15 @@ class ToolProposal:
     arguments: dict[str, Any]
     grant_id: str
     cost_bound_usd: float
-    repeat_contract: str = "idempotency_key"
+    repeat_contract: str = DEFAULT_REPEAT_CONTRACT
     input_ref: str | None = None
     revision: str | None = None
 
     def __post_init__(self) -> None:
         _check_bound(self.operation_id, self.cost_bound_usd)
+        if self.repeat_contract not in REPEAT_CONTRACTS:
+            raise ConfigError(f"{self.operation_id}: repeat_contract must be one of {sorted(REPEAT_CONTRACTS)}, "
+                              f"got {self.repeat_contract!r}")
 
 
 @dataclass(frozen=True)
@@ -126,6 +145,21 @@ def decision_id(subject_id: str, attempt_id: str | None = None) -> str:
 def reservation_id(subject_id: str, attempt_id: str | None = None) -> str:
     """Id of the BudgetReserved reservation for an attempt (or a model invocation)."""
     return f"res-{subject_id}" + (f"/{attempt_id}" if attempt_id else "")
+
+
+def idempotency_key(trajectory_id: str, operation_id: str) -> str:
+    """The idempotency key of a logical tool operation: ``"idem-"`` + the first 32 hex digits of
+    the SHA-256 of the JSON array ``[trajectory_id, operation_id]`` (37 characters, ASCII, fit for an
+    ``Idempotency-Key`` HTTP header).
+
+    Deterministic in the operation's identity and nothing else, so every attempt of one operation
+    (a retry, a new attempt after a resume under a new owner) carries the same key, and the same
+    operation id in another trajectory carries another one (identity scoping, §11.3.3). The gate
+    puts it in every ``ToolIntent`` it writes; the transport hands it to the endpoint, which
+    deduplicates by it when its contract is ``idempotency_key``.
+    """
+    ident = json.dumps([trajectory_id, operation_id], ensure_ascii=False, separators=(",", ":"))
+    return "idem-" + hashlib.sha256(ident.encode("utf-8", "surrogatepass")).hexdigest()[:32]
 
 
 def usable_usage(charged_usd: Any) -> bool:

@@ -5,7 +5,11 @@ model and no tool, reads no clock, and never invents an outcome. An operation wi
 intent and no adequate evidence folds to ``in_doubt`` with its reservation held; only a
 ``ToolResult`` that is ``completed`` or ``failed`` with a complete observation establishes it
 (§11.3.3, table 3). A model invocation whose ``ContextBuilt`` is logged without a
-``ModelReplied`` is in doubt too, but only for its charge (§11.3.2).
+``ModelReplied`` is in doubt too, but only for its charge (§11.3.2). An ``AttemptWithheld`` (the
+gate's record that its dispatch-time recheck withheld the attempt before it could leave) settles
+the attempt as never sent and releases its reservation; an operation whose every attempt was
+withheld has status ``withheld``. :meth:`TrajectoryRecord.orphaned_reservations` reports every
+reservation that still holds liability though its operation is neither in doubt nor running.
 
 The record is plain data (dataclasses) and :meth:`TrajectoryRecord.to_dict` gives a JSON view;
 :func:`fold` never mutates its input record. :func:`fold_step` is the reducer's single step, in
@@ -54,7 +58,9 @@ from kernel_lib.core.events import (
     RuntimeInput,
     TaskStarted,
     ToolIntent,
+    ToolIntentV1,
     ToolResult,
+    AttemptWithheld,
     WatchdogIntervened,
     WorkspaceChanged,
 )
@@ -62,10 +68,15 @@ from kernel_lib.core.events import (
 #: Reducer versions this build can fold. An event stamped with another version is refused.
 SUPPORTED_REDUCER_VERSIONS = frozenset({1})
 
-OperationStatus = Literal["proposed", "admitted", "denied", "in_doubt", "established"]
+OperationStatus = Literal["proposed", "admitted", "denied", "in_doubt", "established", "withheld"]
 
 #: ToolResult statuses that settle an attempt when the observation is complete.
 SETTLING_STATUSES = frozenset({"completed", "failed"})
+
+#: ``Attempt.last_result_status`` of an attempt an ``AttemptWithheld`` settled as never sent (the
+#: gate's own evidence; later evidence about the attempt replaces it), and the operation status
+#: of an operation whose every attempt with an intent was withheld (§11.3.2).
+WITHHELD = "withheld"
 
 
 @dataclass
@@ -81,9 +92,16 @@ class Attempt:
     late: bool = False   # evidence stamped with an older control_epoch than the record's
 
     @property
+    def withheld(self) -> bool:
+        """Settled as never sent: the dispatch-time recheck withheld it (``AttemptWithheld``)
+        and no evidence about it came later."""
+        return self.last_result_status == WITHHELD and not self.established
+
+    @property
     def in_doubt(self) -> bool:
-        """An intent is logged and no adequate evidence settles it."""
-        return self.intent_sequence is not None and not self.established
+        """An intent is logged and no adequate evidence settles it (a withheld attempt is settled:
+        the gate recorded that it never left)."""
+        return self.intent_sequence is not None and not self.established and not self.withheld
 
 
 @dataclass
@@ -277,6 +295,38 @@ class TrajectoryRecord:
         including extra attempts of an operation another attempt already established (their
         effects and charges are still unknown)."""
         return [(k, a.attempt_id) for k, op in self.operations.items() for a in op.attempts.values() if a.in_doubt]
+
+    def orphaned_reservations(self) -> list[str]:
+        """Ids of reservations still holding liability (outstanding > 0) whose reason is gone, in
+        log order: no reservation outlives its reason (§11.5.3).
+
+        A reservation's reason is its operation (``subject_id``): one in doubt (an attempt may
+        have left and may still charge), or one still running toward its intent, i.e. admitted
+        (or re-proposed) in a trajectory that is not terminal and that no void approval (refused,
+        withdrawn, expired) holds back. Every other holder leaves the reservation orphaned: an
+        established operation (a crash between its result and its usage settlement, or an extra
+        attempt of an operation another attempt established), a withheld or denied one, one that
+        can never be dispatched, or no operation at all. Resume settles each
+        (:func:`kernel_lib.core.decisions.orphan_settlements`). A derived view, not part of
+        :meth:`to_dict` (whose layout frozen logs are compared against).
+        """
+        out = []
+        for rid, r in self.budget.reservations.items():
+            if r.outstanding_micro_usd > 0 and not self._reservation_has_reason(r):
+                out.append(rid)
+        return out
+
+    def _reservation_has_reason(self, r: Reservation) -> bool:
+        op = self.operations.get(r.subject_id)
+        if op is None:
+            return False
+        if op.status == "in_doubt":
+            return True
+        if op.status in ("proposed", "admitted"):
+            void = any(a.held_operation_id == op.operation_id and a.status in ("refused", "withdrawn", "expired")
+                       for a in self.approvals.values())
+            return self.control_state not in TERMINAL_STATES and not void
+        return False
 
     def approval_blocker(self, operation_id: str, now_unix_s: float | None = None) -> str | None:
         """Why an approval still holds ``operation_id`` back, or None if none does (§11.5.3).
@@ -592,11 +642,14 @@ def _op(rec: TrajectoryRecord, op_id: str, kind: Literal["tool", "model"], ev: E
 
 def _settle_status(op: Operation) -> None:
     """Operation status from its attempts: established if any attempt is, else in doubt if any
-    attempt has an intent; admission statuses are left alone otherwise."""
+    attempt with an intent is not settled, else withheld if every attempt with an intent was
+    withheld (never sent); admission statuses are left alone otherwise."""
     if any(a.established for a in op.attempts.values()):
         op.status = "established"
-    elif any(a.intent_sequence is not None for a in op.attempts.values()) or op.intent_missing:
+    elif any(a.in_doubt for a in op.attempts.values()) or op.intent_missing:
         op.status = "in_doubt"
+    elif any(a.withheld for a in op.attempts.values()):
+        op.status = WITHHELD
 
 
 def fold_step(rec: TrajectoryRecord, ev: Event) -> TrajectoryRecord:
@@ -699,7 +752,9 @@ def _authorized(rec: TrajectoryRecord, ev: Event, p: Authorized) -> None:
                                     "sequence_number": ev.sequence_number}
     op = _op(rec, p.subject_id, p.subject_kind, ev)
     op.authorization_ref = p.decision_id
-    if op.status in ("proposed", "admitted", "denied"):
+    if op.status == WITHHELD:   # a new attempt of an operation whose attempts were never sent
+        op.status = "denied" if p.decision == "deny" else "proposed"   # admitted once its reservation folds
+    elif op.status in ("proposed", "admitted", "denied"):
         op.status = "denied" if p.decision == "deny" else ("admitted" if op.reservation_id else "proposed")
 
 
@@ -815,6 +870,28 @@ def _approval_resolved(rec: TrajectoryRecord, ev: Event, p: ApprovalResolved) ->
         rec.control_state = "RUNNING"
 
 
+def _attempt_withheld(rec: TrajectoryRecord, ev: Event, p: AttemptWithheld) -> None:
+    """The recheck withheld an attempt with a durable intent before it could leave: settle it as
+    never sent and release its reservation unspent (§11.3.2). Refused (FoldError) when the attempt
+    has no intent or already has evidence (the record would contradict what the log says left),
+    or when the reservation is not the subject's."""
+    op = rec.operations.get(p.subject_id)
+    att = op.attempts.get(p.attempt_id) if op is not None else None
+    if op is None or att is None or att.intent_sequence is None or op.kind != p.subject_kind:
+        raise FoldError(f"event {ev.event_id}: {p.subject_kind} attempt {p.subject_id}/{p.attempt_id} has no durable "
+                        "intent; only an admitted attempt whose intent is logged can be withheld")
+    if att.established or att.last_result_status is not None:
+        raise FoldError(f"event {ev.event_id}: attempt {p.subject_id}/{p.attempt_id} already has evidence "
+                        f"({att.last_result_status}); a withheld attempt is one that never left")
+    r = rec.budget.reservations.get(p.reservation_id) if p.reservation_id is not None else None
+    if p.reservation_id is not None and (r is None or r.subject_id != p.subject_id):
+        raise FoldError(f"event {ev.event_id}: reservation {p.reservation_id} is not held for {p.subject_id}")
+    att.last_result_status, att.last_result_sequence = WITHHELD, ev.sequence_number
+    if r is not None:
+        r.released = True   # never sent: no effect and no charge, so nothing is left to hold
+    _settle_status(op)
+
+
 def _compacted(rec: TrajectoryRecord, ev: Event, p: Compacted) -> None:
     rec.compactions.append({"sequence_number": ev.sequence_number, **p.model_dump(mode="json")})
 
@@ -848,6 +925,8 @@ _HANDLERS = {
     ApprovalResolved: _approval_resolved, Compacted: _compacted, RuntimeInput: _runtime_input,
     Checkpoint: _checkpoint, CompensationIssued: _recovery, QuarantineChanged: _recovery,
     WatchdogIntervened: _recovery, CheckpointV2: _checkpoint, WorkspaceChanged: _workspace_changed,
+    ToolIntentV1: _tool_intent,   # schema 1 of ToolIntent (no idempotency key) folds the same way
+    AttemptWithheld: _attempt_withheld,
 }
 
 #: Payload types whose handlers :func:`fork` was checked against: they change only the record's
@@ -858,5 +937,6 @@ _HANDLERS = {
 _FORK_REVIEWED = frozenset({
     TaskStarted, ContextBuilt, ModelReplied, Authorized, BudgetReserved, BudgetSettled, ToolIntent, ToolResult,
     ControlChanged, PlanChanged, ApprovalRequested, ApprovalResolved, Compacted, RuntimeInput, Checkpoint,
-    CompensationIssued, QuarantineChanged, WatchdogIntervened, CheckpointV2, WorkspaceChanged,
+    CompensationIssued, QuarantineChanged, WatchdogIntervened, CheckpointV2, WorkspaceChanged, ToolIntentV1,
+    AttemptWithheld,
 })

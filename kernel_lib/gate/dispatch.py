@@ -16,19 +16,30 @@ the transports:
 * The intent (``ToolIntent``; for a model call ``ContextBuilt``) and everything before it are
   acknowledged by the store at the trajectory's tier before anything leaves.
 * The dispatch-time recheck re-reads control state and ownership without reserving again; a
-  pause or a lost fence withholds the admitted, unsent attempt (:class:`DispatchWithheld`), which
-  keeps its operation-table entry and its reservation. When the recheck compares an approval's
-  expiry with the wall clock, the gate first appends the reading as a ``RuntimeInput`` (kind
-  ``clock``, name :data:`~kernel_lib.core.decisions.RECHECK_CLOCK_INPUT`), so a replay sees the
-  value the decision used; a recheck that needs no clock records none.
+  pause, a void or expired approval or a failed ownership check withholds the admitted, unsent
+  attempt (:class:`DispatchWithheld`). The gate records that as an ``AttemptWithheld`` before
+  raising: the attempt keeps its operation-table entry, settled as never sent (not in doubt), and
+  its reservation is released; :meth:`DispatchGate.release` later dispatches the operation as a
+  new attempt. When the recheck compares an approval's expiry with the wall clock, the gate first
+  appends the reading as a ``RuntimeInput`` (kind ``clock``, name
+  :data:`~kernel_lib.core.decisions.RECHECK_CLOCK_INPUT`), so a replay sees the value the decision
+  used (the dispatch's or the withhold's); a recheck that needs no clock records none.
 * The reply, a timeout or a transport error becomes a ``ToolResult`` (or ``ModelReplied``); only
-  complete ``completed``/``failed`` evidence settles the operation.
+  complete ``completed``/``failed`` evidence settles the operation. The usage settlement of a
+  reply goes in the same batch as its evidence (one acknowledgment), so a crash never leaves a
+  result without its settlement.
 
 ``on_position`` is called with a position name after every step, so a crash controller (or a
 test) can stop the worker at an exact point of eq. 1.
 
+Parallel tool calls (one turn's calls issued at once, from threads or asyncio tasks) share one
+gate: each decide-and-append step (admission, the recheck, the evidence) holds the gate's lock, so
+two calls are never admitted against the same budget figure or log position, while the endpoint
+round trips run outside it and overlap (:meth:`DispatchGate.run_tool_async` for asyncio).
+
 The value types (:class:`ToolProposal`, :class:`ToolReply`, :class:`ModelCall`,
-:class:`ModelReply`, :class:`AdmissionPolicy`, :func:`decision_id`, :func:`reservation_id`) live in
+:class:`ModelReply`, :class:`AdmissionPolicy`, :func:`decision_id`, :func:`reservation_id`,
+:func:`idempotency_key`: the key every ``ToolIntent`` carries to the endpoint) live in
 :mod:`kernel_lib.core.proposals`, and :func:`crash_positions` / :func:`conclude` (what recovery may
 conclude after a crash at each position, table 3) in :mod:`kernel_lib.core.crash_positions`; this
 module re-exports them.
@@ -36,30 +47,42 @@ module re-exports them.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import contextvars
+import functools
+import inspect
 import math
-
+import threading
 import time
-from typing import Callable
+from typing import Any, Awaitable, Callable
 
-from kernel_lib.errors import AdmissionDenied, DispatchWithheld, KernelError, StaleRecordError
+from kernel_lib.errors import AdmissionDenied, DispatchWithheld, KernelError, StaleRecordError, StoreError
 from kernel_lib.core.crash_positions import Conclusion, CrashPosition, conclude, crash_positions
 from kernel_lib.core.decisions import (
     RECHECK_CLOCK_INPUT,
+    RESUME_CLOCK_INPUT,
     Admit,
     Denial,
     Withhold,
+    attempt_withheld,
     context_built,
     decide_admission,
     decide_recheck,
+    lapsed_approvals,
     model_evidence,
     model_usage_settlement,
+    orphan_settlements,
     recheck_reads_clock,
+    resume_reads_clock,
     tool_evidence,
     tool_intent,
     usage_settlement,
 )
 from kernel_lib.core.events import ContextBuilt, ControlChanged, Event, Payload, RuntimeInput, TaskStarted, ToolIntent
 from kernel_lib.core.proposals import (
+    DEFAULT_REPEAT_CONTRACT,
+    REPEAT_CONTRACTS,
     REPEAT_SAFE_CONTRACTS,
     AdmissionPolicy,
     ModelCall,
@@ -67,20 +90,34 @@ from kernel_lib.core.proposals import (
     ToolProposal,
     ToolReply,
     decision_id,
+    idempotency_key,
     reservation_id,
 )
-from kernel_lib.core.record import TERMINAL_STATES, TrajectoryRecord, fold, fold_step, initial_record
+from kernel_lib.core.record import (
+    SETTLING_STATUSES, TERMINAL_STATES, WITHHELD, TrajectoryRecord, fold, fold_step, initial_record,
+)
 from kernel_lib.log.base import check_events
 from kernel_lib.log.trajectory import TrajectoryLog
 
 __all__ = [
     "ToolProposal", "ToolReply", "ModelCall", "ModelReply", "AdmissionPolicy", "REPEAT_SAFE_CONTRACTS",
-    "decision_id", "reservation_id", "ToolTransport", "ModelTransport", "DispatchGate", "Conclusion", "conclude",
+    "REPEAT_CONTRACTS", "DEFAULT_REPEAT_CONTRACT", "decision_id", "reservation_id", "idempotency_key",
+    "ToolTransport", "AsyncToolTransport", "ModelTransport", "DispatchGate", "Conclusion", "conclude",
     "CrashPosition", "crash_positions",
 ]
 
 ToolTransport = Callable[[ToolIntent], ToolReply]
+AsyncToolTransport = Callable[[ToolIntent], Awaitable[ToolReply]]
 ModelTransport = Callable[[ContextBuilt], ModelReply]
+
+
+def _serialized(method: Callable[..., Any]) -> Callable[..., Any]:
+    """Run a gate method under the gate's (reentrant) lock: a decide-and-append step."""
+    @functools.wraps(method)
+    def locked(self: "DispatchGate", *args: Any, **kwargs: Any) -> Any:
+        with self._lock:
+            return method(self, *args, **kwargs)
+    return locked
 
 
 class DispatchGate:
@@ -104,6 +141,11 @@ class DispatchGate:
             ``RuntimeInput`` before the recheck decides; the fold reads no clock.
 
     The gate keeps :attr:`record` current by folding each event it appends (:meth:`append`).
+
+    Thread-safe for parallel calls: every read of :attr:`record` that decides and the appends it
+    leads to run under one reentrant lock (``on_position`` callbacks run under it too); a transport
+    runs outside it. :attr:`record` itself is shared: read it from one thread at a time, or take a
+    :func:`~kernel_lib.core.record.fork` under ``with gate.lock:``.
     """
 
     def __init__(self, log: TrajectoryLog, policy: AdmissionPolicy, *, record: TrajectoryRecord | None = None,
@@ -119,9 +161,16 @@ class DispatchGate:
         self.on_position = on_position or (lambda name, ev: None)
         self.coalesce_admission = coalesce_admission
         self.withheld: dict[str, ToolIntent] = {}
+        self._lock = threading.RLock()
         log.control_epoch = max(log.control_epoch, self.record.control_epoch)
 
+    @property
+    def lock(self) -> threading.RLock:
+        """The gate's reentrant lock: held by every decide-and-append step."""
+        return self._lock
+
     # --- appends ---------------------------------------------------------------------------------
+    @_serialized
     def append(self, *payloads: Payload | Event) -> list[Event]:
         """Append ``payloads`` as one batch (one acknowledgment at the log's tier), fold them into
         :attr:`record`, then report each as ``after:<EventType>`` to ``on_position``. A member may
@@ -155,6 +204,7 @@ class DispatchGate:
             self.on_position(f"after:{ev.event_type}", ev)
         return events
 
+    @_serialized
     def start(self, task: TaskStarted) -> Event:
         """Append TaskStarted (the initial scope and accounting contract).
 
@@ -163,6 +213,7 @@ class DispatchGate:
             raise KernelError(f"{self.log.trajectory_id} already started (TaskStarted is in the log)")
         return self.append(task)[0]
 
+    @_serialized
     def change_control(self, to_state: str, *, issuer: str, request_id: str, reason: str = "",
                        bump_control_epoch: bool = True) -> Event:
         """Append a ControlChanged (e.g. PAUSED); by default it advances control_epoch.
@@ -197,7 +248,9 @@ class DispatchGate:
             out += self.append(item)
         return out
 
-    def _recheck(self, subject_id: str, admitted_control_epoch: int) -> None:
+    def _decide_recheck(self, subject_id: str, admitted_control_epoch: int) -> tuple[Withhold | None, float | None]:
+        """The dispatch-time recheck's decision and the clock reading it used (None: none read, or
+        the reading was not a finite number); appends nothing."""
         fence = self.log.store.fence(self.log.trajectory_id)
         now = None
         withhold = None
@@ -209,6 +262,7 @@ class DispatchGate:
             if isinstance(now, bool) or not isinstance(now, (int, float)) or not math.isfinite(now):
                 withhold = Withhold(subject_id, f"the clock returned {now!r:.60}, not a finite number of seconds: "
                                                 "an unreadable clock does not license a dispatch")
+                now = None
         if withhold is None:
             withhold = decide_recheck(self.record, subject_id=subject_id,
                                       admitted_control_epoch=admitted_control_epoch, fence=fence,
@@ -220,15 +274,46 @@ class DispatchGate:
                 why = f"the ownership check failed ({type(exc).__name__}: {exc})"
             if why:
                 withhold = Withhold(subject_id, why)
+        return withhold, now
+
+    @_serialized
+    def _recheck(self, subject_id: str, admitted_control_epoch: int, attempt_id: str | None = None) -> None:
+        """The dispatch-time recheck of the attempt ``attempt_id`` of ``subject_id`` (a model
+        invocation: its own id) whose intent was just made durable.
+
+        A withhold never leaves the attempt in doubt: before raising :class:`DispatchWithheld` the
+        gate appends an ``AttemptWithheld`` (after the clock reading the decision used, if it read
+        one), which settles the attempt as never sent and releases its reservation. Only a writer
+        that lost the log's fence cannot record it (the store refuses its appends): the attempt then
+        stays in doubt for the new owner, who holds the fence, to settle.
+        """
+        withhold, now = self._decide_recheck(subject_id, admitted_control_epoch)
         if withhold is not None:
-            raise DispatchWithheld(withhold.message)
+            raise DispatchWithheld(self._record_withheld(subject_id, attempt_id or subject_id, withhold, now))
         if now is not None:
             # the reading that licensed this dispatch is recorded before anything leaves, so a
-            # replay serves the same value (a withheld recheck appends nothing: polling a
-            # withheld attempt does not grow the log)
+            # replay serves the same value
             self.append(RuntimeInput(kind="clock", name=RECHECK_CLOCK_INPUT,
                                      value={"subject_id": subject_id, "now_unix_s": now}))
         self.on_position("after:recheck", None)
+
+    def _record_withheld(self, subject_id: str, attempt_id: str, withhold: Withhold, now: float | None) -> str:
+        """Append the ``AttemptWithheld`` of a withheld attempt (with the clock reading that
+        decided it first); returns the message for :class:`DispatchWithheld`."""
+        record = attempt_withheld(self.record, subject_id=subject_id, attempt_id=attempt_id, reason=withhold.why)
+        if record is None:
+            return withhold.message
+        if self.log.store.fence(self.log.trajectory_id) > self.log.owner_epoch:
+            return withhold.message + "; not recorded as withheld (this writer lost the fence), so it stays in doubt"
+        batch: list[Payload] = []
+        if now is not None:
+            batch.append(RuntimeInput(kind="clock", name=RECHECK_CLOCK_INPUT,
+                                      value={"subject_id": subject_id, "now_unix_s": now}))
+        try:
+            self.append(*batch, record)
+        except (StoreError, StaleRecordError) as exc:
+            return withhold.message + f"; the withheld record could not be appended ({exc}), so it stays in doubt"
+        return withhold.message + "; recorded as withheld, its reservation released"
 
     # --- tool calls --------------------------------------------------------------------------------
     def run_tool(self, proposal: ToolProposal, transport: ToolTransport, *,
@@ -242,24 +327,123 @@ class DispatchGate:
             AdmissionDenied: refused at admission (the denial is logged).
             DispatchWithheld: the recheck withheld the attempt (see :meth:`release`).
         """
-        intent = tool_intent(proposal)
-        epoch = self.record.control_epoch
-        self._admit(decide_admission(self.record, self.policy, subject_id=proposal.operation_id, kind="tool",
-                                     grant_id=proposal.grant_id, subject=proposal.tool,
-                                     bound_usd=proposal.cost_bound_usd, intent=intent, attempt_id=proposal.attempt_id,
-                                     repeat_contract=proposal.repeat_contract, finalization=finalization))
+        intent = tool_intent(proposal, self.log.trajectory_id)
+        with self._lock:   # decide and append as one step: no other call is admitted in between
+            epoch = self.record.control_epoch
+            self._admit(decide_admission(self.record, self.policy, subject_id=proposal.operation_id, kind="tool",
+                                         grant_id=proposal.grant_id, subject=proposal.tool,
+                                         bound_usd=proposal.cost_bound_usd, intent=intent,
+                                         attempt_id=proposal.attempt_id, repeat_contract=proposal.repeat_contract,
+                                         finalization=finalization))
         return self._release(intent, transport, epoch)
 
-    def release(self, operation_id: str, transport: ToolTransport) -> TrajectoryRecord:
-        """Re-run the recheck for a withheld attempt and dispatch it; no second reservation."""
-        intent = self.withheld.get(operation_id)
-        if intent is None:
-            raise KernelError(f"{operation_id} is not withheld by this gate")
-        return self._release(intent, transport, self.record.control_epoch)
+    async def run_tool_async(self, proposal: ToolProposal, transport: ToolTransport | AsyncToolTransport, *,
+                             finalization: bool = False) -> TrajectoryRecord:
+        """:meth:`run_tool` for asyncio: parallel tool calls of one turn as tasks
+        (``asyncio.gather(gate.run_tool_async(p1, t), gate.run_tool_async(p2, t))``).
+
+        The blocking steps (admission, the durable appends at the log's tier, the recheck, the
+        evidence) run in a thread of their own, so the event loop is never blocked on a store
+        acknowledgment; the calls serialize only on the gate's lock. ``transport`` may be a plain
+        callable (called in that thread) or an ``async def`` (awaited on the caller's event loop,
+        so an ``httpx.AsyncClient`` transport works). Cancelling the awaiting task does not stop an
+        attempt already admitted: it runs to its evidence (an intent is durable; abandoning it half
+        way would only leave it in doubt).
+
+        Returns the updated record (the shared :attr:`record`). Raises: as :meth:`run_tool`.
+        """
+        loop = asyncio.get_running_loop()
+        if inspect.iscoroutinefunction(transport) or inspect.iscoroutinefunction(type(transport).__call__):
+            async_transport = transport
+
+            def sync_transport(intent: ToolIntent) -> ToolReply:   # in the worker thread; awaited on the loop
+                return asyncio.run_coroutine_threadsafe(async_transport(intent), loop).result()
+        else:
+            sync_transport = transport
+        done: asyncio.Future[TrajectoryRecord] = loop.create_future()
+
+        def settle(ok: bool, value: Any) -> None:
+            if not done.done():
+                done.set_result(value) if ok else done.set_exception(value)
+
+        def work() -> None:
+            try:
+                value, ok = self.run_tool(proposal, sync_transport, finalization=finalization), True
+            except BaseException as exc:   # noqa: BLE001 - handed to the awaiting task as raised
+                value, ok = exc, False
+            with contextlib.suppress(RuntimeError):   # the loop closed meanwhile: nobody is waiting
+                loop.call_soon_threadsafe(settle, ok, value)
+
+        # a thread per call, not the loop's default executor: an async transport that needs that
+        # executor (DNS resolution) cannot then starve behind calls waiting for it
+        ctx = contextvars.copy_context()
+        threading.Thread(target=ctx.run, args=(work,), name=f"gate-{proposal.operation_id}", daemon=True).start()
+        return await asyncio.shield(done)
+
+    def release(self, operation_id: str, transport: ToolTransport, *, attempt_id: str | None = None,
+                finalization: bool = False) -> TrajectoryRecord:
+        """Dispatch an operation the recheck withheld, as a new attempt (§11.3.2, §11.5.4).
+
+        The withheld attempt was settled as never sent and its reservation released
+        (``AttemptWithheld``), so this works from the record alone, after a crash and a resume too.
+        First the recheck runs again on the current record without appending anything (polling a
+        still-withheld operation does not grow the log); if it passes, a new attempt of the same
+        request (``attempt_id``, default ``<first attempt>-r<n>``) goes through admission (a fresh
+        reservation of the withheld attempt's bound, under the current budget rule), its intent,
+        the recheck and dispatch, as :meth:`run_tool`. ``finalization`` as there.
+
+        Raises:
+            KernelError: ``operation_id`` is not withheld (not recorded as withheld in the log,
+                nor withheld by this gate).
+            DispatchWithheld: the recheck still withholds it (nothing appended), or withholds the
+                new attempt. AdmissionDenied: the new attempt is refused at admission.
+        """
+        with self._lock:
+            op = self.record.operations.get(operation_id)
+            if op is None or op.status != WITHHELD:
+                if operation_id not in self.withheld:
+                    raise KernelError(f"{operation_id} is not withheld (its status is "
+                                      f"{op.status if op else 'unknown'}); only an operation recorded as withheld "
+                                      "at the dispatch-time recheck can be released")
+                withhold, _ = self._decide_recheck(operation_id, self.record.control_epoch)
+                if withhold is not None:
+                    raise DispatchWithheld(withhold.message)
+                raise KernelError(f"{operation_id} was withheld by this gate but is "
+                                  f"{op.status if op else 'unknown'} in the log (its withheld record could not be "
+                                  "appended): settle it by reconciliation")
+            intent = self._withheld_intent(op)
+            withhold, _ = self._decide_recheck(operation_id, self.record.control_epoch)
+            if withhold is not None:
+                raise DispatchWithheld(withhold.message)
+            res = self.record.budget.reservations.get(intent.reservation_ref)
+            if attempt_id is None:
+                root = next(iter(op.attempts))
+                n = len(op.attempts)
+                while f"{root}-r{n}" in op.attempts:
+                    n += 1
+                attempt_id = f"{root}-r{n}"
+            proposal = ToolProposal(operation_id, attempt_id, intent.tool, dict(intent.arguments), intent.grant_id,
+                                    res.amount_usd if res is not None else 0.0,
+                                    repeat_contract=intent.repeat_contract, input_ref=intent.input_ref,
+                                    revision=intent.revision)
+        return self.run_tool(proposal, transport, finalization=finalization)
+
+    def _withheld_intent(self, op) -> ToolIntent:
+        """The intent of the operation's last withheld attempt (kept by this gate, else read back
+        from the log at the attempt's intent position)."""
+        att = max((a for a in op.attempts.values() if a.withheld), key=lambda a: a.intent_sequence)
+        kept = self.withheld.get(op.operation_id)
+        if kept is not None and kept.attempt_id == att.attempt_id:
+            return kept
+        for ev in self.log.events(att.intent_sequence, att.intent_sequence):
+            if isinstance(ev.payload, ToolIntent):
+                return ev.payload
+        raise KernelError(f"the intent of {op.operation_id}/{att.attempt_id} (#{att.intent_sequence}) cannot be read "
+                          "back from the log")
 
     def _release(self, intent: ToolIntent, transport: ToolTransport, epoch: int) -> TrajectoryRecord:
         try:
-            self._recheck(intent.operation_id, epoch)
+            self._recheck(intent.operation_id, epoch, attempt_id=intent.attempt_id)
         except DispatchWithheld:
             self.withheld[intent.operation_id] = intent
             raise
@@ -273,6 +457,7 @@ class DispatchGate:
         self.on_position("after:dispatch", None)
         return self.record_evidence(intent.operation_id, intent.attempt_id, reply)
 
+    @_serialized
     def record_evidence(self, operation_id: str, attempt_id: str, reply: ToolReply,
                         source: str = "reply") -> TrajectoryRecord:
         """Append a ToolResult (and usage evidence when given) for an attempt.
@@ -284,11 +469,58 @@ class DispatchGate:
         (:func:`~kernel_lib.core.decisions.tool_evidence`,
         :func:`~kernel_lib.core.decisions.usage_settlement`.)
         """
-        self.append(tool_evidence(operation_id, attempt_id, reply, source))
+        result = tool_evidence(operation_id, attempt_id, reply, source)
         settlement = usage_settlement(self.record, operation_id, attempt_id, reply, source)
         if settlement is not None:
-            self.append(settlement)
+            # the settlement is final once the attempt is established, which the result about to
+            # be folded may make it (the reducer's rule, record._tool_result); result and
+            # settlement go in one batch, so no crash can leave the result without its settlement
+            op = self.record.operations.get(operation_id)
+            att = op.attempts.get(attempt_id) if op is not None else None
+            established = (att is not None and att.established) or (
+                result.status in SETTLING_STATUSES and result.observation_complete)
+            if settlement.final != established:
+                settlement = settlement.model_copy(update={"final": established})
+        self.append(result, *([settlement] if settlement is not None else []))
         return self.record
+
+    # --- resume: what the recovered record says must be settled -----------------------------------
+    @_serialized
+    def expire_lapsed_approvals(self) -> list[Event]:
+        """Record the expiry of every pending approval whose deadline passed (§11.5.3), e.g. while
+        no worker was alive: a lapsed request is void, and the trajectory leaves
+        AWAITING_APPROVAL once none is pending.
+
+        The gate's clock is read only when some pending approval has an expiry; if one lapsed, the
+        reading is appended first as a ``RuntimeInput`` (kind ``clock``, name
+        :data:`~kernel_lib.core.decisions.RESUME_CLOCK_INPUT`) and each ``ApprovalResolved``
+        (``expired``) names it as its evidence, in the same batch. Returns the appended events
+        (none when nothing lapsed or the clock did not return a finite number: nothing is decided
+        on an unreadable clock). (:func:`~kernel_lib.core.decisions.lapsed_approvals`.)
+        """
+        if not resume_reads_clock(self.record):
+            return []
+        now = self.clock()
+        if isinstance(now, bool) or not isinstance(now, (int, float)) or not math.isfinite(now):
+            return []
+        seq = self.log.head + 1
+        resolutions = lapsed_approvals(self.record, now, clock_sequence_number=seq)
+        if not resolutions:
+            return []
+        reading = RuntimeInput(kind="clock", name=RESUME_CLOCK_INPUT,
+                               value={"purpose": "approval_expiry", "now_unix_s": now})
+        return self.append(reading, *resolutions)
+
+    @_serialized
+    def settle_orphaned_reservations(self) -> list[Event]:
+        """Append a final ``BudgetSettled`` for every reservation that outlived its reason
+        (:meth:`~kernel_lib.core.record.TrajectoryRecord.orphaned_reservations`), in one batch:
+        released unspent when its operation never dispatched, else charged at its bound (no usage
+        evidence survives; missing usage is never released as unspent, §11.5.3). Meant for a
+        resume over the complete authoritative log. Returns the appended events.
+        (:func:`~kernel_lib.core.decisions.orphan_settlements`.)"""
+        settlements = orphan_settlements(self.record)
+        return self.append(*settlements) if settlements else []
 
     # --- model calls -------------------------------------------------------------------------------
     def run_model(self, call: ModelCall, transport: ModelTransport, *, finalization: bool = False) -> ModelReply:
@@ -301,18 +533,17 @@ class DispatchGate:
                 kept for :meth:`release`).
         """
         ctx = context_built(call)
-        epoch = self.record.control_epoch
-        self._admit(decide_admission(self.record, self.policy, subject_id=call.invocation_id, kind="model",
-                                     grant_id=call.grant_id, subject=call.model, bound_usd=call.cost_bound_usd,
-                                     intent=ctx, finalization=finalization))
-        self._recheck(call.invocation_id, epoch)
+        with self._lock:   # decide and append as one step, as in run_tool
+            epoch = self.record.control_epoch
+            self._admit(decide_admission(self.record, self.policy, subject_id=call.invocation_id, kind="model",
+                                         grant_id=call.grant_id, subject=call.model, bound_usd=call.cost_bound_usd,
+                                         intent=ctx, finalization=finalization))
+        self._recheck(call.invocation_id, epoch, attempt_id=call.invocation_id)
         reply = transport(ctx)
         self.on_position("after:dispatch", None)
         if not isinstance(reply, ModelReply):
             reply = ModelReply(status="error", reply=f"transport returned {type(reply).__name__}, not a ModelReply")
         replied = model_evidence(call.invocation_id, reply)
-        self.append(replied)
         settlement = model_usage_settlement(call.invocation_id, reply, replied)
-        if settlement is not None:
-            self.append(settlement)
+        self.append(replied, *([settlement] if settlement is not None else []))   # one batch, as for a tool
         return reply

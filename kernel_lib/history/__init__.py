@@ -8,25 +8,31 @@
 May import: ``gate``, ``ownership``, ``checkpoint``, ``log``, ``core`` and the leaves.
 """
 
-from kernel_lib.errors import LiveCallDuringReplayError, ReplayMismatchError   # re-exported
+from kernel_lib.errors import (   # re-exported
+    LiveCallDuringReplayError, ReplayInputMismatchError, ReplayMismatchError
+)
 from kernel_lib.history.replay import (
     NORMALIZATIONS, ORDERS, rerun_match_probability,
-    ExternalInput, ReplayReport, ReplayAdapter, sealed, EXAMPLE_GRANT, EXAMPLE_TRAJECTORY, example_policy,
+    ExternalInput, ReplayReport, ReplayAdapter, HarnessRuntime, RecordingRuntime, ReplayRuntime, sealed,
+    EXAMPLE_GRANT, EXAMPLE_TRAJECTORY, example_policy,
     worksheet_harness, record_example, replay_harness, TimeTravelView, time_travel, BRANCH_ORIGIN,
     Intervention, BranchTransports, Branch, fork_branch
 )
 from kernel_lib.history.diverge import (
     ASSEMBLED_INPUT, MODEL_RESPONSE, HARNESS_DECISION, TOOL_OBSERVATION, CATEGORIES, TIMESTAMP_KEY,
-    IMPORT_HEADER, boundary_fields, Equivalence, Boundary, extract_boundaries, Step, DivergenceReport,
+    DURATION_KEY, is_duration_key, IMPORT_HEADER, boundary_fields, Equivalence, Boundary, extract_boundaries, Step,
+    DivergenceReport,
     sequence_fault, locate_divergence
 )
 
 __all__ = [
     "NORMALIZATIONS", "ORDERS", "rerun_match_probability", "ReplayMismatchError",
-    "LiveCallDuringReplayError", "ExternalInput", "ReplayReport", "ReplayAdapter", "sealed",
+    "LiveCallDuringReplayError", "ReplayInputMismatchError", "HarnessRuntime", "RecordingRuntime",
+    "ReplayRuntime", "ExternalInput", "ReplayReport", "ReplayAdapter", "sealed",
     "EXAMPLE_GRANT", "EXAMPLE_TRAJECTORY", "example_policy", "worksheet_harness", "record_example",
     "replay_harness", "TimeTravelView", "time_travel", "BRANCH_ORIGIN", "Intervention", "BranchTransports",
     "Branch", "fork_branch", "ASSEMBLED_INPUT", "MODEL_RESPONSE", "HARNESS_DECISION", "TOOL_OBSERVATION",
-    "CATEGORIES", "TIMESTAMP_KEY", "IMPORT_HEADER", "boundary_fields", "Equivalence", "Boundary",
+    "CATEGORIES", "TIMESTAMP_KEY", "DURATION_KEY", "is_duration_key", "IMPORT_HEADER", "boundary_fields",
+    "Equivalence", "Boundary",
     "extract_boundaries", "Step", "DivergenceReport", "sequence_fault", "locate_divergence"
 ]

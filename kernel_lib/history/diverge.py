@@ -113,9 +113,16 @@ TOOL_OBSERVATION = "tool observation"
 #: The four categories of table 6, in the order a turn passes through them.
 CATEGORIES = (ASSEMBLED_INPUT, MODEL_RESPONSE, HARNESS_DECISION, TOOL_OBSERVATION)
 
-#: Key names that ``Equivalence(ignore_timestamps=True)`` drops (matched against the whole key).
-TIMESTAMP_KEY = re.compile(r"(?:.*_)?(?:timestamp|time|ts|at|unix_s|unix_ms|datetime|date|duration_s|elapsed_s"
-                           r"|latency_s|latency_ms|duration_ms|created|updated)", re.I)
+#: Key names that ``Equivalence(ignore_durations=True)`` drops (matched against the whole key, any
+#: case): lengths of time such as ``duration_s``, ``elapsed_ms``, ``latency_s``, ``execution_time``,
+#: ``execution_time_s`` (the SWE-agent importer's per-step run time), ``wall_time``, ``durationMs``.
+DURATION_KEY = re.compile(r"(?:.*_)?(?:duration|elapsed|latency|execution_?time|exec_?time|run_time|wall_?time"
+                          r"|cpu_?time|time_?taken|took)(?:_?(?:s|ms|us|ns|sec|secs|seconds|millis|milliseconds))?",
+                          re.I)
+#: Key names that ``Equivalence(ignore_timestamps=True)`` drops (matched against the whole key, any
+#: case): points in time such as ``timestamp``, ``created_at``, ``deadline_unix_s``, ``start_time``.
+#: A key that :data:`DURATION_KEY` matches is a duration, never a timestamp.
+TIMESTAMP_KEY = re.compile(r"(?:.*_)?(?:timestamp|time|ts|at|unix_s|unix_ms|datetime|date|created|updated)", re.I)
 
 _DEFAULT_CAP = 20
 #: Value an importer (:mod:`kernel_lib.importers`) puts in a required field its source never
@@ -236,9 +243,12 @@ class Equivalence:
             name prefixed by an event type drops one path of that type only
             (``"ToolResult.outcome.log"``, ``"ModelReplied.request"``). Ignoring
             ``"delivered_input"`` turns off the assembled-input comparison.
-        ignore_timestamps: drop keys whose names look like times or durations (the whole key
-            matches :data:`TIMESTAMP_KEY`: ``created_at``, ``timestamp``, ``deadline_unix_s``,
-            ``duration_s`` …).
+        ignore_timestamps: drop keys whose names look like points in time (the whole key
+            matches :data:`TIMESTAMP_KEY`: ``created_at``, ``timestamp``, ``deadline_unix_s`` …).
+            Durations are not timestamps: this option keeps them.
+        ignore_durations: drop keys whose names look like lengths of time (the whole key matches
+            :data:`DURATION_KEY`: ``duration_s``, ``latency_ms``, ``execution_time_s`` …), such
+            as the per-step run times the importers keep. Independent of ``ignore_timestamps``.
         normalize_whitespace: in every string, collapse each run of whitespace to one space and
             strip both ends.
         mask_patterns: regular expressions; every match inside a string is replaced by
@@ -264,6 +274,7 @@ class Equivalence:
 
     ignore_fields: tuple[str, ...] = ()
     ignore_timestamps: bool = False
+    ignore_durations: bool = False
     normalize_whitespace: bool = False
     mask_patterns: tuple[str, ...] = ()
     embedded_json: bool = False
@@ -301,8 +312,8 @@ class Equivalence:
                 typed.setdefault(head, []).append(tuple(rest.split(".")))
             else:
                 plain.add(f)
-        loose = (self.ignore_fields or self.ignore_timestamps or self.normalize_whitespace or self.mask_patterns
-                 or self.embedded_json or self.ignore_list_order or self.cost_tolerance_usd)
+        loose = (self.ignore_fields or self.ignore_timestamps or self.ignore_durations or self.normalize_whitespace
+                 or self.mask_patterns or self.embedded_json or self.ignore_list_order or self.cost_tolerance_usd)
         object.__setattr__(self, "_exact", not loose)
         object.__setattr__(self, "_masks", tuple(masks))
         object.__setattr__(self, "_plain", frozenset(plain))
@@ -328,7 +339,9 @@ class Equivalence:
         if self.ignore_fields:
             out.append("ignoring fields: " + ", ".join(self.ignore_fields))
         if self.ignore_timestamps:
-            out.append("ignoring keys that name times or durations")
+            out.append("ignoring keys that name points in time (timestamps; durations are kept)")
+        if self.ignore_durations:
+            out.append("ignoring keys that name durations (duration_s, latency_ms, execution_time_s, ...)")
         if self.normalize_whitespace:
             out.append("whitespace runs in strings collapsed to one space, ends stripped")
         if self.mask_patterns:
@@ -346,6 +359,7 @@ class Equivalence:
     def to_dict(self) -> dict[str, Any]:
         """The options as plain JSON data."""
         return {"ignore_fields": list(self.ignore_fields), "ignore_timestamps": self.ignore_timestamps,
+                "ignore_durations": self.ignore_durations,
                 "normalize_whitespace": self.normalize_whitespace, "mask_patterns": list(self.mask_patterns),
                 "embedded_json": self.embedded_json, "ignore_list_order": self.ignore_list_order,
                 "cost_tolerance_usd": self.cost_tolerance_usd, "align": self.align,
@@ -378,7 +392,13 @@ class Equivalence:
         return v
 
     def _drop(self, key: str) -> bool:
-        return key in self._plain or (self.ignore_timestamps and TIMESTAMP_KEY.fullmatch(key) is not None)
+        if key in self._plain:
+            return True
+        if not (self.ignore_timestamps or self.ignore_durations):
+            return False
+        if is_duration_key(key):
+            return self.ignore_durations
+        return self.ignore_timestamps and TIMESTAMP_KEY.fullmatch(key) is not None
 
     def normalize(self, event_type: str, value: dict[str, Any]) -> dict[str, Any]:
         """``value`` (a boundary's compared fields) as this relation sees it."""
@@ -388,6 +408,11 @@ class Equivalence:
         for path in self._typed.get(event_type, ()):
             _drop_path(out, path)
         return out
+
+
+def is_duration_key(key: str) -> bool:
+    """True when ``key`` names a length of time (:data:`DURATION_KEY`, whole key, any case)."""
+    return isinstance(key, str) and DURATION_KEY.fullmatch(key) is not None
 
 
 def _drop_path(d: Any, path: tuple[str, ...]) -> None:
@@ -436,15 +461,23 @@ def _equal(a: Any, b: Any, tol: float, usd: bool = False) -> bool:
     return a == b
 
 
-def _short(v: Any, n: int = 80) -> str:
+def _short(v: Any, n: int | None = 80) -> str:
+    """``v`` as one line of text, cut to ``n`` characters (``n=None``: never cut)."""
     s = v if isinstance(v, str) else json.dumps(v, sort_keys=True, ensure_ascii=False, default=str)
     s = repr(s) if isinstance(v, str) else s
-    return s if len(s) <= n else s[: n - 1] + "…"
+    return s if n is None or len(s) <= n else s[: n - 1] + "…"
 
 
-def _text_diff(path: str, a: str, b: str, out: list[str], cap: int) -> None:
+def _text_diff(path: str, a: str, b: str, out: list[str], cap: int, full: bool = False) -> None:
     lines = list(difflib.unified_diff(a.splitlines(), b.splitlines(), "A", "B", n=1, lineterm=""))[2:] \
         if ("\n" in a or "\n" in b) else []
+    if full:   # configuration evidence: every changed line, never cut; a one-line value whole
+        if lines:
+            out.append(f"{path}: text differs ({len(a)} vs {len(b)} characters); every changed line:")
+            out.extend("    " + ln for ln in lines)
+        else:
+            out.append(f"{path}: A {_short(a, None)} vs B {_short(b, None)}")
+        return
     if lines:
         out.append(f"{path}: text differs ({len(a)} vs {len(b)} characters):")
         for ln in lines[: max(1, cap - len(out))]:
@@ -456,30 +489,67 @@ def _text_diff(path: str, a: str, b: str, out: list[str], cap: int) -> None:
                if i else f"{path}: A {_short(a)} vs B {_short(b)}")
 
 
-def _diff(a: Any, b: Any, path: str, out: list[str], tol: float, cap: int = 12, usd: bool = False) -> None:
-    """Append readable differences between ``a`` and ``b`` to ``out`` (at most ``cap`` lines)."""
-    if len(out) >= cap or _equal(a, b, tol, usd):
+def _diff(a: Any, b: Any, path: str, out: list[str], tol: float, cap: int = 12, usd: bool = False,
+          full: bool = False) -> None:
+    """Append readable differences between ``a`` and ``b`` to ``out`` (at most ``cap`` lines).
+    ``full=True`` (configuration evidence): no cap, and no value is cut short."""
+    if (not full and len(out) >= cap) or _equal(a, b, tol, usd):
         return
+    n = None if full else 80
     if isinstance(a, dict) and isinstance(b, dict):
         for k in sorted(set(a) | set(b)):
             p = f"{path}.{k}" if path else k
             if k not in b:
-                out.append(f"{p}: only in A ({_short(a[k])})")
+                out.append(f"{p}: only in A ({_short(a[k], n)})")
             elif k not in a:
-                out.append(f"{p}: only in B ({_short(b[k])})")
+                out.append(f"{p}: only in B ({_short(b[k], n)})")
             else:
-                _diff(a[k], b[k], p, out, tol, cap, k.endswith("_usd"))
-            if len(out) >= cap:
+                _diff(a[k], b[k], p, out, tol, cap, k.endswith("_usd"), full)
+            if not full and len(out) >= cap:
                 return
         return
     if isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
         for i, (x, y) in enumerate(zip(a, b)):
-            _diff(x, y, f"{path}[{i}]", out, tol, cap, usd)
+            _diff(x, y, f"{path}[{i}]", out, tol, cap, usd, full)
         return
     if isinstance(a, str) and isinstance(b, str):
-        _text_diff(path or "value", a, b, out, cap)
+        _text_diff(path or "value", a, b, out, cap, full)
         return
-    out.append(f"{path or 'value'}: A {_short(a)} vs B {_short(b)}")
+    out.append(f"{path or 'value'}: A {_short(a, n)} vs B {_short(b, n)}")
+
+
+_ABSENT = object()
+
+
+def _differences(a: Any, b: Any, path: str, tol: float, usd: bool = False) -> list[dict[str, Any]]:
+    """Every differing leaf of ``a`` and ``b`` as ``{"path", "a", "b"}`` with the complete values
+    (a key one side lacks: ``"only_in"`` names the side holding it and the other value is None)."""
+    if a is not _ABSENT and b is not _ABSENT and _equal(a, b, tol, usd):
+        return []
+    if isinstance(a, dict) and isinstance(b, dict):
+        out: list[dict[str, Any]] = []
+        for k in sorted(set(a) | set(b)):
+            out += _differences(a.get(k, _ABSENT), b.get(k, _ABSENT), f"{path}.{k}" if path else k, tol,
+                                k.endswith("_usd"))
+        return out
+    if isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
+        return [d for i, (x, y) in enumerate(zip(a, b)) for d in _differences(x, y, f"{path}[{i}]", tol, usd)]
+    d = {"path": path or "value", "a": None if a is _ABSENT else a, "b": None if b is _ABSENT else b}
+    if a is _ABSENT or b is _ABSENT:
+        d["only_in"] = "B" if a is _ABSENT else "A"
+    return [d]
+
+
+#: Compared fields that hold configuration (a model call's ``request``: model name, decoding
+#: parameters; a task's ``config``): their differences are always reported in full.
+_CONFIG_FIELDS = ("request", "config")
+
+
+def _clip_values(v: Any) -> Any:
+    """A step's compared values for a report: long strings clipped, configuration fields whole."""
+    if isinstance(v, dict):
+        return {k: (x if k in _CONFIG_FIELDS else _clip(x)) for k, x in v.items()}
+    return _clip(v)
 
 
 def _clip(v: Any, n: int = 2000) -> Any:
@@ -656,6 +726,9 @@ class Step:
     missing) or ``missing`` (the boundary lies past the end of the other log). ``diff`` lists
     the differences; ``same_fields`` and ``differing_fields`` name the compared fields (for a
     verified step, ``same_fields`` is left empty: every compared field agrees, see :meth:`to_dict`).
+    ``config_differences`` lists each differing leaf of a configuration field (a model call's
+    ``request``: model name, decoding parameters) as ``{"path", "a", "b"}`` with complete values;
+    ``diff`` shows those paths uncut too.
     """
     key: str
     category: str
@@ -669,6 +742,7 @@ class Step:
     a_value: Any = None
     b_value: Any = None
     note: str = ""
+    config_differences: Sequence[dict[str, Any]] = ()
 
     @property
     def verified(self) -> bool:
@@ -684,8 +758,10 @@ class Step:
         same = list(self.same_fields) or (sorted(self.a_value) if self.verified and isinstance(self.a_value, dict)
                                           else [])
         d.update(status=self.status, diff=list(self.diff), same_fields=same,
-                 differing_fields=list(self.differing_fields), a_value=_clip(self.a_value),
-                 b_value=_clip(self.b_value))
+                 differing_fields=list(self.differing_fields), a_value=_clip_values(self.a_value),
+                 b_value=_clip_values(self.b_value))
+        if self.config_differences:
+            d["config_differences"] = [dict(x) for x in self.config_differences]
         if self.note:
             d["note"] = self.note
         return d
@@ -708,7 +784,10 @@ class DivergenceReport:
         differences: every mismatching step after the first, in order.
         missing_evidence: dicts ``{boundary, side, what, consequence}``.
         context_differences: supporting-evidence differences (``TaskStarted``, ``Compacted``,
-            ``RuntimeInput``, ``WorkspaceChanged``) with the category they bear on.
+            ``RuntimeInput``, ``WorkspaceChanged``) with the category they bear on: ``diff`` (every
+            differing path, readable, never cut short) and ``differences`` (each differing leaf as
+            ``{"path", "a", "b"}`` with the complete values), so a configuration difference that
+            explains the first mismatch is shown in full.
         establishes / does_not_establish: sentences stating the claim and its limits.
         alignment: ``{"method", "reason", "paired", "a_only", "b_only", ...}``.
     """
@@ -804,8 +883,9 @@ class DivergenceReport:
                 L.append(f"  {s.key} [{s.category}]: {s.diff[0] if s.diff else s.status}")
         if self.context_differences:
             L.append(f"supporting evidence that differs: {len(self.context_differences)}")
-            for c in self.context_differences[:max_differences]:
-                L.append(f"  {c['item']} (bears on {c['bears_on']}): {c['diff'][0] if c['diff'] else ''}")
+            for c in self.context_differences[:max_differences]:   # every differing path, uncut
+                L.append(f"  {c['item']} (bears on {c['bears_on']}):")
+                L += [f"    {d}" for d in c["diff"]]
         if self.missing_evidence:
             L.append(f"missing evidence: {len(self.missing_evidence)}")
             for m in self.missing_evidence[:max_differences]:
@@ -971,7 +1051,13 @@ def _compare_value(step: Step, eq: Equivalence, unrec: dict) -> None:
     same, differing, diff = [], [], []
     for k in sorted(set(va) | set(vb)):
         (same if k in va and k in vb and _equal(va[k], vb[k], tol, k.endswith("_usd")) else differing).append(k)
-    _diff(va, vb, "", diff, tol)
+    plain = [k for k in differing if k not in _CONFIG_FIELDS]
+    _diff({k: va[k] for k in plain if k in va}, {k: vb[k] for k in plain if k in vb}, "", diff, tol)
+    config = [k for k in differing if k in _CONFIG_FIELDS]
+    if config:   # a configuration difference is shown whole, never cut short
+        ca, cb = {k: va[k] for k in config if k in va}, {k: vb[k] for k in config if k in vb}
+        _diff(ca, cb, "", diff, tol, full=True)
+        step.config_differences = _differences(ca, cb, "", tol)
     step.same_fields, step.differing_fields, step.diff = same, differing, diff
 
 
@@ -1077,10 +1163,11 @@ def _compare_request(step: Step, eq: Equivalence, unrec: dict) -> None:
                          + ", ".join(_path_text(f) for f in gone))
         return
     diff: list[str] = []
-    _diff(ra, rb, "request", diff, eq.cost_tolerance_usd)
+    _diff(ra, rb, "request", diff, eq.cost_tolerance_usd, full=True)
     step.status = "mismatch"
     step.differing_fields = [*step.differing_fields, "request"]
     step.diff = [*step.diff, *diff]
+    step.config_differences = [*step.config_differences, *_differences(ra, rb, "request", eq.cost_tolerance_usd)]
 
 
 def _causal_faults(bs: list[Boundary]) -> dict[int, str]:
@@ -1362,7 +1449,9 @@ def _compare_context(sa: list[Boundary], sb: list[Boundary], eq: Equivalence) ->
             continue
         va, vb = eq.normalize(a.event_type, a.value), eq.normalize(b.event_type, b.value)
         if not _equal(va, vb, eq.cost_tolerance_usd):
-            _diff(va, vb, "", item["diff"], eq.cost_tolerance_usd, 6)
+            # supporting evidence (the configuration a divergence may come from) is shown in full
+            _diff(va, vb, "", item["diff"], eq.cost_tolerance_usd, full=True)
+            item["differences"] = _differences(va, vb, "", eq.cost_tolerance_usd)
             out.append(item)
     return out
 
@@ -1379,6 +1468,26 @@ def _prior(steps: list[Step], fm: Step, key: str) -> Step | None:
         if s.key == key:
             return s
     return None
+
+
+def _config_claims(rep: DivergenceReport, fm: Step) -> list[str]:
+    """Sentences for a first mismatch that a recorded configuration difference, or a run time
+    alone, may explain."""
+    yes = []
+    config = [c for c in rep.context_differences if c.get("differences")
+              and (c["item"].startswith("RuntimeInput config/") or c["bears_on"] == "initial state")]
+    if config:
+        paths = "; ".join(f"{c['item']}: " + ", ".join(d["path"] for d in c["differences"]) for c in config)
+        yes.append(f"The recorded configuration differs between the runs ({paths}); the supporting evidence shows "
+                   "each differing value in full, to be read before the first mismatch is blamed on the harness "
+                   "code, the model or the tool.")
+    if fm.a is not None and fm.b is not None and not rep.equivalence.ignore_durations:
+        leaves = _differences(fm.a_value, fm.b_value, "", rep.equivalence.cost_tolerance_usd)
+        if leaves and all(is_duration_key(re.sub(r"\[\d+\]$", "", d["path"]).rsplit(".", 1)[-1]) for d in leaves):
+            yes.append(f"The first mismatch differs only in keys that name durations "
+                       f"({', '.join(d['path'] for d in leaves)}): a run time, not a different result; declare "
+                       "Equivalence(ignore_durations=True) (--ignore-durations) if run times are not compared.")
+    return yes
 
 
 def _claims(rep: DivergenceReport, steps: list[Step]) -> tuple[list[str], list[str]]:
@@ -1491,6 +1600,8 @@ def _claims(rep: DivergenceReport, steps: list[Step]) -> tuple[list[str], list[s
     if start:
         yes.append(f"The recorded task start differs ({start[0]['diff'][0] if start[0]['diff'] else 'TaskStarted'}); "
                    "check that the runs began from the same task and configuration before reading further.")
+    if fm is not None:
+        yes += _config_claims(rep, fm)
     if not rep.equivalence.exact:
         no.append("Equality in what the equivalence ignores or normalizes: "
                   + "; ".join(rep.equivalence.describe()[1:-1]) + ".")

@@ -15,7 +15,24 @@ The matching-request rule. A recorded reply is served only to the request it ans
   arguments, input reference, repeat contract) must equal the recorded one;
 * with ``order="recorded"`` (the default) requests must also arrive in the order the log holds
   them; ``order="any"`` declares that any order of the recorded requests is equivalent (for
-  concurrent calls whose order the harness does not care about).
+  concurrent calls whose order the harness does not care about). Under ``order="any"`` a request
+  served out of its recorded order is still served, and the report lists it
+  (:attr:`ReplayReport.findings`, kind ``out_of_order_serve``, with its recorded and served
+  positions): a shifted identifier under which another call's reply is served never passes
+  silently; :attr:`ReplayReport.clean` is False then.
+
+Runtime inputs. Identifiers, random draws and clock readings a harness uses come from a
+:class:`HarnessRuntime` (``runtime.random()``, ``runtime.uuid()``, ``runtime.new_id(prefix)``,
+``runtime.now()``). Live, :class:`RecordingRuntime` draws the value and appends it as a
+``RuntimeInput`` before returning it; under replay, :meth:`ReplayAdapter.runtime` serves the
+recorded values in their recorded order and appends the same ``RuntimeInput`` to the replayed log.
+Draw N of the replay must ask for the kind and name recorded at draw N: a harness that now draws
+one more random number before it makes an operation id fails *at that draw* with
+:class:`~kernel_lib.errors.ReplayInputMismatchError` (draw index, the recorded kind, name and value,
+and what the replay asked for), not at a request whose arguments carry the shifted id. A harness
+that draws fewer inputs than recorded has the rest listed in :attr:`ReplayReport.unserved_draws`.
+The recorded draws are the ``RuntimeInput`` events of kind ``random`` or ``identifier``, and of
+kind ``clock`` other than the gate's own recheck reading (which :meth:`ReplayAdapter.clock` serves).
 
 Canonical forms are compared as canonical JSON after the declared normalizations only
 (:data:`NORMALIZATIONS`). The delivered input is compared by its digest, which is what every
@@ -35,18 +52,24 @@ given, nor about whether the task was done well.
 from __future__ import annotations
 
 import contextlib
+import math
 import os
+import random as _random
 import socket
 import subprocess
 import threading
+import uuid as _uuid
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Sequence
 
 import rfc8785
 
-from kernel_lib.core.decisions import RECHECK_CLOCK_INPUT
+from kernel_lib.core.decisions import RECHECK_CLOCK_INPUT, RESUME_CLOCK_INPUT
 from kernel_lib.gate.dispatch import ModelReply, ToolReply
-from kernel_lib.errors import ConfigError, KernelError, LiveCallDuringReplayError, ReplayMismatchError
+from kernel_lib._support.clock import wall_clock
+from kernel_lib.errors import (
+    ConfigError, KernelError, LiveCallDuringReplayError, ReplayInputMismatchError, ReplayMismatchError,
+)
 from kernel_lib.core.events import (
     ApprovalResolved,
     BudgetSettled,
@@ -65,6 +88,10 @@ NORMALIZATIONS = {
     "ignore_input_ref": "drop a tool request's input reference (when snapshots were renamed, not changed)",
 }
 ORDERS = ("recorded", "any")
+#: Prefix of the ``RuntimeInput`` names a :class:`HarnessRuntime` records (``harness:random``, ``harness:id:op``).
+HARNESS_INPUT_PREFIX = "harness:"
+#: ``RuntimeInput`` kinds a harness draws (a ``clock`` reading counts unless it is the gate's recheck reading).
+DRAW_KINDS = ("random", "identifier", "clock")
 
 
 def rerun_match_probability(per_call: float, calls: int) -> float:
@@ -104,6 +131,17 @@ class _Recorded:
 
 
 @dataclass(frozen=True)
+class _Draw:
+    kind: str
+    name: str
+    value: Any
+    sequence_number: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, "name": self.name, "value": self.value, "sequence_number": self.sequence_number}
+
+
+@dataclass(frozen=True)
 class ExternalInput:
     """An input that reached the harness from outside, not as a reply to one of its requests:
     a control change, an approval decision, or a late result (with its reported usage, USD)."""
@@ -116,19 +154,39 @@ class ExternalInput:
 class ReplayReport:
     """What a replay served: ``served`` requests in the order asked, ``unserved`` recorded
     requests the harness never made (a harness that now skips a call), ``external_inputs``
-    delivered. ``complete`` is True when every recorded request was asked for."""
+    delivered, ``draws_served`` runtime inputs served (random draws, identifiers, clock readings),
+    ``unserved_draws`` recorded draws the harness never asked for, and ``findings``: what the
+    declared equivalence let pass but the replay saw, as dicts. A finding of kind
+    ``out_of_order_serve`` (``order="any"`` only) names the ``request``, its ``recorded_ordinal``
+    (1-based among the recorded requests) and ``recorded_sequence`` (log position), the
+    ``served_ordinal`` at which the replay asked for it, and ``overtook`` (the earliest recorded
+    request still unserved then) and/or ``served_after`` (the latest-recorded request already
+    served), each with its recorded ordinal; a finding of kind ``runtime_input_mismatch`` is the
+    draw that stopped the replay (see :class:`~kernel_lib.errors.ReplayInputMismatchError`).
+
+    ``complete``: every recorded request and draw was asked for. ``clean``: complete and no
+    findings."""
 
     served: list[str] = field(default_factory=list)
     unserved: list[str] = field(default_factory=list)
     external_inputs: int = 0
+    draws_served: int = 0
+    unserved_draws: list[str] = field(default_factory=list)
+    findings: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def complete(self) -> bool:
-        return not self.unserved
+        return not self.unserved and not self.unserved_draws
+
+    @property
+    def clean(self) -> bool:
+        return self.complete and not self.findings
 
     def to_dict(self) -> dict[str, Any]:
         return {"served": list(self.served), "unserved": list(self.unserved),
-                "external_inputs": self.external_inputs, "complete": self.complete}
+                "external_inputs": self.external_inputs, "draws_served": self.draws_served,
+                "unserved_draws": list(self.unserved_draws), "findings": [dict(f) for f in self.findings],
+                "complete": self.complete, "clean": self.clean}
 
 
 class ReplayAdapter:
@@ -138,7 +196,8 @@ class ReplayAdapter:
         events: the recorded log (one trajectory, in sequence order).
         normalizations: names from :data:`NORMALIZATIONS` applied to both sides before comparing.
         order: ``"recorded"`` (requests must come in the logged order) or ``"any"`` (a declared
-            equivalence: any order of the recorded requests).
+            equivalence: any order of the recorded requests; each serve that departs from the
+            recorded order is listed in ``report.findings``).
 
     Raises:
         ConfigError: an unknown normalization or order, events of several trajectories, or a
@@ -165,9 +224,12 @@ class ReplayAdapter:
         self.order = order
         self._recorded: dict[tuple[str, str], _Recorded] = {}
         self._order: list[tuple[str, str]] = []
+        self._ordinal: dict[tuple[str, str], int] = {}   # request -> its index in the recorded order
         self._inputs: list[ExternalInput] = []
         self._clock_readings: list[tuple[int, Any]] = []   # (position, now_unix_s) the recheck recorded
         self._clock_served = 0
+        self._draws: list[_Draw] = []          # the harness's runtime inputs, in log order
+        self._draws_served = 0
         early: set[tuple[str, str]] = set()   # replies seen before their request
         usage: dict[int, float] = {}          # sequence number of a reply/result -> usage logged after it
         last: dict[str, int] = {}             # subject -> sequence number of its latest reply/result
@@ -218,6 +280,9 @@ class ReplayAdapter:
             elif (isinstance(p, RuntimeInput) and p.kind == "clock" and p.name == RECHECK_CLOCK_INPUT
                   and isinstance(p.value, dict)):
                 self._clock_readings.append((ev.sequence_number, p.value.get("now_unix_s")))
+            elif (isinstance(p, RuntimeInput) and p.kind in DRAW_KINDS
+                  and p.name not in (RECHECK_CLOCK_INPUT, RESUME_CLOCK_INPUT)):   # the runtime's, not the harness's
+                self._draws.append(_Draw(p.kind, p.name, p.value, ev.sequence_number))
         self._inputs = [ExternalInput(x.event, usage.get(x.event.sequence_number)) for x in self._inputs]
         self._usage = usage
         self._next = 0
@@ -229,6 +294,7 @@ class ReplayAdapter:
         if k in self._recorded:
             raise ConfigError(f"the recording holds two {rec.kind} requests under {rec.key}")
         self._recorded[k] = rec
+        self._ordinal[k] = len(self._order)
         self._order.append(k)
 
     def _model_request(self, p: ContextBuilt) -> dict[str, Any]:
@@ -271,9 +337,40 @@ class ReplayAdapter:
             raise ReplayMismatchError("the recording has this request but no reply to it (the run stopped there); "
                                       "replay cannot invent one", kind=kind, key=key, expected=rec.request,
                                       actual=actual)
+        if self.order == "any":
+            self._note_order(kind, key)
         rec.served = True
         self.report.served.append(f"{kind} {key}")
         return rec
+
+    def _note_order(self, kind: str, key: str) -> None:
+        """Under ``order="any"``: report a serve that departs from the recorded order (it overtakes
+        a request recorded before it, or comes after one recorded after it)."""
+        at = self._ordinal[(kind, key)]
+        overtook = next((k for k in self._order[:at] if not self._recorded[k].served), None)
+        after = max((self._ordinal[k] for k in self._order[at + 1:] if self._recorded[k].served), default=None)
+        if overtook is None and after is None:
+            return
+        rec = self._recorded[(kind, key)]
+        finding: dict[str, Any] = {"finding": "out_of_order_serve", "request": f"{kind} {key}",
+                                   "recorded_ordinal": at + 1, "recorded_sequence": rec.sequence_number,
+                                   "served_ordinal": len(self.report.served) + 1}
+        parts = []
+        if overtook is not None:
+            o = self._recorded[overtook]
+            finding["overtook"] = {"request": f"{o.kind} {o.key}", "recorded_ordinal": self._ordinal[overtook] + 1,
+                                   "recorded_sequence": o.sequence_number}
+            parts.append(f"ahead of {o.kind} {o.key} (recorded #{self._ordinal[overtook] + 1}, not served yet)")
+        if after is not None:
+            o = self._recorded[self._order[after]]
+            finding["served_after"] = {"request": f"{o.kind} {o.key}", "recorded_ordinal": after + 1,
+                                       "recorded_sequence": o.sequence_number}
+            parts.append(f"after {o.kind} {o.key} (recorded #{after + 1}, already served)")
+        finding["message"] = (f"{kind} {key} was recorded as request #{at + 1} (log position {rec.sequence_number}) "
+                              f"and served as #{finding['served_ordinal']}, " + " and ".join(parts)
+                              + "; order='any' admits this, but its reply is the one recorded for that identity, "
+                              "which a shifted identifier would make another call's reply")
+        self.report.findings.append(finding)
 
     def model(self, ctx: ContextBuilt) -> ModelReply:
         """The model transport: the recorded reply to this exact request."""
@@ -312,6 +409,35 @@ class ReplayAdapter:
         self._clock_served += 1
         return now
 
+    def runtime(self, gate) -> "ReplayRuntime":
+        """The harness's runtime inputs under replay: a :class:`HarnessRuntime` that serves the
+        recorded draws in their recorded order and appends each one to ``gate``'s (replayed) log,
+        as the live :class:`RecordingRuntime` did."""
+        return ReplayRuntime(self, gate)
+
+    def _serve_draw(self, kind: str, name: str) -> _Draw:
+        i = self._draws_served
+        asked = {"kind": kind, "name": name}
+        if i >= len(self._draws):
+            reason = (f"the replayed harness asked for runtime input #{i + 1} ({kind} {name}); the recording holds "
+                      f"{len(self._draws)} draw(s): its control flow diverged")
+            self._draw_finding(i + 1, None, asked, reason)
+            raise ReplayInputMismatchError(reason, draw_index=i + 1, expected=None, actual=asked)
+        d = self._draws[i]
+        if (d.kind, d.name) != (kind, name):
+            reason = (f"draw #{i + 1}: the recording holds {d.kind} {d.name} = {_show(d.value)} at log position "
+                      f"{d.sequence_number}; the replayed harness asked for {kind} {name} (it draws its runtime inputs "
+                      "in another order or number, so every later draw would be shifted)")
+            self._draw_finding(i + 1, d.to_dict(), asked, reason)
+            raise ReplayInputMismatchError(reason, draw_index=i + 1, expected=d.to_dict(), actual=asked)
+        self._draws_served += 1
+        self.report.draws_served = self._draws_served
+        return d
+
+    def _draw_finding(self, index: int, recorded: Any, asked: dict[str, Any], reason: str) -> None:
+        self.report.findings.append({"finding": "runtime_input_mismatch", "draw_index": index, "recorded": recorded,
+                                     "asked": asked, "message": reason})
+
     def external_inputs(self) -> list[ExternalInput]:
         """Control events, approval decisions and late results, in their logged order: the inputs
         that reached the harness from outside rather than as replies to its requests."""
@@ -321,7 +447,122 @@ class ReplayAdapter:
     def finish(self) -> ReplayReport:
         """The report; ``unserved`` lists recorded requests the harness did not make."""
         self.report.unserved = [f"{k} {key}" for (k, key) in self._order if not self._recorded[(k, key)].served]
+        self.report.unserved_draws = [f"draw #{i + 1} {d.kind} {d.name} (log position {d.sequence_number})"
+                                      for i, d in enumerate(self._draws) if i >= self._draws_served]
         return self.report
+
+
+def _show(v: Any, limit: int = 200) -> str:
+    text = _canon(v) if v is not None else "null"
+    return text if len(text) <= limit else text[:limit] + "…"
+
+
+# ------------------------------------------------------------------------------------------------
+# the harness's runtime inputs: identifiers, random draws, clock readings (§11.6.2)
+# ------------------------------------------------------------------------------------------------
+
+
+class HarnessRuntime:
+    """Where a harness gets identifiers, random numbers and the time (§11.6.2: the capture
+    boundary supplies every nondeterministic input the harness consumes).
+
+    Every method is one *draw*: a ``RuntimeInput`` named ``harness:<name>`` in the trajectory log.
+    :class:`RecordingRuntime` makes the draws live and records them; the runtime
+    :meth:`ReplayAdapter.runtime` returns serves them from the recording. A harness written
+    against this interface draws the same values on replay, and a harness that changed what it
+    draws fails at the first draw that differs.
+
+    Methods (``name`` labels the draw; it is part of what replay matches):
+        random(name="random") -> float in [0, 1) (kind ``random``)
+        randint(low, high, name="randint") -> int in [low, high] (kind ``random``)
+        uuid(name="uuid") -> str, a random UUID4 (kind ``identifier``)
+        new_id(prefix) -> str, ``"<prefix>-<12 hex digits>"`` (kind ``identifier``, name ``id:<prefix>``)
+        now(name="now") -> float, seconds since the epoch (kind ``clock``)
+
+    Raises: ConfigError for a bad name, prefix or range; under replay
+    :class:`~kernel_lib.errors.ReplayInputMismatchError` at a draw the recording does not hold.
+    """
+
+    draws: int = 0
+
+    def _draw(self, kind: str, name: str, make) -> Any:   # pragma: no cover - overridden
+        raise NotImplementedError
+
+    @staticmethod
+    def _name(name: str) -> str:
+        if not isinstance(name, str) or not name.strip():
+            raise ConfigError(f"a runtime input needs a non-empty name, got {name!r}")
+        return HARNESS_INPUT_PREFIX + name
+
+    def random(self, name: str = "random") -> float:
+        return float(self._draw("random", self._name(name), lambda rng, clock: rng.random()))
+
+    def randint(self, low: int, high: int, name: str = "randint") -> int:
+        if any(isinstance(x, bool) or not isinstance(x, int) for x in (low, high)) or low > high:
+            raise ConfigError(f"randint needs whole numbers low <= high, got {low!r}, {high!r}")
+        return int(self._draw("random", self._name(name), lambda rng, clock: rng.randint(low, high)))
+
+    def uuid(self, name: str = "uuid") -> str:
+        return str(self._draw("identifier", self._name(name),
+                              lambda rng, clock: str(_uuid.UUID(int=rng.getrandbits(128), version=4))))
+
+    def new_id(self, prefix: str) -> str:
+        if not isinstance(prefix, str) or not prefix.strip():
+            raise ConfigError(f"new_id needs a non-empty prefix, got {prefix!r}")
+        return str(self._draw("identifier", self._name(f"id:{prefix}"),
+                              lambda rng, clock: f"{prefix}-{rng.getrandbits(48):012x}"))
+
+    def now(self, name: str = "now") -> float:
+        return float(self._draw("clock", self._name(name), lambda rng, clock: _reading(clock())))
+
+
+def _reading(now: Any) -> float:
+    if isinstance(now, bool) or not isinstance(now, (int, float)) or not math.isfinite(now):
+        raise ConfigError(f"the clock returned {now!r:.60}, not a finite number of seconds")
+    return float(now)
+
+
+class RecordingRuntime(HarnessRuntime):
+    """The live :class:`HarnessRuntime`: each draw is made, appended to ``gate``'s log as a
+    ``RuntimeInput`` (durable at the log's tier before the harness sees the value), and returned.
+
+    Args:
+        gate: the :class:`~kernel_lib.gate.dispatch.DispatchGate` of the run (its ``append``).
+        rng: a ``random.Random`` (default: ``random.SystemRandom()``); seed one for tests.
+        clock: ``clock() -> seconds`` for :meth:`now` (default: the wall clock).
+    """
+
+    def __init__(self, gate, *, rng: _random.Random | None = None, clock=wall_clock):
+        if not callable(getattr(gate, "append", None)):
+            raise ConfigError(f"a RecordingRuntime records through a dispatch gate, got {type(gate).__name__}")
+        self.gate, self.rng, self.clock = gate, rng if rng is not None else _random.SystemRandom(), clock
+        self.draws = 0
+
+    def _draw(self, kind: str, name: str, make) -> Any:
+        value = make(self.rng, self.clock)
+        self.gate.append(RuntimeInput(kind=kind, name=name, value=value))
+        self.draws += 1
+        return value
+
+
+class ReplayRuntime(HarnessRuntime):
+    """The replay :class:`HarnessRuntime` of a :class:`ReplayAdapter`: draw N returns the value
+    recorded at draw N, after checking that the harness asks for the recorded kind and name, and
+    appends it to ``gate``'s replayed log. Raises ReplayInputMismatchError otherwise (the
+    adapter's report lists the finding too)."""
+
+    def __init__(self, adapter: ReplayAdapter, gate):
+        if not callable(getattr(gate, "append", None)):
+            raise ConfigError(f"a ReplayRuntime appends through a dispatch gate, got {type(gate).__name__}")
+        self.adapter, self.gate = adapter, gate
+        self.draws = 0
+
+    def _draw(self, kind: str, name: str, make) -> Any:
+        d = self.adapter._serve_draw(kind, name)
+        if self.gate is not None:
+            self.gate.append(RuntimeInput(kind=d.kind, name=d.name, value=d.value))
+        self.draws += 1
+        return d.value
 
 
 # ------------------------------------------------------------------------------------------------
@@ -478,19 +719,31 @@ def record_example(store=None):
     return list(store.read(EXAMPLE_TRAJECTORY))
 
 
-def replay_harness(events: Sequence[Event], harness=worksheet_harness,
+def replay_harness(events: Sequence[Event], harness=worksheet_harness, *, order: str = "recorded",
+                   normalizations: Sequence[str] = (), policy=None, with_runtime: bool = False,
                    **harness_kw) -> tuple[list[Event], ReplayReport]:
     """Run ``harness`` against the recording ``events`` inside :func:`sealed`, on a fresh
-    in-memory log, and return the replayed log and the report. Raises ReplayMismatchError at the
-    first request that does not match; LiveCallDuringReplayError if anything tries to go live."""
+    in-memory log, and return the replayed log and the report.
+
+    ``harness(gate, model, tool, inputs, **harness_kw)`` is called with the replay transports and
+    the recorded external inputs; with ``with_runtime=True`` also ``runtime=`` the replay
+    :class:`HarnessRuntime` (recorded identifiers, random draws, clock readings). ``order`` and
+    ``normalizations`` are passed to :class:`ReplayAdapter`; ``policy`` is the admission policy
+    (default: :func:`example_policy`).
+
+    Raises ReplayMismatchError at the first request that does not match
+    (ReplayInputMismatchError at the first runtime input that does not);
+    LiveCallDuringReplayError if anything tries to go live."""
     from kernel_lib.gate.dispatch import DispatchGate
     from kernel_lib.log import FailureDomain, MemoryStore, TrajectoryLog
 
-    adapter = ReplayAdapter(events)
+    adapter = ReplayAdapter(events, order=order, normalizations=normalizations)
     store = MemoryStore()
     traj = events[0].trajectory_id if events else EXAMPLE_TRAJECTORY
-    gate = DispatchGate(TrajectoryLog(store, traj, must_survive=FailureDomain.NONE), example_policy(),
-                        clock=adapter.clock)
+    gate = DispatchGate(TrajectoryLog(store, traj, must_survive=FailureDomain.NONE),
+                        policy if policy is not None else example_policy(), clock=adapter.clock)
+    if with_runtime:
+        harness_kw["runtime"] = adapter.runtime(gate)
     with sealed():
         harness(gate, adapter.model, adapter.tool, adapter.external_inputs(), **harness_kw)
     return list(store.read(traj)), adapter.finish()

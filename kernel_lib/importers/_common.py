@@ -111,8 +111,10 @@ class ImportResult:
                 "tool_calls": by.get("ToolIntent", 0), "tool_results": by.get("ToolResult", 0), "inputs": inputs}
 
     def to_jsonl(self) -> bytes:
-        """The events as canonical JSON lines: what ``python -m kernel_lib fold --log`` reads."""
-        return b"".join(e.canonical + b"\n" for e in self.events)
+        """The events as JSON lines with their digests (:func:`kernel_lib.log.files.encode_jsonl`):
+        what ``python -m kernel_lib fold --log`` reads and verifies."""
+        from kernel_lib.log.files import encode_jsonl
+        return encode_jsonl(self.events)
 
     def summary(self) -> dict[str, Any]:
         """JSON summary: trajectory id, source, counts, lacks (the notes are left out)."""

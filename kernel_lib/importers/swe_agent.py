@@ -14,11 +14,18 @@ Mapping:
   file records one, else the raw action: tool = its first word, arguments = ``{"command":
   action}``. A step with no action but an observation records the observation as a
   ``RuntimeInput(kind="order")``.
-* Delivered input: the k-th non-demonstration assistant message of ``history`` is matched to
-  step k (same action, or same text); the turn's delivered input is the history before it,
-  demonstrations included. A step the history does not match gets the not-recorded sentinel and
-  a note. The history is what SWE-agent kept, before its history processors and templates
-  shaped the request, hence ``wire-request`` in lacks.
+* Delivered input: the steps are aligned with the non-demonstration assistant messages of
+  ``history`` by content, not by position: a step and a message match when they record the same
+  action (better when the message's text is also the step's ``response``), or, for a message
+  without ``action``, the same text as the step's ``response`` (all compared with outer
+  whitespace stripped); the alignment is the best-scoring order-preserving pairing
+  (:func:`align_steps`). The turn's delivered input is the history before its message,
+  demonstrations included. Only a step the alignment leaves unmatched (the history skips it, or
+  records something else there) gets the not-recorded sentinel and a note; the steps after it
+  still match. Among consecutive steps with the same action and response a skipped one cannot
+  be told apart: the alignment marks the last of the run. The history is what SWE-agent kept,
+  before its history processors and templates shaped the request, hence ``wire-request`` in
+  lacks.
 * A file without ``trajectory`` is read from ``history`` alone: each non-demonstration assistant
   message at index j is turn j, its calls are answered by the following ``tool`` messages (by
   ``tool_call_ids``) or, for a plain action, by the next ``user`` message.
@@ -50,10 +57,62 @@ def _submitted(exit_status: str) -> bool:
     return exit_status.strip().lower().startswith("submitted")
 
 
-def _step_matches(src: Source, hm: dict[str, Any], where: str, action: str, response: str) -> bool:
-    if isinstance(hm.get("action"), str):
-        return hm["action"].strip() == action.strip()
-    return src.text(hm.get("content"), join(where, "content")).strip() == response.strip()
+def _message_key(src: Source, hm: dict[str, Any], where: str) -> tuple[str | None, str]:
+    """What an assistant message is matched on: ``(action, text)``, the action None when the
+    message records none; outer whitespace stripped."""
+    action = hm["action"].strip() if isinstance(hm.get("action"), str) else None
+    return (action, src.text(hm.get("content"), join(where, "content")).strip())
+
+
+def align_steps(steps: list[tuple[str, str]], messages: list[tuple[str | None, str]]) -> list[int | None]:
+    """Align trajectory steps with history assistant messages by content (§11.7.1).
+
+    ``steps`` holds one ``(action, response)`` pair per step and ``messages`` one
+    ``(action or None, text)`` pair per assistant message (:func:`_message_key`), all with outer
+    whitespace stripped. A message with an action matches a step with the same action (score 1,
+    2 when its text is also the step's response); a message without one matches a step whose
+    response is its text (score 2). Returns, per step, the index into ``messages`` it is paired
+    with, or None: the order-preserving pairing of the highest total score (a weighted longest
+    common subsequence; full matches at the common head and tail are paired first, ties go to
+    the earlier step), so a message the history leaves out costs exactly one step and the steps
+    after it still pair. Time O(n·m) over the part between the common head and tail.
+    """
+    def score(k: int, j: int) -> int:
+        action, text = messages[j]
+        if action is None:
+            return 2 if text == steps[k][1] else 0
+        return (1 + (text == steps[k][1])) if action == steps[k][0] else 0
+
+    n, m = len(steps), len(messages)
+    out: list[int | None] = [None] * n
+    lo = 0
+    while lo < n and lo < m and score(lo, lo) == 2:
+        out[lo] = lo
+        lo += 1
+    hi_s, hi_m = n, m
+    while hi_s > lo and hi_m > lo and score(hi_s - 1, hi_m - 1) == 2:
+        hi_s, hi_m = hi_s - 1, hi_m - 1
+        out[hi_s] = hi_m
+    rows, cols = hi_s - lo, hi_m - lo
+    if rows and cols:
+        # best[i][j] = highest score pairing steps[lo+i:hi_s] with messages[lo+j:hi_m]
+        best = [[0] * (cols + 1) for _ in range(rows + 1)]
+        for i in range(rows - 1, -1, -1):
+            here, below = best[i], best[i + 1]
+            for j in range(cols - 1, -1, -1):
+                sc = score(lo + i, lo + j)
+                here[j] = max(below[j + 1] + sc if sc else 0, below[j], here[j + 1])
+        i = j = 0
+        while i < rows and j < cols:
+            sc = score(lo + i, lo + j)
+            if sc and best[i][j] == best[i + 1][j + 1] + sc:
+                out[lo + i] = lo + j
+                i, j = i + 1, j + 1
+            elif best[i][j] == best[i + 1][j]:
+                i += 1          # this step is not in the history
+            else:
+                j += 1          # this message is no step
+    return out
 
 
 def _command_call(action: str, where: str) -> tuple[str, dict[str, Any], None, str]:
@@ -81,24 +140,34 @@ def _replay_config(src: Source, replay: Any) -> Any:
 
 def _from_trajectory(src: Source, b: Builder, traj: list, history: list, assistant_at: list[int], turn,
                      counts: dict[str, int], alignment: list[str]) -> None:
-    """Turns from ``trajectory``: step k is turn k, matched to the k-th assistant message of the
-    history when it records the same action (see module doc); mismatches go to ``alignment``."""
+    """Turns from ``trajectory``: step k is turn k, paired with the history's assistant message
+    that records the same content (:func:`align_steps`, see module doc); steps and messages left
+    unpaired go to ``alignment``."""
     for k, s in enumerate(traj):
         where = join("trajectory", k)
         src.expect(s, dict, where, "a step object")
+        src.get(s, "action", str, where, required=True)
+        src.get(s, "response", str, where, default="")
+    keys = [_message_key(src, history[j], join("history", j)) for j in assistant_at]
+    paired = align_steps([(s["action"].strip(), (s.get("response") or "").strip()) for s in traj], keys)
+    used = {p for p in paired if p is not None}
+    for p, j in enumerate(assistant_at):
+        if p not in used:
+            alignment.append(f"history[{j}]: an assistant message that matches no trajectory step")
+    for k, s in enumerate(traj):
+        where = join("trajectory", k)
         action = src.get(s, "action", str, where, required=True)
         observation = src.get(s, "observation", str, where, default="")
         response = src.get(s, "response", str, where, default="")
         thought = src.get(s, "thought", str, where, default="")
         exec_time = src.get(s, "execution_time", (int, float), where)
-        hidx = assistant_at[k] if k < len(assistant_at) else None
-        if hidx is not None and not _step_matches(src, history[hidx], join("history", hidx), action, response):
-            alignment.append(f"{where}: history[{hidx}] is not this step (different action)")
-            hidx = None
+        hidx = assistant_at[paired[k]] if paired[k] is not None else None
         missing = ""
         if hidx is None:
             missing = ("the file has no history" if not history
                        else f"history records {len(assistant_at)} assistant message(s); none matches this step")
+            if assistant_at:
+                alignment.append(f"{where}: no history message records this step")
         calls: list = []
         if hidx is not None and history[hidx].get("tool_calls"):
             calls = message_tool_calls(src, history[hidx], join("history", hidx))

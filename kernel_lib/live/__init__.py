@@ -7,7 +7,12 @@
 * :mod:`.worker` — the worker process (runs the repair trajectory through the dispatch gate; can
   pause at a log position) and the replacement worker (``--recover``: fold, then reconcile).
 * :mod:`.controller` — the crash controller: ``run_worksheet`` kills the worker with a real
-  ``SIGKILL`` and recovers in a new process (§11.1, §11.3.3, §11.5.3).
+  ``SIGKILL`` after any event of its trajectory (``crash_points``) and recovers in a new process
+  (§11.1, §11.3.3, §11.5.3).
+* :mod:`.crash_points` — the crash points: every log position of the trajectory, addressed as
+  ``N``, ``TYPE#K`` or ``TYPE``.
+* :mod:`.sweep` — ``run_sweep``: kill the worker at every position in turn, recover each time, and
+  count each operation's invocations at the executor against its repeat contract.
 * :mod:`.client` — ``ExecutorClient``: the executor's endpoints (status by operation id, fences,
   job submission, a bounded wait for a running job) for notebooks and widgets.
 * :mod:`.checks` — where an executor job's seconds go: pytest's reported time and a timed
@@ -27,8 +32,11 @@ from kernel_lib._support.lazy import lazy_exports
 # / ``kernel_lib.live.executor``, and importing them here would load them twice in those processes.
 __all__, __getattr__, __dir__ = lazy_exports(__name__, {
     "kernel_lib.live.controller": (
-        "CRASH_POINTS", "EXPECTED", "TEMP_PREFIX", "live_env", "make_workdir", "run_replacement", "run_worksheet",
-        "run_zombie", "spawn_executor", "spawn_worker", "stop_executor", "sweep_stale_workdirs"),
+        "CRASH_POINTS", "EXPECTED", "TEMP_PREFIX", "crash_points", "executor_invocations", "expected_at",
+        "live_env", "make_workdir", "run_replacement", "run_worksheet", "run_zombie", "spawn_executor",
+        "spawn_worker", "stop_executor", "sweep_stale_workdirs"),
+    "kernel_lib.live.crash_points": ("CrashPoint", "points_of", "resolve_point", "spec_name"),
+    "kernel_lib.live.sweep": ("allowed_invocations", "find_violations", "run_sweep"),
     "kernel_lib.live.session": ("WorksheetSession",),
     "kernel_lib.live.client": ("ExecutorClient", "JobAnswer"),
     "kernel_lib.live.workspace": (

@@ -8,8 +8,9 @@ itself:
   logical operation id, with its signed completion record once finished;
 * :meth:`~ExecutorClient.install_fence` — ``POST /fences``: a new owner installs its epoch;
 * :meth:`~ExecutorClient.fences` — ``GET /fences/{trajectory_id}``: the epoch held, every refusal;
-* :meth:`~ExecutorClient.submit` — ``POST /jobs``: send a job request (as a worker does), answer
-  returned as it came, refusals included;
+* :meth:`~ExecutorClient.submit` — ``POST /jobs``: send a job request (as a worker does), with its
+  idempotency key as the ``Idempotency-Key`` header too, answer returned as it came, refusals
+  included;
 * :meth:`~ExecutorClient.wait_until_finished` — poll the status until the job is no longer
   ``running``, with a deadline and a typed error when it passes.
 
@@ -87,9 +88,14 @@ class ExecutorClient:
         """``GET /fences/{trajectory_id}``: ``{trajectory_id, owner_epoch, rejected}``."""
         return self._http.get(f"{self.url}/fences/{trajectory_id}").json()
 
-    def submit(self, request: dict[str, Any]) -> JobAnswer:
-        """``POST /jobs`` with ``request`` (e.g. :func:`kernel_lib.live.worker.job_request`)."""
-        r = self._http.post(f"{self.url}/jobs", json=request)
+    def submit(self, request: dict[str, Any], *, idempotency_key: str | None = None) -> JobAnswer:
+        """``POST /jobs`` with ``request`` (e.g. :func:`kernel_lib.live.worker.job_request`).
+
+        ``idempotency_key`` (default: ``request["idempotency_key"]``, the intent's key) is sent as
+        the ``Idempotency-Key`` header; the executor deduplicates by it (§11.3.3)."""
+        key = idempotency_key if idempotency_key is not None else request.get("idempotency_key")
+        headers = {"Idempotency-Key": key} if isinstance(key, str) and key else {}
+        r = self._http.post(f"{self.url}/jobs", json=request, headers=headers)
         return JobAnswer(r.status_code, r.json())
 
     def wait_until_finished(self, operation_id: str, *, timeout_s: float = 120.0, interval_s: float = 0.1,

@@ -37,7 +37,15 @@ from kernel_lib._support.workdirs import OWNER_FILE  # noqa: F401
 from kernel_lib.errors import ConfigError
 from kernel_lib.errors import LiveProcessError
 from kernel_lib.live.orphan import parent_env
-from kernel_lib.live.worker import OPERATION, TRAJECTORY
+from kernel_lib.live.crash_points import CrashPoint
+from kernel_lib.live.worker import (
+    OPERATION,
+    TOOL_REPEAT_CONTRACT,
+    TRAJECTORY,
+    crash_points,  # noqa: F401 - re-exported: kernel_lib.live.crash_points
+    reference_events,
+    resolve_crash_point,
+)
 from kernel_lib.live.workspace import build_snapshot, remove_tree
 
 CRASH_POINTS = ("Authorized", "BudgetReserved", "ToolIntent", "ToolResult")
@@ -50,6 +58,59 @@ EXPECTED = {
     "ToolIntent": "in doubt: durable intent, no evidence; the request may or may not have left",
     "ToolResult": "in doubt: the executor's acceptance (job handle) is logged, no completion evidence",
 }
+
+
+def expected_at(crash_after: str | int | CrashPoint, seed: int = 0) -> str:
+    """What table 3 lets recovery conclude about ``test_r18`` after a crash at ``crash_after``:
+    the :data:`EXPECTED` line for the four named points, otherwise the conclusion
+    (:func:`kernel_lib.core.crash_positions.conclude`) on the reference trajectory's prefix up to
+    that position. Raises UnknownCrashPointError."""
+    from kernel_lib.core.crash_positions import conclude
+    from kernel_lib.core.record import fold, initial_record
+
+    point = resolve_crash_point(crash_after, seed)
+    if isinstance(crash_after, str) and crash_after in EXPECTED:
+        return EXPECTED[crash_after]
+    rec = fold(initial_record(TRAJECTORY), reference_events(seed)[:point.durable_at])
+    if OPERATION not in rec.operations:
+        return (f"{OPERATION} absent: not yet proposed, so nothing of it was dispatched; the next model turn may "
+                "propose it")
+    concl, why = conclude(rec, OPERATION, prefix_complete=True)
+    return f"{concl.replace('_', ' ')}: {why}"
+
+
+def executor_invocations(url: str, store_kind: str, store_path: Any) -> dict[str, dict[str, Any]]:
+    """The executor's own count of invocations per tool operation of the trajectory, read from the
+    executor process (``GET /operations/{id}``: ``submissions``, the accepted ``POST /jobs`` naming
+    the operation; 0 when it knows none), with the repeat contract the operation's durable intent
+    declares in the log (or, with no intent logged, the worksheet's tool definition,
+    :data:`~kernel_lib.live.worker.TOOL_REPEAT_CONTRACT`).
+
+    Returns ``{operation_id: {"invocations", "executor_status", "job_handle", "repeat_contract",
+    "contract_from": "intent"|"tool definition"}}``; ``test_r18`` is always listed.
+
+    Raises: LiveProcessError: the executor does not answer."""
+    import httpx
+
+    from kernel_lib.core.events import ToolIntent
+    from kernel_lib.log import open_store
+
+    with open_store(store_kind, store_path, read_only=True) as st:
+        contracts = {e.payload.operation_id: e.payload.repeat_contract for e in st.read(TRAJECTORY)
+                     if isinstance(e.payload, ToolIntent)}
+    out: dict[str, dict[str, Any]] = {}
+    try:
+        with httpx.Client(timeout=5.0, trust_env=False) as client:
+            for op in sorted({OPERATION, *contracts}):
+                body = client.get(f"{url}/operations/{op}").json()
+                out[op] = {"invocations": int(body.get("submissions") or 0) if body.get("status") != "unknown" else 0,
+                           "executor_status": body.get("status"), "job_handle": body.get("job_handle"),
+                           "repeat_contract": contracts.get(op, TOOL_REPEAT_CONTRACT),
+                           "contract_from": "intent" if op in contracts else "tool definition"}
+    except (httpx.HTTPError, ValueError) as exc:
+        raise LiveProcessError(f"the executor did not report its invocation counts: {type(exc).__name__}: {exc}") \
+            from None
+    return out
 
 
 def _wait_for_file(path: Path, proc: subprocess.Popen, timeout_s: float, what: str, errlog: Path) -> dict:
@@ -211,15 +272,18 @@ def _stop_cluster(cluster: Any, result: dict[str, Any]) -> None:
         result.setdefault("etcd", {})["members_left_running"] = sum(1 for m in cluster.members if m.running())
 
 
-def run_worksheet(crash_after: str = "ToolResult", store_kind: str = "sqlite", workdir: str | os.PathLike | None = None,
-                  seed: int = 0, test_delay_s: float = 2.0, *, usd_per_s: float = 0.01,
+def run_worksheet(crash_after: str | int = "ToolResult", store_kind: str = "sqlite",
+                  workdir: str | os.PathLike | None = None, seed: int = 0, test_delay_s: float = 2.0, *,
+                  usd_per_s: float = 0.01,
                   reconcile_timeout_s: float = 60.0, step_timeout_s: float = 60.0,
                   keep: str | os.PathLike | None = None) -> dict[str, Any]:
     """Run the crash worksheet once with real processes and a real SIGKILL.
 
     Args:
-        crash_after: kill the worker right after this event (for ``test_r18``) is durable; one of
-            :data:`CRASH_POINTS`.
+        crash_after: kill the worker right after this crash point is durable: any position of the
+            trajectory (:func:`crash_points`), as a log position ``N``, ``TYPE#K`` or ``TYPE`` (the
+            first such event for ``test_r18``, so :data:`CRASH_POINTS` keep their table-3 meaning);
+            see :mod:`kernel_lib.live.crash_points`.
         store_kind: ``sqlite`` or ``segment``.
         workdir: parent directory for this run's private work directory (default: the system
             temp dir). The private directory is always removed.
@@ -232,17 +296,18 @@ def run_worksheet(crash_after: str = "ToolResult", store_kind: str = "sqlite", w
         keep: copy the surviving log (after reconciliation) into this directory.
 
     Returns:
-        ``{crash: {signal, log_position, worker_pid, ...}, executor: {job_running_at_crash, ...},
-        recovered: {...}, reconciled: {...}, model: {...}, resume_timeline: {...}, expected,
-        processes, cleanup}`` (``resume_timeline``: the replacement's stages of eq. 7, see
-        :mod:`kernel_lib.resume.stages`).
+        ``{crash: {signal, log_position, worker_pid, point, ...}, executor: {job_running_at_crash, ...},
+        recovered: {...}, reconciled: {...}, model: {...}, resume_timeline: {...}, invocations,
+        expected, processes, cleanup}`` (``resume_timeline``: the replacement's stages of eq. 7, see
+        :mod:`kernel_lib.resume.stages`; ``invocations``: :func:`executor_invocations` after
+        recovery, the executor's own count per tool operation).
 
     Raises:
-        ConfigError: a bad argument. LiveProcessError: a process failed or timed out (everything
-        is still torn down).
+        UnknownCrashPointError (a ConfigError): ``crash_after`` names no position; it lists them.
+        ConfigError: another bad argument. LiveProcessError: a process failed or timed out
+        (everything is still torn down).
     """
-    if crash_after not in CRASH_POINTS:
-        raise ConfigError(f"--crash-after must be one of {list(CRASH_POINTS)}, got {crash_after!r}")
+    point = resolve_crash_point(crash_after, seed)
     if store_kind not in ("sqlite", "segment", "etcd"):
         raise ConfigError(f"--store must be sqlite, segment or etcd, got {store_kind!r}")
     if not (isinstance(test_delay_s, (int, float)) and 0 <= test_delay_s <= 600):
@@ -254,7 +319,7 @@ def run_worksheet(crash_after: str = "ToolResult", store_kind: str = "sqlite", w
     executor = worker = None
     port = None
     result: dict[str, Any] = {"crash_after": crash_after, "store": store_kind, "seed": seed,
-                              "expected": EXPECTED[crash_after]}
+                              "expected": expected_at(crash_after, seed)}
     env = live_env()
     cluster = None
     try:
@@ -264,8 +329,11 @@ def run_worksheet(crash_after: str = "ToolResult", store_kind: str = "sqlite", w
                                          timeout_s=step_timeout_s)
         port, url = ready["port"], ready["url"]
         worker, paused = spawn_worker(work, store_kind=store_kind, store_path=store_path, ready=ready,
-                                      digest=snap.digest, seed=seed, pause_at=crash_after, env=env,
+                                      digest=snap.digest, seed=seed, pause_at=str(crash_after), env=env,
                                       timeout_s=step_timeout_s)
+        if paused["log_position"] != point.durable_at:   # the worker resolved the point as we did
+            raise LiveProcessError(f"the worker paused at log position {paused['log_position']}, not at "
+                                   f"{point.describe()}")
 
         os.kill(worker.pid, signal.SIGKILL)            # the crash: a real SIGKILL, no clean-up code runs
         rc = worker.wait(timeout=step_timeout_s)
@@ -274,7 +342,7 @@ def run_worksheet(crash_after: str = "ToolResult", store_kind: str = "sqlite", w
         with httpx.Client(timeout=5.0, trust_env=False) as client:
             at_crash = client.get(f"{url}/operations/{OPERATION}").json()
         result["crash"] = {"signal": "SIGKILL", "log_position": paused["log_position"], "worker_pid": worker.pid,
-                           "paused_at": paused["paused_at"], "worker_exit": rc}
+                           "paused_at": paused["paused_at"], "worker_exit": rc, "point": point.to_dict()}
         result["executor"] = {"job_running_at_crash": at_crash["status"] == "running",
                               "status_at_crash": at_crash["status"], "job_handle": at_crash.get("job_handle"),
                               "charged_usd_at_crash": at_crash.get("charged_usd"), "pid": executor.pid,
@@ -285,14 +353,16 @@ def run_worksheet(crash_after: str = "ToolResult", store_kind: str = "sqlite", w
                               snapshot=snap, restore_root=work)
         result["recovered"], result["reconciled"], result["model"] = out["recovered"], out["reconciled"], out["model"]
         result["resume_timeline"] = out.get("resume_timeline")
+        result["invocations"] = executor_invocations(url, store_kind, store_path)
         if keep is not None:
             dest = Path(keep)
             dest.mkdir(parents=True, exist_ok=True)
             if store_kind == "etcd":      # the cluster goes away with the run: keep its events as JSON lines
                 from kernel_lib.log import open_store
+                from kernel_lib.log.files import encode_jsonl
                 target = dest / "log.jsonl"
                 with open_store("etcd", store_path, read_only=True) as st:
-                    target.write_bytes(b"".join(e.canonical + b"\n" for e in st.read(TRAJECTORY)))
+                    target.write_bytes(encode_jsonl(st.read(TRAJECTORY)))
             else:
                 target = dest / Path(store_path).name
                 if Path(store_path).is_dir():

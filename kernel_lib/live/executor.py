@@ -7,13 +7,19 @@ atomically writing ``<state-dir>/ready.json`` (``{"url", "port", "pid", "public_
 
 Endpoints:
 
-* ``POST /jobs`` ``{operation_id, attempt_id, snapshot_digest, check}`` → ``{job_handle, status:
-  "accepted"}``. Idempotent by ``operation_id`` (the endpoint's repeat contract is
-  ``idempotency_key``): a repeat with the same request returns the same job; a different request
-  under the same operation id is refused with 409. The job copies the verified snapshot to a
-  private directory, waits ``--test-delay-s`` (so a test is still running when the worker is
-  killed), runs ``pytest -q`` in a subprocess, and charges ``--usd-per-s`` per second of test time
-  for as long as it runs — whether or not anyone is still listening.
+* ``POST /jobs`` ``{operation_id, attempt_id, snapshot_digest, check[, idempotency_key]}`` →
+  ``{job_handle, status: "accepted"}``. The endpoint's repeat contract is ``idempotency_key``: the
+  key comes in an ``Idempotency-Key`` header or the body's ``idempotency_key`` (the worker sends
+  both, from the ``ToolIntent``; they must agree, else 422), at most 255 printable ASCII
+  characters. A repeat under a key already accepted returns that key's job (``duplicate: true``,
+  nothing run again); the same key with a different request is refused with 409
+  (``reason: "conflicting_request"``), and so is another key for an operation id a keyed job
+  already holds (``reason: "operation_id_in_use"``: another logical operation, e.g. of another
+  trajectory). A request without a key is deduplicated by ``operation_id`` as before. The job
+  copies the verified snapshot to a private directory, waits ``--test-delay-s`` (so a test is still
+  running when the worker is killed), runs ``pytest -q`` in a subprocess, and charges
+  ``--usd-per-s`` per second of test time for as long as it runs — whether or not anyone is still
+  listening.
 * Fencing (§11.5.1): ``POST /jobs`` may carry ``trajectory_id`` and ``owner_epoch`` (an int ≥ 0).
   The service keeps the highest owner_epoch it has seen per trajectory and per operation. A
   request whose epoch is lower than the one seen for its trajectory or its operation is refused
@@ -79,6 +85,7 @@ CHECKS = {"pytest -q": ["-m", "pytest", "-q", "-p", "no:cacheprovider", "--color
 _COLOR_ENV = ("FORCE_COLOR", "PY_COLORS", "CLICOLOR_FORCE")
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
 EXECUTOR_ID = "executor-r18"
+_KEY = re.compile(r"[\x21-\x7e]{1,255}")   # an idempotency key: printable ASCII, no spaces
 PUBLIC_KEY_FILE = "executor_ed25519.pub"
 
 
@@ -117,6 +124,7 @@ class Job:
     trajectory_id: str | None = None
     owner_epoch: int | None = None
     submissions: int = 1   # accepted POSTs naming this operation (the first and its identical repeats)
+    idempotency_key: str | None = None   # the key it was accepted under (None: a request without one)
     task: asyncio.Task | None = field(default=None, repr=False)
     proc: asyncio.subprocess.Process | None = field(default=None, repr=False)
 
@@ -130,6 +138,7 @@ class ExecutorService:
         self.usd_per_s, self.test_delay_s, self.test_timeout_s = usd_per_s, test_delay_s, test_timeout_s
         self.jobs_dir = state_dir / "jobs"
         self.jobs: dict[str, Job] = {}
+        self.jobs_by_key: dict[str, Job] = {}     # idempotency key -> the job accepted under it
         self.fences: dict[str, int] = {}          # "trajectory:<id>" / "operation:<id>" -> newest owner_epoch
         self.rejections: list[dict[str, Any]] = []
         self.inbox_path = inbox_path
@@ -144,25 +153,40 @@ class ExecutorService:
             return round(self.usd_per_s * (time.monotonic() - job.started_monotonic), 6)
         return job.charged_usd
 
-    def submit(self, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+    def submit(self, body: dict[str, Any], idempotency_key: str | None = None) -> tuple[int, dict[str, Any]]:
+        """``POST /jobs`` with ``body`` (and the ``Idempotency-Key`` header's value, if any): the HTTP
+        status and the JSON answer (module docstring)."""
         need = ("operation_id", "attempt_id", "snapshot_digest", "check")
         if not isinstance(body, dict) or any(not isinstance(body.get(k), str) or not body.get(k) for k in need):
             return 422, {"error": f"body must be a JSON object with string fields {list(need)}"}
+        key = body.get("idempotency_key")
+        if idempotency_key is not None and key is not None and key != idempotency_key:
+            return 422, {"error": "the Idempotency-Key header and the body's idempotency_key differ"}
+        key = idempotency_key if idempotency_key is not None else key
+        if key is not None and (not isinstance(key, str) or not _KEY.fullmatch(key)):
+            return 422, {"error": f"idempotency_key must be 1..255 printable ASCII characters, got {key!r:.80}"}
         op = body["operation_id"]
         epoch, tid = body.get("owner_epoch"), body.get("trajectory_id")
         if epoch is not None and (type(epoch) is not int or not 0 <= epoch < 2**63):
             return 422, {"error": f"owner_epoch must be an integer 0 <= owner_epoch < 2**63, got {epoch!r}"}
         if tid is not None and (not isinstance(tid, str) or not tid):
             return 422, {"error": f"trajectory_id must be a non-empty string, got {tid!r}"}
-        job = self.jobs.get(op)
+        job = self.jobs_by_key.get(key) if key is not None else None
+        keyed_repeat = job is not None
+        job = job or self.jobs.get(op)
         if tid is None and job is not None:
             tid = job.trajectory_id   # an operation stays under its trajectory's fence
         refused = self._fence(tid, op, epoch, "POST /jobs")
         if refused is not None:
             return 409, refused
+        if job is not None and not keyed_repeat and key is not None and job.idempotency_key is not None:
+            return 409, {"error": f"operation id {op!r} is held by a job accepted under another idempotency key: "
+                                  "another logical operation; nothing was run",
+                         "reason": "operation_id_in_use", "job_handle": job.job_handle}
         if job is not None:
-            if (job.snapshot_digest, job.check) != (body["snapshot_digest"], body["check"]):
-                return 409, {"error": f"operation {op!r} already names a different request (snapshot or check); "
+            if (job.operation_id, job.snapshot_digest, job.check) != (op, body["snapshot_digest"], body["check"]):
+                held = f"idempotency key {key!r}" if keyed_repeat else f"operation {op!r}"
+                return 409, {"error": f"{held} already names a different request (operation, snapshot or check); "
                                       "an operation's request is fixed by its first submission",
                              "reason": "conflicting_request", "job_handle": job.job_handle}
             job.submissions += 1
@@ -174,8 +198,10 @@ class ExecutorService:
             return 422, {"error": f"unknown snapshot {body['snapshot_digest'][:16]}…; this executor holds "
                                   f"{self.snapshot_digest[:16]}…"}
         job = Job(op, body["attempt_id"], body["snapshot_digest"], body["check"], job_handle_for(op),
-                  time.time(), time.monotonic(), trajectory_id=tid, owner_epoch=epoch)
+                  time.time(), time.monotonic(), trajectory_id=tid, owner_epoch=epoch, idempotency_key=key)
         self.jobs[op] = job
+        if key is not None:
+            self.jobs_by_key[key] = job
         job.task = asyncio.get_running_loop().create_task(self._run(job))
         return 200, {"job_handle": job.job_handle, "status": "accepted", "duplicate": False,
                      "attempt_id": job.attempt_id}
@@ -349,7 +375,7 @@ def build_app(service: ExecutorService, on_ready=None):
             body = await request.json()
         except (ValueError, UnicodeDecodeError):
             return JSONResponse({"error": "body is not JSON"}, status_code=400)
-        code, payload = service.submit(body)
+        code, payload = service.submit(body, request.headers.get("idempotency-key"))
         return JSONResponse(payload, status_code=code)
 
     async def post_fences(request: Request) -> JSONResponse:

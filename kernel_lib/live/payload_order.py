@@ -58,7 +58,7 @@ def _worker(root: str, order: str, pause_s: float) -> None:
     from kernel_lib.retention import PayloadStore, ReferenceIndex
     from kernel_lib.retention.pricing import full_retention
 
-    store, blobs = SQLiteStore.open(root + "/log.db"), DirectoryBlobStore(root + "/blobs")
+    store, blobs = SQLiteStore.open(root + "/log.db", create=True), DirectoryBlobStore(root + "/blobs")
     index = ReferenceIndex(root + "/refs.db")
     index.register(_TRAJECTORY, tenant="acme", policy=full_retention(12))
     payloads, log = PayloadStore(blobs, index), TrajectoryLog(store, _TRAJECTORY)

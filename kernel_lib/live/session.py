@@ -4,7 +4,9 @@
 :class:`WorksheetSession` splits it into the steps a reader triggers by hand:
 
 * ``start(pause_at=None)``: build ``ws_r18``, start the executor service and a worker process (with
-  ``pause_at`` the worker stops right after that event for ``test_r18`` is durable);
+  ``pause_at`` the worker stops right after that crash point is durable: any position of the
+  trajectory, listed by ``crash_points()``, as ``N``, ``TYPE#K`` or ``TYPE``;
+  :mod:`kernel_lib.live.crash_points`);
 * ``crash()``: a real ``SIGKILL`` of the worker, now;
 * ``log_tail(n)``: the last ``n`` events of the surviving log (opened read-only);
 * ``recovered()``: a replacement worker process folds the surviving log (``--recover``);
@@ -34,11 +36,18 @@ from pathlib import Path
 from typing import Any
 
 from kernel_lib._support.procs import kill_group
-from kernel_lib.errors import ConfigError, NoWorkerRunningError, SessionStateError, UnrecoveredRunError
+from kernel_lib.errors import (
+    ConfigError,
+    LiveProcessError,
+    NoWorkerRunningError,
+    SessionStateError,
+    UnrecoveredRunError,
+)
 from kernel_lib.log import open_store
 from kernel_lib.live.controller import (
     CRASH_POINTS,
-    EXPECTED,
+    crash_points,
+    expected_at,
     live_env,
     make_workdir,
     port_accepts,
@@ -47,7 +56,8 @@ from kernel_lib.live.controller import (
     spawn_worker,
     stop_executor,
 )
-from kernel_lib.live.worker import OPERATION, TRAJECTORY
+from kernel_lib.live.crash_points import CrashPoint, spec_name
+from kernel_lib.live.worker import OPERATION, TRAJECTORY, resolve_crash_point
 from kernel_lib.live.workspace import build_snapshot, remove_tree
 
 __all__ = ["WorksheetSession", "CRASH_POINTS"]
@@ -150,25 +160,43 @@ class WorksheetSession:
         if self._closed:
             raise SessionStateError("this worksheet session is closed; create a new WorksheetSession")
 
-    def start(self, pause_at: str | None = None, *, discard_previous: bool = False) -> dict[str, Any]:
-        """Start a fresh run: executor + worker. With ``pause_at`` (one of :data:`CRASH_POINTS`)
-        block until the worker has paused right after that event for ``test_r18`` is durable.
+    def crash_points(self) -> tuple[CrashPoint, ...]:
+        """Every position of the worksheet's trajectory at which :meth:`start` can pause the worker
+        (:func:`kernel_lib.live.controller.crash_points` for this session's seed), in log order."""
+        return crash_points(self.seed)
+
+    def resolve_point(self, pause_at: Any) -> CrashPoint:
+        """The crash point ``pause_at`` names (``N``, ``TYPE#K`` or ``TYPE``).
+
+        Raises: UnknownCrashPointError (a ConfigError) listing every valid point."""
+        return resolve_crash_point(pause_at, self.seed)
+
+    def point_name(self, point: CrashPoint) -> str:
+        """The shortest spec naming ``point`` (``TYPE`` when it resolves to it, else ``TYPE#K``)."""
+        return spec_name(point, self.crash_points(), OPERATION)
+
+    def start(self, pause_at: str | int | None = None, *, discard_previous: bool = False) -> dict[str, Any]:
+        """Start a fresh run: executor + worker. With ``pause_at`` (any crash point of
+        :meth:`crash_points`: a log position ``N``, ``TYPE#K``, or ``TYPE``, whose first event for
+        ``test_r18`` is meant, so :data:`CRASH_POINTS` keep their table-3 meaning) block until the
+        worker has paused right after that position is durable.
 
         A previous run of this session (log, executor, its jobs) is torn down first. If that run was
         crashed and no replacement has read its surviving log yet, ``start`` refuses unless
         ``discard_previous`` is true: a fresh run would delete the only record of the crash.
 
-        Returns: ``{"worker_pid", "executor_url", "pause_at", "paused"}`` (``paused`` is the pause
-        marker ``{paused_at, log_position, pid}`` or None).
+        Returns: ``{"worker_pid", "executor_url", "pause_at", "point", "paused"}`` (``point`` the
+        resolved :meth:`CrashPoint.to_dict` or None; ``paused`` the pause marker ``{paused_at,
+        point, event_type, subject, log_position, pid}`` or None).
 
         Raises:
-            ConfigError: ``pause_at`` is not a crash point. SessionStateError: a worker is still
-            running, the session is closed, or an unread crashed run would be discarded.
-            LiveProcessError: a process failed to report.
+            UnknownCrashPointError (a ConfigError): ``pause_at`` is not a crash point; the message
+            and ``choices`` list them. SessionStateError: a worker is still running, the session
+            is closed, or an unread crashed run would be discarded. LiveProcessError: a process
+            failed to report, or paused elsewhere than asked.
         """
         self._check_open()
-        if pause_at is not None and pause_at not in CRASH_POINTS:
-            raise ConfigError(f"pause_at must be one of {list(CRASH_POINTS)} or None, got {pause_at!r}")
+        point = self.resolve_point(pause_at) if pause_at is not None else None
         if self.worker_running():
             raise SessionStateError(f"worker {self._worker.pid} is still running: crash it (or close the "
                                     "session) before starting another run")
@@ -192,14 +220,17 @@ class WorksheetSession:
             self.pids.append(self._executor.pid)
             self._worker, self.paused = spawn_worker(work, store_kind=self.store_kind, store_path=self.store_path,
                                                      ready=self._ready, digest=snap.digest, seed=self.seed,
-                                                     pause_at=pause_at, env=self._env,
-                                                     timeout_s=self.step_timeout_s)
+                                                     pause_at=None if pause_at is None else str(pause_at),
+                                                     env=self._env, timeout_s=self.step_timeout_s)
             self.pids.append(self._worker.pid)
+            if point is not None and self.paused["log_position"] != point.durable_at:
+                raise LiveProcessError(f"the worker paused at log position {self.paused['log_position']}, not at "
+                                       f"{point.describe()}")
         except BaseException:
             self._teardown()
             raise
         return {"worker_pid": self._worker.pid, "executor_url": self._ready["url"], "pause_at": pause_at,
-                "paused": self.paused}
+                "point": point.to_dict() if point else None, "paused": self.paused}
 
     def crash(self) -> dict[str, Any]:
         """Kill the running worker now with a real ``SIGKILL`` (no clean-up code runs in it).
@@ -226,7 +257,8 @@ class WorksheetSession:
                            "paused_at": self.paused["paused_at"] if self.paused else None,
                            "executor_status_at_crash": at.get("status"),
                            "job_running_at_crash": at.get("status") == "running", "job_handle": at.get("job_handle"),
-                           "expected": EXPECTED.get(self.pause_at or "", None)}
+                           "expected": expected_at(self.pause_at, self.seed) if self.pause_at is not None
+                           else None}
         self._unrecovered = True
         return dict(self.last_crash)
 

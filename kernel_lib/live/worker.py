@@ -4,7 +4,7 @@ This is the internal entry point the live worksheet's controller starts as a chi
 run ``python -m kernel_lib worksheet ...``.
 
 ``python -m kernel_lib.live.worker --store KIND --store-path PATH --executor-url URL
---public-key FILE --snapshot-digest HEX [--pause-at EVENTTYPE --marker FILE]`` runs the repair
+--public-key FILE --snapshot-digest HEX [--pause-at POINT --marker FILE]`` runs the repair
 trajectory through the dispatch gate: TaskStarted; a model call to the seeded stand-in (recorded
 as ContextBuilt/ModelReplied); admission of ``test_r18`` (Authorized, BudgetReserved); the durable
 ``ToolIntent`` for ``test_r18``/``attempt1``; ``POST /jobs``; ``ToolResult(accepted, job handle)``;
@@ -12,10 +12,14 @@ then it polls the executor until the job finishes, authenticates the signed comp
 records ``ToolResult(completed|failed, observation_complete)`` with the record as evidence, and the
 ``BudgetSettled`` usage evidence.
 
-``--pause-at EVENTTYPE``: right after the first event of that type concerning ``test_r18`` is
-durable (the gate's ``on_position`` hook), the worker atomically writes ``--marker`` as
-``{"paused_at", "log_position", "pid"}``, prints ``paused at position N``, and blocks until it is
-killed (the crash controller sends a real SIGKILL).
+``--pause-at POINT``: any event the worker appends is a crash point (:func:`crash_points`, the
+positions of :func:`reference_events`), written ``N`` (log position), ``TYPE#K`` (the K-th event of
+a type) or ``TYPE`` (its first event for ``test_r18``, else its first event; grammar in
+:mod:`kernel_lib.live.crash_points`). An unknown point exits 2 listing the valid ones before
+anything is opened. Right after that position is durable (the gate's ``on_position`` hook,
+called after every appended event), the worker atomically writes ``--marker`` as
+``{"paused_at", "point", "event_type", "subject", "log_position", "pid"}``, prints ``paused at
+position N``, and blocks until it is killed (the crash controller sends a real SIGKILL).
 
 ``--recover``: the replacement worker. It takes ownership (claims the log's fence + 1 as its
 owner_epoch, read and installed in one atomic step of the store, so two replacements racing
@@ -75,6 +79,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import functools
 import json
 import os
 import signal
@@ -95,10 +100,11 @@ from kernel_lib.errors import (
     KernelException,
     LeaseHeldError,
     LeaseLostError,
+    LiveProcessError,
     StoreError,
 )
 from kernel_lib.core.events import Event, TaskStarted, ToolIntent
-from kernel_lib.log import TrajectoryLog, open_store
+from kernel_lib.log import FailureDomain, MemoryStore, TrajectoryLog, open_store
 from kernel_lib.ownership.leases import LeaseCheck, SQLiteOwnershipCoordinator, check_available_at, take_ownership
 from kernel_lib.core.record import TERMINAL_STATES, TrajectoryRecord, fold, initial_record
 from kernel_lib.resume.stages import DEFAULT_PREFILL as _DP
@@ -106,6 +112,7 @@ from kernel_lib.resume.stages import PrefillModel, StageTimer
 from kernel_lib.errors import EvidenceSignatureError, SnapshotMismatchError
 from kernel_lib.live.executor import load_public_key, verify_completion
 from kernel_lib.sim.model import MODEL_NAME, StochasticModel, repair_prompt
+from kernel_lib.live.crash_points import CrashPoint, points_of, resolve_point
 from kernel_lib.live.orphan import watch_parent
 from kernel_lib.live.workspace import copy_verified
 
@@ -117,8 +124,11 @@ TEST_BOUND_USD = 0.50
 #: Default givens of the computed prefill stage (context tokens, cached prefix tokens, tokens/s):
 #: :data:`kernel_lib.resume.stages.DEFAULT_PREFILL`, an assumption, not a measurement.
 DEFAULT_PREFILL = (_DP.context_tokens, _DP.cached_prefix_tokens, _DP.prefill_tokens_per_s)
-PAUSABLE = ("TaskStarted", "ContextBuilt", "ModelReplied", "Authorized", "BudgetReserved", "ToolIntent",
-            "ToolResult", "BudgetSettled")
+#: The endpoint repeat contract of the worksheet's run_tests tool (its tool definition; the
+#: executor dedups by operation id), declared with every test_r18 intent.
+TOOL_REPEAT_CONTRACT = "idempotency_key"
+#: The snapshot digest :func:`reference_events` records under (any digest gives the same event types).
+REFERENCE_DIGEST = "0" * 64
 
 
 def policy() -> AdmissionPolicy:
@@ -135,11 +145,6 @@ def task(snapshot_digest: str) -> TaskStarted:
 def _client():
     import httpx
     return httpx.Client(timeout=5.0, trust_env=False)   # loopback: never through a proxy
-
-
-def _concerns(ev: Event, operation_id: str) -> bool:
-    p = ev.payload
-    return operation_id in (getattr(p, "operation_id", None), getattr(p, "subject_id", None))
 
 
 def _evidence(record: dict[str, Any]) -> dict[str, str]:
@@ -167,10 +172,15 @@ def check_correlates(record: dict[str, Any], op_id: str, attempt_id: str | None,
 
 
 def job_request(intent: ToolIntent, trajectory_id: str, owner_epoch: int) -> dict[str, Any]:
-    """The ``POST /jobs`` body for ``intent``, stamped with the sender's ownership generation."""
-    return {"operation_id": intent.operation_id, "attempt_id": intent.attempt_id,
+    """The ``POST /jobs`` body for ``intent``, stamped with the sender's ownership generation and
+    carrying the intent's ``idempotency_key`` (when it has one; the transport also sends it as the
+    ``Idempotency-Key`` header)."""
+    body = {"operation_id": intent.operation_id, "attempt_id": intent.attempt_id,
             "snapshot_digest": intent.arguments["snapshot_digest"], "check": intent.arguments["check"],
             "trajectory_id": trajectory_id, "owner_epoch": owner_epoch}
+    if intent.idempotency_key is not None:
+        body["idempotency_key"] = intent.idempotency_key
+    return body
 
 
 def make_transport(client, url: str, log: TrajectoryLog):
@@ -180,7 +190,8 @@ def make_transport(client, url: str, log: TrajectoryLog):
     not the owner, so there is nothing it may record); other refusals become failed evidence."""
 
     def transport(intent: ToolIntent) -> ToolReply:
-        r = client.post(f"{url}/jobs", json=job_request(intent, log.trajectory_id, log.owner_epoch))
+        headers = {"Idempotency-Key": intent.idempotency_key} if intent.idempotency_key else {}
+        r = client.post(f"{url}/jobs", json=job_request(intent, log.trajectory_id, log.owner_epoch), headers=headers)
         body = r.json()
         if r.status_code == 409 and body.get("reason") in ("stale_owner_epoch", "unfenced_request"):
             raise FencedRequestError(f"the executor refused {intent.operation_id}: {body.get('error')}",
@@ -241,8 +252,93 @@ def _release_quietly(coord, lease) -> None:
             coord.release(lease)
 
 
+def propose(gate: DispatchGate, seed: int, snapshot_digest: str) -> ToolProposal:
+    """The trajectory's model turn through ``gate`` (the seeded stand-in, ``model_call_1``) and the
+    ``test_r18`` proposal it leads to (the run_tests tool under :data:`TOOL_REPEAT_CONTRACT`)."""
+    model = StochasticModel(seed)
+    ref = f"ws_r18@sha256:{snapshot_digest}"
+    reply = gate.run_model(ModelCall(invocation_id="model_call_1", model=MODEL_NAME, delivered_input=repair_prompt(ref),
+                                     grant_id=GRANT, cost_bound_usd=0.20),
+                           lambda ctx: model.reply(ctx.delivered_input))
+    prop = reply.proposal or {}
+    arguments = {**prop.get("arguments", {}), "snapshot_digest": snapshot_digest}
+    return ToolProposal(operation_id=OPERATION, attempt_id=ATTEMPT, tool=prop.get("tool", "run_tests"),
+                        arguments=arguments, grant_id=GRANT, cost_bound_usd=TEST_BOUND_USD,
+                        repeat_contract=TOOL_REPEAT_CONTRACT, input_ref=ref, revision="r18")
+
+
+def reference_trajectory(seed: int = 0, snapshot_digest: str = REFERENCE_DIGEST) -> tuple[list[Event], list[int]]:
+    """The events a worker run appends when nothing crashes, recorded in memory through the same
+    gate steps (:func:`propose`, the tool dispatch, the completion evidence) with stand-in replies
+    for the executor: TaskStarted, the model call's admission, context, reply and settlement,
+    test_r18's admission, intent, acceptance, completion and settlement. The crash points of the
+    worksheet are its positions (:func:`crash_points`); the event types do not depend on ``seed``.
+
+    Returns ``(events, batch_ends)``: ``batch_ends`` the last position of every append batch (the
+    gate reports each event once its whole batch is acknowledged)."""
+    log = TrajectoryLog(MemoryStore(), TRAJECTORY, must_survive=FailureDomain.NONE)
+    ends: set[int] = set()
+    gate = DispatchGate(log, policy(), on_position=lambda name, ev: ends.add(log.head) if ev is not None else None)
+    gate.start(task(snapshot_digest))
+    proposal = propose(gate, seed, snapshot_digest)
+    gate.run_tool(proposal, lambda intent: ToolReply(status="accepted", job_handle="job_reference"))
+    gate.record_evidence(OPERATION, ATTEMPT, ToolReply(
+        status="completed", job_handle="job_reference", outcome={"passed": 0, "failed": 0},
+        observation_complete=True, evidence={"signed_by": "reference"}, charged_usd=0.0))
+    return list(log.events()), sorted(ends)
+
+
+def reference_events(seed: int = 0, snapshot_digest: str = REFERENCE_DIGEST) -> list[Event]:
+    """The events of :func:`reference_trajectory`."""
+    return reference_trajectory(seed, snapshot_digest)[0]
+
+
+@functools.lru_cache(maxsize=16)
+def crash_points(seed: int = 0) -> tuple[CrashPoint, ...]:
+    """Every position of the worker's trajectory as a :class:`~kernel_lib.live.crash_points.CrashPoint`
+    (:func:`reference_events`), in log order."""
+    return points_of(*reference_trajectory(seed))
+
+
+def resolve_crash_point(spec: Any, seed: int = 0) -> CrashPoint:
+    """The crash point ``spec`` names (``N``, ``TYPE#K`` or ``TYPE``; :mod:`kernel_lib.live.crash_points`).
+
+    Raises: UnknownCrashPointError (a ConfigError) listing every valid point."""
+    return resolve_point(spec, crash_points(seed), OPERATION)
+
+
+def _pauser(args: argparse.Namespace, point: CrashPoint | None, log: TrajectoryLog):
+    """The gate's ``on_position`` hook: right after ``point``'s event is durable (with the rest of
+    its append batch), write the marker ``{paused_at, point, event_type, subject, event_position,
+    log_position, pid}`` atomically (``log_position``: the log's head, ``point.durable_at``), say
+    so on stdout and block until killed. An event at that position of another type than the
+    reference trajectory's raises LiveProcessError (the run diverged: pausing there would kill
+    elsewhere)."""
+
+    def on_position(name: str, ev: Event | None) -> None:
+        if point is None or ev is None or ev.sequence_number != point.position:
+            return
+        if ev.event_type != point.event_type:
+            raise LiveProcessError(f"log position {point.position} is a {ev.event_type} in this run, not the "
+                                   f"{point.event_type} of the reference trajectory; not pausing there")
+        marker = {"paused_at": args.pause_at, "point": point.label, "event_type": ev.event_type,
+                  "subject": point.subject, "event_position": ev.sequence_number, "log_position": log.head,
+                  "pid": os.getpid()}
+        if args.marker:
+            tmp = Path(args.marker + ".tmp")
+            tmp.write_text(json.dumps(marker))
+            os.replace(tmp, args.marker)
+        print(f"paused at position {log.head} (after {point.describe()})", flush=True)
+        while True:   # block until killed
+            signal.pause()
+
+    return on_position
+
+
 def run_worker(args: argparse.Namespace) -> int:
-    store = open_store(args.store, args.store_path)
+    # the pause point is checked before anything is opened or appended
+    point = resolve_crash_point(args.pause_at, args.seed) if args.pause_at else None
+    store = open_store(args.store, args.store_path, create=True)   # the worker starts the trajectory's log
     coord = _coordinator(args)
     lease = None
     try:
@@ -251,31 +347,11 @@ def run_worker(args: argparse.Namespace) -> int:
         log = TrajectoryLog(store, args.trajectory, must_survive="host_crash",
                             owner_epoch=lease.owner_epoch if lease else 0)
 
-        def on_position(name: str, ev: Event | None) -> None:
-            if args.pause_at and ev is not None and name == f"after:{args.pause_at}" and _concerns(ev, OPERATION):
-                marker = {"paused_at": args.pause_at, "log_position": ev.sequence_number, "pid": os.getpid()}
-                if args.marker:
-                    tmp = Path(args.marker + ".tmp")
-                    tmp.write_text(json.dumps(marker))
-                    os.replace(tmp, args.marker)
-                print(f"paused at position {ev.sequence_number} (after {args.pause_at})", flush=True)
-                while True:   # block until killed
-                    signal.pause()
-
-        gate = DispatchGate(log, policy(), on_position=on_position,
+        gate = DispatchGate(log, policy(), on_position=_pauser(args, point, log),
                             fence_check=LeaseCheck(coord, lease) if lease else None)
         gate.start(task(args.snapshot_digest))
-        model = StochasticModel(args.seed)
-        ref = f"ws_r18@sha256:{args.snapshot_digest}"
-        prompt = repair_prompt(ref)
-        reply = gate.run_model(ModelCall(invocation_id="model_call_1", model=MODEL_NAME, delivered_input=prompt,
-                                         grant_id=GRANT, cost_bound_usd=0.20),
-                               lambda ctx: model.reply(ctx.delivered_input))
-        prop = reply.proposal or {}
-        arguments = {**prop.get("arguments", {}), "snapshot_digest": args.snapshot_digest}
-        proposal = ToolProposal(operation_id=OPERATION, attempt_id=ATTEMPT, tool=prop.get("tool", "run_tests"),
-                                arguments=arguments, grant_id=GRANT, cost_bound_usd=TEST_BOUND_USD,
-                                repeat_contract="idempotency_key", input_ref=ref, revision="r18")
+        proposal = propose(gate, args.seed, args.snapshot_digest)
+        arguments = proposal.arguments
         client = _client()
         transport = make_transport(client, args.executor_url, log)
 
@@ -727,6 +803,10 @@ def run_recover(args: argparse.Namespace) -> int:
                 if inbox_view is not None:
                     out["inbox"] = inbox_view
                 actions = _settle_operations(args, gate, recovered_rec, inbox_view, client, key)
+                # a reservation whose operation is no longer in doubt or running is settled here (§11.5.3)
+                orphans = [ev.payload.reservation_id for ev in gate.settle_orphaned_reservations()]
+                if orphans:
+                    actions["orphaned_reservations"] = {"action": "settled", "reservation_ids": orphans}
                 st.detail = "; ".join(f"{k}: {a.get('action')}" for k, a in actions.items()) or "nothing to settle"
             out["reconciled"] = {**summarize(gate.record), "actions": actions, "owner_epoch_installed": new_epoch}
             state = gate.record.control_state
@@ -778,7 +858,11 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--seed", type=int, default=0, help="the model stand-in's seed (default %(default)s)")
     ap.add_argument("--fresh-seed", type=int, default=None,
                     help="--recover: seed of the fresh re-prompt sample (default: --seed + 1)")
-    ap.add_argument("--pause-at", choices=PAUSABLE, help="pause right after this event for test_r18 is durable")
+    ap.add_argument("--pause-at", metavar="POINT",
+                    help="pause right after this crash point is durable: a log position N, an event type TYPE (its "
+                         "first event for test_r18, or its first event when test_r18 has none) or TYPE#K (the K-th "
+                         "event of that type); any event the worker appends (see kernel_lib.live.crash_points). An "
+                         "unknown point exits 2 listing the valid ones, before anything is appended")
     ap.add_argument("--marker", help="file the worker writes (atomically) when it pauses at --pause-at or stalls "
                                      "with --stall-after-dispatch; the controller waits for it")
     ap.add_argument("--poll-timeout-s", type=float, default=60.0,

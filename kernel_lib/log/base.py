@@ -133,6 +133,13 @@ class RecoveryReport:
         torn_tail_trimmed: open cut the torn tail off (read-write only; a read-only open leaves it
             on disk and reads only the valid prefix).
         bytes_trimmed, trimmed_at: what was cut and where (``"<segment-file>:<byte offset>"``).
+        tail_damage: what the first bad frame looks like: ``"torn"`` (it is incomplete: a short
+            header, bad magic, a body length that runs past the end of the file, a missing
+            segment file) or ``"corrupt"`` (a complete record whose CRC fails or whose checked
+            content is invalid: bit rot, or a write torn inside the record); None when clean.
+        moved_aside: paths of the files beside the segments that hold, byte for byte, what a
+            read-write open cut off (``<segment-file>.trimmed-at-<byte offset>``, with ``.2``,
+            ``.3`` ... appended if that name is taken); stored bytes are never deleted.
         details: one human-readable line per finding or repair (empty when the log was clean);
             :meth:`notes` returns them.
     """
@@ -150,6 +157,8 @@ class RecoveryReport:
     torn_tail_at: str | None = None   # "segment-file:offset"
     torn_tail_bytes: int = 0
     torn_tail_reason: str | None = None
+    tail_damage: str | None = None   # "torn" | "corrupt"
+    moved_aside: list[str] = field(default_factory=list)
 
     def notes(self) -> list[str]:
         """Human-readable findings a reader of the log should see (empty when it was clean)."""
@@ -162,7 +171,8 @@ class RecoveryReport:
             "torn_tail_found": self.torn_tail_found, "torn_tail_at": self.torn_tail_at,
             "torn_tail_bytes": self.torn_tail_bytes, "torn_tail_reason": self.torn_tail_reason,
             "torn_tail_trimmed": self.torn_tail_trimmed, "bytes_trimmed": self.bytes_trimmed,
-            "trimmed_at": self.trimmed_at, "details": list(self.details),
+            "trimmed_at": self.trimmed_at, "tail_damage": self.tail_damage,
+            "moved_aside": list(self.moved_aside), "details": list(self.details),
         }
 
 

@@ -55,8 +55,11 @@ frames with a good magic and CRC:
   is damage to stored data: :class:`~kernel_lib.errors.CorruptLogError` naming file and offset,
   and nothing is changed on disk;
 * otherwise nothing after X was ever proven durable: X starts a torn (or never synced) tail.
-  Open removes the later segment files, fsyncs the directory, truncates the file at X, fdatasyncs
-  it, and reports what it cut in :attr:`SegmentStore.recovery`.
+  Open first copies every byte it will cut into new files beside the segments
+  (``<segment-file>.trimmed-at-<byte offset>``, fdatasynced, directory fsynced; a name already
+  taken gets ``.2``, ``.3`` ...), then removes the later segment files, fsyncs the directory,
+  truncates the file at X, fdatasyncs it, and reports what it cut, and where the bytes went, in
+  :attr:`SegmentStore.recovery` (``moved_aside``). Stored bytes are never deleted.
 
 Why this is sound: a host crash may keep any subset of the writes that no barrier covered,
 in any order, and may tear the last one at sector boundaries. Every record in such a write
@@ -103,10 +106,15 @@ it, so every later append or fence raises StoreFailedError until the log is reop
 recovered). An OSError is raised as StoreFailedError; anything else is re-raised as it is.
 
 What the rule cannot see: damage inside the *last* synced records, with no later record to
-vouch for them, looks exactly like a torn write. It is trimmed and reported in ``recovery``
-(never returned as a different event), so a caller that must not lose an FDATASYNC
-acknowledgment to bit rot needs a second copy (the replicated tier of table 2), not a local
-checksum. The crash checker (:mod:`kernel_lib.verify.log_workload`) tests the rule on every crash state.
+vouch for them, cannot be proven durable. It is trimmed (never returned as a different event),
+but its bytes are moved aside as above, and the report tells the two shapes apart
+(``recovery.tail_damage``): an incomplete frame (short header, bad magic, a length running past
+the end of the file) is ``"torn"``; a complete frame whose CRC fails is ``"corrupt"`` (bit rot,
+or a crash that kept the record's length but not all of its sectors) and its note says
+"corruption at <segment-file>:<offset>". A caller that must not lose an FDATASYNC
+acknowledgment to bit rot still needs a second copy (the replicated tier of table 2); the
+moved-aside file is what lets a person recover the event by hand. The crash checker
+(:mod:`kernel_lib.verify.log_workload`) tests the rule on every crash state.
 """
 
 from __future__ import annotations
@@ -126,6 +134,7 @@ import crc32c as _crc32c
 from kernel_lib.errors import (
     ConfigError,
     CorruptLogError,
+    LogNotFoundError,
     MalformedEventError,
     StoreClosedError,
     StoreError,
@@ -221,6 +230,17 @@ def _parse_frame(data: bytes, offset: int, segment: int) -> "_Frame | str":
     except ValueError as exc:
         return f"undecodable body ({exc})"
     return _Frame(segment, offset, end, kind, body, wm, fields)
+
+
+#: Reasons :func:`_parse_frame` gives for a frame that is complete in the file but fails a check.
+_CORRUPT_REASONS = ("CRC mismatch", "synced watermark", "undecodable body")
+
+
+def damage_kind(reason: str) -> str:
+    """``"corrupt"`` for a complete frame that fails its check (CRC mismatch, a watermark beyond
+    itself, an undecodable body), ``"torn"`` for an incomplete one (short header, bad magic, a
+    length running past the end of the file, a missing segment file)."""
+    return "corrupt" if reason.startswith(_CORRUPT_REASONS) else "torn"
 
 
 def _event_fields(body: bytes) -> tuple[str, str, int, int]:
@@ -362,22 +382,28 @@ class SegmentStore(LogStore):
     # --- opening and recovery ------------------------------------------------------------------
     @classmethod
     def open(cls, directory: "str | os.PathLike[str]", fs: FileSystem | None = None,
-             segment_bytes: int = DEFAULT_SEGMENT_BYTES, read_only: bool = False) -> "SegmentStore":
-        """Open the segment log in ``directory`` and recover it (read-write: creating it if needed).
+             segment_bytes: int = DEFAULT_SEGMENT_BYTES, read_only: bool = False,
+             create: bool = False) -> "SegmentStore":
+        """Open the segment log in ``directory`` and recover it.
 
         Args:
-            directory: the log directory; created (and its parent fsynced) if missing, unless
-                ``read_only``.
+            directory: the log directory. If it does not exist, read-write with ``create=True``
+                creates it (and fsyncs its parent); otherwise LogNotFoundError (a missing log is
+                not an empty one). An existing directory without segment files is a new log
+                (read-write) and refused read-only.
             fs: the file-system seam (default :class:`OsFileSystem`).
             segment_bytes: size at which a new segment file is started (an int ≥ 256 bytes).
             read_only: change nothing on disk (module docstring, "Read-only opening").
+            create: read-write only: create the directory if it is missing (default False);
+                ignored with ``read_only`` (a read-only open never creates anything).
 
         Returns:
             The store, with :attr:`recovery` describing any torn tail trimmed (read-write) or
             found and left in place (read-only).
 
         Raises:
-            ConfigError: ``segment_bytes`` not an int ≥ 256.
+            ConfigError: ``segment_bytes`` not an int ≥ 256, or ``create`` not a bool.
+            LogNotFoundError: ``directory`` does not exist and ``create`` is false.
             StoreError: another opener holds the directory lock (read-write only), a record was
                 written by a newer format, or (read-only) the directory is missing or holds no
                 segment file ("not a segment log").
@@ -387,12 +413,16 @@ class SegmentStore(LogStore):
         """
         if isinstance(segment_bytes, bool) or not isinstance(segment_bytes, int) or segment_bytes < SEGMENT_BYTES_MIN:
             raise ConfigError(f"segment_bytes must be an int >= {SEGMENT_BYTES_MIN}, got {segment_bytes!r}")
+        if create is not True and create is not False:
+            raise ConfigError(f"create must be True or False, got {create!r}")
         fs = fs if fs is not None else OsFileSystem()
         directory = os.fspath(directory)
         try:
+            if not fs.exists(directory) and (read_only or not create):
+                raise LogNotFoundError(f"no segment log at {directory}: the directory does not exist"
+                                       + ("" if read_only else " (a missing log is not an empty one; pass "
+                                          "create=True to start a new log there)"))
             if read_only:
-                if not fs.exists(directory):
-                    raise StoreError(f"no segment log at {directory}: the directory does not exist")
                 try:
                     names = fs.listdir(directory)
                 except NotADirectoryError:
@@ -494,6 +524,7 @@ class SegmentStore(LogStore):
             rep.torn_tail_at = f"{segment_name(dseg)}:{doff}"
             rep.torn_tail_bytes = tail_bytes
             rep.torn_tail_reason = reason
+            rep.tail_damage = damage_kind(reason)
         if self.read_only:
             self._adopt_read_only(numbers, datas, frames, damage)
             return
@@ -502,9 +533,20 @@ class SegmentStore(LogStore):
         if damage is not None:
             dseg, doff, reason = damage
             later = [n for n in numbers if n > dseg]
+            # first copy every byte that is about to be cut into files beside the segments, and
+            # make them durable: the cut never destroys stored bytes (bit rot in the last record
+            # looks like a torn write, and only the copy lets a person recover that event)
+            pieces = [(n, 0, datas[n] if n in datas else fs.read_all(self._path(n))) for n in later]
+            if dseg in datas:
+                pieces.insert(0, (dseg, doff, datas[dseg][doff:]))
+            for n, off, piece in pieces:
+                if piece:
+                    rep.moved_aside.append(self._move_aside(n, off, piece))
+            if rep.moved_aside:
+                fs.fsync_dir(self.directory)
             for n in reversed(later):
                 fs.remove(self._path(n))
-                rep.details.append(f"removed {segment_name(n)} (after the torn tail)")
+                rep.details.append(f"removed {segment_name(n)} (after the damaged tail; its bytes were moved aside)")
             if later:
                 fs.fsync_dir(self.directory)
             if dseg in datas:
@@ -524,8 +566,16 @@ class SegmentStore(LogStore):
             rep.torn_tail_trimmed = True
             rep.bytes_trimmed = tail_bytes
             rep.trimmed_at = where
-            rep.details.insert(0, f"trimmed a torn tail at {where} ({reason}): {tail_bytes} bytes; "
-                                  "no later record claims it was synced")
+            kept = (f"moved aside to {', '.join(os.path.basename(p) for p in rep.moved_aside)}"
+                    if rep.moved_aside else "nothing to move aside")
+            if rep.tail_damage == "corrupt":
+                rep.details.insert(0, f"corruption at {where}: a complete record fails its check ({reason}), "
+                                      f"bit rot or a write torn inside the record; no later record claims it was "
+                                      f"synced, so it and the {tail_bytes} bytes from it to the end were cut from "
+                                      f"the log and {kept} (an acknowledged event may be among them)")
+            else:
+                rep.details.insert(0, f"trimmed a torn tail at {where} ({reason}): {tail_bytes} bytes; "
+                                      f"no later record claims it was synced; {kept}")
         elif numbers:
             self._segment = numbers[-1]
             self._handle = fs.open_file(self._path(self._segment))
@@ -538,6 +588,23 @@ class SegmentStore(LogStore):
         fs.fdatasync(self._handle)
         fs.fsync_dir(self.directory)
         self._synced = (self._segment, self._size)
+
+    def _move_aside(self, number: int, offset: int, piece: bytes) -> str:
+        """Write ``piece`` (bytes ``offset..`` of segment ``number``) durably to a new file beside
+        it, ``<segment-file>.trimmed-at-<offset>`` (``.2``, ``.3`` ... if taken). Returns its path."""
+        fs = self.fs
+        base = f"{self._path(number)}.trimmed-at-{offset}"
+        path, k = base, 1
+        while fs.exists(path):
+            k += 1
+            path = f"{base}.{k}"
+        h = fs.open_file(path, create=True)
+        try:
+            fs.pwrite(h, 0, piece)
+            fs.fdatasync(h)
+        finally:
+            fs.close(h)
+        return path
 
     def _adopt_read_only(self, numbers: list[int], datas: dict[int, bytes], frames: list[_Frame],
                          damage: "tuple[int, int, str] | None") -> None:
@@ -553,9 +620,11 @@ class SegmentStore(LogStore):
             else:
                 self._segment, self._size = 1, 0
             rep = self.recovery
-            rep.details.insert(0, f"torn tail at {rep.torn_tail_at} ({reason}): {rep.torn_tail_bytes} bytes after "
+            what = "corruption (a complete record fails its check)" if rep.tail_damage == "corrupt" else "torn tail"
+            rep.details.insert(0, f"{what} at {rep.torn_tail_at} ({reason}): {rep.torn_tail_bytes} bytes after "
                                   "the last valid record were not read and were left on disk (read-only open; a "
-                                  "read-write open trims them, or a live writer may still be writing them)")
+                                  "read-write open moves them aside and trims them, or a live writer may still be "
+                                  "writing them)")
         else:
             self._segment = numbers[-1]
             self._size = len(datas[self._segment])

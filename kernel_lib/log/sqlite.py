@@ -68,7 +68,9 @@ from kernel_lib._support.sqlite import (
     write_transaction,
 )
 from kernel_lib.errors import (
+    ConfigError,
     CorruptLogError,
+    LogNotFoundError,
     MalformedEventError,
     StoreBusyError,
     StoreClosedError,
@@ -145,25 +147,37 @@ _SYNC = {AckTier.WRITE: "OFF", AckTier.FDATASYNC: "FULL"}
 
 
 class SQLiteStore(LogStore):
-    """The default store. ``SQLiteStore.open(path)`` creates the file if needed.
+    """The default store. ``SQLiteStore.open(path, create=True)`` starts a new log if the file is
+    missing; without ``create`` a missing file is refused (a missing log is not an empty one).
 
     Args:
         path: the database file.
         busy_timeout_s: how long a statement waits for another connection's lock (seconds).
         read_only: open without changing anything on disk (module docstring); appends and fences
             raise StoreReadOnlyError. The file must exist and be a kernel_lib log.
+        create: read-write only: create an empty log if ``path`` does not exist (default False);
+            ignored with ``read_only`` (a read-only open never creates anything).
 
     Raises:
+        LogNotFoundError: ``path`` does not exist and ``create`` is false (nothing is created).
+        ConfigError: ``create`` is not a bool.
         StoreError: the file is not a database of this layout (nothing is changed), or cannot
-            be opened (read-only: it does not exist). StoreBusyError: locked past the timeout.
+            be opened. StoreBusyError: locked past the timeout.
     """
 
     name = "sqlite"
     offered_tiers = (AckTier.WRITE, AckTier.FDATASYNC)
 
-    def __init__(self, path: str | os.PathLike, *, busy_timeout_s: float = 5.0, read_only: bool = False):
+    def __init__(self, path: str | os.PathLike, *, busy_timeout_s: float = 5.0, read_only: bool = False,
+                 create: bool = False):
         self.path = Path(path)
         self.read_only = bool(read_only)
+        if create is not True and create is not False:
+            raise ConfigError(f"create must be True or False, got {create!r}")
+        if not self.path.exists() and (self.read_only or not create):
+            raise LogNotFoundError(f"no SQLite log at {self.path}: the file does not exist"
+                                   + ("" if self.read_only else " (a missing log is not an empty one; pass "
+                                      "create=True to start a new log there)"))
         self._timeout = busy_timeout_s
         self._wal_path = str(self.path) + "-wal"
         self._immutable = False
@@ -195,9 +209,11 @@ class SQLiteStore(LogStore):
             raise
 
     @classmethod
-    def open(cls, path: str | os.PathLike, *, busy_timeout_s: float = 5.0, read_only: bool = False) -> "SQLiteStore":
-        """Open (read-write: creating if needed) the log at ``path``. See :class:`SQLiteStore`."""
-        return cls(path, busy_timeout_s=busy_timeout_s, read_only=read_only)
+    def open(cls, path: str | os.PathLike, *, busy_timeout_s: float = 5.0, read_only: bool = False,
+             create: bool = False) -> "SQLiteStore":
+        """Open the log at ``path`` (read-write; ``create=True`` starts a new one if the file is
+        missing, else LogNotFoundError). See :class:`SQLiteStore`."""
+        return cls(path, busy_timeout_s=busy_timeout_s, read_only=read_only, create=create)
 
     # --- opening -------------------------------------------------------------------------------
     def _open_read_write(self) -> None:

@@ -45,7 +45,7 @@ def _provided_opener(kind: str) -> Callable[..., LogStore] | None:
 
 
 def open_store(kind: str = "sqlite", path: str | os.PathLike | None = None, *, read_only: bool = False,
-               **kw) -> LogStore:
+               create: bool = False, **kw) -> LogStore:
     """Open a store by kind. ``path`` is the SQLite file, the segment directory, or for ``etcd``
     the members' client URLs, comma-separated (:class:`kernel_lib.quorum.EtcdStore`).
 
@@ -56,10 +56,15 @@ def open_store(kind: str = "sqlite", path: str | os.PathLike | None = None, *, r
             (:class:`SQLiteStore` / :class:`~kernel_lib.log.segment.SegmentStore`): a torn segment
             tail is reported in ``store.recovery`` (see :meth:`RecoveryReport.notes`), not trimmed;
             appends and fences raise StoreReadOnlyError.
+        create: for ``sqlite`` and ``segment`` opened read-write: start a new, empty log if
+            ``path`` does not exist. Without it a missing path raises LogNotFoundError: a missing
+            log is not an empty one. Ignored by ``memory`` (always new) and by provided kinds such
+            as ``etcd`` (not passed on).
         kw: passed to the store's ``open`` (e.g. ``busy_timeout_s``, ``segment_bytes``, ``fs``).
 
     Raises:
-        StoreError: an unknown kind, a missing path, ``read_only`` for the memory store (it has
+        LogNotFoundError: ``path`` does not exist and ``create`` is false (sqlite, segment).
+        StoreError: an unknown kind, no path given, ``read_only`` for the memory store (it has
             nothing to read), or the store's own open errors (e.g. not a kernel_lib log).
     """
     if kind == "memory":
@@ -69,9 +74,9 @@ def open_store(kind: str = "sqlite", path: str | os.PathLike | None = None, *, r
     if path is None:
         raise StoreError(f"store kind {kind!r} needs a path")
     if kind == "sqlite":
-        return SQLiteStore.open(path, read_only=read_only, **kw)
+        return SQLiteStore.open(path, read_only=read_only, create=create, **kw)
     if kind == "segment":
-        return SegmentStore.open(path, read_only=read_only, **kw)
+        return SegmentStore.open(path, read_only=read_only, create=create, **kw)
     opener = _provided_opener(kind) if isinstance(kind, str) else None
     if opener is not None:     # e.g. etcd: path holds the members' client URLs, comma-separated
         return opener(path, read_only=read_only, **kw)

@@ -2,7 +2,9 @@
 
 * :mod:`.stages` — a real resume timed stage by stage (acquire, fetch, fold, reconcile, admit),
   the serial sum against the critical path;
-* :mod:`.mass` — the virtual-clock mass-resume simulator of exercise 6.
+* :mod:`.mass` — the virtual-clock mass-resume simulator of exercise 6;
+* :mod:`.truncation` — refusing a log shorter than a position a checkpoint manifest, an inbox
+  entry or a replica names (a cut on a record boundary that no CRC sees).
 
 May import: ``gate``, ``ownership``, ``checkpoint``, ``log``, ``core`` and the leaves.
 """

@@ -69,6 +69,7 @@ from kernel_lib.ownership.leases import (
     take_ownership,
 )
 from kernel_lib.core.record import TERMINAL_STATES, TrajectoryRecord, fold, initial_record
+from kernel_lib.resume.truncation import refuse_truncated
 from kernel_lib.limits import RESUME_SECONDS_MAX, RESUME_TOKENS_MAX
 
 __all__ = [
@@ -787,7 +788,8 @@ def timed_resume(store: LogStore, trajectory_id: str, *, blobs=None, coordinator
                  reconcile: Callable[[DispatchGate], Mapping[str, Any]] | None = None,
                  policy: AdmissionPolicy | None = None, prefill: PrefillModel | None = None,
                  must_survive: FailureDomain | str | None = None, min_head: int | None = None,
-                 clock: Callable[[], float] = time.perf_counter) -> TimedResume:
+                 clock: Callable[[], float] = time.perf_counter, inbox=None, replicas=(),
+                 wall_clock: Callable[[], float] = time.time) -> TimedResume:
     """Resume ``trajectory_id`` from ``store`` for real, timing each stage of eq. 7 (§11.5).
 
     In order, each stage timed with ``clock`` unless noted:
@@ -802,10 +804,16 @@ def timed_resume(store: LogStore, trajectory_id: str, *, blobs=None, coordinator
        (read = ``find`` + ``load``, fold = ``fold``, workspace = ``workspace`` +
        ``materialize``); without ``blobs``, the log is read and folded from record_0 and no
        workspace is known (that stage is recorded as not run);
-    4. reconciliation: ``reconcile(gate)`` with a :class:`~kernel_lib.gate.dispatch.DispatchGate` over a
+    4. reconciliation: first the approvals that lapsed while no worker was alive are recorded as
+       expired (:meth:`~kernel_lib.gate.dispatch.DispatchGate.expire_lapsed_approvals`: the
+       ``wall_clock`` reading is logged as a ``RuntimeInput`` and named as the expiries'
+       evidence, so a trajectory does not stay AWAITING_APPROVAL on a void request); then
+       ``reconcile(gate)`` with a :class:`~kernel_lib.gate.dispatch.DispatchGate` over a
        log handle stamped with the new epoch (it may record evidence through
        ``gate.record_evidence``); without ``reconcile``, :func:`default_reconciliation` only lists
-       what is in doubt;
+       what is in doubt; last, every reservation that outlived its reason is settled
+       (:meth:`~kernel_lib.gate.dispatch.DispatchGate.settle_orphaned_reservations`), so every
+       outstanding reservation afterwards belongs to an operation in doubt or still running;
     5. prefill: computed from ``prefill``. A trajectory that is paused or terminal after the fold
        makes no model call, so its prefill is :meth:`PrefillModel.none` whatever was given; no
        ``prefill`` at all also means none.
@@ -824,6 +832,11 @@ def timed_resume(store: LogStore, trajectory_id: str, *, blobs=None, coordinator
             acknowledges).
         min_head: a log position known to be acknowledged (see ``check_available``).
         clock: ``() -> seconds``; default ``time.perf_counter``.
+        wall_clock: ``() -> seconds since the epoch`` (default ``time.time``), the gate's clock:
+            read during reconciliation only if a pending approval has an expiry.
+        inbox, replicas: a :class:`~kernel_lib.gate.inbox.ResultInbox` and replicas (LogStores
+            or ``name -> head``) whose positions, with the blob store's checkpoint manifests, the
+            log must reach (:func:`kernel_lib.resume.truncation.refuse_truncated`, before step 1).
 
     Returns:
         :class:`TimedResume` with the record, lease, epoch and :class:`ResumeTimeline`.
@@ -835,6 +848,8 @@ def timed_resume(store: LogStore, trajectory_id: str, *, blobs=None, coordinator
             reading is not a finite number, and the others' types.
         ReconstructionUnavailableError: the availability proof failed (``availability`` holds the
             reasons); nothing further runs: no lease, no fence, no restore, no files.
+        LogTruncatedError (a ReconstructionUnavailableError): the log is shorter than a position
+            a checkpoint manifest, inbox entry or replica names; nothing further runs.
         LeaseHeldError, LeaseLostError, CoordinatorUnavailableError: ownership not obtained.
         StaleOwnerError: without a coordinator, the fence could not be claimed.
         UnrecoverableStateError, CheckpointError, FoldError: from restore / the fold.
@@ -874,6 +889,7 @@ def timed_resume(store: LogStore, trajectory_id: str, *, blobs=None, coordinator
     timer = StageTimer(clock)
 
     a0 = timer.now_s()
+    refuse_truncated(store, trajectory_id, blobs=blobs, inbox=inbox, replicas=replicas)   # a cut suffix (issue 14)
     availability = check_available(store, trajectory_id, blobs, min_head=min_head)
     timer.availability_s = timer.now_s() - a0
     if not availability.ok:
@@ -894,7 +910,7 @@ def timed_resume(store: LogStore, trajectory_id: str, *, blobs=None, coordinator
                 epoch = store.claim_epoch(trajectory_id)
                 st.detail = f"no coordinator: owner_epoch={epoch} claimed as the log's fence directly (no lease)"
         return _resume_owned(store, trajectory_id, blobs, coordinator, lease, epoch, workspace_dest, reconcile,
-                             policy, prefill, domain, timer, availability)
+                             policy, prefill, domain, timer, availability, wall_clock=wall_clock)
     except BaseException:
         if lease is not None:
             with contextlib.suppress(KernelError):   # the fence stays; only the lease's wait is lifted
@@ -928,7 +944,7 @@ def _check_workspace_dest(dest: Any) -> None:
 def _resume_owned(store: LogStore, trajectory_id: str, blobs, coordinator: OwnershipCoordinator | None,
                   lease: Lease | None, epoch: int, workspace_dest, reconcile, policy: AdmissionPolicy | None,
                   prefill: PrefillModel | None, domain: FailureDomain, timer: StageTimer,
-                  availability: Availability) -> TimedResume:
+                  availability: Availability, wall_clock: Callable[[], float] = time.time) -> TimedResume:
     """The stages of :func:`timed_resume` after ownership (see there)."""
     result: RestoreResult | None = None
     if blobs is not None:
@@ -961,15 +977,20 @@ def _resume_owned(store: LogStore, trajectory_id: str, blobs, coordinator: Owner
     with timer.stage("reconciliation") as st:
         log = TrajectoryLog(store, trajectory_id, must_survive=domain, owner_epoch=epoch)
         gate = DispatchGate(log, policy or AdmissionPolicy(grants={}), record=record,
-                            fence_check=LeaseCheck(coordinator, lease) if lease is not None else None)
+                            fence_check=LeaseCheck(coordinator, lease) if lease is not None else None,
+                            clock=wall_clock)
+        expired = gate.expire_lapsed_approvals()   # lapsed while no worker was alive (§11.5.3)
         in_doubt = record.in_doubt()
         answer = reconcile(gate) if reconcile is not None else default_reconciliation(gate)
         if not isinstance(answer, Mapping):
             raise ConfigError(f"reconcile must return a mapping (what it settled), got {type(answer).__name__}")
         outcome = dict(answer)
+        settled = gate.settle_orphaned_reservations()   # no reservation outlives its reason
         st.detail = (f"{len(in_doubt)} in-doubt operation(s) {in_doubt}; "
                      + ("reconciled by the given callable" if reconcile is not None
-                        else "listed only (no reconcile callable)"))
+                        else "listed only (no reconcile callable)")
+                     + (f"; {len(expired) - 1} lapsed approval(s) recorded as expired" if expired else "")
+                     + (f"; {len(settled)} orphaned reservation(s) settled" if settled else ""))
 
     record = gate.record
     if record.control_state == "PAUSED" or record.control_state in TERMINAL_STATES:

@@ -22,6 +22,14 @@ References held by the retired events are released, except for payloads the chec
 still names (an operation's input, a model call's delivered input), which current recovery needs
 and which are carried over to the checkpoint. The bytes themselves go only in
 :func:`collect_garbage`, and only when no trajectory references them any more.
+
+Crash safety: :func:`compact` records its plan (the prefix and the holders whose references it
+will release) in the reference index *before* it retires the prefix
+(:meth:`~kernel_lib.retention.references.ReferenceIndex.begin_compaction`), and releases them
+and clears the plan in one transaction after. A run killed in between leaves the prefix retired
+and the plan recorded; the next :func:`compact` of that trajectory finishes the release first
+(idempotent: a finished plan is gone, so a further run changes nothing). A plan whose prefix was
+never retired (killed before the retirement) is dropped, since nothing was released yet.
 """
 
 from __future__ import annotations
@@ -77,10 +85,15 @@ class CompactionReport:
     events_retired: int
     references_released: int
     recoverable_from: int
+    #: references released by finishing a compaction an earlier run left half done (its prefix
+    #: retired, its release not): see the module docstring
+    resumed_released: int = 0
+    resumed_through: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {"plan": self.plan.to_dict(), "events_retired": self.events_retired,
-                "references_released": self.references_released, "recoverable_from": self.recoverable_from}
+                "references_released": self.references_released, "recoverable_from": self.recoverable_from,
+                "resumed_released": self.resumed_released, "resumed_through": self.resumed_through}
 
 
 @dataclass
@@ -196,12 +209,27 @@ def compact(store: LogStore, blobs: BlobStore, index: ReferenceIndex, trajectory
     position, after :func:`plan_compaction` allows it; release the references the retired
     events held (the checkpoint's own references are registered first).
 
+    First finishes a compaction of ``trajectory_id`` that an earlier run left between retiring
+    its prefix and releasing its references (module docstring); the report counts that release
+    in ``resumed_released``. If nothing new may be retired then, that report is returned.
+
     Raises:
-        CompactionRefusedError: the plan is blocked (``reasons``); nothing was retired.
+        CompactionRefusedError: the plan is blocked (``reasons``) and no interrupted compaction
+            was finished; nothing was retired.
         StoreError: the store cannot compact (e.g. the segment store).
     """
+    resumed_released, resumed_through = 0, None
+    pending = index.pending_compaction(trajectory_id)
+    if pending is not None:
+        if store.retired_through(trajectory_id) >= pending.through_sequence:
+            resumed_released, resumed_through = index.finish_compaction(trajectory_id), pending.through_sequence
+        else:
+            index.abandon_compaction(trajectory_id)     # killed before retiring: nothing was released
     plan = plan_compaction(store, blobs, index, trajectory_id, now_unix_s=now_unix_s, failure_domain=failure_domain)
     if not plan.allowed:
+        if resumed_through is not None:
+            return CompactionReport(plan, 0, 0, plan.checkpoint_position or resumed_through + 1, resumed_released,
+                                    resumed_through)
         raise CompactionRefusedError(f"log compaction of {trajectory_id!r} refused: " + "; ".join(plan.reasons),
                                      reasons=plan.reasons)
     ev = next(iter(store.read(trajectory_id, plan.checkpoint_position, plan.checkpoint_position)))
@@ -211,9 +239,17 @@ def compact(store: LogStore, blobs: BlobStore, index: ReferenceIndex, trajectory
     holders |= {f"checkpoint:{e.payload.checkpoint_id}" for e in retiring if isinstance(e.payload, CheckpointV2)}
     holders.discard(f"checkpoint:{plan.checkpoint_id}")
     _carry_record_references(index, blobs, ev, holders)
-    store.retire_prefix(trajectory_id, plan.retire_through, checkpoint_event_id=plan.checkpoint_event_id)
-    released = index.release(trajectory_id, holders)
-    return CompactionReport(plan, len(retiring), released, plan.checkpoint_position)
+    index.begin_compaction(trajectory_id, through_sequence=plan.retire_through,
+                           checkpoint_event_id=plan.checkpoint_event_id, holders=holders, now_unix_s=now_unix_s)
+    try:
+        store.retire_prefix(trajectory_id, plan.retire_through, checkpoint_event_id=plan.checkpoint_event_id)
+    except KernelError:
+        if store.retired_through(trajectory_id) < plan.retire_through:
+            index.abandon_compaction(trajectory_id)     # refused (e.g. a store that cannot compact)
+        raise
+    released = index.finish_compaction(trajectory_id)     # release + clear the plan, one transaction
+    return CompactionReport(plan, len(retiring), released, plan.checkpoint_position, resumed_released,
+                            resumed_through)
 
 
 def _carry_record_references(index: ReferenceIndex, blobs: BlobStore, event: Event, holders: set[str]) -> None:

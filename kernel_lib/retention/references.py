@@ -19,6 +19,13 @@ when no trajectory's retention contract still needs it (footnote 9 of §11.8.2).
     collecting(digest PRIMARY KEY, owner_pid)
         -- a garbage collection in progress on that digest, by that process (see collect_garbage)
 
+and one optional table, created by the first compaction (files from before it lack it)::
+
+    compactions(trajectory_id PRIMARY KEY, through_sequence, checkpoint_event_id, holders,
+                started_unix_s)
+        -- a log compaction in progress: the prefix it retires and the holders (JSON list) whose
+        -- references it releases once the prefix is retired (see kernel_lib.retention.compaction)
+
 Ordering rules the rest of the engine relies on:
 
 * a reference row is committed *before* the payload bytes are written and long before any log
@@ -102,6 +109,18 @@ _LAYOUT_TABLES = {
     "collecting": {"digest", "owner_pid"},
 }
 
+#: The optional compaction-plan table (module docstring): created on first use, so an index file
+#: written before it existed keeps opening under the same layout version.
+_COMPACTIONS_SCHEMA = """
+CREATE TABLE IF NOT EXISTS compactions (
+    trajectory_id       TEXT PRIMARY KEY,
+    through_sequence    INTEGER NOT NULL,
+    checkpoint_event_id TEXT NOT NULL,
+    holders             TEXT NOT NULL,
+    started_unix_s      REAL NOT NULL
+) WITHOUT ROWID
+"""
+
 #: The layout checked at open (:mod:`kernel_lib._support.sqlite`): ``user_version`` and columns.
 _LAYOUT = Layout(kind="reference index", label="reference index", version=_LAYOUT_VERSION,
                  tables={t: frozenset(c) for t, c in _LAYOUT_TABLES.items()}, schema=statements(_SCHEMA))
@@ -125,6 +144,19 @@ class Hold:
     def covers(self, through: int) -> bool:
         """True if retiring positions ``1..through`` would remove a held position."""
         return self.from_sequence <= through
+
+
+@dataclass(frozen=True)
+class PendingCompaction:
+    """A log compaction recorded by :meth:`ReferenceIndex.begin_compaction` and not yet finished:
+    it retires ``1..through_sequence`` behind ``checkpoint_event_id`` and then releases the
+    references of ``holders``. ``started_unix_s``: when it was recorded (Unix s)."""
+
+    trajectory_id: str
+    through_sequence: int
+    checkpoint_event_id: str
+    holders: tuple[str, ...]
+    started_unix_s: float
 
 
 @dataclass(frozen=True)
@@ -316,6 +348,67 @@ class ReferenceIndex:
             return self._db.execute(
                 "SELECT 1 FROM refs r JOIN trajectories t USING (trajectory_id) WHERE r.digest=? AND t.tenant=? "
                 "LIMIT 1", (digest, tenant)).fetchone() is not None
+
+    # --- compaction plans (crash-safe release, kernel_lib.retention.compaction) ------------------
+    def begin_compaction(self, trajectory_id: str, *, through_sequence: int, checkpoint_event_id: str,
+                         holders: "set[str] | list[str]", now_unix_s: float | None = None) -> PendingCompaction:
+        """Durably record, BEFORE the log prefix is retired, which holders' references the
+        compaction of ``trajectory_id`` through ``through_sequence`` will release. A crash after
+        the retirement leaves this row, and the next compaction finishes the release
+        (:meth:`finish_compaction`). Replaces an older unfinished row of the trajectory.
+
+        Raises ConfigError for bad arguments, RetentionError for an unregistered trajectory."""
+        _text("checkpoint_event_id", checkpoint_event_id)
+        if type(through_sequence) is not int or not 1 <= through_sequence <= SEQUENCE_NUMBER_MAX:
+            raise ConfigError(f"through_sequence must be an int from 1 to 2**63 - 1, got {through_sequence!r}")
+        held = tuple(sorted({_text("holder", h) for h in holders}))
+        now = time.time() if now_unix_s is None else check_unix_s("now_unix_s", now_unix_s)
+        with self._tx() as db:
+            self._trajectory(db, trajectory_id)
+            db.execute(_COMPACTIONS_SCHEMA)
+            db.execute("INSERT OR REPLACE INTO compactions VALUES (?,?,?,?,?)",
+                       (trajectory_id, through_sequence, checkpoint_event_id, json.dumps(list(held)), now))
+        return PendingCompaction(trajectory_id, through_sequence, checkpoint_event_id, held, now)
+
+    def pending_compaction(self, trajectory_id: str) -> PendingCompaction | None:
+        """The unfinished compaction of ``trajectory_id``, or None."""
+        with self._lock:
+            if self._db.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name='compactions'").fetchone() \
+                    is None:
+                return None
+            row = self._db.execute("SELECT through_sequence, checkpoint_event_id, holders, started_unix_s FROM "
+                                   "compactions WHERE trajectory_id=?", (trajectory_id,)).fetchone()
+        if row is None:
+            return None
+        return PendingCompaction(trajectory_id, row[0], row[1], tuple(json.loads(row[2])), row[3])
+
+    def finish_compaction(self, trajectory_id: str) -> int:
+        """In one transaction: release every reference of the pending compaction's holders and
+        clear its row. Idempotent: with nothing pending, changes nothing and returns 0. Returns
+        the number of reference rows dropped."""
+        n = 0
+        with self._tx() as db:
+            if db.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name='compactions'").fetchone() is None:
+                return 0
+            row = db.execute("SELECT holders FROM compactions WHERE trajectory_id=?", (trajectory_id,)).fetchone()
+            if row is None:
+                return 0
+            holders = json.loads(row[0])
+            for i in range(0, len(holders), 500):
+                chunk = holders[i:i + 500]
+                marks = ",".join("?" * len(chunk))
+                n += db.execute(f"DELETE FROM refs WHERE trajectory_id=? AND holder IN ({marks})",
+                                [trajectory_id, *chunk]).rowcount
+            db.execute("DELETE FROM compactions WHERE trajectory_id=?", (trajectory_id,))
+        return n
+
+    def abandon_compaction(self, trajectory_id: str) -> bool:
+        """Clear a pending compaction whose prefix was never retired (nothing was released yet).
+        Returns False if none was pending."""
+        if self.pending_compaction(trajectory_id) is None:
+            return False
+        with self._tx() as db:
+            return db.execute("DELETE FROM compactions WHERE trajectory_id=?", (trajectory_id,)).rowcount > 0
 
     # --- expiry ------------------------------------------------------------------------------------
     def expiry_of(self, ref: Reference) -> float | None:

@@ -10,8 +10,9 @@ gate relies on when it decides whether another attempt is safe:
   not be sent again. Its inquiry API (:meth:`~PaymentService.inquire`) answers which attempts of an
   operation it has paid.
 * :class:`KeyedPaymentService` is the same service behind an ``idempotency_key`` contract: the
-  operation id every attempt carries is the key, and a key it has already paid is answered again
-  from its results, not paid twice.
+  key is the intent's ``idempotency_key`` (the same for every attempt of one operation, see
+  :func:`kernel_lib.core.proposals.idempotency_key`), and a key it has already paid is answered
+  again from its results, not paid twice. A request without a key is a new request.
 * :class:`CompletionSigner` is an endpoint's signing identity: it signs completion records the way
   the live executor does (Ed25519 over the RFC 8785 encoding, :func:`kernel_lib.gate.evidence.signing_bytes`),
   so they can be deposited in a :class:`~kernel_lib.gate.inbox.ResultInbox` and verified.
@@ -73,25 +74,32 @@ class PaymentService:
 
 
 class KeyedPaymentService(PaymentService):
-    """The same service behind an ``idempotency_key`` contract: the operation id is the key; a key
-    already paid is answered from the stored result (``duplicate: True``, nothing charged), not
-    paid again.
+    """The same service behind an ``idempotency_key`` contract: the request's
+    ``idempotency_key`` (what the gate put in the ``ToolIntent``) is the key; a key already paid
+    is answered from the stored result (``duplicate: True``, nothing charged), not paid again. A
+    request without a key (None) has nothing to be deduplicated by and is paid.
 
-    Attributes: ``results``: key → the outcome of its one payment (besides :attr:`paid`)."""
+    Attributes: ``results``: key → the outcome of its one payment (besides :attr:`paid`);
+    ``keys_received``: the key of every request received, in order (None for a request without one)."""
 
     repeat_contract = "idempotency_key"
 
     def __init__(self) -> None:
         super().__init__()
         self.results: dict[str, dict[str, Any]] = {}
+        self.keys_received: list[str | None] = []
 
     def handle(self, intent: ToolIntent) -> ToolReply:
-        key = intent.operation_id            # the idempotency key every attempt of the operation carries
+        key = getattr(intent, "idempotency_key", None)   # the key every attempt of the operation carries
+        self.keys_received.append(key)
+        if key is None:
+            return super().handle(intent)
         if key in self.results:
             return ToolReply(status="completed", outcome={**self.results[key], "duplicate": True},
                              observation_complete=True, charged_usd=0.0)
         super().handle(intent)
-        self.results[key] = {"refunded_usd": intent.arguments["amount_usd"], "paid_for": f"{key}/{intent.attempt_id}"}
+        self.results[key] = {"refunded_usd": intent.arguments["amount_usd"],
+                             "paid_for": f"{intent.operation_id}/{intent.attempt_id}"}
         return ToolReply(status="completed", outcome=dict(self.results[key]), observation_complete=True,
                          charged_usd=0.05)
 

@@ -74,7 +74,7 @@ class Recorded:
 
 
 def _workload(fs: RecordingFileSystem, seed: int, blob_store_cls: type[DirectoryBlobStore]) -> dict[str, dict]:
-    store = SegmentStore.open(LOG_DIR, fs=fs, segment_bytes=SEGMENT_BYTES)
+    store = SegmentStore.open(LOG_DIR, fs=fs, segment_bytes=SEGMENT_BYTES, create=True)
     try:
         blobs = blob_store_cls(BLOB_DIR, fs=fs)
         log = TrajectoryLog(store, TRAJECTORY, must_survive="host_crash")
@@ -148,7 +148,7 @@ def _check(tree_files: dict[str, dict[str, Any]], mem: FileSystem, acked: Sequen
            blob_store_cls: type[DirectoryBlobStore]) -> tuple[list[str], str | None]:
     problems: list[str] = []
     try:
-        store = SegmentStore.open(LOG_DIR, fs=mem, segment_bytes=SEGMENT_BYTES)
+        store = SegmentStore.open(LOG_DIR, fs=mem, segment_bytes=SEGMENT_BYTES, create=True)
     except CorruptLogError as exc:
         return [f"(1) the log reports corruption after a crash: {exc}"], None
     used = None

@@ -78,7 +78,7 @@ class Session:
         self.makers: dict[str, EventMaker] = {}
 
     def open(self) -> SegmentStore:
-        self.store = self.store_cls.open(DIRECTORY, fs=self.rec, segment_bytes=self.segment_bytes)
+        self.store = self.store_cls.open(DIRECTORY, fs=self.rec, segment_bytes=self.segment_bytes, create=True)
         return self.store
 
     def close(self) -> None:
@@ -260,8 +260,8 @@ def _check(workload: Workload, written: Mapping[str, list[bytes]], by_id: Mappin
     """Reopen on ``mem``; return descriptions of every violated check (empty if none) and whether
     the reopen trimmed a torn tail."""
     seg = workload.segment_bytes
-    try:
-        store = store_cls.open(DIRECTORY, fs=mem, segment_bytes=seg)
+    try:   # create: a crash before the first op leaves no directory yet (an empty log, as before)
+        store = store_cls.open(DIRECTORY, fs=mem, segment_bytes=seg, create=True)
     except CorruptLogError as exc:
         return [f"(1) open reported corruption after a crash: {exc}"], False
     except Exception as exc:  # noqa: BLE001 - any failure to reopen is a finding

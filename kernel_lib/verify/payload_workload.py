@@ -55,7 +55,7 @@ def _context(digest: str, turn: int) -> ContextBuilt:
 def _drive(fs: RecordingFileSystem, order: str, turns: int, seed: int) -> None:
     fs.makedirs(LOG_DIR)
     rng = random.Random(seed)
-    store = SegmentStore.open(LOG_DIR, fs=fs)
+    store = SegmentStore.open(LOG_DIR, fs=fs, create=True)
     with tempfile.TemporaryDirectory(prefix="payload-crash-") as tmp:
         index = ReferenceIndex(Path(tmp) / "refs.db")
         try:
@@ -89,7 +89,7 @@ def record_workload(order: str, turns: int, seed: int) -> list[Op]:
 
 def _check(mem: FileSystem, acked: Sequence[str]) -> list[str]:
     try:
-        store = SegmentStore.open(LOG_DIR, fs=mem)
+        store = SegmentStore.open(LOG_DIR, fs=mem, create=True)
     except CorruptLogError as exc:
         return [f"the log reports corruption after the crash: {exc}"]
     problems: list[str] = []

@@ -5,11 +5,13 @@ function render({ model, el }) {
   const bar = document.createElement("div");
   const sel = dal.make("select", "dal-position");
   const send = dal.commander(model, () => ({ position: sel.value }));
-  for (const p of model.get("positions")) {
-    const o = dal.make("option", "", p); o.value = p; sel.appendChild(o);
+  // every position of the trajectory, {value: "N", label: "N TYPE#K (subject)"}; Python validates
+  for (const p of model.get("positions") || []) {
+    const o = dal.make("option", "", p.label); o.value = p.value; sel.appendChild(o);
   }
   sel.value = model.get("position");
   sel.addEventListener("change", () => { model.set("position", sel.value); model.save_changes(); });
+  model.on("change:position", () => { sel.value = model.get("position"); });
   bar.append(dal.button("start", "start", send), dal.button("crash now", "crash", send),
              dal.button("crash at", "crash_at", send), sel,
              dal.button("recover", "recover", send), dal.button("reconcile", "reconcile", send));
