@@ -164,12 +164,19 @@ def test_cli_crash_after_any_point_and_a_bad_one(tmp_path):
     assert r["crash"]["log_position"] == 1 and r["crash"]["worker_exit"] == -9
     assert r["crash"]["point"]["event_type"] == "TaskStarted" and r["recovered"]["log_position"] == 1
     assert r["reconciled"]["actions"][OPERATION]["action"] == "absent"
-    bad = subprocess.run([sys.executable, "-m", "kernel_lib", "worksheet", "--crash-after", "ToolIntent#3"],
-                         capture_output=True, text=True, timeout=60)
-    assert bad.returncode == 2 and "unknown crash point" in bad.stderr and "12 BudgetSettled#2" in bad.stderr
+    for spec in ("ToolIntent#3", ""):            # an empty point is refused, not taken for the default
+        bad = subprocess.run([sys.executable, "-m", "kernel_lib", "worksheet", "--crash-after", spec],
+                             capture_output=True, text=True, timeout=60)
+        assert bad.returncode == 2 and "unknown crash point" in bad.stderr and "12 BudgetSettled#2" in bad.stderr
     worker = subprocess.run([sys.executable, "-m", "kernel_lib.live.worker", "--store", "sqlite", "--store-path",
                              str(tmp_path / "never.sqlite"), "--executor-url", "http://127.0.0.1:9",
                              "--public-key", "x", "--snapshot-digest", "0" * 64, "--pause-at", "Lunch"],
                             capture_output=True, text=True, timeout=60)
     assert worker.returncode == 2 and "unknown crash point" in worker.stderr
     assert not (tmp_path / "never.sqlite").exists()         # refused before anything was opened
+    worker = subprocess.run([sys.executable, "-m", "kernel_lib.live.worker", "--store", "sqlite", "--store-path",
+                             str(tmp_path / "never.sqlite"), "--executor-url", "http://127.0.0.1:9",
+                             "--public-key", "x", "--snapshot-digest", "0" * 64, "--pause-at", ""],
+                            capture_output=True, text=True, timeout=60)
+    assert worker.returncode == 2 and "unknown crash point" in worker.stderr
+    assert not (tmp_path / "never.sqlite").exists()

@@ -338,3 +338,14 @@ def test_the_client_sends_the_requests_key_as_the_header():
         ex.submit(body)
         ex.submit({k: v for k, v in body.items() if k != "idempotency_key"}, idempotency_key="idem-y")
     assert seen == ["idem-z", "idem-y"]
+
+
+def test_a_contract_that_is_not_a_string_is_a_config_error():
+    """Fault: a caller passes a list or dict as the repeat contract. Invariant: every unknown
+    contract is refused the same way. Goal: ConfigError, not a TypeError from a set lookup."""
+    from kernel_lib.core.proposals import ToolProposal
+    from kernel_lib.errors import ConfigError
+    for bad in (["unsafe"], {"c": 1}, None, 3, b"unsafe"):
+        with pytest.raises(ConfigError, match="repeat_contract must be one of"):
+            ToolProposal(operation_id="op", attempt_id="a1", tool="t", arguments={}, grant_id="g",
+                         cost_bound_usd=0.1, repeat_contract=bad)

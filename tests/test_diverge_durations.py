@@ -135,6 +135,24 @@ def test_duration_and_timestamp_keys_are_disjoint():
         "ToolResult", {"outcome": {"execution_time": 1, "created_at": 2}}) == {"outcome": {"created_at": 2}}
 
 
+def test_camel_case_and_unit_suffixed_keys_are_classified_like_their_snake_case_spelling():
+    """Fault: an importer or another runtime spells its keys ``elapsedTime``, ``createdAt`` or
+    ``response_time_ms``. Invariant: a key's class (duration, point in time, neither) does not depend
+    on its spelling. Goal: --ignore-durations drops the lengths, --ignore-timestamps the points."""
+    for k in ("elapsedTime", "executionTime", "durationMs", "response_time_ms", "responseTime", "wallclock_s",
+              "runtime_s", "took_ms"):
+        assert is_duration_key(k), k
+    for k in ("runtime", "timeout_s", "timeoutMs", "maxWait", "state", "format"):
+        assert not is_duration_key(k), k
+    eq = Equivalence(ignore_timestamps=True)
+    assert eq.normalize("ToolResult", {"outcome": {"createdAt": 1, "startedAt": 2, "endTime": 3, "elapsedTime": 4,
+                                                   "format": "x"}}) == \
+        {"outcome": {"elapsedTime": 4, "format": "x"}}
+    assert Equivalence(ignore_durations=True).normalize(
+        "ToolResult", {"outcome": {"createdAt": 1, "elapsedTime": 4, "response_time_ms": 5}}) == \
+        {"outcome": {"createdAt": 1}}
+
+
 # --- (2) configuration evidence in full -----------------------------------------------------------
 
 def _events(payloads, run):

@@ -155,3 +155,60 @@ def test_reserialized_wrapper_is_still_checked(tmp_path):
     path.write_text("\n".join(lines) + "\n")
     with pytest.raises(CorruptLogError, match=r"spaced\.jsonl:3"):
         load_events(path, on_note=_silent([]))
+
+
+# --- from the adversarial pass: a digest that can be stripped, reordered or re-cased ------------------
+def _lines() -> list[bytes]:
+    return encode_jsonl(EVENTS).splitlines()
+
+
+def test_a_line_stripped_of_its_digest_in_a_checked_log_is_refused(tmp_path):
+    """Fault: one line of a checked log is edited and its digest wrapper removed (so no digest can
+    fail). Invariant: a log the project wrote has a digest on every line, so a mix of checked and
+    unchecked lines is itself damage. Goal: CorruptLogError naming that line, and fold exits 2."""
+    lines = _lines()
+    tampered = EVENTS[2].to_dict()
+    tampered_line = json.dumps(tampered, sort_keys=True, separators=(",", ":")).encode()
+    for k in (0, 2, len(lines) - 1):
+        path = tmp_path / f"strip{k}.jsonl"
+        path.write_bytes(b"\n".join(lines[:k] + [json.dumps(EVENTS[k].to_dict(), sort_keys=True,
+                                                             separators=(",", ":")).encode()] + lines[k + 1:]) + b"\n")
+        with pytest.raises(CorruptLogError, match=rf"{path.name}:{k + 1}: this line carries no digest"):
+            load_events(path, on_note=lambda _: None)
+    path = tmp_path / "strip.jsonl"
+    path.write_bytes(b"\n".join(lines[:2] + [tampered_line] + lines[3:]) + b"\n")
+    run = _fold(path)
+    assert run.returncode == 2 and "carries no digest" in run.stderr
+
+
+def test_a_wrapper_in_another_key_order_or_case_is_still_checked(tmp_path):
+    """Fault: another JSON tool rewrote the wrapper with ``event`` first, or upper-cased the digest.
+    Invariant: the check depends on the digest's value, not on how the wrapper is spelled. Goal:
+    the intact file folds; the same file with a changed event is refused."""
+    lines = _lines()
+    reordered = [b'{"event":' + e.canonical + b',"digest":"' + e.digest.upper().encode() + b'"}' for e in EVENTS]
+    good = tmp_path / "reordered.jsonl"
+    good.write_bytes(b"\n".join(reordered) + b"\n")
+    assert [e.event_id for e in load_events(good, on_note=lambda _: None)] == [e.event_id for e in EVENTS]
+    changed = reordered[:]
+    changed[3] = changed[3].replace(b'"sequence_number":4', b'"sequence_number":5')
+    assert changed[3] != reordered[3]
+    bad = tmp_path / "reordered_bad.jsonl"
+    bad.write_bytes(b"\n".join(changed) + b"\n")
+    with pytest.raises(CorruptLogError, match="reordered_bad.jsonl:4"):
+        load_events(bad, on_note=lambda _: None)
+    assert lines  # the writer's own lines are the canonical spelling (checked above)
+
+
+def test_a_flip_that_breaks_the_schema_is_reported_as_a_digest_mismatch(tmp_path):
+    """Fault: a bit flip turns an event type into an unknown one. Invariant: the digest is checked
+    before the event is decoded. Goal: the error says the line changed after it was written."""
+    lines = _lines()
+    i = next(k for k, e in enumerate(EVENTS) if e.event_type == "BudgetReserved")
+    line = bytearray(lines[i])
+    j = line.index(b"BudgetReserved")
+    line[j + 1] ^= 1
+    path = tmp_path / "flip.jsonl"
+    path.write_bytes(b"\n".join(lines[:i] + [bytes(line)] + lines[i + 1:]) + b"\n")
+    with pytest.raises(CorruptLogError, match=rf"flip.jsonl:{i + 1}: .*changed after it was written"):
+        load_events(path, on_note=lambda _: None)

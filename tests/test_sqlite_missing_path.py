@@ -86,3 +86,41 @@ def test_segment_store_on_any_missing_directory_writes_no_file(parts):
     with pytest.raises(LogNotFoundError):
         SegmentStore.open("/" + "/".join(parts), fs=mem)
     assert (mem.snapshot(), set(mem.dirs)) == before
+
+
+# --- from the adversarial pass: a file or folder that exists but never held a log -------------------
+def test_an_empty_file_is_not_an_empty_log(tmp_path):
+    """Fault: the path names a zero-byte file (touched by mistake, a failed copy). Invariant: only
+    ``create=True`` turns it into a log; a WAL-mode log whose main file is still empty (its pages in
+    the ``-wal``) is a log. Goal: LogNotFoundError and the file left at zero bytes."""
+    empty = tmp_path / "empty.sqlite"
+    empty.write_bytes(b"")
+    with pytest.raises(LogNotFoundError, match="the file is empty"):
+        SQLiteStore.open(empty)
+    assert empty.stat().st_size == 0 and not (tmp_path / "empty.sqlite-wal").exists()
+    s = SQLiteStore.open(empty, create=True)
+    s.append(ev(1), F)
+    s.close()
+    assert [e.event_id for e in SQLiteStore.open(empty, read_only=True).read("t")] == ["e1"]
+
+
+def test_a_folder_that_never_held_a_segment_log_is_not_one(tmp_path):
+    """Fault: the path names an existing folder with other files in it (or none). Invariant: a
+    read-write open without ``create=True`` writes nothing into a folder that holds no segment
+    file and no LOCK. Goal: LogNotFoundError and the folder's listing unchanged."""
+    for name, files in (("junk", {"notes.txt": b"mine"}), ("bare", {})):
+        d = tmp_path / name
+        d.mkdir()
+        for f, data in files.items():
+            (d / f).write_bytes(data)
+        with pytest.raises(LogNotFoundError, match="holds no segment file"):
+            SegmentStore.open(d)
+        with pytest.raises(LogNotFoundError):
+            open_store("segment", d)
+        assert sorted(os.listdir(d)) == sorted(files)
+    s = SegmentStore.open(tmp_path / "bare", create=True)
+    s.append(ev(1), F)
+    s.close()
+    s = SegmentStore.open(tmp_path / "bare")        # a log now: opens without create
+    assert [e.event_id for e in s.read("t")] == ["e1"]
+    s.close()

@@ -119,7 +119,7 @@ def _cmd(args: argparse.Namespace) -> int:
     if not args.zombie and args.lease_ttl_s is not None:
         print("error: --lease-ttl-s applies only with --zombie", file=sys.stderr)
         return 2
-    args.crash_after = args.crash_after or "ToolResult"
+    args.crash_after = "ToolResult" if args.crash_after is None else args.crash_after   # '' is refused, not defaulted
     previous = signal.signal(signal.SIGTERM, _on_sigterm)
     try:
         if args.sweep:

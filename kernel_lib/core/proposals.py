@@ -71,7 +71,7 @@ class ToolProposal:
 
     def __post_init__(self) -> None:
         _check_bound(self.operation_id, self.cost_bound_usd)
-        if self.repeat_contract not in REPEAT_CONTRACTS:
+        if not isinstance(self.repeat_contract, str) or self.repeat_contract not in REPEAT_CONTRACTS:
             raise ConfigError(f"{self.operation_id}: repeat_contract must be one of {sorted(REPEAT_CONTRACTS)}, "
                               f"got {self.repeat_contract!r}")
 

@@ -114,13 +114,17 @@ TOOL_OBSERVATION = "tool observation"
 CATEGORIES = (ASSEMBLED_INPUT, MODEL_RESPONSE, HARNESS_DECISION, TOOL_OBSERVATION)
 
 #: Key names that ``Equivalence(ignore_durations=True)`` drops (matched against the whole key, any
-#: case): lengths of time such as ``duration_s``, ``elapsed_ms``, ``latency_s``, ``execution_time``,
-#: ``execution_time_s`` (the SWE-agent importer's per-step run time), ``wall_time``, ``durationMs``.
-DURATION_KEY = re.compile(r"(?:.*_)?(?:duration|elapsed|latency|execution_?time|exec_?time|run_time|wall_?time"
-                          r"|cpu_?time|time_?taken|took)(?:_?(?:s|ms|us|ns|sec|secs|seconds|millis|milliseconds))?",
-                          re.I)
+#: case, camelCase read as snake_case): lengths of time such as ``duration_s``, ``elapsed_ms``,
+#: ``latency_s``, ``execution_time``, ``execution_time_s`` (the SWE-agent importer's per-step run
+#: time), ``wall_time``, ``wallclock_s``, ``response_time_ms``, ``durationMs``, ``elapsedTime``, and
+#: ``runtime`` only with a unit (``runtime_s``; a bare ``runtime`` is often a name, not a length).
+_UNIT = r"(?:_?(?:s|ms|us|ns|sec|secs|seconds|millis|milliseconds))"
+DURATION_KEY = re.compile(r"(?:.*_)?(?:(?:duration|elapsed(?:_?time)?|latency|execution_?time|exec_?time|run_time"
+                          r"|wall_?(?:clock|time)(?:_?time)?|cpu_?time|response_?time|time_?taken|took)" + _UNIT + "?"
+                          r"|runtime" + _UNIT + ")", re.I)
 #: Key names that ``Equivalence(ignore_timestamps=True)`` drops (matched against the whole key, any
-#: case): points in time such as ``timestamp``, ``created_at``, ``deadline_unix_s``, ``start_time``.
+#: case, camelCase read as snake_case): points in time such as ``timestamp``, ``created_at``,
+#: ``createdAt``, ``deadline_unix_s``, ``start_time``, ``endTime``.
 #: A key that :data:`DURATION_KEY` matches is a duration, never a timestamp.
 TIMESTAMP_KEY = re.compile(r"(?:.*_)?(?:timestamp|time|ts|at|unix_s|unix_ms|datetime|date|created|updated)", re.I)
 
@@ -398,7 +402,7 @@ class Equivalence:
             return False
         if is_duration_key(key):
             return self.ignore_durations
-        return self.ignore_timestamps and TIMESTAMP_KEY.fullmatch(key) is not None
+        return self.ignore_timestamps and TIMESTAMP_KEY.fullmatch(_snake(key)) is not None
 
     def normalize(self, event_type: str, value: dict[str, Any]) -> dict[str, Any]:
         """``value`` (a boundary's compared fields) as this relation sees it."""
@@ -410,9 +414,17 @@ class Equivalence:
         return out
 
 
+def _snake(key: str) -> str:
+    """``elapsedTime`` → ``elapsed_Time``: a word boundary before each inner capital, so the key
+    patterns (matched case-insensitively) read camelCase keys as snake_case ones."""
+    return re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", key)
+
+
 def is_duration_key(key: str) -> bool:
-    """True when ``key`` names a length of time (:data:`DURATION_KEY`, whole key, any case)."""
-    return isinstance(key, str) and DURATION_KEY.fullmatch(key) is not None
+    """True when ``key`` names a length of time (:data:`DURATION_KEY`, whole key, any case,
+    camelCase read as snake_case)."""
+    return isinstance(key, str) and (DURATION_KEY.fullmatch(key) is not None
+                                     or DURATION_KEY.fullmatch(_snake(key)) is not None)
 
 
 def _drop_path(d: Any, path: tuple[str, ...]) -> None:

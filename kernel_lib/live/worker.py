@@ -337,7 +337,7 @@ def _pauser(args: argparse.Namespace, point: CrashPoint | None, log: TrajectoryL
 
 def run_worker(args: argparse.Namespace) -> int:
     # the pause point is checked before anything is opened or appended
-    point = resolve_crash_point(args.pause_at, args.seed) if args.pause_at else None
+    point = resolve_crash_point(args.pause_at, args.seed) if args.pause_at is not None else None
     store = open_store(args.store, args.store_path, create=True)   # the worker starts the trajectory's log
     coord = _coordinator(args)
     lease = None

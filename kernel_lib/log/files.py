@@ -28,6 +28,7 @@ __all__ = ["JSONL_SUFFIXES", "encode_jsonl", "jsonl_line", "load_events", "split
 JSONL_SUFFIXES = (".jsonl", ".ndjson")
 
 _CHECKED_LINE = re.compile(rb'\A\{"digest":"([0-9a-f]{64})","event":(\{.*\})\}\Z', re.DOTALL)
+_WRAPPER_START = re.compile(rb'\A\{\s*"(?:digest|event)"\s*:')
 
 
 def jsonl_line(event: Event) -> bytes:
@@ -56,7 +57,7 @@ def split_jsonl_line(line: bytes) -> tuple[bytes, "str | None"]:
     m = _CHECKED_LINE.match(line)
     if m:
         return m.group(2), m.group(1).decode("ascii")
-    if line.startswith(b'{"digest"') or b'"digest"' in line[:40]:
+    if _WRAPPER_START.match(line):
         try:
             obj = json.loads(line)
         except (ValueError, RecursionError):
@@ -70,22 +71,34 @@ def _read_jsonl(path: str, on_note: Callable[[str], None]) -> list[Event]:
     """Every event of a JSON-lines log, each digest verified, duplicates checked (load_events)."""
     out: list[Event] = []
     seen: dict[str, tuple[int, str]] = {}       # event id -> (line, digest)
-    unchecked = lines = repeats = 0
+    unchecked = checked = lines = repeats = 0
+    first_unchecked = first_checked = 0
     for i, line in enumerate(Path(path).read_bytes().splitlines(), start=1):
         if not line.strip():
             continue
         lines += 1
         try:
             raw, stored = split_jsonl_line(line)
+        except KernelError as exc:
+            raise type(exc)(f"{path}:{i}: {exc}") from exc
+        if stored is not None and hashlib.sha256(raw).hexdigest() != stored.lower():   # before decoding
+            raise CorruptLogError(f"{path}:{i}: the event on this line does not match the digest stored with it "
+                                  f"({stored[:16]}...): the line was changed after it was written")
+        if stored is None:
+            unchecked += 1
+            first_unchecked = first_unchecked or i
+        else:
+            checked += 1
+            first_checked = first_checked or i
+        if checked and unchecked:     # a line stripped of its digest inside a checked log
+            raise CorruptLogError(f"{path}:{i if stored is None else first_unchecked}: "
+                                  f"this line carries no digest, but line {first_checked} does: a log the "
+                                  "project wrote has a digest on every line, so this one was changed or "
+                                  "spliced in after it was written")
+        try:
             ev = decode(raw)
         except KernelError as exc:
             raise type(exc)(f"{path}:{i}: {exc}") from exc
-        if stored is None:
-            unchecked += 1
-        elif hashlib.sha256(raw).hexdigest() != stored:
-            raise CorruptLogError(f"{path}:{i}: event {ev.event_id} ({ev.trajectory_id}#{ev.sequence_number}) does "
-                                  f"not match the digest stored with it ({stored[:16]}...): the line was changed "
-                                  "after it was written")
         first = seen.get(ev.event_id)
         if first is not None:
             if first[1] != ev.digest:
@@ -115,12 +128,14 @@ def load_events(path: str | os.PathLike, trajectory_id: str | None = None, *,
     canonical and match its digest. An event id read twice must carry the same bytes; an exact
     repeat is read once (as a store acknowledges an identical retry) and noted. A line that is a
     bare canonical event (a file written by another tool) is read, and the file gets one
-    ``unchecked`` note through ``on_note``.
+    ``unchecked`` note through ``on_note``; a file that mixes both is refused (a line stripped of
+    its digest is indistinguishable from a tampered one).
 
     Returns: the trajectory's events in file order (sequence order for a store).
 
     Raises:
-        CorruptLogError: a JSON line whose event does not match its digest (``file:line``).
+        CorruptLogError: a JSON line whose event does not match its digest, or a line without a
+            digest in a log whose other lines carry one (``file:line``).
         ConflictingDuplicateError: an event id read twice with different content (``file:line``).
         KernelError (typed): a missing path, a malformed line (``file:line``), a file that is not
             a log, an empty log, or an ambiguous trajectory.

@@ -156,7 +156,7 @@ from kernel_lib.log.base import (
     next_claimed_epoch,
     read_bounds,
 )
-from kernel_lib.log.fs import DirLock, FileHandle, FileSystem, OsFileSystem
+from kernel_lib.log.fs import LOCK_FILE_NAME, DirLock, FileHandle, FileSystem, OsFileSystem
 from kernel_lib.limits import SEGMENT_BYTES_MIN
 
 MAGIC = b"\xf7DAL"
@@ -403,7 +403,8 @@ class SegmentStore(LogStore):
 
         Raises:
             ConfigError: ``segment_bytes`` not an int ≥ 256, or ``create`` not a bool.
-            LogNotFoundError: ``directory`` does not exist and ``create`` is false.
+            LogNotFoundError: ``directory`` does not exist, or (read-write) holds neither a segment
+                file nor a LOCK, and ``create`` is false.
             StoreError: another opener holds the directory lock (read-write only), a record was
                 written by a newer format, or (read-only) the directory is missing or holds no
                 segment file ("not a segment log").
@@ -435,6 +436,15 @@ class SegmentStore(LogStore):
                 if not fs.exists(directory):
                     fs.makedirs(directory)
                     fs.fsync_dir(os.path.dirname(os.path.normpath(directory)) or ".")
+                elif not create:   # an existing folder that no segment log ever used is not a log either
+                    try:
+                        names = fs.listdir(directory)
+                    except NotADirectoryError:
+                        raise StoreError(f"{directory} is not a segment log: it is not a directory") from None
+                    if not any(_SEGMENT_NAME.match(n) or n == LOCK_FILE_NAME for n in names):
+                        raise LogNotFoundError(f"no segment log in {directory}: the directory holds no segment "
+                                               f"file ({segment_name(1)}-style) and no {LOCK_FILE_NAME} (pass "
+                                               "create=True to start a new log there)")
                 lock = fs.lock_dir(directory)
         except OSError as exc:
             raise StoreError(f"cannot open segment log {directory}: {exc}") from exc

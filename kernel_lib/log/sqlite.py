@@ -146,6 +146,18 @@ _LAYOUT = Layout(kind="kernel_lib log", label="SQLite log", version=LAYOUT_VERSI
 _SYNC = {AckTier.WRITE: "OFF", AckTier.FDATASYNC: "FULL"}
 
 
+def _empty_file_without_wal(path: Path) -> bool:
+    """A zero-byte regular file with no non-empty ``-wal`` beside it (in WAL mode the main file may
+    stay empty while the ``-wal`` holds every page, so only both empty means "no log here")."""
+    try:
+        if not path.is_file() or path.stat().st_size:
+            return False
+        wal = Path(str(path) + "-wal")
+        return not (wal.is_file() and wal.stat().st_size)
+    except OSError:
+        return False
+
+
 class SQLiteStore(LogStore):
     """The default store. ``SQLiteStore.open(path, create=True)`` starts a new log if the file is
     missing; without ``create`` a missing file is refused (a missing log is not an empty one).
@@ -159,7 +171,8 @@ class SQLiteStore(LogStore):
             ignored with ``read_only`` (a read-only open never creates anything).
 
     Raises:
-        LogNotFoundError: ``path`` does not exist and ``create`` is false (nothing is created).
+        LogNotFoundError: ``path`` does not exist, or is an empty file with no ``-wal``, and
+            ``create`` is false (nothing is created).
         ConfigError: ``create`` is not a bool.
         StoreError: the file is not a database of this layout (nothing is changed), or cannot
             be opened. StoreBusyError: locked past the timeout.
@@ -178,6 +191,9 @@ class SQLiteStore(LogStore):
             raise LogNotFoundError(f"no SQLite log at {self.path}: the file does not exist"
                                    + ("" if self.read_only else " (a missing log is not an empty one; pass "
                                       "create=True to start a new log there)"))
+        if not create and not self.read_only and _empty_file_without_wal(self.path):
+            raise LogNotFoundError(f"no SQLite log at {self.path}: the file is empty and has no -wal beside it (an "
+                                   "empty file is not a log; pass create=True to start a new log in it)")
         self._timeout = busy_timeout_s
         self._wal_path = str(self.path) + "-wal"
         self._immutable = False
