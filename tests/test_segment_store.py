@@ -437,7 +437,7 @@ def test_second_process_is_refused_with_the_holder_named(tmp_path):
     code = textwrap.dedent(f"""
         import sys
         from kernel_lib.log.segment import SegmentStore
-        s = SegmentStore.open({str(tmp_path)!r})
+        s = SegmentStore.open({str(tmp_path)!r}, create=True)
         print("ready", flush=True)
         sys.stdin.readline()
         s.close()

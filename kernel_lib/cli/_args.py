@@ -8,7 +8,8 @@ from kernel_lib.core.events import Event
 from kernel_lib.log.files import load_events
 from kernel_lib.sim.worksheet import worksheet_events
 
-LOG_HELP = ("a .jsonl file of canonical events, a SQLite log file, or a segment-log directory "
+LOG_HELP = ("a .jsonl file of canonical events (each line's digest checked), a SQLite log file, "
+            "or a segment-log directory "
             "(default: the built-in crash-worksheet example trajectory)")
 
 
