@@ -181,12 +181,13 @@ def test_a_line_stripped_of_its_digest_in_a_checked_log_is_refused(tmp_path):
     assert run.returncode == 2 and "carries no digest" in run.stderr
 
 
-def test_a_wrapper_in_another_key_order_or_case_is_still_checked(tmp_path):
-    """Fault: another JSON tool rewrote the wrapper with ``event`` first, or upper-cased the digest.
-    Invariant: the check depends on the digest's value, not on how the wrapper is spelled. Goal:
-    the intact file folds; the same file with a changed event is refused."""
+def test_a_wrapper_in_another_key_order_is_still_checked(tmp_path):
+    """Fault: another JSON tool rewrote the wrapper with ``event`` first. Invariant: the check does
+    not depend on the wrapper's key order (the digest itself must stay as written: lowercase hex, so
+    that a flipped case bit in it is damage too). Goal: the intact file folds; the same file with a
+    changed event is refused; an upper-cased digest is refused."""
     lines = _lines()
-    reordered = [b'{"event":' + e.canonical + b',"digest":"' + e.digest.upper().encode() + b'"}' for e in EVENTS]
+    reordered = [b'{"event":' + e.canonical + b',"digest":"' + e.digest.encode() + b'"}' for e in EVENTS]
     good = tmp_path / "reordered.jsonl"
     good.write_bytes(b"\n".join(reordered) + b"\n")
     assert [e.event_id for e in load_events(good, on_note=lambda _: None)] == [e.event_id for e in EVENTS]
@@ -197,7 +198,11 @@ def test_a_wrapper_in_another_key_order_or_case_is_still_checked(tmp_path):
     bad.write_bytes(b"\n".join(changed) + b"\n")
     with pytest.raises(CorruptLogError, match="reordered_bad.jsonl:4"):
         load_events(bad, on_note=lambda _: None)
-    assert lines  # the writer's own lines are the canonical spelling (checked above)
+    upper = tmp_path / "upper.jsonl"
+    upper.write_bytes(b"\n".join(lines[:1] + [lines[1].replace(EVENTS[1].digest.encode(),
+                                                              EVENTS[1].digest.upper().encode())] + lines[2:]) + b"\n")
+    with pytest.raises(CorruptLogError, match="upper.jsonl:2"):
+        load_events(upper, on_note=lambda _: None)
 
 
 def test_a_flip_that_breaks_the_schema_is_reported_as_a_digest_mismatch(tmp_path):

@@ -107,7 +107,7 @@ def test_torn_tail_cut_mid_record_is_moved_aside_and_called_torn(tmp_path):
 
 
 def test_later_segment_files_behind_a_torn_tail_are_moved_aside_not_deleted(tmp_path):
-    with SegmentStore.open(tmp_path, segment_bytes=1024) as s:
+    with SegmentStore.open(tmp_path, segment_bytes=1024, create=True) as s:
         for i in range(1, 12):
             s.append(ev(i), AckTier.WRITE)
         last = s.end_position[0]

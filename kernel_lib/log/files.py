@@ -81,7 +81,7 @@ def _read_jsonl(path: str, on_note: Callable[[str], None]) -> list[Event]:
             raw, stored = split_jsonl_line(line)
         except KernelError as exc:
             raise type(exc)(f"{path}:{i}: {exc}") from exc
-        if stored is not None and hashlib.sha256(raw).hexdigest() != stored.lower():   # before decoding
+        if stored is not None and hashlib.sha256(raw).hexdigest() != stored:   # before decoding; lowercase hex
             raise CorruptLogError(f"{path}:{i}: the event on this line does not match the digest stored with it "
                                   f"({stored[:16]}...): the line was changed after it was written")
         if stored is None:
