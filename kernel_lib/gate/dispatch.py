@@ -52,11 +52,11 @@ import contextlib
 import contextvars
 import functools
 import inspect
-import math
 import threading
 import time
 from typing import Any, Awaitable, Callable
 
+from kernel_lib._support.checks import finite_or_none
 from kernel_lib.errors import AdmissionDenied, DispatchWithheld, KernelError, StaleRecordError, StoreError
 from kernel_lib.core.crash_positions import Conclusion, CrashPosition, conclude, crash_positions
 from kernel_lib.core.decisions import (
@@ -109,6 +109,11 @@ __all__ = [
 ToolTransport = Callable[[ToolIntent], ToolReply]
 AsyncToolTransport = Callable[[ToolIntent], Awaitable[ToolReply]]
 ModelTransport = Callable[[ContextBuilt], ModelReply]
+
+
+def _recheck_reading(subject_id: str, now: float) -> RuntimeInput:
+    """The clock reading a dispatch-time recheck decided on, as the log records it."""
+    return RuntimeInput(kind="clock", name=RECHECK_CLOCK_INPUT, value={"subject_id": subject_id, "now_unix_s": now})
 
 
 def _serialized(method: Callable[..., Any]) -> Callable[..., Any]:
@@ -259,7 +264,7 @@ class DispatchGate:
             # the decision compares an approval's expiry with the clock (a writer that lost the
             # fence withholds whatever the clock says, so it decides without a reading)
             now = self.clock()
-            if isinstance(now, bool) or not isinstance(now, (int, float)) or not math.isfinite(now):
+            if finite_or_none(now) is None:
                 withhold = Withhold(subject_id, f"the clock returned {now!r:.60}, not a finite number of seconds: "
                                                 "an unreadable clock does not license a dispatch")
                 now = None
@@ -293,8 +298,7 @@ class DispatchGate:
         if now is not None:
             # the reading that licensed this dispatch is recorded before anything leaves, so a
             # replay serves the same value
-            self.append(RuntimeInput(kind="clock", name=RECHECK_CLOCK_INPUT,
-                                     value={"subject_id": subject_id, "now_unix_s": now}))
+            self.append(_recheck_reading(subject_id, now))
         self.on_position("after:recheck", None)
 
     def _record_withheld(self, subject_id: str, attempt_id: str, withhold: Withhold, now: float | None) -> str:
@@ -307,8 +311,7 @@ class DispatchGate:
             return withhold.message + "; not recorded as withheld (this writer lost the fence), so it stays in doubt"
         batch: list[Payload] = []
         if now is not None:
-            batch.append(RuntimeInput(kind="clock", name=RECHECK_CLOCK_INPUT,
-                                      value={"subject_id": subject_id, "now_unix_s": now}))
+            batch.append(_recheck_reading(subject_id, now))
         try:
             self.append(*batch, record)
         except (StoreError, StaleRecordError) as exc:
@@ -501,7 +504,7 @@ class DispatchGate:
         if not resume_reads_clock(self.record):
             return []
         now = self.clock()
-        if isinstance(now, bool) or not isinstance(now, (int, float)) or not math.isfinite(now):
+        if finite_or_none(now) is None:
             return []
         seq = self.log.head + 1
         resolutions = lapsed_approvals(self.record, now, clock_sequence_number=seq)

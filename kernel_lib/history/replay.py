@@ -52,7 +52,6 @@ given, nor about whether the task was done well.
 from __future__ import annotations
 
 import contextlib
-import math
 import os
 import random as _random
 import socket
@@ -66,6 +65,7 @@ import rfc8785
 
 from kernel_lib.core.decisions import RECHECK_CLOCK_INPUT, RESUME_CLOCK_INPUT
 from kernel_lib.gate.dispatch import ModelReply, ToolReply
+from kernel_lib._support.checks import finite_or_none
 from kernel_lib._support.clock import wall_clock
 from kernel_lib.errors import (
     ConfigError, KernelError, LiveCallDuringReplayError, ReplayInputMismatchError, ReplayMismatchError,
@@ -517,9 +517,10 @@ class HarnessRuntime:
 
 
 def _reading(now: Any) -> float:
-    if isinstance(now, bool) or not isinstance(now, (int, float)) or not math.isfinite(now):
+    reading = finite_or_none(now)
+    if reading is None:
         raise ConfigError(f"the clock returned {now!r:.60}, not a finite number of seconds")
-    return float(now)
+    return reading
 
 
 class RecordingRuntime(HarnessRuntime):
