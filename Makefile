@@ -1,6 +1,7 @@
 # durable-agents-lab: set-up and entry points (see README.md).
 #
-#   make lab    set up if needed, then open JupyterLab on notebooks/index.ipynb
+#   make lab    set up if needed, make or refresh the working copy lab/, then open JupyterLab on it
+#   make fresh NB=notebooks/X.ipynb   replace your working copy of one notebook with the course's
 #   make test   set up if needed, then run the whole test suite
 #   make peers  also install the peer runtimes (DBOS, LangGraph) for `bench append`
 #
@@ -20,24 +21,44 @@ PEERS_STAMP := $(VENV)/.installed-peers
 
 LAB_ARGS    ?=
 PYTEST_ARGS ?=
+# `make test` runs independent tests on every logical core (pytest-xdist); tests that share a
+# module-scoped fixture (an etcd cluster, a JupyterLab server) stay on one worker (tests/conftest.py).
+# TEST_WORKERS=0 runs everything in one process.
+TEST_WORKERS ?= logical
 
 # Jupyter refuses to start as root unless told to (containers, CI machines).
 ALLOW_ROOT  := $(if $(filter 0,$(shell id -u)),--allow-root)
-# Given a file, Jupyter would serve only that file's folder; keep the whole project in view.
-LAB_ROOT    := --ServerApp.root_dir="$(CURDIR)"
+# The lab opens the working copy (lab/course, gitignored; kernel_lib/course/lab.py), never the
+# tracked notebooks, so working through the course leaves `git status` clean.
+LAB_COURSE  := $(CURDIR)/lab/course
+LAB_ROOT    := --ServerApp.root_dir="$(LAB_COURSE)"
+# Open on the index; the URL JupyterLab prints (with its token) then leads there too.
+LAB_INDEX   := --LabApp.default_url=/lab/tree/notebooks/index.ipynb
+# On Linux with no display (a server, a container) there is no browser to open: print the URL instead.
+NO_DISPLAY  := $(if $(and $(filter Linux,$(shell uname -s)),$(if $(DISPLAY)$(WAYLAND_DISPLAY),,none)),--no-browser)
 
-.PHONY: help lab test peers setup browser quorum
+.PHONY: help lab lab-copy fresh test peers setup browser quorum
 
 help:
-	@echo "make lab    set up if needed, then open JupyterLab on notebooks/index.ipynb (LAB_ARGS=...)"
-	@echo "make test   set up if needed, then run the test suite (PYTEST_ARGS=...)"
+	@echo "make lab    set up if needed, refresh the working copy lab/, open JupyterLab on it (LAB_ARGS=...)"
+	@echo "make fresh NB=notebooks/X.ipynb   a fresh working copy of one notebook (yours goes to lab/course/backups/)"
+	@echo "make test   set up if needed, then run the test suite on every core (PYTEST_ARGS=..., TEST_WORKERS=0 for one process)"
 	@echo "make peers  install the peer runtimes (DBOS, LangGraph) used by 'bench append'"
 
-lab: $(STAMP) quorum
-	$(VENV)/bin/jupyter lab notebooks/index.ipynb $(LAB_ROOT) $(ALLOW_ROOT) $(LAB_ARGS)
+lab: $(STAMP) quorum lab-copy
+	$(VENV)/bin/jupyter lab $(LAB_ROOT) $(LAB_INDEX) $(ALLOW_ROOT) $(NO_DISPLAY) $(LAB_ARGS)
+
+# Copies notebooks/, exercises/ and solutions/ into lab/course once (a copy you changed is never
+# overwritten) and renders the chapters from ../shared/chapters into lab/course/chapters.
+lab-copy: $(STAMP)
+	$(PY) -m kernel_lib course prepare
+
+fresh: $(STAMP)
+	@if [ -z "$(NB)" ]; then echo "usage: make fresh NB=notebooks/11_4_checkpoints.ipynb" >&2; exit 2; fi
+	$(PY) -m kernel_lib course fresh $(NB)
 
 test: $(STAMP) browser quorum
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 
 peers: $(PEERS_STAMP)
 

@@ -1,7 +1,8 @@
 """The log scrubber as a marimo app: `marimo run apps/scrubber.py` (from the project root).
 
 Slide through a recorded trajectory and see the record a replacement worker would fold at each
-log position (§11.2.1); operations in doubt are highlighted. Set LOG to any log kernel_lib can
+log position (§11.2.1); operations in doubt are highlighted. The page says what to do and what to
+notice (the durable intent, the job handle, the settled result and budget). Set LOG to any log kernel_lib can
 read (a .jsonl file of canonical events, a SQLite log, a segment-log directory).
 """
 
@@ -33,6 +34,19 @@ def _():
 @app.cell
 def _(LOG, LogScrubber, events, load_error, mo):
     title = mo.md("### Log scrubber: the record at each log position (§11.2.1)")
+    guide = mo.md(
+        "**What to do.** Drag the slider, or click it and use the arrow keys: position *n* means the "
+        "first *n* events of the log have been folded, as a replacement worker would fold them after a "
+        "crash at that point.\n\n"
+        "**What to notice.**\n\n"
+        "- Stop where the last event is `ToolIntent`: the test run is written down before it is sent, so "
+        "its row turns yellow, *in doubt*. A worker that crashed here cannot tell whether the job started.\n"
+        "- One step on, `ToolResult` with status accepted: the row now has a job handle, still no outcome. "
+        "The handle is what lets the new worker ask the executor instead of running the tests again.\n"
+        "- The next `ToolResult` (completed) settles the doubt; only the `BudgetSettled` after it "
+        "releases the money held for the call in the budget line: evidence and money are separate events.\n"
+        "- The model call is in doubt too, between `ContextBuilt` and `ModelReplied`.\n"
+        "- Move back and forth: the same position always shows the same record (the fold reads only the log).")
     if load_error:
         scrubber = None
         page = mo.vstack([title, mo.callout(mo.md(f"**Cannot load `{LOG}`.** {load_error}\n\n"
@@ -40,7 +54,7 @@ def _(LOG, LogScrubber, events, load_error, mo):
                                                   "a SQLite log or a segment-log directory."), kind="danger")])
     else:
         scrubber = mo.ui.anywidget(LogScrubber(events, position=0))
-        page = mo.vstack([title, scrubber])
+        page = mo.vstack([title, guide, scrubber])
     page  # noqa: B018  marimo displays a cell's last expression
     return (scrubber,)
 

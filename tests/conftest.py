@@ -25,7 +25,12 @@ def own_system_temp(tmp_path_factory):
     at a folder inside this session's pytest base folder, for the suite and every process it starts
     (workers, executors, etcd members, notebook kernels, JupyterLab). Anything the kernel keeps in
     "the system temporary folder" (``kl-etcd-*`` cluster folders, scratch workspaces, bench folders)
-    is then invisible to another run of the suite, or any other program, on the same machine."""
+    is then invisible to another run of the suite, or any other program, on the same machine.
+
+    Under pytest-xdist (``make test`` runs ``-n logical``) each worker is its own session with its
+    own base folder (``<basetemp>/gw0``, ``<basetemp>/gw1``, ...), so each worker gets its own
+    system temporary folder too: a sweep of stale ``kl-etcd-*`` folders in one worker never sees
+    the clusters of the other (tests/test_suite_parallel.py checks this)."""
     own = tmp_path_factory.mktemp("system-temp", numbered=False)
     saved_env, saved_dir = os.environ.get("TMPDIR"), tempfile.tempdir
     os.environ["TMPDIR"], tempfile.tempdir = str(own), str(own)
@@ -62,3 +67,63 @@ def durable_store_kind(request):
 
 # real-browser fixtures (Debian chromium + Playwright; JupyterLab on a temp copy of notebooks/)
 from tests.browser_support import browser, lab  # noqa: E402,F401
+
+
+def _shared_scope_fixtures(item) -> list[str]:
+    """Names of the fixtures of ``item`` that live longer than one test (module or class scope).
+    pytest's own class fixture of every unittest.TestCase (hypothesis state machines) is left out:
+    such a class holds one test, and grouping it would only tie unrelated machines to one worker."""
+    info = getattr(item, "_fixtureinfo", None)
+    if info is None:
+        return []
+    return [name for name, defs in info.name2fixturedefs.items()
+            if defs and defs[-1].scope in ("module", "class") and not name.startswith("_unittest_")]
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    """Under ``--dist loadgroup`` (``make test``), the tests of one module that share a module- or
+    class-scoped fixture (an etcd cluster, a JupyterLab server, a browser, an executor, a recorded
+    example) run on one worker, so that fixture is built once per run, not once per worker that
+    happens to receive one of them. The other tests of the module are spread over the workers one
+    by one. Runs before xdist's own hook, which turns these marks into the ``@group`` node ids."""
+    for item in items:
+        if _shared_scope_fixtures(item) and not any(True for _ in item.iter_markers("xdist_group")):
+            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::", 1)[0]))
+
+
+def _suffix_group_ids(config, items) -> None:
+    """In an xdist worker under ``--dist loadgroup``, end each grouped test's node id with
+    ``@<group>``, which is how the controller's scheduler recognises a group. pytest-xdist 3.8 does
+    this by writing ``item._nodeid``, which pytest 9.2's structured node ids no longer read, so the
+    groups are silently lost (pytest-dev/pytest-xdist#1386). This does the same on the structured
+    id, and does nothing when xdist already did it (older pytest, or a fixed xdist)."""
+    if not getattr(config.option, "loadgroup", False):
+        return
+    for item in items:
+        names = sorted({str(m.args[0] if m.args else m.kwargs.get("name", "default"))
+                        for m in item.iter_markers("xdist_group")})
+        if not names:
+            continue
+        suffix = "@" + "_".join(names)
+        if item.nodeid.endswith(suffix):
+            continue
+        grouped = item.nodeid + suffix
+        if hasattr(item, "_id"):
+            from _pytest.nodeid import NodeId
+            item._id = NodeId.parse(grouped)
+        else:       # pragma: no cover - pytest before structured node ids
+            item._nodeid = grouped
+
+
+class _GroupIdsAfterXdist:
+    """Runs :func:`_suffix_group_ids` after every other collection hook, xdist's included."""
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_modifyitems(self, config, items):
+        _suffix_group_ids(config, items)
+
+
+def pytest_configure(config):
+    if not config.pluginmanager.has_plugin("dal-xdist-group-ids"):
+        config.pluginmanager.register(_GroupIdsAfterXdist(), "dal-xdist-group-ids")

@@ -408,8 +408,12 @@ def test_turns_are_capped_to_what_stays_interactive():
     assert time.perf_counter() - t0 < 2
     assert "interactively" in w.error and f"{MAX_TURNS:,}" in w.error and w.revision == rev
     w.update(turns=MAX_TURNS, failure_rate_per_turn=2 * MAX_TRACE_CRASHES / MAX_TURNS)
-    assert "Poisson trace" in w.error and "interactively" in w.error and w.revision == rev
+    assert "Poisson trace" in w.error and "interactively" in w.error
+    # the refused rate keeps its last good value; the accepted length of the trajectory is applied
+    assert w.invalid.keys() == {"failure_rate_per_turn"} and w.revision == rev + 1
+    assert w.view.givens["turns"] == MAX_TURNS and w.view.givens["failure_rate_per_turn"] == DEFAULTS[
+        "failure_rate_per_turn"]
     w.update(turns=MAX_TURNS, failure_rate_per_turn=0.05)    # 5000 expected crashes: accepted
-    assert w.error == "" and w.revision == rev + 1 and w.view.trace.turns == MAX_TURNS
+    assert w.error == "" and w.revision == rev + 2 and w.view.trace.turns == MAX_TURNS
     # without a trace the cap still applies (a redraw is promised to be interactive)
     assert CadenceExplorer(draw_svg=False, turns=MAX_TURNS + 1).error.startswith("turns = ")

@@ -34,7 +34,7 @@ def test_session_start_crash_recover_reconcile(tmp_path):
         assert rec["in_doubt"] == ["test_r18"] and op["status"] == "in_doubt" and op["attempt_id"] == "attempt1"
         assert rec["budget"]["outstanding_reservations_usd"] > 0 and op["outcome"] is None
         assert s.model["recorded_reply"] != s.model["fresh_reply"]
-        done = s.reconcile(timeout_s=30)
+        done = s.reconcile(timeout_s=120)     # a bound: on a loaded machine the test job may take > 30 s
         assert done["in_doubt"] == [] and done["operations"]["test_r18"]["status"] == "established"
         assert done["actions"]["test_r18"]["signature_verified"] is True
         pids, work = list(s.pids), s.workdir
@@ -188,3 +188,137 @@ def test_session_creates_its_workdir_and_checks_arguments(tmp_path):
         s.start(pause_at="Authorized")
         assert s.workdir is not None and s.workdir.parent == tmp_path / "a" / "b"
         s.crash()
+
+
+def test_recover_after_a_kill_at_position_0_says_what_the_empty_log_holds(tmp_path):
+    """Fault model: the worker is SIGKILLed before its first event is durable (log position 0).
+    Invariant: recover and reconcile report what the surviving log holds (nothing: no operation,
+    no reservation, test_r18 absent), not "start a run and crash it first", which is what the
+    student just did. Goal: the panel's messages match what just happened."""
+    s = WorksheetSession(store_kind="sqlite", seed=0, test_delay_s=0.0, workdir=tmp_path)
+    try:
+        w = CrashPanel(s)
+        w.command = {"action": "start", "n": 1}
+        w.command = {"action": "crash", "n": 2}           # python has not even imported kernel_lib yet
+        assert w.error == "" and w.last_result["log_position"] == 0 and s.events() == []
+        w.command = {"action": "recover", "n": 3}
+        assert w.error == "" and "start a run" not in w.summary
+        assert "holds no event" in w.summary and w.last_result["in_doubt"] == [] and w.operations == []
+        assert w.status.endswith("recover: the surviving log is empty, nothing to rebuild")
+        w.command = {"action": "reconcile", "n": 4}
+        assert w.error == "" and w.last_result["actions"]["test_r18"]["action"] == "absent"
+        assert "test_r18: absent: test_r18 was never proposed" in w.summary
+        w.command = {"action": "start", "n": 5}            # read: a new run needs no confirmation
+        assert w.error == "" and s.worker_running()
+    finally:
+        s.close()
+
+
+def test_status_line_follows_recover_and_reconcile(tmp_path):
+    """Situation: crash after ToolResult, then recover, then reconcile. Invariant: the status line
+    says which replacement step ran last and what it left in doubt (not only the kill).
+    Goal: the status line matches the summary."""
+    s = WorksheetSession(store_kind="sqlite", seed=0, test_delay_s=DELAY_S, workdir=tmp_path)
+    try:
+        w = CrashPanel(s, reconcile_timeout_s=120)     # a bound: it waits only while the test job runs
+        w.command = {"action": "crash_at", "position": "ToolResult", "n": 1}
+        assert w.status.endswith("not recovered yet")
+        w.command = {"action": "recover", "n": 2}
+        assert w.status.endswith("a replacement folded the surviving log: in doubt: test_r18")
+        w.command = {"action": "reconcile", "n": 3}
+        assert w.error == "" and w.last_result["in_doubt"] == []
+        epoch = s.last_replacement["owner_epoch"]
+        assert epoch == 1                    # the first replacement to take ownership installs owner_epoch 1
+        assert w.status.endswith(f"reconciled by a replacement (owner_epoch {epoch}): in doubt: none")
+        assert s.status() == w.status
+    finally:
+        s.close()
+
+
+def test_the_panel_redraws_as_closed_when_its_session_closes(tmp_path):
+    """Situation: the session is closed from code (or by the kernel's exit), not through the panel.
+    Invariant: the panel's state follows the session without a click. Goal: no stale buttons-ready
+    view of a session that is gone."""
+    s = WorksheetSession(store_kind="sqlite", seed=0, test_delay_s=0.0, workdir=tmp_path)
+    w = CrashPanel(s)
+    w.command = {"action": "crash_at", "position": "Authorized", "n": 1}
+    assert w.log_tail and "SIGKILL" in w.status
+    s.close()
+    assert w.status == "closed" and w.log_tail == [] and w.operations == []
+
+
+def test_absent_reads_the_same_in_the_panel_and_the_cli(tmp_path):
+    """Situation: a kill right after TaskStarted, so test_r18 was never proposed; reconcile.
+    Invariant: the panel and the CLI's worksheet report print the same reading of that action
+    (kernel_lib.live.session.action_reading: the action and its note), not a bare "absent".
+    Goal: one wording for one state."""
+    import subprocess
+    import sys
+
+    from kernel_lib.live.session import action_reading
+
+    s = WorksheetSession(store_kind="sqlite", seed=0, test_delay_s=0.0, workdir=tmp_path)
+    try:
+        w = CrashPanel(s)
+        w.command = {"action": "crash_at", "position": "TaskStarted", "n": 1}
+        w.command = {"action": "reconcile", "n": 2}
+        act = w.last_result["actions"]["test_r18"]
+        reading = action_reading(act)
+        assert act["action"] == "absent" and act["note"] and reading == f"absent: {act['note']}"
+        assert f"test_r18: {reading}" in w.summary
+    finally:
+        s.close()
+    env = {**__import__("os").environ, "TMPDIR": str(tmp_path)}
+    out = subprocess.run([sys.executable, "-m", "kernel_lib", "worksheet", "--crash-after", "TaskStarted",
+                          "--test-delay-s", "0"], capture_output=True, text=True, timeout=300, env=env)
+    assert out.returncode == 0, out.stderr
+    assert f"reconciled: {reading}" in out.stdout.splitlines()
+
+
+@pytest.mark.parametrize("bad, says", [(3.5, "got a float"), (99, "not one of"), (None, "got a NoneType"),
+                                       ("Lunch", "not one of"), ([1], "got a list")])
+def test_a_wrong_position_set_from_code_is_the_widgets_message(tmp_path, bad, says):
+    """Situation: code sets ``panel.position`` to a wrong type or an unknown point.
+    Invariant: no TraitError or traceback; the position keeps its previous value; ``error`` says
+    why in the panel's words. Goal: code and clicks get the same kind of message."""
+    s = WorksheetSession(store_kind="sqlite", seed=0, test_delay_s=0.0, workdir=tmp_path)
+    try:
+        w = CrashPanel(s)
+        w.position = 3                                  # a log position is a valid spec: stored by name
+        assert w.position == "BudgetReserved#1" and w.error == ""
+        w.position = bad
+        assert w.position == "BudgetReserved#1"
+        assert w.error.startswith("position: crash position") and says in w.error
+        assert "kept BudgetReserved#1" in w.error
+    finally:
+        s.close()
+
+
+def test_after_run_all_the_notebook_leaves_the_panel_ready_to_use(tmp_path, monkeypatch):
+    """Situation: a student runs every cell of notebook 11.1 and then uses the panel.
+    Invariant: the scripted demo leaves no message in the panel, the session is still open, and
+    a click on start starts a worker (today's last cell closed the session, so start said so).
+    Goal: Run All, then play."""
+    import json
+    from pathlib import Path
+
+    import nbformat
+    from nbclient import NotebookClient
+
+    monkeypatch.setenv("TMPDIR", str(tmp_path))           # the session's work directory goes here
+    nb_path = Path(__file__).resolve().parents[1] / "notebooks" / "11_1_worker_failure.ipynb"
+    nb = nbformat.read(nb_path, as_version=4)
+    nb.cells.append(nbformat.v4.new_code_cell(
+        "import json as _j\n"
+        "_before = {'error': panel.error, 'status': panel.status, 'session': session.status()}\n"
+        "panel.command = {'action': 'start', 'n': 100}\n"
+        "_after = {'error': panel.error, 'status': panel.status, 'running': session.worker_running()}\n"
+        "session.close()\n"
+        "print(_j.dumps({'before': _before, 'after': _after, 'closed': panel.status}))"))
+    NotebookClient(nb, timeout=600, kernel_name="python3",
+                   resources={"metadata": {"path": str(nb_path.parent)}}).execute()
+    out = json.loads("".join(o.get("text", "") for o in nb.cells[-1].outputs if o.output_type == "stream"))
+    assert out["before"]["error"] == "" and out["before"]["session"] != "closed"
+    assert "reconciled by a replacement" in out["before"]["status"]
+    assert out["after"]["error"] == "" and out["after"]["running"] and "running" in out["after"]["status"]
+    assert out["closed"] == "closed"

@@ -240,7 +240,8 @@ def test_an_intent_recorded_without_a_key_decodes_folds_and_a_new_attempt_gets_t
     else:
         gate.run_tool(retry, endpoint)
         new = [e for e in old.read(TRAJ) if e.event_type == "ToolIntent"][-1]
-        assert new.schema_version == 2 and endpoint.keys_received == [idempotency_key(TRAJ, "write_chunk_7")]
+        assert new.schema_version == ToolIntent.schema_version
+        assert endpoint.keys_received == [idempotency_key(TRAJ, "write_chunk_7")]
 
 
 # --- the live executor: the key over HTTP -----------------------------------------------------------

@@ -202,7 +202,7 @@ def test_moved_classes_keep_their_bases_and_one_identity():
 
 
 def _fake_cli(monkeypatch, exc: BaseException) -> None:
-    def build_parser() -> argparse.ArgumentParser:
+    def build_parser(only: str | None = None) -> argparse.ArgumentParser:
         ap = argparse.ArgumentParser(prog="python -m kernel_lib")
         sub = ap.add_subparsers(dest="command")
         cmd = sub.add_parser("step")

@@ -1,18 +1,20 @@
-"""Every notebook runs top to bottom headless (papermill), as CI and instructors run them; nbval then
-re-runs each one and compares the cells tagged ``nbval-check-output`` with the outputs stored in the
-committed notebook (``tools/stable_outputs.py`` refreshes those outputs)."""
+"""Every notebook runs top to bottom headless under nbval, as CI and instructors run them: a cell that
+raises fails the run, the cells tagged ``nbval-check-output`` are compared with the outputs stored in
+the committed notebook (``tools/stable_outputs.py`` refreshes those outputs), and no executed output
+may need the internet to display (the plugin tests/nbval_offline.py). One execution per notebook
+checks all three (issue 15: it used to run once under papermill and once more under nbval)."""
 
 from __future__ import annotations
 
 import copy
 import importlib.util
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 import nbformat
-import papermill as pm
 import pytest
 
 from tests.helpers import network_dependent_outputs
@@ -33,20 +35,12 @@ def _is_stable(cell) -> bool:
 
 def _nbval(path: Path, cwd: Path) -> subprocess.CompletedProcess:
     # nbval starts the kernel in the notebook's own folder, so relative dataset paths resolve as in
-    # JupyterLab; --nbval-current-env runs that kernel on this interpreter (the project's .venv).
+    # JupyterLab; --nbval-current-env runs that kernel on this interpreter (the project's .venv);
+    # tests.nbval_offline fails a cell whose outputs would load scripts from the internet.
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
     return subprocess.run([sys.executable, "-m", "pytest", "--nbval-lax", "--nbval-current-env", "--color=no",
-                           "-p", "no:cacheprovider", "-q", str(path)],
-                          cwd=cwd, capture_output=True, text=True, timeout=1200)
-
-
-@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
-def test_notebook_runs_headless(path, tmp_path):
-    out = tmp_path / path.name
-    pm.execute_notebook(str(path), str(out), cwd=str(path.parent), kernel_name="python3", progress_bar=False)
-    nb = nbformat.read(out, as_version=4)
-    errors = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []) if o.output_type == "error"]
-    assert not errors
-    assert not network_dependent_outputs(nb)          # charts must draw offline (no CDN scripts)
+                           "-p", "no:cacheprovider", "-p", "tests.nbval_offline", "-q", str(path)],
+                          cwd=cwd, env=env, capture_output=True, text=True, timeout=1200)
 
 
 def test_committed_notebooks_carry_no_error_outputs():
@@ -84,6 +78,20 @@ def test_stable_outputs_reproduce_under_nbval(path, tmp_path):
     assert proc.returncode == 0, f"nbval failed on {path.name}:\n{proc.stdout}\n{proc.stderr}"
     left = {p.name for p in path.parent.iterdir()} - before
     assert not left, f"nbval's run of {path.name} left files in notebooks/: {sorted(left)}"
+
+
+def test_the_nbval_run_fails_a_cell_that_raises_or_needs_the_internet(tmp_path):
+    """The run above can fail for the two reasons papermill's run used to check: an untagged cell
+    that raises, and an untagged cell that shows a chart loading Vega from a CDN."""
+    cdn = ('from IPython.display import HTML, display\n'
+           'display(HTML(\'<script src="https://cdn.jsdelivr.net/npm/vega@5"></script><div>chart</div>\'))')
+    for name, source, expect in [("raises.ipynb", "raise RuntimeError('a broken cell')", "a broken cell"),
+                                 ("cdn.ipynb", cdn, "would need the internet")]:
+        nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("x = 1"), nbformat.v4.new_code_cell(source)])
+        nbformat.write(nb, tmp_path / name)
+        proc = _nbval(tmp_path / name, tmp_path)
+        assert proc.returncode != 0 and expect in proc.stdout, f"{name}:\n{proc.stdout}\n{proc.stderr}"
+        assert "1 failed, 1 passed" in proc.stdout, proc.stdout
 
 
 def test_nbval_check_fails_on_an_altered_stable_output(tmp_path):

@@ -109,6 +109,13 @@ def test_the_sweep_kills_at_every_position_and_counts_at_the_executor(store):
         # recovery invented nothing: nothing is established unless its evidence survived or was reconciled
         if not accepted:
             assert run["reconciled"][OPERATION] in ("absent", "not dispatched", "kept in doubt")
+    # one durable barrier per step: some kills fall after deferred evidence and before the next
+    # barrier; a SIGKILL (process crash) loses none of it, so the replacement finds it all
+    deferred_kills = [run for run in r["runs"] if run["deferred_uncovered_at_kill"]]
+    assert {run["position"] for run in deferred_kills} == {k for k in kills
+                                                          if any(q.deferred and q.durable_at == k for q in points)}
+    assert deferred_kills and all(run["deferred_lost"] == [] for run in r["runs"])
+    assert all(run["recovered_log_position"] == run["position"] for run in r["runs"])
     assert r["invocations"][OPERATION] == max(run["invocations"][OPERATION]["invocations"] for run in r["runs"])
     assert r["violations"] == [] and r["errors"] == [] and r["ok"] is True
     assert "model_call_1" in r["not_counted"]

@@ -89,7 +89,8 @@ class KernelWidget(anywidget.AnyWidget):
 
     Subclass with ``static="<name>"`` to load ``static/<name>.js`` (after ``_shared.js``) and
     ``static/<name>.css``. Every widget has an ``error`` trait: why the last input was refused
-    ("" when it was not).
+    ("" when it was not). A trait assigned a value of the wrong type from code is refused the
+    same way (:meth:`type_refusal`), never with a raw ``TraitError``.
     """
 
     static_name: ClassVar[str | None] = None
@@ -109,6 +110,33 @@ class KernelWidget(anywidget.AnyWidget):
             _LIVE.add(self)
             if os.environ.get("ANYWIDGET_HMR") == "1":
                 _watch_static()
+
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        """A trait set from code to a value of the wrong type (``scrubber.position = "5"``,
+        ``planner.preset = 3``) is refused with this widget's own message in ``error`` and keeps
+        its value, instead of raising traitlets' ``TraitError`` into the notebook."""
+        try:
+            super().__setattr__(name, value)
+        except traitlets.TraitError:
+            if name.startswith("_") or not self.has_trait(name):
+                raise
+            message = self.type_refusal(name, value)
+            self.error = message
+            self.__dict__["_type_refusal"] = (name, message)
+            return
+        refused = self.__dict__.get("_type_refusal")
+        if refused is not None and refused[0] == name:     # a good value now: the old message is stale
+            self.__dict__["_type_refusal"] = None
+            if self.error == refused[1]:
+                self.error = ""
+
+    def type_refusal(self, name: str, value: Any) -> str:
+        """The ``error`` text for trait ``name`` set to ``value`` of a type it does not take."""
+        trait = self.traits()[name]
+        return clip(f"{type(self).__name__}.{name} = {clip(repr(value), 60)} was refused: {name} takes "
+                    f"{trait.info()}, not {type(value).__name__}; it stays {clip(repr(getattr(self, name)), 60)}",
+                    400)
 
 
 def reload_static() -> int:

@@ -45,14 +45,17 @@ Outputs (traits the JavaScript draws):
   :class:`kernel_lib.cadence.Quantity` (from :func:`~kernel_lib.cadence.measure_reconstruction` or
   :func:`~kernel_lib.cadence.resolve_pause`) for a given to show it as measured, with its method;
   moving that slider afterwards makes it a given again.
-* ``error``: why the last change was refused; ``notice``: why the charts are not drawn (the SVG
-  engine is missing); ``revision``: bumped after each accepted change.
+* ``error``: why the last change was refused; ``invalid``: the refused givens, name -> why (their
+  boxes are marked); ``notice``: why the charts are not drawn (the SVG engine is missing);
+  ``revision``: bumped after each evaluation.
 
 Bad input never raises: a negative pause, a zero rate, a stride below 1 or above N, NaN, an empty
 box, a non-number, or a number outside the range kernel_lib accepts for that given (e.g. a pause of
 ``10**400`` s or a rate of ``1e-320`` per turn: see :data:`kernel_lib.cadence.formulas.RANGES`), set
-from Python or typed in the widget, puts a message naming the given in ``error`` and leaves the
-charts and readout of the last good givens in place. Any real number type is accepted (numpy
+from Python or typed in the widget, puts a message naming the given in ``error``, lists it in
+``invalid`` (the widget marks its box) and keeps its last good value in the charts and readout;
+the other givens still apply, so moving another slider while one box is wrong redraws with it.
+Any real number type is accepted (numpy
 scalars too) and synced as a plain ``int`` or ``float``.
 
 Interactive limits: the explorer recomputes everything on every change, so it refuses ``turns``
@@ -111,6 +114,12 @@ MAX_STORAGE_POINTS = 300
 MAX_TURNS = 100_000
 #: Most crashes a ``poisson_seed`` trace may be expected to hold (turns x rate); about 1 s per redraw.
 MAX_TRACE_CRASHES = 10_000
+
+#: The overhead chart's foot lies this factor below its lowest curve minimum or point, to hold the k* labels.
+LABEL_ROOM = 4.0
+LABEL_FONT_PX = 11
+LABEL_PAD_PX = 3
+LABEL_LINE_PX = 13
 
 LOGGED = "logged turns (R)"
 UNLOGGED = "unlogged turns (Re)"
@@ -327,7 +336,7 @@ def explore(givens: Mapping[str, Any] | None = None, *, trace: CrashTrace | None
     at_stride = [stride_overhead_s_per_turn(k, C, lam, cost) for cost in (R, Re)]
     shown = [o["overhead_s_per_turn"] for o in optima] + at_stride + [p["overhead_s_per_turn"] for p in points]
     shown = [v for v in shown if v > 0]
-    y_domain = [min(shown) / 2.0, max(shown) * 3.0]
+    y_domain = [min(shown) / LABEL_ROOM, max(shown) * 3.0]
     overhead_spec = _overhead_chart(curve, optima, bands, points, k, (x_lo, x_hi), y_domain, g, sources, trace,
                                     band).to_dict(validate=validate_specs)
 
@@ -403,8 +412,9 @@ def _overhead_chart(curve, optima, bands, points, k, x_domain, y_domain, g, sour
     x_scale = alt.Scale(type="log", domain=list(x_domain), nice=False)
     x_title = "stride k (turns between checkpoints, log scale)"
     x = alt.X("stride_turns:Q", title=x_title, scale=x_scale)
-    y = alt.Y("overhead_s_per_turn:Q", title="seconds lost per turn (log scale)",
-              scale=alt.Scale(type="log", domain=list(y_domain), nice=False))
+    y_title = "seconds lost per turn (log scale)"
+    y_scale = alt.Scale(type="log", domain=list(y_domain), nice=False)
+    y = alt.Y("overhead_s_per_turn:Q", title=y_title, scale=y_scale)
     layers = [
         alt.Chart(alt.Data(values=curve)).mark_line(clip=True).encode(x=x, y=y, color=color),
         alt.Chart(alt.Data(values=bands)).mark_rect(opacity=0.12, clip=True).encode(
@@ -413,9 +423,14 @@ def _overhead_chart(curve, optima, bands, points, k, x_domain, y_domain, g, sour
             x=alt.X("stride_turns:Q", scale=x_scale, title=x_title)),
         alt.Chart(alt.Data(values=optima)).mark_point(shape="diamond", size=110, filled=True, clip=True).encode(
             x=x, y=y, color=color),
-        alt.Chart(alt.Data(values=optima)).mark_text(dy=-12, fontSize=11, clip=True).encode(
-            x=x, y=y, text="label:N", color=color),
     ]
+    # the k* labels sit at the foot of the plot, in their band, one line apart: the curves, the
+    # diamonds and the trace's points all lie at least a factor LABEL_ROOM above the foot (y_domain),
+    # so a label never covers a point, whatever the givens
+    for i, opt in enumerate(optima):
+        layers.append(alt.Chart(alt.Data(values=[{**opt, "label_y": y_domain[0]}])).mark_text(
+            baseline="bottom", dy=-(LABEL_PAD_PX + LABEL_LINE_PX * i), fontSize=LABEL_FONT_PX, clip=True).encode(
+            x=x, y=alt.Y("label_y:Q", scale=y_scale, title=y_title), text="label:N", color=color))
     if points:
         layers += [
             alt.Chart(alt.Data(values=points)).mark_circle(size=18, opacity=0.7, clip=True).encode(
@@ -503,6 +518,8 @@ class CadenceExplorer(KernelWidget, static="cadence_explorer"):
     overhead_svg = traitlets.Unicode("").tag(sync=True)
     storage_svg = traitlets.Unicode("").tag(sync=True)
     revision = traitlets.Int(0).tag(sync=True)
+    #: The givens refused at the last change, name -> why; their boxes are marked in the widget.
+    invalid = traitlets.Dict().tag(sync=True)
     # Python only
     trace = traitlets.Instance(CrashTrace, allow_none=True)
     poisson_seed = traitlets.Int(None, allow_none=True)
@@ -511,6 +528,7 @@ class CadenceExplorer(KernelWidget, static="cadence_explorer"):
                  **givens: Any):
         self._quantities: dict[str, Quantity] = {}
         self._invalid: dict[str, Any] = {}
+        self._shown_inputs: tuple | None = None
         self._ready = False
         self.draw_svg = draw_svg
         self.view: CadenceView | None = None
@@ -610,15 +628,49 @@ class CadenceExplorer(KernelWidget, static="cadence_explorer"):
         if self._ready:
             self._recompute()
 
+    def _fallback(self, name: str) -> float | int:
+        """The value a refused given is replaced by: the last good one, or its default."""
+        return self.view.givens[name] if self.view is not None else DEFAULTS[name]
+
     def _recompute(self, extra: Mapping[str, Any] | None = None) -> bool:
+        """Evaluate the givens and publish the result. A refused given does not hold the others
+        back: it is listed in ``invalid`` (its box is marked), the charts use its last good value,
+        and every other given's change is applied. Returns True when no given was refused."""
         givens = {**self._givens(), **(extra or {})}
-        try:
-            view = explore(givens, trace=self.trace, poisson_seed=self.poisson_seed)
-        except (CadenceError, ValueError, TypeError) as exc:
-            self.error = self._refusal(exc)
+        bad: dict[str, str] = {}
+        for name in GIVENS:          # each given on its own, so every bad box is named at once
+            raw = givens[name].value if isinstance(givens[name], Quantity) else givens[name]
+            try:
+                _check(name, raw)
+            except CadenceParameterError as exc:
+                bad[name] = str(exc)
+        if bad and self.view is None:    # no last good value to fall back on: no chart until fixed
+            first = next(iter(bad))
+            self.error = self._refusal(CadenceParameterError("; ".join(bad.values()), name=first))
+            self.invalid = dict(bad)
             return False
-        except Exception as exc:     # a bug must not become a traceback in the notebook either
-            self.error = f"could not compute the charts ({type(exc).__name__}): {exc}"
+        view = None
+        for _ in range(len(GIVENS) + 1):  # then the checks that involve more than one given
+            usable = {n: (self._fallback(n) if n in bad else v) for n, v in givens.items()}
+            if bad and self._same_inputs(usable):      # nothing else changed: keep the charts as they are
+                self.error, self.invalid = self._partial_refusal(bad, self.view), dict(bad)
+                return False
+            try:
+                view = explore(usable, trace=self.trace, poisson_seed=self.poisson_seed)
+                break
+            except CadenceParameterError as exc:
+                if exc.name in GIVENS and exc.name not in bad:
+                    bad[exc.name] = str(exc)
+                    continue
+                self.error, self.invalid = self._refusal(exc), dict(bad)
+                return False
+            except (CadenceError, ValueError, TypeError) as exc:
+                self.error, self.invalid = self._refusal(exc), dict(bad)
+                return False
+            except Exception as exc:     # a bug must not become a traceback in the notebook either
+                self.error = f"could not compute the charts ({type(exc).__name__}): {exc}"
+                return False
+        if view is None:                 # pragma: no cover - every pass adds a name, so the loop ends first
             return False
         svg_a = svg_b = ""
         notice = ""
@@ -631,15 +683,37 @@ class CadenceExplorer(KernelWidget, static="cadence_explorer"):
             except Exception as exc:
                 notice = f"charts not drawn ({type(exc).__name__}): {exc}"
         self.view = view
+        self._shown_inputs = self._inputs(usable)
         with self.hold_sync():
             self.overhead_spec, self.storage_spec = view.overhead_spec, view.storage_spec
             self.overhead_svg, self.storage_svg = svg_a, svg_b
             self.readout, self.readout_lines = view.readout, view.readout_lines
             self.sources = view.sources
             self.notice = notice
-            self.error = ""
+            self.invalid = dict(bad)
+            self.error = self._partial_refusal(bad, view) if bad else ""
             self.revision += 1
-        return True
+        return not bad
+
+    def _inputs(self, givens: Mapping[str, Any]) -> tuple:
+        sources = tuple(n for n, v in givens.items() if isinstance(v, Quantity))
+        return check_givens(givens), self.trace, self.poisson_seed, sources
+
+    def _same_inputs(self, usable: Mapping[str, Any]) -> bool:
+        """Would ``usable`` give the view already shown (same numbers, trace, seed and measured set)?"""
+        if self.view is None or self._shown_inputs is None:
+            return False
+        try:
+            return self._inputs(usable) == self._shown_inputs
+        except CadenceParameterError:
+            return False
+
+    @staticmethod
+    def _partial_refusal(bad: Mapping[str, str], view: CadenceView) -> str:
+        kept = ", ".join(f"{n} = {view.givens[n]:g}" for n in bad)
+        return (f"{'; '.join(bad.values())}. Until {'it is' if len(bad) == 1 else 'they are'} fixed the charts "
+                f"keep the last valid givens for {'it' if len(bad) == 1 else 'them'} ({kept}); every other given "
+                f"is applied")
 
     def _refusal(self, exc: Exception) -> str:
         if self.view is None:

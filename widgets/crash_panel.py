@@ -20,7 +20,13 @@ admission). A ``position`` is resolved and validated in Python
 (:meth:`~kernel_lib.live.session.WorksheetSession.resolve_point`: ``N``, ``TYPE#K`` or ``TYPE``), and
 the trait then holds the point's NAME. A step that cannot run (crash with no worker, recover
 before any log exists, an unknown action or position) becomes a message in ``error``; it never
-raises into the notebook.
+raises into the notebook. So does a wrong value set on ``position`` from code (``panel.position = 99``
+or ``= 3.5``): the trait keeps its previous value and ``error`` says why, instead of a TraitError.
+
+The panel follows its session: when the session is closed (by code, or by the kernel's exit) the
+panel redraws as ``closed``. After a kill at log position 0 (nothing durable yet) ``recover`` says
+the surviving log is empty rather than refusing; a reconciliation's actions are written with
+:func:`kernel_lib.live.session.action_reading`, the same words as the CLI's ``worksheet`` report.
 """
 
 from __future__ import annotations
@@ -29,10 +35,11 @@ from typing import Any
 
 import traitlets
 
-from kernel_lib.errors import UnknownCrashPointError, UnrecoveredRunError
-from kernel_lib.live.session import WorksheetSession
+from kernel_lib.errors import ConfigError, UnknownCrashPointError, UnrecoveredRunError
+from kernel_lib.live.session import WorksheetSession, action_reading
 from widgets._base import CommandWidget, clip
 from widgets.scrubber import record_view
+from widgets.tables import money_text
 
 ACTIONS = ("start", "crash", "crash_at", "recover", "reconcile", "refresh")
 
@@ -43,7 +50,19 @@ def _short(text: str, limit: int = 120) -> str:
 
 
 def _usd(x: Any) -> str:
-    return f"{float(x or 0):.4g} USD"
+    return money_text(float(x or 0))
+
+
+class _AnyPosition(traitlets.Any):
+    """A trait taking any value, None included, through its ``@validate`` hook (``Any`` passes None
+    by without validating it)."""
+
+    allow_none = False
+
+
+def _empty_log(report: dict[str, Any]) -> dict[str, Any]:
+    """The ``surviving_events`` / ``note`` keys a report on an empty surviving log carries."""
+    return {k: report[k] for k in ("surviving_events", "note") if k in report}
 
 
 def summarize(result: dict[str, Any]) -> str:
@@ -55,15 +74,19 @@ def summarize(result: dict[str, Any]) -> str:
     if action in ("crash", "crash_at"):
         running = result.get("job_running_at_crash")
         job = result.get("job_handle")
-        return (f"worker {result.get('worker_pid')} killed by {result.get('signal')} at log position "
-                f"{result.get('log_position')}; executor job {job or '(none)'} "
-                f"{'still running' if running else 'not running'} at the crash")
+        at = (f"worker {result.get('worker_pid')} killed by {result.get('signal')} at log position "
+              f"{result.get('log_position')}")
+        if job is None:
+            return at + "; the executor holds no job for test_r18 at the crash"
+        return at + f"; executor job {job} {'still running' if running else 'not running'} at the crash"
     if action in ("recover", "reconcile"):
+        acts = "; ".join(f"{op}: {action_reading(a)}" for op, a in (result.get("actions") or {}).items())
+        if result.get("surviving_events") == 0:
+            return (result.get("note") or "the surviving log is empty") + (f"; {acts}" if acts else "")
         doubt = ", ".join(result.get("in_doubt") or []) or "none"
         held = _usd((result.get("budget") or {}).get("outstanding_reservations_usd"))
         head = ("a replacement process folded the surviving log" if action == "recover"
                 else "a replacement took ownership and asked the executor by operation id")
-        acts = "; ".join(f"{op}: {a.get('action')}" for op, a in (result.get("actions") or {}).items())
         return f"{head}: in doubt: {doubt}; reservations held: {held}" + (f"; {acts}" if acts else "")
     return ""
 
@@ -78,7 +101,7 @@ class CrashPanel(CommandWidget, static="crash_panel"):
     """
 
     ACTIONS = ACTIONS
-    position = traitlets.Unicode("").tag(sync=True)
+    position = _AnyPosition("").tag(sync=True)     # checked in _check_position: bad input becomes ``error``
     positions = traitlets.List().tag(sync=True)
     log_tail = traitlets.List().tag(sync=True)
     operations = traitlets.List().tag(sync=True)
@@ -95,6 +118,29 @@ class CrashPanel(CommandWidget, static="crash_panel"):
         self.positions = [{"value": session.point_name(p), "label": p.describe()} for p in session.crash_points()]
         self.position = self.resolve("ToolResult")
         self.refresh()
+        session.on_close(self._session_closed)
+
+    def _session_closed(self) -> None:
+        self.refresh(keep_error=True)
+
+    @traitlets.validate("position")
+    def _check_position(self, proposal: dict[str, Any]) -> str:
+        """Any spec of a crash point becomes its NAME; anything else keeps the previous position
+        and says why in ``error`` (no TraitError reaches the caller)."""
+        value = proposal["value"]
+        previous = self._trait_values.get("position", "")
+        if value == "" and not previous:     # the empty default, before __init__ picks ToolResult
+            return ""
+        try:
+            if isinstance(value, bool) or not isinstance(value, (str, int)):
+                raise ConfigError(f"crash position must be a position N or a name like ToolResult or "
+                                  f"BudgetReserved#1, got a {type(value).__name__} ({_short(repr(value), 60)})")
+            name = self.resolve(value)
+        except (ConfigError, ValueError) as exc:
+            self.error = f"position: {exc}; kept {previous or 'the previous position'}"
+            return previous
+        self.error = ""
+        return name
 
     def resolve(self, position: Any) -> str:
         """The dropdown value (the shortest spec, :meth:`WorksheetSession.point_name`) of ``position``.
@@ -105,6 +151,8 @@ class CrashPanel(CommandWidget, static="crash_panel"):
         except UnknownCrashPointError as exc:
             raise ValueError(f"crash position {_short(repr(position))} is not one of the trajectory's positions: "
                              + ", ".join(exc.choices)) from None
+        except ConfigError as exc:      # not a spec at all (e.g. a float)
+            raise ValueError(f"crash position {_short(repr(position))}: {exc}") from None
 
     # Python-side entry point (the buttons reach it through the ``command`` trait)
     def run(self, action: str, position: str | None = None) -> bool:
@@ -127,11 +175,11 @@ class CrashPanel(CommandWidget, static="crash_panel"):
             elif action == "recover":
                 rec = s.recovered()
                 self.last_result = {"action": "recover", "in_doubt": rec["in_doubt"], "budget": rec["budget"],
-                                    "operations": rec["operations"], "model": s.model}
+                                    "operations": rec["operations"], "model": s.model, **_empty_log(rec)}
             elif action == "reconcile":
                 rec = s.reconcile(self.reconcile_timeout_s)
                 self.last_result = {"action": "reconcile", "in_doubt": rec["in_doubt"], "budget": rec["budget"],
-                                    "actions": rec["actions"]}
+                                    "actions": rec["actions"], **_empty_log(rec)}
             self.summary = summarize(self.last_result)
 
         return self.attempt(action, step)

@@ -55,6 +55,7 @@ from kernel_lib.resume.stages import (
     ResumeTimeline,
 )
 from widgets._base import KernelWidget
+from widgets.tables import number_text
 
 #: The givens: trait name -> (label, unit, whole number).
 GIVENS: dict[str, tuple[str, str, bool]] = {
@@ -213,6 +214,8 @@ class ResumeTimelineView(KernelWidget, static="resume_timeline"):
     readout = traitlets.Dict().tag(sync=True)
     readout_lines = traitlets.List().tag(sync=True)
     stages = traitlets.List().tag(sync=True)
+    #: The stage table as it is shown: durations to 3 significant digits, names in words.
+    stage_cells = traitlets.List().tag(sync=True)
     chart_spec = traitlets.Dict().tag(sync=True)
     chart_svg = traitlets.Unicode("").tag(sync=True)
     revision = traitlets.Int(0).tag(sync=True)
@@ -302,6 +305,10 @@ class ResumeTimelineView(KernelWidget, static="resume_timeline"):
         rows = [{"stage": s.name, "duration_ms": round(s.duration_s * 1e3, 6), "source": s.source,
                  "depends_on": ", ".join(s.depends_on), "critical": s.name in crit, "detail": s.detail}
                 for s in tl.stages]
+        cells = [{"stage": r["stage"].replace("_", " "), "duration": f"{number_text(r['duration_ms'])} ms",
+                  "source": r["source"], "after": r["depends_on"].replace("_", " ") or "—",
+                  "critical": "on the critical path" if r["critical"] else "", "detail": r["detail"],
+                  "is_critical": r["critical"]} for r in rows]
         spec = chart(tl).to_dict()
         svg, notice = "", self.notice
         if self.draw_svg:
@@ -310,7 +317,7 @@ class ResumeTimelineView(KernelWidget, static="resume_timeline"):
             except (ImportError, ValueError) as exc:
                 notice = f"the chart is not drawn ({exc}); install vl-convert-python to draw it offline"
         with self.hold_trait_notifications():
-            self.readout, self.readout_lines, self.stages = numbers, lines, rows
+            self.readout, self.readout_lines, self.stages, self.stage_cells = numbers, lines, rows, cells
             self.chart_spec, self.chart_svg, self.notice = spec, svg, notice
             self.revision += 1
 

@@ -74,6 +74,7 @@ import traitlets
 
 import kernel_lib.retention.pricing as rt
 from kernel_lib.errors import ConfigError
+from widgets.tables import money_text
 import kernel_lib.course.exercises.ex11_7 as ex11_7
 from widgets._base import KernelWidget
 
@@ -340,11 +341,9 @@ def plan(givens: Mapping[str, Any], custom: Mapping[str, Any] | None = None,
 
 
 def usd(x: float) -> str:
-    """A dollar amount for display: cents and up with 2 decimals and separators, below with 3 significant
-    digits ("$0.0149")."""
-    if x == 0:
-        return "$0"
-    return f"${x:,.2f}" if abs(x) >= 1 else f"${x:.3g}"
+    """A dollar amount for display (:func:`widgets.tables.money_text`): from a dollar up with 2 decimals
+    and separators, below with 3 significant digits ("$0.0149", "$0.0000331"), never exponent notation."""
+    return money_text(x)
 
 
 def percent(fraction: float) -> str:
@@ -353,7 +352,8 @@ def percent(fraction: float) -> str:
 
 
 def months_text(m: float | None) -> str:
-    return "not kept" if m is None else f"{m:g} mo"
+    """A lifetime in words: "not kept", or "12 months" after the run."""
+    return "not kept" if m is None else f"{m:g} months"
 
 
 def _size(nbytes: float) -> str:
@@ -364,11 +364,29 @@ def _size(nbytes: float) -> str:
     return f"{nbytes / rt.BYTES_PER_KB:,.3g} KB"
 
 
+#: The promises as the tables and sentences name them.
+PROMISE_LABELS = {"current_recovery": "current recovery", "historical_replay": "historical replay",
+                  "diagnostics": "diagnostics"}
+
+
+def _kept_for(artifact: str, pol: rt.RetentionPolicy) -> str:
+    life = pol.lifetime(artifact)
+    if life is None:
+        return f"{CLASS_LABELS[artifact]} not kept"
+    if life == 0:
+        return f"{CLASS_LABELS[artifact]} dropped when the run ends"
+    return f"{CLASS_LABELS[artifact]} kept only {life:g} months"
+
+
 def _short_text(pr: rt.Promise, v: rt.PromiseVerdict, pol: rt.RetentionPolicy) -> str:
+    """"kept", or why not: which classes fall short and what the promise needs, in words (a window of
+    0 months means "kept durably while the run can still be resumed", not "for no time")."""
     if v.kept:
         return "kept"
-    why = [f"{a} {months_text(pol.lifetime(a))}" for a in v.short]
-    return f"broken: {', '.join(why)} (needs {pr.months:g} mo)"
+    why = ", ".join(_kept_for(a, pol) for a in v.short)
+    if pr.months == 0:
+        return f"broken: {why}; needs them kept durably until the run can no longer be resumed"
+    return f"broken: {why}; needs {pr.months:g} months after the run"
 
 
 COST_COLUMNS = [("policy", "policy")] + [(a, CLASS_LABELS[a]) for a in rt.ARTIFACT_CLASSES] + [
@@ -383,7 +401,7 @@ def cost_cells(p: RetentionPlan) -> list[dict[str, str]]:
         row = {"policy": name}
         for a in rt.ARTIFACT_CLASSES:
             life = pol.lifetime(a)
-            row[a] = "not kept" if life is None else f"{usd(rows[a]['usd_per_trajectory'])} ({life:g} mo)"
+            row[a] = "not kept" if life is None else f"{usd(rows[a]['usd_per_trajectory'])} ({life:g} months)"
         t = rows["total"]
         row.update(total=usd(t["usd_per_trajectory"]), fleet=usd(t["usd_per_fleet_year"]),
                    share=percent(t["share_of_attempt"]))
@@ -452,7 +470,8 @@ def readout_lines(p: RetentionPlan) -> list[str]:
         lines.append(f"{name}: {usd(t['usd_per_trajectory'])} per trajectory over its lifetime, "
                      f"{percent(t['share_of_attempt'])} of the {usd(g['attempt_cost_usd'])} attempt; "
                      f"{usd(t['usd_per_fleet_year'])} per year for {g['trajectories']:,} trajectories; "
-                     + ("keeps every promise" if not broken else f"breaks {', '.join(broken)}"))
+                     + ("keeps every promise" if not broken else
+                        f"breaks {', '.join(PROMISE_LABELS.get(b, b) for b in broken)}"))
     return lines
 
 
@@ -515,6 +534,7 @@ class RetentionPlanner(KernelWidget, static="retention_planner"):
     classes_spec = traitlets.List().tag(sync=True)
     cost_columns = traitlets.List().tag(sync=True)
     promise_names = traitlets.List().tag(sync=True)
+    promise_labels = traitlets.Dict().tag(sync=True)
     sources = traitlets.Dict().tag(sync=True)
     cost_cells = traitlets.List().tag(sync=True)
     promise_cells = traitlets.List().tag(sync=True)
@@ -542,6 +562,7 @@ class RetentionPlanner(KernelWidget, static="retention_planner"):
         self.classes_spec = [{"name": a, "label": CLASS_LABELS[a]} for a in rt.ARTIFACT_CLASSES]
         self.cost_columns = [{"key": k, "label": lab} for k, lab in COST_COLUMNS]
         self.promise_names = list(rt.PROMISES)
+        self.promise_labels = {n: PROMISE_LABELS.get(n, n.replace("_", " ")) for n in rt.PROMISES}
         self.sources = sources
         self.observe(self._on_change, names=[*GIVENS, "custom_lifetimes", "preset"])
         self._quiet = False

@@ -48,7 +48,7 @@ from kernel_lib.log.base import LogStore
 from kernel_lib.log.trajectory import TrajectoryLog
 from kernel_lib.core.record import TrajectoryRecord
 from kernel_lib.checkpoint.blobs import BlobStore, is_digest, sha256_hex
-from kernel_lib.checkpoint.manifest import CheckpointManifest
+from kernel_lib.checkpoint.manifest import CheckpointManifest, versions_for
 from kernel_lib.checkpoint.retired import Tombstone, write_tombstones
 from kernel_lib._support.checks import check_unix_s
 from kernel_lib.limits import CHECKPOINT_SCAN_WINDOW_MAX
@@ -60,7 +60,14 @@ from kernel_lib.checkpoint.restore import (
     find_checkpoint,
     load_checkpoint,
 )
-from kernel_lib.checkpoint.state import diff_state, encode_record_delta, record_digest
+from kernel_lib.checkpoint.state import (
+    DELTA_FORMAT_OF,
+    RECORD_FORMAT,
+    diff_state,
+    encode_record_delta,
+    record_digest,
+    state_of,
+)
 from kernel_lib.checkpoint.tree import EMPTY_TREE, Tree, WorkspaceDelta, WorkspaceSource, diff_trees, read_workspace
 
 CaptureKind = Literal["full", "incremental", "auto"]
@@ -349,8 +356,8 @@ class Checkpointer:
         bad = [a for a in artifact_refs if not is_digest(a) or not self.blobs.has(a)]
         if bad:
             raise CheckpointError(f"required artifact(s) not stored intact in {self.blobs.name}: {bad[:3]}")
-        # 1. freeze (the snapshot layout: budget figures in USD, as record-snapshot/1 holds them)
-        state = record.snapshot_state()
+        # 1. freeze (the layout of record-snapshot/2; a chain begun in format 1 takes its own below)
+        state = state_of(record, RECORD_FORMAT)
         tree, datas = (read_workspace(workspace, self.blobs, ignore=self.ignore) if workspace is not None
                        else (None, {}))
         if record.workspace_tree_sha256 is not None and (tree is None or tree.sha256 != record.workspace_tree_sha256):
@@ -363,7 +370,10 @@ class Checkpointer:
         base = self._base(kind)
         if base is not None and base.tree is not None and tree is None:
             raise CheckpointError("the base checkpoint has a workspace and this capture has none")
-        record_sha, record_data = record_digest(state)
+        fmt = RECORD_FORMAT if base is None else base.manifest.record_format   # a chain keeps its base's format
+        if fmt != RECORD_FORMAT:
+            state = state_of(record, fmt)
+        record_sha, record_data = record_digest(state, format=fmt)
         objects: list[bytes] = []
         if base is None:
             kind_now, chain_length = "full", 0
@@ -381,7 +391,8 @@ class Checkpointer:
             base_ref = None
         else:
             kind_now, chain_length = "incremental", base.manifest.chain_length + 1
-            delta_data = encode_record_delta(base.manifest.record_sha256, record_sha, diff_state(base.state, state))
+            delta_data = encode_record_delta(base.manifest.record_sha256, record_sha,
+                                             diff_state(base.state, state, format=fmt), format=DELTA_FORMAT_OF[fmt])
             objects.append(delta_data)
             record_bytes = len(delta_data)
             rec_part = {"sha256": record_sha, "size": len(record_data), "snapshot": None,
@@ -398,7 +409,8 @@ class Checkpointer:
                 need = set(wdelta.new_blobs())
                 file_blobs = [d for k, d in datas.items() if k in need]
             base_ref = {"checkpoint_id": base.manifest.checkpoint_id, "manifest_sha256": base.manifest_sha256}
-        manifest = self._manifest(record, kind_now, rec_part, ws_part, base_ref, chain_length, artifact_refs, ())
+        manifest = self._manifest(record, kind_now, rec_part, ws_part, base_ref, chain_length, artifact_refs, (),
+                                  fmt)
         t2 = time.perf_counter()
         # 3. durable, then 4. publish
         put_files = self.blobs.put_many(file_blobs)
@@ -422,7 +434,7 @@ class Checkpointer:
 
     def _manifest(self, record_or_state: TrajectoryRecord | dict, kind: str, rec_part: dict, ws_part: dict | None,
                   base_ref: dict | None, chain_length: int, artifacts: Sequence[str],
-                  supersedes: Sequence[str]) -> CheckpointManifest:
+                  supersedes: Sequence[str], record_format: str) -> CheckpointManifest:
         if isinstance(record_or_state, TrajectoryRecord):
             p, prefix = record_or_state.last_sequence_number, record_or_state.prefix_sha256
         else:
@@ -440,7 +452,7 @@ class Checkpointer:
             checkpoint_id=f"ckpt-{p}-{kind}-{tag[:12]}", trajectory_id=self.log.trajectory_id,
             covered_sequence_number=p, prefix_sha256=prefix, kind=kind, record=rec_part, workspace=ws_part,
             base=base_ref, chain_length=chain_length, artifacts=tuple(artifacts), supersedes=tuple(supersedes),
-            covered_event_sha256=covered_event)
+            versions=versions_for(record_format), covered_event_sha256=covered_event)
 
     def _publish(self, manifest: CheckpointManifest, supersedes: Sequence[str]) -> Event:
         return self.log.append(CheckpointV2(
@@ -464,7 +476,8 @@ class Checkpointer:
             return None
         t0 = time.perf_counter()
         state, tree = last.state, last.tree
-        record_sha, record_data = record_digest(state)
+        fmt = last.manifest.record_format     # the new base keeps the chain's format, and so its record digest
+        record_sha, record_data = record_digest(state, format=fmt)
         if record_sha != last.manifest.record_sha256:
             raise CheckpointError(f"the chain of {last.manifest.checkpoint_id} rebuilds a record that hashes to "
                                   f"{record_sha[:12]}…, not {last.manifest.record_sha256[:12]}…")
@@ -477,7 +490,8 @@ class Checkpointer:
             objects.append(tree.canonical)
         superseded = [(d, m) for d, m in last.chain if m.kind == "incremental"]
         supersedes = [m.checkpoint_id for _, m in superseded]
-        manifest = self._manifest(state, "full", rec_part, ws_part, None, 0, last.manifest.artifacts, supersedes)
+        manifest = self._manifest(state, "full", rec_part, ws_part, None, 0, last.manifest.artifacts, supersedes,
+                                  fmt)
         t1 = time.perf_counter()
         put = self.blobs.put_many(objects + [manifest.canonical])
         t2 = time.perf_counter()

@@ -11,7 +11,9 @@ trajectory to:
 * the digests of required artifacts (objects restore must find intact, e.g. offloaded model
   inputs);
 * the log prefix digest at p (``TrajectoryRecord.prefix_sha256``), and the reducer version and
-  formats needed to read all of it;
+  formats needed to read all of it (``versions``; ``record_format`` is
+  ``kernel_lib.record-snapshot/2``, MessagePack, for checkpoints written today and
+  ``.../1``, canonical JSON, for older ones and the delta chains built on them; both are read);
 * (format 2) ``covered_event_sha256``: the SHA-256 of the canonical bytes of the event at p
   (``Event.digest``; None when p is 0). The prefix digest chains every event 1..p, so checking
   it means reading the whole prefix; the event digest is checked by reading event p alone, and
@@ -33,7 +35,7 @@ from typing import Any
 from kernel_lib.errors import UnrecoverableStateError
 from kernel_lib.core.events import REDUCER_VERSION
 from kernel_lib.checkpoint.blobs import is_digest, sha256_hex
-from kernel_lib.checkpoint.state import RECORD_DELTA_FORMAT, RECORD_FORMAT, canonical
+from kernel_lib.checkpoint.state import DELTA_FORMAT_OF, RECORD_DELTA_FORMAT, RECORD_FORMAT, canonical
 from kernel_lib.checkpoint.tree import DELTA_FORMAT, TREE_FORMAT
 
 MANIFEST_FORMAT = "kernel_lib.checkpoint/2"
@@ -43,6 +45,12 @@ READABLE_FORMATS = ("kernel_lib.checkpoint/1", MANIFEST_FORMAT)
 VERSIONS = {"reducer_version": REDUCER_VERSION, "record_format": RECORD_FORMAT,
             "record_delta_format": RECORD_DELTA_FORMAT, "tree_format": TREE_FORMAT,
             "workspace_delta_format": DELTA_FORMAT, "checkpoint_event_schema": 2, "workspace_event_schema": 1}
+
+
+def versions_for(record_format: str) -> dict[str, Any]:
+    """:data:`VERSIONS` for a chain whose record snapshots are in ``record_format`` (a chain
+    keeps the format of its full base; see :mod:`kernel_lib.checkpoint.state`)."""
+    return {**VERSIONS, "record_format": record_format, "record_delta_format": DELTA_FORMAT_OF[record_format]}
 
 
 @dataclass(frozen=True)
@@ -92,6 +100,11 @@ class CheckpointManifest:
         return self.record["sha256"]
 
     @property
+    def record_format(self) -> str:
+        """The record snapshot format of this checkpoint's chain (``versions.record_format``)."""
+        return self.versions["record_format"]
+
+    @property
     def tree_sha256(self) -> str | None:
         return None if self.workspace is None else self.workspace["tree_sha256"]
 
@@ -121,7 +134,13 @@ class CheckpointManifest:
             if versions.get("reducer_version") not in SUPPORTED_REDUCER_VERSIONS:
                 raise ValueError(f"written under reducer version {versions.get('reducer_version')}; this build "
                                  f"folds {sorted(SUPPORTED_REDUCER_VERSIONS)}")
-            for key in ("record_format", "record_delta_format", "tree_format", "workspace_delta_format"):
+            if versions.get("record_format") not in DELTA_FORMAT_OF:
+                raise ValueError(f"record_format {versions.get('record_format')!r} is not one of the "
+                                 f"{tuple(DELTA_FORMAT_OF)} this build reads")
+            if versions.get("record_delta_format") != DELTA_FORMAT_OF[versions["record_format"]]:
+                raise ValueError(f"record_delta_format {versions.get('record_delta_format')!r} does not go with "
+                                 f"record_format {versions['record_format']!r}")
+            for key in ("tree_format", "workspace_delta_format"):
                 if versions.get(key) != VERSIONS[key]:
                     raise ValueError(f"{key} {versions.get(key)!r} is not the {VERSIONS[key]!r} this build reads")
             m = cls(checkpoint_id=d["checkpoint_id"], trajectory_id=d["trajectory_id"],

@@ -58,6 +58,11 @@ from kernel_lib.limits import CHECKPOINT_CHAIN_LENGTH_MAX, CHECKPOINT_SCAN_WINDO
 #: First window (events) of the backward scan for a checkpoint; it doubles up to
 #: :data:`kernel_lib.limits.CHECKPOINT_SCAN_WINDOW_MAX`.
 SCAN_WINDOW = 256
+#: :func:`find_checkpoint` keeps its window at :data:`SCAN_WINDOW` for this many windows before
+#: doubling it: every event read before the checkpoint event is decoded for nothing, so within
+#: 2 048 events of the target the scan decodes fewer than 256 events beyond what the suffix needs
+#: (doubling from the start would decode up to as many again as the distance).
+SCAN_STEADY_WINDOWS = 8
 
 
 @dataclass
@@ -146,9 +151,10 @@ def find_checkpoint(store: LogStore, trajectory_id: str, target: int, *,
     no capture of this log can have published it (it was appended by hand or copied from another
     log), and the record it names is not a state of this log at or before ``target``.
 
-    Reads the log backwards in windows of 256, 512, … events, so the cost is proportional to
-    the distance from the target back to the checkpoint, not to the log's length. A compacted
-    log is searched only in its retained suffix.
+    Reads the log backwards in windows of 256 events (doubling after the eighth), so the cost is
+    proportional to the distance from the target back to the checkpoint, not to the log's
+    length, and within 2 048 events fewer than 256 events are read beyond the checkpoint event.
+    A compacted log is searched only in its retained suffix.
 
     Raises:
         UnrecoverableStateError: the event named ``checkpoint_id`` does not cover a position
@@ -158,6 +164,8 @@ def find_checkpoint(store: LogStore, trajectory_id: str, target: int, *,
     hi, window = target, SCAN_WINDOW
     floor = store.retired_through(trajectory_id)   # log compaction (§11.8.3): positions <= floor are gone
     while hi > floor:
+        if len(chunks) >= SCAN_STEADY_WINDOWS:
+            window = min(window * 2, CHECKPOINT_SCAN_WINDOW_MAX)
         lo = max(floor + 1, hi - window + 1)
         chunk = list(store.read(trajectory_id, lo, hi))
         chunks.append(chunk)
@@ -174,7 +182,7 @@ def find_checkpoint(store: LogStore, trajectory_id: str, target: int, *,
                     f"position {ev.payload.covered_sequence_number}: a checkpoint covers a position before its own "
                     "event, so this one is not a checkpoint of this log",
                     missing=[("checkpoint manifest", ev.payload.manifest_sha256)])
-        hi, window = lo - 1, min(window * 2, CHECKPOINT_SCAN_WINDOW_MAX)
+        hi = lo - 1
     return None, [e for c in reversed(chunks) for e in c]
 
 
@@ -301,12 +309,18 @@ def load_checkpoint(blobs: BlobStore, manifest_sha256: str, *, trajectory_id: st
     top = chain[-1][1]
     base = chain[0][1]
     who = f"checkpoint {base.checkpoint_id}"
+    fmt = base.record_format          # a chain keeps the record format of its full base
+    for _digest, m in chain[1:]:
+        if m.record_format != fmt:
+            raise UnrecoverableStateError(f"checkpoint {m.checkpoint_id} holds record format {m.record_format!r} "
+                                          f"on a chain whose base {base.checkpoint_id} holds {fmt!r}",
+                                          missing=[("record delta", m.record["delta"])])
     snapshot = blobs.get(base.record["snapshot"], kind="record snapshot", needed_by=who)
     record = None
     if as_record and len(chain) == 1:
-        state, record = None, record_from_snapshot(snapshot, name=base.record["snapshot"][:16])
+        state, record = None, record_from_snapshot(snapshot, name=base.record["snapshot"][:16], format=fmt)
     else:
-        state, reducer_version = decode_record_state(snapshot, name=base.record["snapshot"][:16])
+        state, reducer_version = decode_record_state(snapshot, name=base.record["snapshot"][:16], format=fmt)
     del snapshot
     if base.record["snapshot"] != base.record_sha256:
         raise UnrecoverableStateError(f"{who}: record snapshot digest {base.record['snapshot'][:16]}… differs from "
@@ -316,7 +330,8 @@ def load_checkpoint(blobs: BlobStore, manifest_sha256: str, *, trajectory_id: st
     for _digest, m in chain[1:]:
         who = f"checkpoint {m.checkpoint_id}"
         base_sha, result_sha, ops = decode_record_delta(
-            blobs.get(m.record["delta"], kind="record delta", needed_by=who), name=m.record["delta"][:16])
+            blobs.get(m.record["delta"], kind="record delta", needed_by=who), name=m.record["delta"][:16],
+            format=m.versions["record_delta_format"])
         if base_sha != prev.record_sha256 or result_sha != m.record_sha256:
             raise UnrecoverableStateError(f"{who}: record delta {m.record['delta'][:16]}… does not connect "
                                           f"{prev.checkpoint_id} to {m.checkpoint_id}",
@@ -325,7 +340,7 @@ def load_checkpoint(blobs: BlobStore, manifest_sha256: str, *, trajectory_id: st
         prev = m
     tree = chain_tree(blobs, chain)
     if len(chain) > 1:
-        got_sha, _ = record_digest(state, reducer_version)
+        got_sha, _ = record_digest(state, reducer_version, format=fmt)
         if got_sha != top.record_sha256:
             raise UnrecoverableStateError(f"checkpoint {top.checkpoint_id}: the record rebuilt from its chain hashes "
                                           f"to {got_sha[:16]}…, not {top.record_sha256[:16]}…",

@@ -1,20 +1,30 @@
 """Record snapshots and record deltas (§11.4.1, §11.4.2).
 
-A **record snapshot** is the canonical (RFC 8785) JSON of::
+A **record snapshot** holds one document::
 
-    {"format": "kernel_lib.record-snapshot/1", "reducer_version": <int>,
+    {"format": <the snapshot format>, "reducer_version": <int>,
      "record": <the record's scalars, task, budget figures and lists>,
      "tables": {"operations" | "attempts" | "reservations" | "approvals" | "decisions":
                 {"ids": [...], "fields": [...], "rows": [[...], ...]}}}
 
-It holds :meth:`TrajectoryRecord.snapshot_state` (stored fields only, no rounding; the budget's
-integer micro-dollar figures written in USD under their USD names, as this format has always held
-them), so :meth:`TrajectoryRecord.from_dict` rebuilds an equal record. The record's tables are written as
-rows under one field list, in insertion order: canonical JSON sorts object keys, which would lose
-the order the record shows (the operation table and the in-doubt lists are in log order), and
-rows keep a 100 000-event record's snapshot small and quick to parse (every field name once, not
-once per entry). Its SHA-256 is the record digest a checkpoint manifest and its ``Checkpoint``
-event carry.
+in one of two encodings, named by the ``record_format`` of the manifest that points at it:
+
+* ``kernel_lib.record-snapshot/2`` (written today): MessagePack (msgspec), every map's keys
+  sorted, holding :meth:`TrajectoryRecord.state_dict` (the budget in integer micro-dollars). Each
+  value keeps its type (5 and 5.0 stay apart), so the decoded record is exactly the folded one,
+  and decoding is several times quicker than parsing the same document as JSON (``bench restore``);
+* ``kernel_lib.record-snapshot/1`` (older checkpoints; still read, and still written for the
+  delta chains that started in it): canonical RFC 8785 JSON holding
+  :meth:`TrajectoryRecord.snapshot_state` (the budget's figures in USD under their USD names).
+
+Either way :meth:`TrajectoryRecord.from_dict` rebuilds an equal record. The record's tables are
+written as rows under one field list, in insertion order: both encodings sort map keys, which
+would lose the order the record shows (the operation table and the in-doubt lists are in log
+order), and rows keep a 100 000-event record's snapshot small and quick to decode (every field
+name once, not once per entry). The SHA-256 of the stored bytes is the record digest a checkpoint
+manifest and its ``Checkpoint`` event carry; equal records (same values, same types, same table
+order) give the same bytes, so the digest of a record rebuilt through a delta chain can be
+checked against the one captured.
 
 A **record delta** holds only what changed in the state since a base state: an ordered list of
 operations on JSON paths (lists of object keys):
@@ -27,32 +37,86 @@ Because the reducer only adds to its tables and lists, a delta between two check
 as large as the record fields the intervening events changed, not the whole record; that is the
 state growth term of eq. 3, not the log suffix. New table entries are set in insertion order, so
 applying a delta keeps the tables' order (and the chain's final digest check would notice if not).
+A delta is stored in the encoding of its chain's snapshots: ``kernel_lib.record-delta/2``
+(MessagePack; a value whose type changed is set again) with snapshot format 2,
+``kernel_lib.record-delta/1`` (canonical JSON) with format 1.
 """
 
 from __future__ import annotations
 
 import gc
 import json
+from collections import deque
+from itertools import repeat
+from operator import itemgetter, setitem
 from typing import TYPE_CHECKING, Any
 
+import msgspec
 import rfc8785
 
-from kernel_lib.errors import UnrecoverableStateError
+from kernel_lib.errors import CheckpointError, UnrecoverableStateError
 from kernel_lib.core.events import REDUCER_VERSION
 from kernel_lib.checkpoint.blobs import sha256_hex
 
 if TYPE_CHECKING:
     from kernel_lib.core.record import TrajectoryRecord
 
-RECORD_FORMAT = "kernel_lib.record-snapshot/1"
-#: Reservation fields as a record snapshot holds them (USD figures, TrajectoryRecord.snapshot_state).
+#: The record snapshot format of the first checkpoints: canonical JSON, budget figures in USD.
+RECORD_FORMAT_JSON = "kernel_lib.record-snapshot/1"
+#: The record snapshot format written today: sorted-key MessagePack, budget in micro-dollars.
+RECORD_FORMAT = "kernel_lib.record-snapshot/2"
+RECORD_DELTA_FORMAT_JSON = "kernel_lib.record-delta/1"
+RECORD_DELTA_FORMAT = "kernel_lib.record-delta/2"
+#: Snapshot format → the format of the record deltas chained on it; the snapshot formats this build reads.
+DELTA_FORMAT_OF = {RECORD_FORMAT_JSON: RECORD_DELTA_FORMAT_JSON, RECORD_FORMAT: RECORD_DELTA_FORMAT}
+READABLE_RECORD_FORMATS = tuple(DELTA_FORMAT_OF)
+#: Reservation fields as a format-1 record snapshot holds them (USD figures, TrajectoryRecord.snapshot_state).
 _RESERVATION_USD_FIELDS = frozenset({"reservation_id", "subject_id", "amount_usd", "settled_usd", "released"})
-RECORD_DELTA_FORMAT = "kernel_lib.record-delta/1"
+#: Sorted keys in every map: equal documents encode to equal bytes (insertion order never matters).
+_MSGPACK = msgspec.msgpack.Encoder(order="deterministic")
+_UNPACK = msgspec.msgpack.Decoder()
 
 
 def canonical(obj: Any) -> bytes:
     """RFC 8785 bytes of plain JSON data."""
     return rfc8785.dumps(obj)
+
+
+def _check_format(fmt: str) -> str:
+    if fmt not in DELTA_FORMAT_OF:
+        raise UnrecoverableStateError(f"record snapshot format {fmt!r} is not one this build reads "
+                                      f"({', '.join(READABLE_RECORD_FORMATS)})", missing=[("record snapshot", fmt)])
+    return fmt
+
+
+def state_of(record: "TrajectoryRecord", fmt: str = RECORD_FORMAT) -> dict[str, Any]:
+    """The state a ``fmt`` snapshot of ``record`` holds: :meth:`TrajectoryRecord.state_dict`
+    (format 2) or :meth:`TrajectoryRecord.snapshot_state` (format 1, budget figures in USD)."""
+    return record.state_dict() if _check_format(fmt) == RECORD_FORMAT else record.snapshot_state()
+
+
+def _encode_doc(doc: dict[str, Any], binary: bool) -> bytes:
+    if not binary:
+        return canonical(doc)
+    try:
+        return _MSGPACK.encode(doc)
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise CheckpointError(f"the record state cannot be stored as a record snapshot: {exc}") from None
+
+
+def _decode_doc(data: bytes, fmt: str | None, what: str) -> dict[str, Any]:
+    """The document of snapshot or delta bytes, in the encoding ``fmt`` names (None: guessed from
+    the first byte, a JSON object starting with ``{``); ValueError if it is not one."""
+    binary = fmt in (RECORD_FORMAT, RECORD_DELTA_FORMAT) if fmt is not None else data[:1] != b"{"
+    try:
+        d = _UNPACK.decode(data) if binary else json.loads(data)
+    except msgspec.DecodeError as exc:
+        raise ValueError(f"not MessagePack ({exc})") from None
+    if not isinstance(d, dict):
+        raise ValueError(f"a {type(d).__name__}, not a {what} object")
+    if fmt is not None and d.get("format") != fmt:
+        raise ValueError(f"format is {d.get('format')!r}, not the {fmt!r} its manifest names")
+    return d
 
 
 def _pack(table: dict[str, Any]) -> dict[str, Any]:
@@ -74,7 +138,7 @@ def _unpack(packed: dict[str, Any]) -> dict[str, Any]:
         fields, rows = packed["fields"], packed["rows"]
         if len(rows) != len(ids) or any(len(r) != len(fields) for r in rows):
             raise ValueError("a packed table's rows do not match its ids and fields")
-        return {i: dict(zip(fields, r)) for i, r in zip(ids, rows)}
+        return dict(zip(ids, map(dict, map(zip, repeat(fields), rows))))
     if len(packed["values"]) != len(ids):
         raise ValueError("a packed table's values do not match its ids")
     return dict(zip(ids, packed["values"]))
@@ -120,20 +184,26 @@ def _unpack_state(packed: dict[str, Any]) -> dict[str, Any]:
     return state
 
 
-def encode_record_state(state: dict[str, Any], reducer_version: int = REDUCER_VERSION) -> bytes:
-    """The record snapshot bytes of ``state`` (see the module docstring)."""
-    return canonical({"format": RECORD_FORMAT, "reducer_version": reducer_version, **_pack_state(state)})
+def encode_record_state(state: dict[str, Any], reducer_version: int = REDUCER_VERSION, *,
+                        format: str = RECORD_FORMAT) -> bytes:
+    """The record snapshot bytes of ``state`` (:func:`state_of` a record) in snapshot format
+    ``format`` (see the module docstring). Raises CheckpointError if a value cannot be encoded
+    (format 2; format 1 raises rfc8785's errors)."""
+    doc = {"format": _check_format(format), "reducer_version": reducer_version, **_pack_state(state)}
+    return _encode_doc(doc, format == RECORD_FORMAT)
 
 
-def decode_record_state(data: bytes, *, name: str = "record snapshot") -> tuple[dict[str, Any], int]:
+def decode_record_state(data: bytes, *, name: str = "record snapshot",
+                        format: str | None = None) -> tuple[dict[str, Any], int]:
     """``(state, reducer_version)`` of snapshot bytes, with the tables in their recorded order.
-    Raises UnrecoverableStateError if they are not a record snapshot."""
+    ``format``: the snapshot format the manifest names (None: either, told by the bytes).
+    Raises UnrecoverableStateError if they are not a record snapshot of that format."""
     gc_was = gc.isenabled()
     gc.disable()   # a large snapshot is hundreds of thousands of new objects and no garbage
     try:
-        d = json.loads(data)
-        if not isinstance(d, dict) or d.get("format") != RECORD_FORMAT or not isinstance(d.get("record"), dict):
-            raise ValueError(f"format is {d.get('format') if isinstance(d, dict) else type(d).__name__!r}")
+        d = _decode_doc(data, format, "record snapshot")
+        if d.get("format") not in DELTA_FORMAT_OF or not isinstance(d.get("record"), dict):
+            raise ValueError(f"format is {d.get('format')!r}")
         return _unpack_state(d), int(d["reducer_version"])
     except (ValueError, TypeError, KeyError, AttributeError, IndexError) as exc:
         raise UnrecoverableStateError(f"{name} is not a record snapshot: {exc}",
@@ -143,31 +213,59 @@ def decode_record_state(data: bytes, *, name: str = "record snapshot") -> tuple[
             gc.enable()
 
 
-def record_from_snapshot(data: bytes, *, name: str = "record snapshot") -> "TrajectoryRecord":
+def _rows(table: dict[str, Any], what: str) -> list[list[Any]]:
+    """The rows of a packed table, checked against its ids and fields (ValueError if not)."""
+    ids, fields, rows = table["ids"], table.get("fields", []), table.get("rows", [])
+    if type(ids) is not list or type(fields) is not list or type(rows) is not list:
+        raise ValueError(f"{what} table: ids, fields and rows must be lists")
+    if len(rows) != len(ids):
+        raise ValueError(f"{what} table: {len(rows)} rows for {len(ids)} ids")
+    if rows and (set(map(type, rows)) != {list} or set(map(len, rows)) != {len(fields)}):
+        raise ValueError(f"{what} table: every row must be a list of {len(fields)} values")
+    return rows
+
+
+def _instances(cls: type, dicts: list[dict[str, Any]]) -> list[Any]:
+    """Instances of the (plain, non-slotted) dataclass ``cls`` whose ``__dict__`` are ``dicts``,
+    made without an ``__init__`` call each and with the loops in C (map)."""
+    objs = list(map(object.__new__, repeat(cls, len(dicts))))
+    deque(map(object.__setattr__, objs, repeat("__dict__"), dicts), maxlen=0)
+    return objs
+
+
+def record_from_snapshot(data: bytes, *, name: str = "record snapshot",
+                         format: str | None = None) -> "TrajectoryRecord":
     """The :class:`~kernel_lib.core.record.TrajectoryRecord` of snapshot bytes, built straight from the
     table rows (each row's field dict becomes the instance's ``__dict__``; no intermediate state
     dict). Equal to ``TrajectoryRecord.from_dict(decode_record_state(data)[0])``, several times
-    faster for a large record (this is the full-checkpoint restore path).
+    faster for a large record (this is the full-checkpoint restore path). ``format``: the
+    snapshot format the manifest names (None: either, told by the bytes).
 
-    Raises UnrecoverableStateError if the bytes are not a record snapshot this build reads.
+    Raises UnrecoverableStateError if the bytes are not a record snapshot (of that format) this
+    build reads.
     """
     from kernel_lib.core.record import FIELD_NAMES, Attempt, Operation, Reservation, TrajectoryRecord
 
     gc_was = gc.isenabled()
-    gc.disable()
+    gc.disable()   # hundreds of thousands of new objects and no garbage: skip the collector's passes
     try:
-        d = json.loads(data)
-        if not isinstance(d, dict) or d.get("format") != RECORD_FORMAT or not isinstance(d.get("record"), dict):
+        d = _decode_doc(data, format, "record snapshot")
+        if d.get("format") not in DELTA_FORMAT_OF or not isinstance(d.get("record"), dict):
             raise ValueError("not a record snapshot object")
         tables = d["tables"]
         op_t, att_t, res_t = tables.get("operations"), tables.get("attempts"), tables.get("reservations")
         op_f = FIELD_NAMES[Operation] - {"attempts"}
         att_f = FIELD_NAMES[Attempt] | {"operation", "key"}
-        fast = (op_t is not None and att_t is not None and res_t is not None
-                and all("rows" in t or not t["ids"] for t in (op_t, att_t, res_t))
-                and (not op_t["ids"] or set(op_t["fields"]) == op_f)
-                and (not att_t["ids"] or set(att_t["fields"]) == att_f)
-                and (not res_t["ids"] or set(res_t["fields"]) in (FIELD_NAMES[Reservation], _RESERVATION_USD_FIELDS)))
+
+        def fits(t: dict[str, Any], *names: frozenset[str]) -> bool:
+            if not t["ids"]:
+                return True
+            fields = t.get("fields")
+            return "rows" in t and type(fields) is list and any(len(fields) == len(n) and set(fields) == n
+                                                                 for n in names)
+
+        fast = (op_t is not None and att_t is not None and res_t is not None and fits(op_t, op_f)
+                and fits(att_t, att_f) and fits(res_t, FIELD_NAMES[Reservation], _RESERVATION_USD_FIELDS))
         if not fast:
             return TrajectoryRecord.from_dict(_unpack_state(d))
         rest = dict(d, tables={k: v for k, v in tables.items() if k not in ("operations", "attempts", "reservations")})
@@ -175,49 +273,39 @@ def record_from_snapshot(data: bytes, *, name: str = "record snapshot") -> "Traj
         shell["operations"] = {}
         shell["budget"] = {**shell["budget"], "reservations": {}}
         rec = TrajectoryRecord.from_dict(shell)
-        ops: dict[str, Operation] = {}
-        slots: list[dict[str, Attempt]] = []
-        fields = op_t.get("fields", [])
-        n = len(fields)
-        if len(op_t.get("rows", ())) != len(op_t["ids"]):
-            raise ValueError("operation rows do not match their ids")
-        for k, row in zip(op_t["ids"], op_t.get("rows", ())):
-            if len(row) != n:
-                raise ValueError(f"operation {k!r}: row has {len(row)} values for {n} fields")
-            od = dict(zip(fields, row))
-            slot = od["attempts"] = {}
-            slots.append(slot)
-            o = object.__new__(Operation)
-            o.__dict__ = od
-            ops[k] = o
-        fields = att_t.get("fields", [])
-        n = len(fields)
-        for row in att_t.get("rows", ()):
-            if len(row) != n:
-                raise ValueError("attempt row has the wrong number of values")
-            ad = dict(zip(fields, row))
-            slot = slots[ad.pop("operation")]
-            a = object.__new__(Attempt)
-            slot[ad.pop("key")] = a
-            a.__dict__ = ad
+        # operations: one field dict per row, each with a fresh attempts dict
+        rows = _rows(op_t, "operation")
+        odicts = list(map(dict, map(zip, repeat(op_t.get("fields", [])), rows)))
+        slots: list[dict[str, Attempt]] = [{} for _ in odicts]
+        deque(map(setitem, odicts, repeat("attempts"), slots), maxlen=0)
+        ops = dict(zip(op_t["ids"], _instances(Operation, odicts)))
+        # attempts: rows name their operation (its position in the table) and their key there
+        rows = _rows(att_t, "attempt")
+        if rows:
+            fields = att_t["fields"]
+            keep = [i for i, f in enumerate(fields) if f not in ("operation", "key")]
+            adicts = list(map(dict, map(zip, repeat([fields[i] for i in keep]), map(itemgetter(*keep), rows))))
+            positions = list(map(itemgetter(fields.index("operation")), rows))
+            if set(map(type, positions)) != {int} or min(positions) < 0:
+                raise ValueError("an attempt row names no operation position")
+            for pos, key, a in zip(positions, map(itemgetter(fields.index("key")), rows),
+                                   _instances(Attempt, adicts)):
+                slots[pos][key] = a
+        # reservations: micro-dollar integers (format 2) or USD figures (format 1)
+        rows = _rows(res_t, "reservation")
         res: dict[str, Reservation] = {}
-        fields = res_t.get("fields", [])
-        n = len(fields)
-        if len(res_t.get("rows", ())) != len(res_t["ids"]):
-            raise ValueError("reservation rows do not match their ids")
-        for k, row in zip(res_t["ids"], res_t.get("rows", ())):
-            if len(row) != n:
-                raise ValueError(f"reservation {k!r}: row has {len(row)} values for {n} fields")
-            rd = dict(zip(fields, row))
-            if "amount_usd" in rd:   # the snapshot layout: figures in USD, converted as the fold converts them
-                res[k] = Reservation.from_usd(rd["reservation_id"], rd["subject_id"], rd["amount_usd"],
-                                              rd["settled_usd"], rd["released"])
-                continue
-            if type(rd["amount_micro_usd"]) is not int or type(rd["settled_micro_usd"]) is not int:
-                raise ValueError(f"reservation {k!r}: micro-dollar figures must be integers")
-            r = object.__new__(Reservation)
-            r.__dict__ = rd
-            res[k] = r
+        if rows:
+            fields = res_t["fields"]
+            if "amount_usd" in fields:   # converted as the fold converts them
+                res = {k: Reservation.from_usd(rd["reservation_id"], rd["subject_id"], rd["amount_usd"],
+                                               rd["settled_usd"], rd["released"])
+                       for k, rd in zip(res_t["ids"], map(dict, map(zip, repeat(fields), rows)))}
+            else:
+                for f in ("amount_micro_usd", "settled_micro_usd"):
+                    if set(map(type, map(itemgetter(fields.index(f)), rows))) != {int}:
+                        raise ValueError(f"reservation {f} figures must be integers")
+                res = dict(zip(res_t["ids"], _instances(Reservation, list(map(dict, map(zip, repeat(fields),
+                                                                                          rows))))))
         rec.operations = ops
         rec.budget.reservations = res
         return rec
@@ -236,25 +324,29 @@ def record_from_snapshot(data: bytes, *, name: str = "record snapshot") -> "Traj
 # ------------------------------------------------------------------------------------------------
 
 
-def _same_scalar(a: Any, b: Any) -> bool:
-    # JSON equality: 5 and 5.0 encode alike, True and 1 do not
-    return a is b or (a == b and isinstance(a, bool) == isinstance(b, bool) and type(a) in (int, float, str, bool)
-                      and type(b) in (int, float, str, bool))
+def _same_scalar(a: Any, b: Any, exact: bool) -> bool:
+    # JSON equality: 5 and 5.0 encode alike, True and 1 do not; exact (MessagePack): same type too
+    if a is b:
+        return True
+    if exact:
+        return type(a) is type(b) and type(a) in (int, float, str, bool) and a == b
+    return (a == b and isinstance(a, bool) == isinstance(b, bool) and type(a) in (int, float, str, bool)
+            and type(b) in (int, float, str, bool))
 
 
-def _same(a: Any, b: Any) -> bool:
+def _same(a: Any, b: Any, exact: bool) -> bool:
     if a is b:
         return True
     if isinstance(a, dict):
-        return isinstance(b, dict) and a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+        return isinstance(b, dict) and a.keys() == b.keys() and all(_same(a[k], b[k], exact) for k in a)
     if isinstance(a, list):
-        return isinstance(b, list) and len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+        return isinstance(b, list) and len(a) == len(b) and all(_same(x, y, exact) for x, y in zip(a, b))
     if a is None or b is None:
         return False
-    return _same_scalar(a, b)
+    return _same_scalar(a, b, exact)
 
 
-def _diff(a: Any, b: Any, path: list[str], ops: list[list[Any]]) -> None:
+def _diff(a: Any, b: Any, path: list[str], ops: list[list[Any]], exact: bool) -> None:
     if a is b:
         return
     if isinstance(a, dict) and isinstance(b, dict):
@@ -265,24 +357,26 @@ def _diff(a: Any, b: Any, path: list[str], ops: list[list[Any]]) -> None:
             if k not in a:
                 ops.append(["set", path + [k], v])
             else:
-                _diff(a[k], v, path + [k], ops)
+                _diff(a[k], v, path + [k], ops, exact)
         return
     if isinstance(a, list) and isinstance(b, list):
         n = len(a)
-        if len(b) >= n and all(x is y or _same(x, y) for x, y in zip(a, b)):
+        if len(b) >= n and all(x is y or _same(x, y, exact) for x, y in zip(a, b)):
             if len(b) > n:
                 ops.append(["extend", path, b[n:]])
             return
         ops.append(["set", path, b])
         return
-    if not _same(a, b):
+    if not _same(a, b, exact):
         ops.append(["set", path, b])
 
 
-def diff_state(base: dict[str, Any], new: dict[str, Any]) -> list[list[Any]]:
-    """The delta operations that turn ``base`` into ``new`` (both plain JSON objects)."""
+def diff_state(base: dict[str, Any], new: dict[str, Any], *, format: str = RECORD_FORMAT) -> list[list[Any]]:
+    """The delta operations that turn ``base`` into ``new`` (both plain JSON objects), for a chain
+    of snapshot format ``format``: under format 2 a value whose type changed (5 to 5.0) is set
+    again, since its snapshot tells them apart; under format 1 (JSON) it is not."""
     ops: list[list[Any]] = []
-    _diff(base, new, [], ops)
+    _diff(base, new, [], ops, _check_format(format) == RECORD_FORMAT)
     return ops
 
 
@@ -324,17 +418,23 @@ def _walk(state: Any, path: list[str]) -> Any:
     return cur
 
 
-def encode_record_delta(base_sha256: str, result_sha256: str, ops: list[list[Any]]) -> bytes:
-    """Stored bytes of a record delta from snapshot ``base_sha256`` to snapshot ``result_sha256``."""
-    return canonical({"format": RECORD_DELTA_FORMAT, "base_record_sha256": base_sha256,
-                      "result_record_sha256": result_sha256, "ops": ops})
+def encode_record_delta(base_sha256: str, result_sha256: str, ops: list[list[Any]], *,
+                        format: str = RECORD_DELTA_FORMAT) -> bytes:
+    """Stored bytes of a record delta from snapshot ``base_sha256`` to snapshot ``result_sha256``,
+    in delta format ``format`` (the one :data:`DELTA_FORMAT_OF` its chain's snapshot format)."""
+    if format not in DELTA_FORMAT_OF.values():
+        raise CheckpointError(f"record delta format {format!r} is not one this build writes")
+    return _encode_doc({"format": format, "base_record_sha256": base_sha256, "result_record_sha256": result_sha256,
+                        "ops": ops}, format == RECORD_DELTA_FORMAT)
 
 
-def decode_record_delta(data: bytes, *, name: str = "record delta") -> tuple[str, str, list[list[Any]]]:
-    """``(base_record_sha256, result_record_sha256, ops)``; UnrecoverableStateError if malformed."""
+def decode_record_delta(data: bytes, *, name: str = "record delta",
+                        format: str | None = None) -> tuple[str, str, list[list[Any]]]:
+    """``(base_record_sha256, result_record_sha256, ops)`` of delta bytes of format ``format``
+    (None: either); UnrecoverableStateError if malformed."""
     try:
-        d = json.loads(data)
-        if not isinstance(d, dict) or d.get("format") != RECORD_DELTA_FORMAT or not isinstance(d.get("ops"), list):
+        d = _decode_doc(data, format, "record delta")
+        if d.get("format") not in DELTA_FORMAT_OF.values() or not isinstance(d.get("ops"), list):
             raise ValueError("not a record delta object")
         return d["base_record_sha256"], d["result_record_sha256"], d["ops"]
     except (ValueError, TypeError, KeyError) as exc:
@@ -342,7 +442,8 @@ def decode_record_delta(data: bytes, *, name: str = "record delta") -> tuple[str
                                       missing=[("record delta", name)]) from None
 
 
-def record_digest(state: dict[str, Any], reducer_version: int = REDUCER_VERSION) -> tuple[str, bytes]:
-    """``(sha256, bytes)`` of the record snapshot of ``state``."""
-    data = encode_record_state(state, reducer_version)
+def record_digest(state: dict[str, Any], reducer_version: int = REDUCER_VERSION, *,
+                  format: str = RECORD_FORMAT) -> tuple[str, bytes]:
+    """``(sha256, bytes)`` of the record snapshot of ``state`` in snapshot format ``format``."""
+    data = encode_record_state(state, reducer_version, format=format)
     return sha256_hex(data), data

@@ -27,31 +27,39 @@ withheld), printed as one ``refused:`` line.
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import sys
 from typing import Sequence
 
-import kernel_lib.cli.bench as bench_commands
-import kernel_lib.cli.cadence as cadence_commands
-import kernel_lib.cli.diverge as diverge_commands
-import kernel_lib.cli.exercises as exercise_commands
-import kernel_lib.cli.importers as import_commands
-import kernel_lib.cli.live as live_commands
-import kernel_lib.cli.log as log_commands
-import kernel_lib.cli.quorum as quorum_commands
-import kernel_lib.cli.verify as verify_commands
 from kernel_lib import __version__
 from kernel_lib.errors import KernelError, Refusal
 
 __all__ = ["build_parser", "main"]
 
-#: The command groups, in the order ``--help`` lists them.
-COMMAND_GROUPS = (log_commands, verify_commands, bench_commands, exercise_commands, live_commands,
-                  cadence_commands, diverge_commands, quorum_commands, import_commands)
+#: The command groups, in the order ``--help`` lists them. Each module is light to import: it declares
+#: ``COMMANDS`` (top-level command -> one-line help) and imports what a command needs only inside
+#: ``add_commands`` and the command itself, so ``--help`` and each command load only what they use.
+COMMAND_GROUPS = ("log", "verify", "bench", "exercises", "live", "cadence", "diverge", "quorum", "importers",
+                  "course")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The whole ``python -m kernel_lib`` parser; each subcommand sets ``func(args) -> exit code``."""
+def _group(name: str):
+    return importlib.import_module(f"kernel_lib.cli.{name}")
+
+
+def command_of(argv: Sequence[str]) -> str | None:
+    """The top-level command ``argv`` names: its first token that is not an option (the top level
+    has only flag options: ``--help``, ``--version``), or None."""
+    return next((a for a in argv if not a.startswith("-")), None)
+
+
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The ``python -m kernel_lib`` parser; each subcommand sets ``func(args) -> exit code``.
+
+    ``only``: a top-level command name. Then only the group that owns it builds its full parsers
+    (and imports what they need); every other command is listed with its one-line help but not
+    built. None builds every group (for documentation and tests)."""
     ap = argparse.ArgumentParser(
         prog="python -m kernel_lib",
         description="durable-agents-lab kernel: trajectory logs, fold, intent before dispatch, "
@@ -60,14 +68,20 @@ def build_parser() -> argparse.ArgumentParser:
                     "benchmarks (Durable Execution §11.1-11.9).")
     ap.add_argument("--version", action="version", version=f"kernel_lib {__version__}")
     sub = ap.add_subparsers(dest="command", metavar="COMMAND")
-    for group in COMMAND_GROUPS:
-        group.add_commands(sub)
+    for name in COMMAND_GROUPS:
+        group = _group(name)
+        if only is None or only in group.COMMANDS:
+            group.add_commands(sub)
+        else:
+            for command, help_text in group.COMMANDS.items():
+                sub.add_parser(command, help=help_text, add_help=False)
     return ap
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one command; returns its exit code (see the module docstring for the policy)."""
-    ap = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    ap = build_parser(only=command_of(argv) or "")
     args = ap.parse_args(argv)
     if not getattr(args, "func", None):
         ap.print_help(sys.stderr)

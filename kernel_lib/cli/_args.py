@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING
 
-from kernel_lib.core.events import Event
-from kernel_lib.log.files import load_events
-from kernel_lib.sim.worksheet import worksheet_events
+if TYPE_CHECKING:   # the CLI imports what a command needs only when it runs
+    from kernel_lib.core.events import Event
 
 LOG_HELP = ("a .jsonl file of canonical events (each line's digest checked), a SQLite log file, "
             "or a segment-log directory "
@@ -30,5 +30,7 @@ def events_from(path: str | None, trajectory_id: str | None = None) -> list[Even
     """The events a command reads: the log at ``path`` (read-only), or the built-in crash-worksheet
     example trajectory when no path is given."""
     if path is None:
+        from kernel_lib.sim.worksheet import worksheet_events
         return worksheet_events()
+    from kernel_lib.log.files import load_events
     return load_events(path, trajectory_id)

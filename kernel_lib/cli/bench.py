@@ -9,11 +9,9 @@ import json
 import sys
 from typing import Any
 
-import kernel_lib.bench.diverge as diverge_bench
-import kernel_lib.bench.quorum as qb
-import kernel_lib.bench.replay as replay_bench
-import kernel_lib.bench.restore as restore_bench
-from kernel_lib.bench.append import DEFAULT_BATCH_CAP, DEFAULT_FLUSH_TIMER_S, format_report, run_append_bench
+#: the top-level command of this group and its one-line help (``python -m kernel_lib --help``); the
+#: benchmark modules are imported only when ``bench`` is the command
+COMMANDS = {"bench": "measure this machine's durability costs"}
 
 
 _HELP = """\
@@ -52,6 +50,7 @@ the project's, not a RAM disk) and removed afterwards. Numbers are this machine'
 
 
 def _cmd_append(args: argparse.Namespace) -> int:
+    from kernel_lib.bench.append import format_report, run_append_bench
     result = run_append_bench(dir=args.dir, iterations=args.iterations, quick=args.quick,
                               peers=not args.no_peers, flush_timer_s=args.flush_timer_ms / 1e3,
                               batch_cap=args.batch_cap)
@@ -64,9 +63,10 @@ def add_commands(subparsers: "argparse._SubParsersAction") -> argparse.ArgumentP
 
     The ``append`` parser sets ``func`` to a callable ``(args) -> exit code``.
     """
-    bench = subparsers.add_parser("bench", help="measure this machine's durability costs",
+    from kernel_lib.bench.append import DEFAULT_BATCH_CAP, DEFAULT_FLUSH_TIMER_S
+    bench = subparsers.add_parser("bench", help=COMMANDS["bench"],
                                   description="Benchmarks measured on this machine.")
-    sub = bench.add_subparsers(dest="bench_command", metavar="{append,restore,diverge,replay,quorum}", required=True)
+    sub = bench.add_subparsers(dest="bench_command", required=True)   # metavar: the choices, as added
     p = sub.add_parser("append", help="append latency, group commit and per-step overhead vs peers",
                        description=_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
@@ -87,7 +87,37 @@ def add_commands(subparsers: "argparse._SubParsersAction") -> argparse.ArgumentP
     _add_diverge_cli(sub)
     _add_replay_cli(sub)
     _add_quorum_cli(sub)
+    _add_startup_cli(sub)
+    _add_read_cli(sub)
     return bench
+
+
+# --- bench read: open + read + fold of a segment log vs a msgspec decode (kernel_lib.bench.read) ---
+
+
+def _add_read_cli(sub: "argparse._SubParsersAction") -> None:
+
+    def cmd(args: argparse.Namespace) -> int:
+        import kernel_lib.bench.read as read_bench
+        progress = None if args.json or not sys.stderr.isatty() else (lambda m: print(f"... {m}", file=sys.stderr))
+        result = read_bench.run_read_bench(args.events, rounds=args.rounds, seed=args.seed, dir=args.dir,
+                                           progress=progress)
+        print(json.dumps(result, indent=2) if args.json else read_bench.format_read_bench(result))
+        return 0
+
+    p = sub.add_parser("read", help="open + read + fold of a segment log vs a msgspec decode of its bytes (ratio); "
+                                    "fold vs a plain dict loop",
+                       description="Time opening (read-only), reading and folding a segment log written by the "
+                                   "project's own writer, against msgspec.json.decode of the same event bytes, in "
+                                   "interleaved rounds; fold throughput against a plain dict loop; target: open + "
+                                   "read + fold <= 4x the decode (kernel_lib.bench.read).")
+    p.add_argument("--json", action="store_true", help="print one JSON object (with targets) instead of a table")
+    p.add_argument("--events", type=int, default=100_000, metavar="N", help="events in the log (default 100000)")
+    p.add_argument("--rounds", type=int, default=3, metavar="N", help="interleaved timed rounds (default 3)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the generated log (default 0)")
+    p.add_argument("--dir", metavar="PATH", help="create the temporary directory under PATH (default: the current "
+                                                 "directory)")
+    p.set_defaults(func=cmd)
 
 
 # --- bench replay (§11.6.2) and bench diverge (§11.7): one shape, a ratio against a plain fold ---
@@ -112,12 +142,14 @@ def _add_ratio_bench(sub: "argparse._SubParsersAction", name: str, mod: Any, run
 
 
 def _add_diverge_cli(sub: "argparse._SubParsersAction") -> None:
+    import kernel_lib.bench.diverge as diverge_bench
     _add_ratio_bench(sub, "diverge", diverge_bench, "run_diverge_bench", "format_diverge_bench",
                      help="locating the first divergence of two logs vs a plain fold of one (ratio)",
                      events_help="events per log (default 10000)", seed_help="seed of the synthetic logs (default 0)")
 
 
 def _add_replay_cli(sub: "argparse._SubParsersAction") -> None:
+    import kernel_lib.bench.replay as replay_bench
     _add_ratio_bench(sub, "replay", replay_bench, "run_replay_bench", "format_replay_bench",
                      help="serving a recording through the replay adapter vs a plain fold (ratio)",
                      events_help="events in the recording (default 10000)",
@@ -141,6 +173,7 @@ disk and cores: the figures price the protocol, not an independent placement."""
 def _add_quorum_cli(sub: "argparse._SubParsersAction") -> None:
 
     def cmd(args: argparse.Namespace) -> int:
+        import kernel_lib.bench.quorum as qb
         result = qb.run_quorum_bench(args.events, rounds=args.rounds, writers=args.writers)
         print(json.dumps(result, indent=2) if args.json else qb.format_quorum_bench(result))
         return 0
@@ -159,6 +192,7 @@ def _add_quorum_cli(sub: "argparse._SubParsersAction") -> None:
 
 
 def _cmd_restore(args: argparse.Namespace) -> int:
+    import kernel_lib.bench.restore as restore_bench
     progress = None if args.json or not sys.stderr.isatty() else (lambda msg: print(f"... {msg}", file=sys.stderr))
     result = restore_bench.run_restore_bench(sizes=args.sizes, dir=args.dir, store=args.store, rounds=args.rounds,
                                              scrub_positions=args.positions, seed=args.seed, progress=progress)
@@ -167,6 +201,7 @@ def _cmd_restore(args: argparse.Namespace) -> int:
 
 
 def _add_restore_cli(sub: "argparse._SubParsersAction") -> None:
+    import kernel_lib.bench.restore as restore_bench
     p = sub.add_parser("restore", help="restore from a checkpoint vs fold from the start; fold throughput; scrubber",
                        description=restore_bench.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
@@ -180,3 +215,24 @@ def _add_restore_cli(sub: "argparse._SubParsersAction") -> None:
     p.add_argument("--positions", type=int, default=40, metavar="N", help="scrubber positions timed (default 40)")
     p.add_argument("--seed", type=int, default=0, help="seed of the generated log (default 0)")
     p.set_defaults(func=_cmd_restore)
+
+
+# --- bench startup: what one CLI call costs before it does any work ------------------------------
+
+
+def _add_startup_cli(sub: "argparse._SubParsersAction") -> None:
+
+    def cmd(args: argparse.Namespace) -> int:
+        import kernel_lib.bench.startup as startup
+        result = startup.run_startup_bench(rounds=args.rounds, progress=None if not args.json else False)
+        print(json.dumps(result, indent=2) if args.json else startup.format_startup_report(result))
+        return 0
+
+    p = sub.add_parser("startup", help="start-up of one CLI call (--help, one command per group) vs `python -c pass`",
+                       description="Time `python -m kernel_lib --help` and one light command per group as whole "
+                                   "processes, in interleaved rounds, against the interpreter's own start-up "
+                                   "(`python -c pass`), list the heaviest imports of --help, and check the target "
+                                   "--help <= 0.3 s (kernel_lib.bench.startup).")
+    p.add_argument("--json", action="store_true", help="print one JSON object (with targets) instead of a table")
+    p.add_argument("--rounds", type=int, default=7, metavar="N", help="interleaved rounds (default 7)")
+    p.set_defaults(func=cmd)

@@ -20,6 +20,9 @@ from typing import Any
 
 from kernel_lib.errors import CadenceParameterError
 
+#: the top-level command of this group and its one-line help (``python -m kernel_lib --help``)
+COMMANDS = {"cadence": "how often to checkpoint (§11.4.3): Young, eq. 5-6, Napkin Math 11.1, LANL failure data"}
+
 #: Turn-steps the ``simulate`` command spends on its turn-by-turn check (strides are checked cheapest
 #: first while they fit; the cheapest is always checked). About 0.2 s per million steps.
 CHECK_BUDGET_TURNS = 5_000_000
@@ -421,7 +424,7 @@ def _cmd_derive(args: argparse.Namespace) -> int:
 def add_commands(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """Register ``cadence`` and its subcommands on a CLI's subparsers."""
     top = subparsers.add_parser(
-        "cadence", help="how often to checkpoint (§11.4.3): Young, eq. 5-6, Napkin Math 11.1, LANL failure data",
+        "cadence", help=COMMANDS["cadence"],
         description="Checkpoint cadence (§11.4.3): balance the pause of each checkpoint against the work a crash "
                     "makes you redo (Young, eq. 4) or merely reconstruct from the log (eq. 5), and charge a stride "
                     "against a concrete crash trace (eq. 6).",

@@ -7,21 +7,25 @@ from __future__ import annotations
 
 import argparse
 import json
+from typing import TYPE_CHECKING
 
-from kernel_lib.log.files import load_events
-from kernel_lib.history.diverge import CATEGORIES, Equivalence, locate_divergence, sequence_fault
+if TYPE_CHECKING:   # the divergence locator is imported only when ``diverge`` runs
+    from kernel_lib.history.diverge import Equivalence
 
-_DESCRIPTION = f"""\
+#: the top-level command of this group and its one-line help (``python -m kernel_lib --help``)
+COMMANDS = {"diverge": "locate the first boundary where two executions differ (§11.7)"}
+
+_DESCRIPTION = """\
 Compare two recorded executions boundary by boundary (Durable Execution §11.7) and report the
 earliest boundary where they stop agreeing under a declared equivalence relation.
 
 Each log is cut into boundaries in its recorded order, each in one category of table 6:
-  {CATEGORIES[0]:<18} ContextBuilt: the delivered input of a model invocation (text, or digest)
-  {CATEGORIES[1]:<18} ModelReplied: status, reply, proposal, tokens, provider, and the request
+  {c0:<18} ContextBuilt: the delivered input of a model invocation (text, or digest)
+  {c1:<18} ModelReplied: status, reply, proposal, tokens, provider, and the request
                      it answered (model, request_config)
-  {CATEGORIES[2]:<18} Authorized, BudgetReserved/Settled, ToolIntent (tool, arguments, target
+  {c2:<18} Authorized, BudgetReserved/Settled, ToolIntent (tool, arguments, target
                      snapshot), ControlChanged, PlanChanged, approvals, ...
-  {CATEGORIES[3]:<18} ToolResult: status, outcome, observation_complete
+  {c3:<18} ToolResult: status, outcome, observation_complete
 Boundaries pair up by invocation/operation identity, never by position alone; when the two runs
 share no identities (imported logs with generated ids), identities are renamed by order of first
 appearance (@1, @2, ...) and the report says so. Event ids, sequence numbers, epochs, job
@@ -53,8 +57,10 @@ configuration difference behind a first divergence can be read off the report.
 def add_commands(subparsers: "argparse._SubParsersAction") -> argparse.ArgumentParser:
     """Register ``diverge`` on an argparse ``subparsers`` object; the parser's ``func`` is
     ``(args) -> exit code``."""
-    p = subparsers.add_parser("diverge", help="locate the first boundary where two executions differ (§11.7)",
-                              description=_DESCRIPTION, epilog=_EPILOG,
+    from kernel_lib.history.diverge import CATEGORIES
+    p = subparsers.add_parser("diverge", help=COMMANDS["diverge"],
+                              description=_DESCRIPTION.format(**{f"c{i}": c for i, c in enumerate(CATEGORIES)}),
+                              epilog=_EPILOG,
                               formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("log_a", metavar="LOG_A", help="the reference log: a .jsonl file of canonical events, a SQLite "
                                                   "log file or a segment-log directory")
@@ -98,6 +104,7 @@ def add_commands(subparsers: "argparse._SubParsersAction") -> argparse.ArgumentP
 
 def equivalence_from_args(args: argparse.Namespace) -> Equivalence:
     """The :class:`Equivalence` the options declare. Raises ConfigError for bad values."""
+    from kernel_lib.history.diverge import Equivalence
     return Equivalence(ignore_fields=tuple(args.ignore), ignore_timestamps=args.ignore_timestamps,
                        ignore_durations=args.ignore_durations,
                        normalize_whitespace=args.normalize_whitespace, mask_patterns=tuple(args.mask),
@@ -107,6 +114,8 @@ def equivalence_from_args(args: argparse.Namespace) -> Equivalence:
 
 def _cmd_diverge(args: argparse.Namespace) -> int:
     from kernel_lib.errors import ConfigError
+    from kernel_lib.history.diverge import locate_divergence
+    from kernel_lib.log.files import load_events
     if args.max_differences < 0:
         raise ConfigError(f"--max-differences must be >= 0, got {args.max_differences}")
     eq = equivalence_from_args(args)
@@ -126,6 +135,7 @@ def _check_sequence(events, path: str) -> None:
     """Refuse a log whose sequence numbers repeat or skip, or whose event ids repeat (ConfigError
     naming the file and, for a JSON-lines file, the line)."""
     from kernel_lib.errors import ConfigError
+    from kernel_lib.history.diverge import sequence_fault
     fault = sequence_fault(events)
     if fault is None:
         return

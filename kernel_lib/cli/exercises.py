@@ -1,4 +1,4 @@
-"""``python -m kernel_lib exercise``: solve, generate, check and strip the §11.12 exercises.
+"""``python -m kernel_lib exercise``: solve, generate, check, grade and strip the §11.12 exercises.
 
 Bad input (an unknown exercise or parameter, a value of the wrong type or out of range, an
 unreadable answers file) raises :class:`kernel_lib.errors.ConfigError`, which the main CLI prints as
@@ -14,6 +14,9 @@ from typing import Any
 
 from kernel_lib.errors import ConfigError
 
+#: the top-level command of this group and its one-line help (``python -m kernel_lib --help``)
+COMMANDS = {"exercise": "solve, generate, check, grade and strip the seeded §11.12 exercises"}
+
 _EPILOG_TAIL = """\
 examples:
   python -m kernel_lib exercise solve 11.4 --json
@@ -21,9 +24,11 @@ examples:
   python -m kernel_lib exercise solve 11.1 --param replica_durable_ms=1.5,2.5,6.5
   python -m kernel_lib exercise generate 11.8 --seed 7 > params.json
   python -m kernel_lib exercise check 11.8 --seed 7 --answers answers.json
+  python -m kernel_lib exercise grade submissions/*.ipynb --seed 7 --json
   python -m kernel_lib exercise strip --check
 
-check exits 0 when every graded quantity is within tolerance, 1 otherwise, 2 on bad input.
+check and grade exit 0 when every graded quantity is right, 1 when any is wrong, 2 on bad input.
+Expected values are printed only with --reveal.
 """
 
 
@@ -132,8 +137,46 @@ def _cmd_check(args: argparse.Namespace) -> int:
     params = _params_from_args(mod, args)
     answers = _read_json_object(args.answers, "--answers")
     report = mod.check(params, answers)
-    print(json.dumps({"params": params, **report}) if args.json else format_report(report, reveal=args.reveal))
+    if args.json:
+        from kernel_lib.course.exercises import redact
+        print(json.dumps({"params": params, **redact(report, args.reveal)}))
+    else:
+        print(getattr(mod, "format_report", format_report)(report, reveal=args.reveal))
     return 0 if report["all_ok"] else 1
+
+
+def _cmd_grade(args: argparse.Namespace) -> int:
+    import sys
+
+    from kernel_lib.course.exercises import format_report, get
+    from kernel_lib.course.exercises.grading import expand, grade_class, grade_notebook
+    kw = {"execute": args.execute, "reveal": args.reveal, "accept": args.accept_readings,
+          "kernel_name": args.kernel, "timeout_s": args.timeout}
+    paths = expand(args.notebooks)
+    if len(paths) == 1:   # one notebook: its report, and bad input is one error line (exit 2)
+        report = grade_notebook(paths[0], args.seed, **kw)
+        subs, out = [report], report
+    else:
+        out = grade_class(paths, args.seed, **kw)
+        subs = out["submissions"]
+    for s in subs:
+        if "error" in s:
+            print(f"error: {s['error']}", file=sys.stderr)
+    if args.json:
+        print(json.dumps(out))
+    else:
+        for s in subs:
+            if "error" not in s:
+                fmt = getattr(get(s["exercise"]), "format_report", format_report)
+                print(f"{s['notebook']} ({s['answers_from']}): score {s['score']}/{s['max_score']}")
+                print(fmt(s, reveal=args.reveal) + (f"\n  note: {s['note']}" if s.get("note") else ""))
+        if len(subs) > 1:
+            m = out["summary"]
+            print(f"{m['notebooks']} notebooks: {m['all_right']} all right, {m['wrong']} with wrong answers, "
+                  f"{m['errors']} not gradable")
+    if any("error" in s for s in subs):
+        return 2
+    return 0 if all(s["all_ok"] for s in subs) else 1
 
 
 def build_strip_parser(parser: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
@@ -178,10 +221,10 @@ def add_commands(subparsers) -> argparse.ArgumentParser:
     ids = _exercise_ids()
     epilog = _epilog()
     top = subparsers.add_parser(
-        "exercise", help="solve, generate, check and strip the seeded §11.12 exercises "
-                         + _and_list([i.split(".", 1)[1] for i in ids]),
-        description="The seeded exercises of §11.12: solve a variant, generate one from a seed, grade a "
-                    "student's answers, or derive the student notebooks from the solutions.",
+        "exercise", help=COMMANDS["exercise"] + " " + _and_list([i.split(".", 1)[1] for i in ids]),
+        description="The seeded exercises of §11.12: solve a variant, generate one from a seed, check a "
+                    "student's answers, grade students' notebooks, or derive the student notebooks from the "
+                    "solutions.",
         epilog=epilog, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = top.add_subparsers(dest="exercise_command", metavar="SUBCOMMAND", required=True)
     ex_help = f"exercise id: {', '.join(ids[:-1])} or {ids[-1]} (also 1, 2, …)"
@@ -214,10 +257,36 @@ def add_commands(subparsers) -> argparse.ArgumentParser:
     p.add_argument("exercise", help=ex_help)
     p.add_argument("--answers", required=True, metavar="FILE", help="JSON object of quantity -> answer")
     _add_params_args(p)
-    p.add_argument("--reveal", action="store_true",
-                   help="show the expected values too (the JSON report always has them)")
-    p.add_argument("--json", action="store_true", help="the grading report as one JSON object (with expected values)")
+    p.add_argument("--reveal", action="store_true", help="show the expected values too (text and JSON)")
+    p.add_argument("--json", action="store_true", help="the grading report as one JSON object")
     p.set_defaults(func=_cmd_check)
+
+    p = sub.add_parser("grade", help="grade students' exercise notebooks (exit 0 all right, 1 any wrong, 2 bad input)",
+                       description="Grade submitted exercise notebooks: take the answers their grading cell "
+                                   "recorded (or run each notebook with papermill, the givens injected), grade "
+                                   "every quantity (one point each; an answer of a documented alternative "
+                                   "reading is named as such) and print one report per notebook, or with "
+                                   "several notebooks a class summary too. The student's files are never "
+                                   "written. Exit 0 when every answer is right, 1 when any is wrong, 2 when a "
+                                   "notebook cannot be graded (missing, not a notebook, no answer cell, a cell "
+                                   "raises).",
+                       epilog=epilog, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("notebooks", nargs="+", metavar="NOTEBOOK", help="notebook files, folders of them, or globs")
+    p.add_argument("--seed", type=int, help="grade against the seeded variant `generate --seed S` (default: the "
+                                            "exercise's defaults)")
+    run = p.add_mutually_exclusive_group()
+    run.add_argument("--execute", action="store_true", default=None,
+                     help="always run the notebooks (default: only those without answers recorded for the givens)")
+    run.add_argument("--no-execute", dest="execute", action="store_false",
+                     help="never run them: grade only the answers recorded in their outputs")
+    p.add_argument("--accept-readings", action="store_true",
+                   help="count an answer of a documented alternative reading as right")
+    p.add_argument("--reveal", action="store_true", help="show the expected values too (text and JSON)")
+    p.add_argument("--kernel", default="python3", help="Jupyter kernel to run notebooks with (default python3)")
+    p.add_argument("--timeout", type=float, default=600.0, metavar="S", help="seconds per cell (default 600)")
+    p.add_argument("--json", action="store_true",
+                   help="one JSON object: the notebook's report, or {submissions, summary} for several")
+    p.set_defaults(func=_cmd_grade)
 
     p = sub.add_parser("strip", help="derive exercises/ from solutions/ (or --check that they are in sync)")
     build_strip_parser(p)

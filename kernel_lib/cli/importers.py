@@ -15,7 +15,10 @@ import textwrap
 from pathlib import Path
 
 from kernel_lib.errors import KernelError
-from kernel_lib.importers import FORMATS, LACKS, NOT_RECORDED, import_file
+
+#: the top-level command of this group and its one-line help (``python -m kernel_lib --help``)
+COMMANDS = {"import": "turn another agent's recorded trajectory (SWE-agent, tau-bench, Who&When, OpenAI "
+                      "messages) into an event log"}
 
 JSONL_SUFFIXES = (".jsonl", ".ndjson")
 
@@ -59,6 +62,7 @@ examples:
 
 
 def _lacks_text() -> str:
+    from kernel_lib.importers import LACKS
     return "\n".join(textwrap.fill(v, width=100, initial_indent=f"  {k:<24}", subsequent_indent=" " * 26)
                      for k, v in LACKS.items())
 
@@ -113,6 +117,7 @@ def _cmd_import(args: argparse.Namespace) -> int:
         raise KernelError(f"--out {args.out}: name the log .jsonl or .ndjson (that is how `fold --log` "
                           "recognises a JSON-lines log)")
     _check_out(out, args.out, args.force)
+    from kernel_lib.importers import import_file
     result = import_file(args.format, args.path)
     _write_atomic(out, result.to_jsonl(), args.out)
     if args.json:
@@ -134,9 +139,9 @@ def _cmd_import(args: argparse.Namespace) -> int:
 
 def add_commands(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """Register the ``import`` command on a ``python -m kernel_lib`` subparsers object."""
+    from kernel_lib.importers import FORMATS, NOT_RECORDED
     p = subparsers.add_parser(
-        "import", help="turn another agent's recorded trajectory (SWE-agent, tau-bench, Who&When, OpenAI "
-                       "messages) into an event log",
+        "import", help=COMMANDS["import"],
         description=_DESCRIPTION % (NOT_RECORDED, _lacks_text()), epilog=_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("format", choices=sorted(FORMATS), help="the source's format")

@@ -7,9 +7,14 @@ import json
 import signal
 import sys
 
-from kernel_lib.live.controller import EXPECTED, crash_points, run_worksheet, run_zombie
+#: the top-level command of this group and its one-line help (``python -m kernel_lib --help``)
+COMMANDS = {"worksheet": "the crash worksheet for real: SIGKILL a worker mid-test and recover from the log, "
+                         "or (--zombie) freeze a leased worker and watch the fences refuse it"}
 
-_EPILOG = """\
+
+def _epilog() -> str:
+    from kernel_lib.live.controller import EXPECTED, crash_points
+    return """\
 crash points: --crash-after takes any event the worker appends, as a log position N, TYPE#K (the
 K-th event of that type) or TYPE (its first event for test_r18, else its first event). An event
 the gate appends in one batch with the next ones ("one batch through M") is durable only with
@@ -100,6 +105,10 @@ def _sweep(args: argparse.Namespace) -> int:
         for e in r["errors"]:
             print(f"  error at position {e['position']} ({e['point']}): {e['error']}")
         for v in r["violations"]:
+            if v.get("kind") == "lost_evidence_unsettled":
+                print(f"  VIOLATION at position {v['position']}: deferred evidence of {v['operation_id']} at "
+                      f"#{v['lost_position']} lost and not settled by reconciliation ({v['action']})")
+                continue
             print(f"  VIOLATION at position {v['position']}: {v['operation_id']} invoked {v['invocations']}x, "
                   f"{v['repeat_contract']} allows {v['allowed']}")
         print(f"{len(r['positions'])} positions on the {r['store']} store in {r['elapsed_s']:.1f} s; "
@@ -120,6 +129,7 @@ def _cmd(args: argparse.Namespace) -> int:
         print("error: --lease-ttl-s applies only with --zombie", file=sys.stderr)
         return 2
     args.crash_after = "ToolResult" if args.crash_after is None else args.crash_after   # '' is refused, not defaulted
+    from kernel_lib.live.controller import run_worksheet, run_zombie
     previous = signal.signal(signal.SIGTERM, _on_sigterm)
     try:
         if args.sweep:
@@ -155,7 +165,8 @@ def _cmd(args: argparse.Namespace) -> int:
              + (op["job_handle"] or "not in the log") + ")" if op else "absent")
           + f"; held reservations: {held}")
     act = recon["actions"].get("test_r18", {})
-    print(f"reconciled: {act.get('action')}: {act.get('note', '')}")
+    from kernel_lib.live.session import action_reading
+    print(f"reconciled: {action_reading(act)}")
     if r["model"].get("recorded_reply") is None:
         print("model: no model reply survived in the log, so there is nothing recorded to reproduce")
     else:
@@ -176,8 +187,7 @@ def _cmd(args: argparse.Namespace) -> int:
 def add_commands(subparsers) -> argparse.ArgumentParser:
     """Register the ``worksheet`` subcommand on an argparse ``subparsers`` object."""
     p = subparsers.add_parser(
-        "worksheet", help="the crash worksheet for real: SIGKILL a worker mid-test and recover from the log, "
-                          "or (--zombie) freeze a leased worker and watch the fences refuse it",
+        "worksheet", help=COMMANDS["worksheet"],
         description="Run the repair trajectory with real processes, kill the worker with SIGKILL right after "
                     "any event of it is durable, rebuild the record in a new process and reconcile test_r18 against "
                     "the executor (§11.1, §11.3.3, §11.5.3). Prints one JSON object with --json: crash, "
@@ -185,7 +195,7 @@ def add_commands(subparsers) -> argparse.ArgumentParser:
                     "eq. 7). With --zombie (§11.5.1) the JSON holds epochs, stall, takeover, resume, "
                     "rejections (one per boundary that refused the old worker), preserved (test_r18, "
                     "dispatched once), log, checks and ok.",
-        epilog=_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+        epilog=_epilog(), formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--crash-after", metavar="POINT", default=None,
                    help="kill the worker right after this crash point is durable: a log position N, an event type "
                         "(its first event for test_r18, else its first event) or TYPE#K; any event the worker "

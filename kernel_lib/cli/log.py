@@ -9,8 +9,15 @@ import sys
 from pathlib import Path
 
 from kernel_lib.cli._args import LOG_HELP, events_from, int_at_least
-from kernel_lib.core.events import registered_types
 from kernel_lib.errors import KernelError
+
+#: the top-level commands of this group and their one-line help (``python -m kernel_lib --help``)
+COMMANDS = {
+    "crash-positions": "what recovery may conclude after a crash at each position of eq. 1",
+    "fold": "fold a log into its trajectory record",
+    "schema": "list registered event types and schema versions",
+    "example": "write the recorded worksheet example trajectory as JSON lines",
+}
 
 
 def _cmd_crash_positions(args: argparse.Namespace) -> int:
@@ -53,7 +60,8 @@ def _cmd_fold(args: argparse.Namespace) -> int:
         if att and att.last_result_status:
             extra.append(f"last evidence {att.last_result_status}")
         if op.outcome and op.status == "established":
-            extra.append("outcome " + json.dumps(op.outcome, sort_keys=True)[:80])
+            outcome = json.dumps(op.outcome, sort_keys=True)
+            extra.append("outcome " + (outcome if len(outcome) <= 80 else outcome[:79] + "…"))
         print(f"  {op.operation_id:<20} {op.kind:<5} {op.status:<12} {', '.join(extra)}")
     if rec.attempts_in_doubt():
         print("attempts in doubt: " + ", ".join(f"{o}/{a}" for o, a in rec.attempts_in_doubt()))
@@ -68,7 +76,7 @@ def _cmd_fold(args: argparse.Namespace) -> int:
 
 
 def _cmd_schema(args: argparse.Namespace) -> int:
-    from kernel_lib.core.events import payload_class
+    from kernel_lib.core.events import payload_class, registered_types
     families = {t: {str(v): list(payload_class(t, v).model_fields) for v in vs}
                 for t, vs in registered_types().items()}
     if args.json:
@@ -96,7 +104,7 @@ def _cmd_example(args: argparse.Namespace) -> int:
 
 def add_commands(sub: "argparse._SubParsersAction") -> None:
     """Register ``crash-positions``, ``fold``, ``schema`` and ``example``."""
-    p = sub.add_parser("crash-positions", help="what recovery may conclude after a crash at each position of eq. 1",
+    p = sub.add_parser("crash-positions", help=COMMANDS["crash-positions"],
                        description="For each crash position of eq. 1 (before/after every event, during each "
                                    "intent append with a lost acknowledgment, after each dispatch), fold the "
                                    "surviving log as a complete authoritative prefix and as a lagging one, and "
@@ -110,7 +118,7 @@ def add_commands(sub: "argparse._SubParsersAction") -> None:
     p.add_argument("--json", action="store_true", help="one JSON object per crash position (JSON lines)")
     p.set_defaults(func=_cmd_crash_positions)
 
-    p = sub.add_parser("fold", help="fold a log into its trajectory record",
+    p = sub.add_parser("fold", help=COMMANDS["fold"],
                        description="Fold a trajectory's events (optionally only the first N) and print the "
                                    "trajectory record (§11.2.1): operations with status (in_doubt when an "
                                    "intent lacks adequate evidence), budgets, approvals, control state.")
@@ -120,13 +128,13 @@ def add_commands(sub: "argparse._SubParsersAction") -> None:
     p.add_argument("--json", action="store_true", help="compact JSON")
     p.set_defaults(func=_cmd_fold)
 
-    p = sub.add_parser("schema", help="list registered event types and schema versions",
+    p = sub.add_parser("schema", help=COMMANDS["schema"],
                        description="List every event family (table 1 plus Failure Recovery records) and the "
                                    "schema versions this build can decode.")
     p.add_argument("--json", action="store_true", help="compact JSON")
     p.set_defaults(func=_cmd_schema)
 
-    p = sub.add_parser("example", help="write the recorded worksheet example trajectory as JSON lines",
+    p = sub.add_parser("example", help=COMMANDS["example"],
                        description="Record the crash worksheet's trajectory through the dispatch gate and "
                                    "write its events as JSON lines, each with its digest "
                                    "({\"digest\": ..., \"event\": ...}; `fold --log` verifies them).")

@@ -6,7 +6,12 @@ import argparse
 import json
 import sys
 
-from kernel_lib.quorum.demo import placement_demo, quorum_demo
+#: the top-level commands of this group and their one-line help (``python -m kernel_lib --help``)
+COMMANDS = {
+    "quorum-cluster": "run N etcd members on loopback until Ctrl-C (for your own experiments with --store etcd)",
+    "quorum-demo": "kill etcd members under a live log and check every acknowledged event survives (§11.3.1 row 3)",
+    "quorum-placement": "which acknowledgments survive losing the worker's volume, by member placement (exercise 1)",
+}
 
 _DEMO = """\
 Start three etcd members on loopback, append trajectory events through the quorum store, SIGKILL
@@ -29,6 +34,7 @@ acknowledged events survive and how many copies of each existed outside the work
 def _cmd_demo(args: argparse.Namespace) -> int:
     progress = None if args.json else (lambda msg: print(msg, file=sys.stderr, flush=True))
     try:
+        from kernel_lib.quorum.demo import quorum_demo
         rep = quorum_demo(per_phase=args.per_phase, timeout_s=args.timeout, progress=progress)
     except KeyboardInterrupt:
         print("quorum-demo: interrupted; every member it started was stopped", file=sys.stderr)
@@ -43,6 +49,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
 
 def _cmd_placement(args: argparse.Namespace) -> int:
+    from kernel_lib.quorum.demo import placement_demo
     reps = [placement_demo(k, members=args.members, appends=args.appends)
             for k in (args.colocated if args.colocated else range(args.members // 2 + 2))]
     if args.json:
@@ -89,8 +96,7 @@ def _cmd_cluster(args: argparse.Namespace) -> int:
 
 def add_commands(subparsers: "argparse._SubParsersAction") -> None:
     """Register ``quorum-demo``, ``quorum-placement`` and ``quorum-cluster``."""
-    c = subparsers.add_parser("quorum-cluster", help="run N etcd members on loopback until Ctrl-C (for your own "
-                                                      "experiments with --store etcd)",
+    c = subparsers.add_parser("quorum-cluster", help=COMMANDS["quorum-cluster"],
                               description="Start N etcd members on 127.0.0.1 (free ports), print their client URLs "
                                           "(the store path of `--store etcd`) and pids, keep them running until "
                                           "Ctrl-C, SIGTERM or --seconds, then stop every one by pid.")
@@ -100,16 +106,14 @@ def add_commands(subparsers: "argparse._SubParsersAction") -> None:
     c.add_argument("--seconds", type=float, default=0, help="stop after this many seconds (default: wait for Ctrl-C)")
     c.add_argument("--json", action="store_true", help="print the endpoints and pids as JSON")
     c.set_defaults(func=_cmd_cluster)
-    p = subparsers.add_parser("quorum-demo", help="kill etcd members under a live log and check every "
-                                                   "acknowledged event survives (§11.3.1 row 3)",
+    p = subparsers.add_parser("quorum-demo", help=COMMANDS["quorum-demo"],
                               description=_DEMO, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.add_argument("--per-phase", type=int, default=5, metavar="N", help="appends per phase (default 5)")
     p.add_argument("--timeout", type=float, default=2.0, metavar="S",
                    help="seconds an append waits for a majority before it is reported unacknowledged (default 2)")
     p.set_defaults(func=_cmd_demo)
-    q = subparsers.add_parser("quorum-placement", help="which acknowledgments survive losing the worker's volume, by "
-                                                        "member placement (exercise 1)",
+    q = subparsers.add_parser("quorum-placement", help=COMMANDS["quorum-placement"],
                               description=_PLACEMENT, formatter_class=argparse.RawDescriptionHelpFormatter)
     q.add_argument("--colocated", type=int, action="append", metavar="K",
                    help="members on the worker's volume (repeatable; default: 0 up to a majority)")

@@ -7,14 +7,22 @@ import argparse
 import json
 import sys
 import textwrap
+from typing import TYPE_CHECKING
 
-from kernel_lib.verify.checkpoint_workload import CaptureWorkload
-from kernel_lib.verify.engine import CrashWorkload, explore
-from kernel_lib.verify.log_workload import WORKLOADS, SegmentLogWorkload
-from kernel_lib.verify.payload_workload import ORDERS, PayloadWorkload
+if TYPE_CHECKING:   # the engine and its workloads are imported only when crashcheck is chosen
+    from kernel_lib.verify.engine import CrashWorkload
 
-#: Workloads run only when named with --workload (the default stays the segment log's four).
-OTHER_WORKLOADS = (CaptureWorkload.name, *ORDERS)
+#: the top-level command of this group and its one-line help (``python -m kernel_lib --help``)
+COMMANDS = {"crashcheck": "crash-test the segment log (and checkpoints, payloads): every crash state of "
+                          "recorded workloads"}
+
+
+def _other_workloads() -> tuple[str, ...]:
+    """Workloads run only when named with --workload (the default stays the segment log's four)."""
+    from kernel_lib.verify.barrier_workload import OneBarrierWorkload
+    from kernel_lib.verify.checkpoint_workload import CaptureWorkload
+    from kernel_lib.verify.payload_workload import ORDERS
+    return (CaptureWorkload.name, *ORDERS, OneBarrierWorkload.name)
 
 _EPILOG = """\
 crash states, for a crash after every recorded file operation:
@@ -40,6 +48,7 @@ exit status: 0 if no violation, 1 if any, 2 on a usage or kernel error.
 
 
 def _description() -> str:
+    from kernel_lib.verify.log_workload import WORKLOADS
     head = ("Record built-in workloads on the segment log through a recording file system, build\n"
             "every crash state (process crash, host crash, out-of-order and torn writes), reopen\n"
             "the store on each and check every acknowledgment's promise (§11.3.1, table 2).\n\n"
@@ -47,24 +56,31 @@ def _description() -> str:
     body = "".join(textwrap.fill(w.description, width=88, initial_indent=f"  {w.name:<20} ",
                                  subsequent_indent=" " * 23) + "\n" for w in WORKLOADS.values())
     others = "".join(textwrap.fill(w.description, width=88, initial_indent=f"  {w.name:<20} ",
-                                   subsequent_indent=" " * 23) + "\n" for w in _workloads(OTHER_WORKLOADS))
+                                   subsequent_indent=" " * 23) + "\n" for w in _workloads(_other_workloads()))
     return head + body + "\nonly when named with --workload:\n" + others
 
 
 def _workloads(names) -> list[CrashWorkload]:
     """The engine workloads for ``names`` (default: the segment log's), each once, in order."""
+    from kernel_lib.verify.barrier_workload import OneBarrierWorkload
+    from kernel_lib.verify.checkpoint_workload import CaptureWorkload
+    from kernel_lib.verify.log_workload import WORKLOADS, SegmentLogWorkload
+    from kernel_lib.verify.payload_workload import PayloadWorkload
     out: list[CrashWorkload] = []
     for name in dict.fromkeys(names or WORKLOADS):
         if name in WORKLOADS:
             out.append(SegmentLogWorkload(WORKLOADS[name]))
         elif name == CaptureWorkload.name:
             out.append(CaptureWorkload())
+        elif name == OneBarrierWorkload.name:
+            out.append(OneBarrierWorkload())
         else:
             out.append(PayloadWorkload(name))
     return out
 
 
 def _cmd_crashcheck(args: argparse.Namespace) -> int:
+    from kernel_lib.verify.engine import explore
     progress = not args.json and sys.stderr.isatty()
     report = explore(_workloads(args.workload), seed=args.seed, max_states=args.max_states, progress=progress,
                      sample_salt="max_states")
@@ -86,16 +102,17 @@ def _cmd_crashcheck(args: argparse.Namespace) -> int:
 
 def add_commands(subparsers) -> argparse.ArgumentParser:
     """Register the ``crashcheck`` subcommand on an argparse ``subparsers`` object."""
+    from kernel_lib.verify.log_workload import WORKLOADS
+    names = [*WORKLOADS, *_other_workloads()]
     p = subparsers.add_parser(
-        "crashcheck", help="crash-test the segment log (and checkpoints, payloads): every crash state of "
-                           "recorded workloads",
+        "crashcheck", help=COMMANDS["crashcheck"],
         description=_description(),
         epilog=_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--json", action="store_true",
                    help='print one JSON object: {"states_explored": N, "violations": V, ...}')
     p.add_argument("--seed", type=int, default=0, help="seed for event text, sampled subsets and garbage (default 0)")
-    p.add_argument("--workload", action="append", choices=[*WORKLOADS, *OTHER_WORKLOADS], metavar="NAME",
-                   help=f"run only this workload (repeatable); one of {', '.join([*WORKLOADS, *OTHER_WORKLOADS])}")
+    p.add_argument("--workload", action="append", choices=names, metavar="NAME",
+                   help=f"run only this workload (repeatable); one of {', '.join(names)}")
     p.add_argument("--max-states", type=int, default=None, metavar="N",
                    help="check at most N generated states (a seeded sample) for a quick run")
     p.set_defaults(func=_cmd_crashcheck)

@@ -111,7 +111,8 @@ def tool_intent(proposal: ToolProposal, trajectory_id: str) -> ToolIntent:
                       repeat_contract=proposal.repeat_contract, grant_id=proposal.grant_id,
                       authorization_ref=decision_id(proposal.operation_id, proposal.attempt_id),
                       reservation_ref=reservation_id(proposal.operation_id, proposal.attempt_id),
-                      idempotency_key=idempotency_key(trajectory_id, proposal.operation_id))
+                      idempotency_key=idempotency_key(trajectory_id, proposal.operation_id),
+                      status_lookup=proposal.status_lookup)
 
 
 def context_built(call: ModelCall) -> ContextBuilt:

@@ -26,9 +26,11 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
+import msgspec
 import rfc8785
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, model_validator
 
+from kernel_lib.core.canonical import canonical_json
 from kernel_lib.errors import MalformedEventError, UnknownEventTypeError, UnknownSchemaVersionError
 from kernel_lib.limits import JSON_DEPTH_MAX, JSON_NUMBER_MAX
 
@@ -123,9 +125,53 @@ def _credential_like(name: str, m: re.Match[str]) -> bool:
     return True
 
 
+#: Every literal trigger of :data:`_TEXT_SHAPES`, and every lower-case one. A text that holds none
+#: of them tries no shape, so :func:`_text_secrets` answers it with one pass per trigger group
+#: (:func:`_may_hold_secret`) instead of a pass per shape. Triggers that share a first character are
+#: one regex each (that character is searched for first), the rest plain substring tests.
+_ALL_TRIGGERS = tuple(sorted({t for shape in _TEXT_SHAPES for t in shape[1]}))
+_ALL_LOWER_TRIGGERS = tuple(sorted({t for shape in _TEXT_SHAPES for t in shape[2]}))
+
+
+def _trigger_tests(triggers: tuple[str, ...]) -> tuple[tuple[str, ...], tuple[re.Pattern[str], ...]]:
+    """Split ``triggers`` into plain substrings and one regex per shared first character."""
+    groups: dict[str, list[str]] = {}
+    for t in triggers:
+        groups.setdefault(t[0], []).append(t)
+    plain = tuple(t for g in groups.values() if len(g) == 1 for t in g)
+    regexes = tuple(re.compile(re.escape(first) + "(?:" + "|".join(re.escape(t[1:]) for t in g) + ")")
+                    for first, g in groups.items() if len(g) > 1)
+    return plain, regexes
+
+
+_TRIGGER_PLAIN, _TRIGGER_RES = _trigger_tests(_ALL_TRIGGERS)
+_LOWER_TRIGGER_PLAIN, _LOWER_TRIGGER_RES = _trigger_tests(_ALL_LOWER_TRIGGERS)
+
+
+def _may_hold_secret(text: str) -> bool:
+    """False only if ``text`` holds no trigger of any shape, so :func:`_text_secrets` finds nothing
+    in it (exactly: each shape is tried only on a text holding one of its triggers)."""
+    for t in _TRIGGER_PLAIN:
+        if t in text:
+            return True
+    for r in _TRIGGER_RES:
+        if r.search(text):
+            return True
+    lower = text.lower()
+    for t in _LOWER_TRIGGER_PLAIN:
+        if t in lower:
+            return True
+    for r in _LOWER_TRIGGER_RES:
+        if r.search(lower):
+            return True
+    return False
+
+
 def _text_secrets(text: str) -> list[tuple[int, int]]:
     """Spans of ``text`` to redact (sorted, not overlapping): the secret part of each
     credential-like match of :data:`_TEXT_SHAPES`."""
+    if not _may_hold_secret(text):
+        return []
     lower: str | None = None
     spans: list[tuple[int, int]] = []
     for name, triggers, lower_triggers, pattern, group, not_before in _TEXT_SHAPES:
@@ -267,13 +313,15 @@ class Payload(BaseModel):
 
     @model_validator(mode="before")
     @classmethod
-    def _plain_json(cls, data: Any) -> Any:
-        if isinstance(data, dict):
+    def _plain_json(cls, data: Any, info: ValidationInfo) -> Any:
+        if isinstance(data, dict) and info.context is not _PRECHECKED:
             check_json(data, cls.event_type)
         return data
 
     @model_validator(mode="after")
-    def _no_secrets(self) -> "Payload":
+    def _no_secrets(self, info: ValidationInfo) -> "Payload":
+        if info.context is _PRECHECKED:   # the input was shown clean by _clean_stored_json (decode_stored)
+            return self
         # the record's own field names are the schema's, not data: scan their values only
         hits = [h for v in self.model_dump(mode="json").values() for h in find_secrets(v)]
         if hits:
@@ -452,9 +500,16 @@ class ToolIntent(Payload):
     logical operation (:func:`kernel_lib.core.proposals.idempotency_key` derives it from the
     trajectory and operation ids, §11.3.3). None: no key was sent (an intent reconstructed by an
     importer, or built outside the gate). Schema 1 logs read as :class:`ToolIntentV1`.
+
+    Schema 3 adds ``status_lookup``: the endpoint declared that it answers a status query by this
+    operation's identity (reconciliation, §11.5.3). True tells a reader of the log that the
+    attempt's evidence was acknowledged at the write tier and made durable by the log's next
+    barrier (one durable barrier per step): if a host crash lost it, the attempt is in doubt and
+    reconciliation asks the endpoint. False (the default, and every older intent): the evidence
+    was acknowledged at the trajectory's own tier. Schema 2 logs read as :class:`ToolIntentV2`.
     """
     event_type: ClassVar[str] = "ToolIntent"
-    schema_version: ClassVar[int] = 2
+    schema_version: ClassVar[int] = 3
     operation_id: str
     attempt_id: str
     tool: str
@@ -466,16 +521,27 @@ class ToolIntent(Payload):
     authorization_ref: str
     reservation_ref: str
     idempotency_key: str | None = Field(default=None, min_length=1, max_length=255)
+    status_lookup: bool = False
+
+
+@register
+class ToolIntentV2(ToolIntent):
+    """Schema 2 of ``ToolIntent``, as logs written before ``status_lookup`` hold it: the same
+    fields without it (it reads as False and is never encoded, so a stored v2 event re-encodes to
+    its own bytes). Read only; the gate writes schema 3. A subclass of :class:`ToolIntent`."""
+    schema_version: ClassVar[int] = 2
+    status_lookup: Literal[False] = Field(default=False, exclude=True)
 
 
 @register
 class ToolIntentV1(ToolIntent):
     """Schema 1 of ``ToolIntent``, as logs written before the idempotency key hold it: the same
-    fields without ``idempotency_key`` (it reads as None and is never encoded, so a stored v1
-    event re-encodes to its own bytes). Read only; the gate writes schema 2. A subclass of
-    :class:`ToolIntent`, so every reader of intents reads both."""
+    fields without ``idempotency_key`` and ``status_lookup`` (they read as None and False and are
+    never encoded, so a stored v1 event re-encodes to its own bytes). Read only; the gate writes
+    schema 3. A subclass of :class:`ToolIntent`, so every reader of intents reads all three."""
     schema_version: ClassVar[int] = 1
     idempotency_key: None = Field(default=None, exclude=True)
+    status_lookup: Literal[False] = Field(default=False, exclude=True)
 
 
 @register
@@ -794,7 +860,7 @@ class Event:
 
 def _canonical(d: dict[str, Any], event_id: str | None, event_type: str | None) -> bytes:
     try:
-        return rfc8785.dumps(d)
+        return canonical_json(d)   # rfc8785.dumps's bytes, faster (kernel_lib.core.canonical)
     except (rfc8785.CanonicalizationError, TypeError, ValueError) as exc:
         raise MalformedEventError(f"cannot canonically encode event: {exc}", event_id=event_id,
                                   event_type=event_type) from exc
@@ -873,11 +939,26 @@ def decode_stored(data: bytes) -> Event:
     exact ``canonical`` bytes an :class:`Event` was appended with.
 
     Skips only the re-encoding that :func:`decode` uses to prove canonical form (about 3/4 of its
-    cost); the envelope and the payload are still validated against the registered schema.
+    cost); the envelope and the payload are still validated against the registered schema, and the
+    payload is still checked for plain JSON and for credentials.
+
+    Two routes give the same result. The fast route (:func:`_decode_stored_fast`) parses with
+    msgspec straight into a typed envelope and validates the payload once, having shown the
+    payload clean in a single walk (:func:`_clean_stored_json`) instead of the model validators'
+    two. Whenever it cannot vouch for the bytes (anything msgspec or that walk refuses, an
+    unregistered type, a failing schema) it steps aside and the checked route below decides, so
+    every refusal is the one :func:`decode_stored` has always raised, with the same message.
 
     Raises: as :func:`decode`.
     """
     data = _as_bytes(data)
+    ev = _decode_stored_fast(data)
+    return ev if ev is not None else _decode_stored_checked(data)
+
+
+def _decode_stored_checked(data: bytes) -> Event:
+    """The reference route of :func:`decode_stored`: json.loads, the envelope checks, the payload's
+    model validators. Raises the typed errors of :func:`decode`."""
     try:
         d = json.loads(data)
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
@@ -890,3 +971,137 @@ def decode_stored(data: bytes) -> Event:
     return Event(d["trajectory_id"], d["event_id"], d["sequence_number"], d["event_type"], d["schema_version"],
                  d["reducer_version"], d["owner_epoch"], d["control_epoch"], Provenance(**d["provenance"]),
                  payload, bytes(data), hashlib.sha256(data).hexdigest())
+
+
+class _StoredProvenance(msgspec.Struct, forbid_unknown_fields=True):
+    tenant: str
+    issuer: str
+
+
+class _StoredEnvelope(msgspec.Struct, forbid_unknown_fields=True):
+    """The envelope as msgspec decodes it: every key required, no other key, strict types (an int
+    field takes a JSON integer, never a float or a bool), the payload as plain JSON data."""
+    trajectory_id: str
+    event_id: str
+    sequence_number: int
+    event_type: str
+    schema_version: int
+    reducer_version: int
+    owner_epoch: int
+    control_epoch: int
+    provenance: _StoredProvenance
+    payload: Any
+
+
+_STORED_DECODER = msgspec.json.Decoder(_StoredEnvelope)
+#: validation context telling the Payload model validators that :func:`_clean_stored_json` already
+#: showed the input plain JSON without credentials (compared by identity: no caller can forge it)
+_PRECHECKED: dict[str, bool] = {"prechecked_by_decode_stored": True}
+_PROVENANCES: dict[tuple[str, str], Provenance] = {}
+_KEY_CLEAN: dict[str, bool] = {}
+
+
+def _decode_stored_fast(data: bytes) -> "Event | None":
+    """The fast route of :func:`decode_stored`: the event, or None where the checked route must
+    decide. Returns an event only where :func:`_decode_stored_checked` returns an equal one with
+    the same canonical bytes and digest (tests/test_read_path.py checks it)."""
+    try:
+        env = _STORED_DECODER.decode(data)
+    except (msgspec.DecodeError, RecursionError):
+        return None
+    tid, eid, seq, et, sv = env.trajectory_id, env.event_id, env.sequence_number, env.event_type, env.schema_version
+    if not (tid and eid and et and seq >= 1 and sv >= 1 and env.reducer_version >= 1 and env.owner_epoch >= 0
+            and env.control_epoch >= 0):
+        return None
+    cls = _REGISTRY.get((et, sv))
+    p = env.payload
+    if cls is None or type(p) is not dict:
+        return None
+    strings: list[str] = []
+    if not _clean_stored_json(p, 0, strings, top=True) or not _clean_strings(strings):
+        return None
+    try:
+        payload = cls.model_validate(p, context=_PRECHECKED)
+    except ValidationError:
+        return None
+    pv = env.provenance
+    prov = _PROVENANCES.get((pv.tenant, pv.issuer))
+    if prov is None:
+        if len(_PROVENANCES) > 4096:
+            _PROVENANCES.clear()
+        prov = _PROVENANCES[(pv.tenant, pv.issuer)] = Provenance(pv.tenant, pv.issuer)
+    return Event(tid, eid, seq, et, sv, env.reducer_version, env.owner_epoch, env.control_epoch, prov, payload,
+                 data, hashlib.sha256(data).hexdigest())
+
+
+#: verdicts of :func:`_clean_strings` on single short strings seen before (identifiers, literals,
+#: tool names recur in every turn): a pure function of the string, so a cached True is exact
+_SHORT_CLEAN: dict[str, bool] = {}
+_SHORT_BYTES = 128
+
+
+def _clean_strings(strings: list[str]) -> bool:
+    """True if every string is valid UTF-8 text in which :func:`_text_secrets` finds no span.
+
+    First one look at them all, joined by NUL: a trigger inside one string is a trigger of the
+    whole (no trigger holds a NUL, and lower-casing maps each character alone but for the Greek
+    final sigma), so a whole without any trigger settles it. Otherwise each string is scanned
+    (and a short one's verdict kept)."""
+    text = "\x00".join(strings)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    if not _may_hold_secret(text):
+        return True
+    for s in strings:
+        if _text_secrets(s):
+            return False
+        if len(s) <= _SHORT_BYTES:
+            if len(_SHORT_CLEAN) > 65536:
+                _SHORT_CLEAN.clear()
+            _SHORT_CLEAN[s] = True
+    return True
+
+
+def _clean_stored_json(value: Any, depth: int, strings: list[str], top: bool = False) -> bool:
+    """True only if :func:`check_json` accepts ``value`` (msgspec output: dict, list, str, int,
+    float, bool, None) and no key in it can be a credential; the strings not already known clean
+    are appended to ``strings`` for :func:`_clean_strings`. ``top``: the payload itself, whose keys
+    are field names (the model refuses unknown ones; the secret scan skips them too)."""
+    if depth > JSON_MAX_DEPTH:
+        return False
+    t = type(value)
+    if t is dict:
+        items = value.values() if top else value
+        if value and depth + 1 > JSON_MAX_DEPTH:
+            return False
+    elif t is list:
+        items = value
+        if value and depth + 1 > JSON_MAX_DEPTH:
+            return False
+    else:
+        return _clean_stored_json([value], depth - 1, strings)
+    short = _SHORT_CLEAN
+    for x in items:
+        if not top and t is dict:       # x is a key: neither a credential's name nor its text
+            clean = _KEY_CLEAN.get(x)
+            if clean is None:
+                if len(_KEY_CLEAN) > 4096:
+                    _KEY_CLEAN.clear()
+                clean = _KEY_CLEAN[x] = type(x) is str and _clean_strings([x]) and not _secret_key(x)
+            if not clean:
+                return False
+            x = value[x]
+        tx = type(x)
+        if tx is str:
+            if x not in short:
+                strings.append(x)
+        elif tx is int or tx is float:
+            if not -JSON_SAFE_MAX <= x <= JSON_SAFE_MAX:   # also refuses NaN
+                return False
+        elif x is None or tx is bool:
+            continue
+        elif not _clean_stored_json(x, depth + 1, strings):
+            return False
+    return True

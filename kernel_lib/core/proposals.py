@@ -55,8 +55,17 @@ class ToolProposal:
     ``idempotent`` or ``read_only`` only for an endpoint that honours it (§11.3.3). Every attempt's
     intent carries the operation's :func:`idempotency_key` whatever the contract.
 
+    ``status_lookup`` is a separate declaration: the endpoint answers a status query by this
+    operation's identity (its operation id or idempotency key), so reconciliation can recover an
+    outcome whose evidence a crash lost (§11.5.3). Declared, the attempt's evidence is acknowledged
+    at the write tier and made durable by the log's next barrier (the next intent's, or
+    :meth:`~kernel_lib.gate.dispatch.DispatchGate.sync`): one durable barrier per step. Undeclared
+    (the default: nothing is known about the endpoint), the evidence waits for its own barrier at
+    the trajectory's tier. The intent records the declaration (``ToolIntent.status_lookup``).
+
     Raises:
-        ConfigError: a bound that is not a finite number >= 0, or an unknown repeat contract.
+        ConfigError: a bound that is not a finite number >= 0, an unknown repeat contract, or a
+            ``status_lookup`` that is not a bool.
     """
 
     operation_id: str
@@ -68,12 +77,16 @@ class ToolProposal:
     repeat_contract: str = DEFAULT_REPEAT_CONTRACT
     input_ref: str | None = None
     revision: str | None = None
+    status_lookup: bool = False
 
     def __post_init__(self) -> None:
         _check_bound(self.operation_id, self.cost_bound_usd)
         if not isinstance(self.repeat_contract, str) or self.repeat_contract not in REPEAT_CONTRACTS:
             raise ConfigError(f"{self.operation_id}: repeat_contract must be one of {sorted(REPEAT_CONTRACTS)}, "
                               f"got {self.repeat_contract!r}")
+        if not isinstance(self.status_lookup, bool):
+            raise ConfigError(f"{self.operation_id}: status_lookup must be True or False (does the endpoint answer "
+                              f"a status query by operation id?), got {self.status_lookup!r}")
 
 
 @dataclass(frozen=True)

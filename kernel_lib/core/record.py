@@ -59,6 +59,7 @@ from kernel_lib.core.events import (
     TaskStarted,
     ToolIntent,
     ToolIntentV1,
+    ToolIntentV2,
     ToolResult,
     AttemptWithheld,
     WatchdogIntervened,
@@ -926,6 +927,7 @@ _HANDLERS = {
     Checkpoint: _checkpoint, CompensationIssued: _recovery, QuarantineChanged: _recovery,
     WatchdogIntervened: _recovery, CheckpointV2: _checkpoint, WorkspaceChanged: _workspace_changed,
     ToolIntentV1: _tool_intent,   # schema 1 of ToolIntent (no idempotency key) folds the same way
+    ToolIntentV2: _tool_intent,   # schema 2 of ToolIntent (no status_lookup) folds the same way
     AttemptWithheld: _attempt_withheld,
 }
 
@@ -938,5 +940,5 @@ _FORK_REVIEWED = frozenset({
     TaskStarted, ContextBuilt, ModelReplied, Authorized, BudgetReserved, BudgetSettled, ToolIntent, ToolResult,
     ControlChanged, PlanChanged, ApprovalRequested, ApprovalResolved, Compacted, RuntimeInput, Checkpoint,
     CompensationIssued, QuarantineChanged, WatchdogIntervened, CheckpointV2, WorkspaceChanged, ToolIntentV1,
-    AttemptWithheld,
+    AttemptWithheld, ToolIntentV2,
 })

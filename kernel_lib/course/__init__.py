@@ -3,7 +3,10 @@
 * :mod:`.exercises` — the §11.12 exercises: seeded generators, solvers, checkers;
 * :mod:`.strip` — deriving student copies in ``exercises/`` from ``solutions/``;
 * :mod:`.scratch` — the notebooks' scratch folders: one disk policy for every figure labelled
-  "measured" (outside the checkout, on a named filesystem, tmpfs said so).
+  "measured" (outside the checkout, on a named filesystem, tmpfs said so);
+* :mod:`.lab` — the working copy ``make lab`` opens (``lab/course``), so the tracked notebooks stay clean;
+* :mod:`.chapters` — the chapters read in place from ``../shared/chapters`` and rendered as Markdown views;
+* :mod:`.notebook_links` — each notebook's marked cell of links to the chapter sections it teaches.
 
 May import: every layer except ``cli``.
 """

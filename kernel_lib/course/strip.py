@@ -6,7 +6,10 @@ Solution regions are removed:
   ``*Your answer here.*``);
 * in code cells, the lines from ``# BEGIN SOLUTION`` to ``# END SOLUTION`` (inclusive) become one
   ``# your answer here`` line at the marker's indentation; in Markdown cells the same holds for
-  ``<!-- BEGIN SOLUTION -->`` / ``<!-- END SOLUTION -->``.
+  ``<!-- BEGIN SOLUTION -->`` / ``<!-- END SOLUTION -->``;
+* a region opened with ``# BEGIN SOLUTION NO PROMPT`` (Markdown: ``<!-- BEGIN SOLUTION NO PROMPT -->``)
+  is removed with no placeholder: the worked solution's own checks in a grading cell, where a
+  student has nothing to write (otter-grader's marker for the same thing).
 
 Every output, execution count and run-time metadata is dropped, and a note naming the source is
 put first, so the result is byte-for-byte a function of the solution notebook: ``--check`` (and
@@ -34,16 +37,18 @@ EXERCISES_DIR = ROOT / "exercises"
 
 CODE_PLACEHOLDER = "# your answer here"
 MARKDOWN_PLACEHOLDER = "*Your answer here.*"
-_MARKERS = {
-    "code": (re.compile(r"^(\s*)#\s*BEGIN SOLUTION\s*$"), re.compile(r"^\s*#\s*END SOLUTION\s*$"), CODE_PLACEHOLDER),
-    "markdown": (re.compile(r"^(\s*)<!--\s*BEGIN SOLUTION\s*-->\s*$"), re.compile(r"^\s*<!--\s*END SOLUTION\s*-->\s*$"),
-                 MARKDOWN_PLACEHOLDER),
+_MARKERS = {   # group 1: indentation; group 2: " NO PROMPT" (remove the region without a placeholder)
+    "code": (re.compile(r"^(\s*)#\s*BEGIN SOLUTION(\s+NO PROMPT)?\s*$"), re.compile(r"^\s*#\s*END SOLUTION\s*$"),
+             CODE_PLACEHOLDER),
+    "markdown": (re.compile(r"^(\s*)<!--\s*BEGIN SOLUTION(\s+NO PROMPT)?\s*-->\s*$"),
+                 re.compile(r"^\s*<!--\s*END SOLUTION\s*-->\s*$"), MARKDOWN_PLACEHOLDER),
 }
 _VOLATILE_CELL_METADATA = ("execution", "papermill", "collapsed", "scrolled", "jupyter")
 
 
 def strip_source(source: str, cell_type: str = "code", where: str = "cell") -> str:
-    """``source`` with every solution region replaced by one placeholder line.
+    """``source`` with every solution region replaced by one placeholder line (a ``NO PROMPT``
+    region by nothing).
 
     Raises ConfigError for an unbalanced or nested marker.
     """
@@ -57,7 +62,8 @@ def strip_source(source: str, cell_type: str = "code", where: str = "cell") -> s
             if inside:
                 raise ConfigError(f"{where}: line {n}: BEGIN SOLUTION inside a solution region")
             inside = True
-            out.append(m.group(1) + placeholder)
+            if not m.group(2):
+                out.append(m.group(1) + placeholder)
         elif end.match(line):
             if not inside:
                 raise ConfigError(f"{where}: line {n}: END SOLUTION without BEGIN SOLUTION")

@@ -28,6 +28,14 @@ the transports:
   complete ``completed``/``failed`` evidence settles the operation. The usage settlement of a
   reply goes in the same batch as its evidence (one acknowledgment), so a crash never leaves a
   result without its settlement.
+* One durable barrier per step: when the proposal declared ``status_lookup`` (the endpoint answers
+  a status query by operation id; the intent records it), the evidence batch is a *deferred*
+  append (:meth:`TrajectoryLog.append_many`): acknowledged at the store's write tier and made
+  durable by the log's next barrier, which comes before anything else leaves (the next intent,
+  model context or recheck reading is a barrier append) or at :meth:`DispatchGate.sync`. A host
+  crash can lose only such evidence, and then the attempt is in doubt with an intent saying its
+  endpoint can be asked: reconciliation settles it (§11.5.3). Undeclared, the evidence waits for
+  its own barrier, as before.
 
 ``on_position`` is called with a position name after every step, so a crash controller (or a
 test) can stop the worker at an exact point of eq. 1.
@@ -176,13 +184,21 @@ class DispatchGate:
 
     # --- appends ---------------------------------------------------------------------------------
     @_serialized
-    def append(self, *payloads: Payload | Event) -> list[Event]:
+    def sync(self) -> int:
+        """Make deferred evidence durable at the log's tier now (:meth:`TrajectoryLog.sync`: one
+        barrier, none if nothing is uncovered); returns the log's durable head. Call it before the
+        trajectory finishes, a lease is handed over or a reader is told the log is durable."""
+        return self.log.sync()
+
+    @_serialized
+    def append(self, *payloads: Payload | Event, deferred: bool = False) -> list[Event]:
         """Append ``payloads`` as one batch (one acknowledgment at the log's tier), fold them into
         :attr:`record`, then report each as ``after:<EventType>`` to ``on_position``. A member may
         be an event the log already stamped for its position (see :meth:`TrajectoryLog.append_many`).
 
         Returns the appended events. The whole batch is folded before any callback runs, so a
-        callback that appends more sees a current record.
+        callback that appends more sees a current record. ``deferred``: acknowledged at the log's
+        write tier, made durable by its next barrier (:meth:`TrajectoryLog.append_many`).
 
         Raises:
             StaleRecordError: the record does not end at the log's head (it was folded from an
@@ -196,7 +212,7 @@ class DispatchGate:
                 f"the gate's record of {self.log.trajectory_id!r} ends at #{self.record.last_sequence_number} but the "
                 f"log's head is #{self.log.head}: it was folded from an incomplete copy (a lagging replica?) or "
                 "another writer appended since; nothing appended. Fold the authoritative log again before deciding")
-        events = self.log.append_many(list(payloads))
+        events = self.log.append_many(list(payloads), deferred=deferred)
         for ev in events:   # fold the whole batch before any callback can append more
             fold_step(self.record, ev)
         if self.record.last_sequence_number != self.log.head:   # invariant: the record ends at the head
@@ -428,7 +444,7 @@ class DispatchGate:
             proposal = ToolProposal(operation_id, attempt_id, intent.tool, dict(intent.arguments), intent.grant_id,
                                     res.amount_usd if res is not None else 0.0,
                                     repeat_contract=intent.repeat_contract, input_ref=intent.input_ref,
-                                    revision=intent.revision)
+                                    revision=intent.revision, status_lookup=intent.status_lookup)
         return self.run_tool(proposal, transport, finalization=finalization)
 
     def _withheld_intent(self, op) -> ToolIntent:
@@ -458,12 +474,16 @@ class DispatchGate:
         except OSError as exc:
             reply = ToolReply(status="unreachable", outcome={"error": repr(exc)})
         self.on_position("after:dispatch", None)
-        return self.record_evidence(intent.operation_id, intent.attempt_id, reply)
+        return self.record_evidence(intent.operation_id, intent.attempt_id, reply, reconcilable=intent.status_lookup)
 
     @_serialized
     def record_evidence(self, operation_id: str, attempt_id: str, reply: ToolReply,
-                        source: str = "reply") -> TrajectoryRecord:
+                        source: str = "reply", *, reconcilable: bool = False) -> TrajectoryRecord:
         """Append a ToolResult (and usage evidence when given) for an attempt.
+
+        ``reconcilable=True`` (the attempt's intent declared ``status_lookup``; :meth:`run_tool`
+        passes it): the batch is deferred, acknowledged at the log's write tier and made durable by
+        its next barrier; a crash that loses it leaves the attempt in doubt for reconciliation.
 
         Evidence is what the endpoint sent, so credential-looking fields in it are redacted (and
         listed under ``outcome.redacted_fields``) rather than refused: the log keeps the evidence
@@ -484,7 +504,7 @@ class DispatchGate:
                 result.status in SETTLING_STATUSES and result.observation_complete)
             if settlement.final != established:
                 settlement = settlement.model_copy(update={"final": established})
-        self.append(result, *([settlement] if settlement is not None else []))
+        self.append(result, *([settlement] if settlement is not None else []), deferred=reconcilable)
         return self.record
 
     # --- resume: what the recovered record says must be settled -----------------------------------

@@ -77,6 +77,12 @@ class ExecutorClient:
         job_handle, charged_usd, outcome, owner_epoch, submissions, record, signature}``."""
         return self._http.get(f"{self.url}/operations/{operation_id}").json()
 
+    def contract(self) -> dict[str, Any]:
+        """``GET /contract``: the endpoint contract the executor declares for its tool
+        (:data:`kernel_lib.live.executor.ENDPOINT_CONTRACT`: ``{tool, repeat_contract, status_lookup,
+        status_query, executor_id}``)."""
+        return self._http.get(f"{self.url}/contract").json()
+
     def install_fence(self, trajectory_id: str, owner_epoch: int) -> dict[str, Any]:
         """``POST /fences``: install ``owner_epoch`` for the trajectory. Returns the executor's body
         (``{trajectory_id, owner_epoch, previous}`` when installed; ``{reason: "stale_owner_epoch",

@@ -20,6 +20,15 @@ the batch ends (:func:`kill_positions`). A point is written as
   ``ContextBuilt``, ``ModelReplied``), its first event. So the four table-3 crash points
   ``Authorized``, ``BudgetReserved``, ``ToolIntent`` and ``ToolResult`` keep their meaning.
 
+Deferred batches (one durable barrier per step, §11.3.1). A batch the gate appended *deferred*
+(the evidence of an endpoint that answers a status lookup by operation id) is acknowledged at the
+store's write tier and made durable by the log's next barrier; its points have ``deferred`` True
+and read ``[deferred: write tier until the next barrier]``. A kill there falls after the deferred
+result and before the next barrier. A SIGKILL is a process crash: the written bytes are in the
+page cache and survive it, so the replacement finds them. A host crash could lose them; that case
+is the crash-state exploration's (``crashcheck --workload one-barrier-steps``), whose invariant is
+that reconciliation settles every such loss.
+
 Anything else raises :class:`~kernel_lib.errors.UnknownCrashPointError` listing every valid point.
 This module is pure: it reads events, it starts nothing (the worker's reference trajectory is
 :func:`kernel_lib.live.worker.reference_events`).
@@ -28,7 +37,7 @@ This module is pure: it reads events, it starts nothing (the worker's reference 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
 
 from kernel_lib.errors import UnknownCrashPointError
@@ -58,13 +67,16 @@ class CrashPoint:
     ``occurrence`` its ``k`` among the events of that type (1-based); ``subject`` the operation or
     invocation it concerns (None for ``TaskStarted``); ``durable_at`` the last log position of the
     batch it was appended in (== ``position`` unless later events share its acknowledgment): the
-    surviving log's last position when the worker is killed right after this event."""
+    surviving log's last position when the worker is killed right after this event.
+    ``deferred``: its batch was acknowledged at the write tier only, to be covered by the log's next
+    barrier (module docstring); not part of a point's identity (equality ignores it)."""
 
     position: int
     event_type: str
     occurrence: int
     subject: str | None
     durable_at: int = 0
+    deferred: bool = field(default=False, compare=False)
 
     def __post_init__(self):
         if self.durable_at < self.position:
@@ -78,26 +90,31 @@ class CrashPoint:
     def describe(self) -> str:
         """``"N TYPE#K (subject)"``, the form listed in errors, ``--help`` and the crash panel."""
         return (f"{self.position} {self.label}" + (f" ({self.subject})" if self.subject else "")
-                + (f" [one batch through {self.durable_at}]" if self.durable_at != self.position else ""))
+                + (f" [one batch through {self.durable_at}]" if self.durable_at != self.position else "")
+                + (" [deferred: write tier until the next barrier]" if self.deferred else ""))
 
     def to_dict(self) -> dict[str, Any]:
         return {"position": self.position, "event_type": self.event_type, "occurrence": self.occurrence,
-                "subject": self.subject, "label": self.label, "durable_at": self.durable_at}
+                "subject": self.subject, "label": self.label, "durable_at": self.durable_at,
+                "deferred": self.deferred}
 
 
-def points_of(events: Iterable[Any], batch_ends: Iterable[int] | None = None) -> tuple[CrashPoint, ...]:
+def points_of(events: Iterable[Any], batch_ends: Iterable[int] | None = None,
+              deferred: Iterable[int] = ()) -> tuple[CrashPoint, ...]:
     """Every event of ``events`` (in log order) as a :class:`CrashPoint`.
 
     ``batch_ends``: the last log position of every append batch (default: each event its own
-    batch); an event's ``durable_at`` is the first batch end at or after it."""
+    batch); an event's ``durable_at`` is the first batch end at or after it. ``deferred``: the log
+    positions appended in deferred batches (write tier, covered by the next barrier)."""
     ends = sorted(set(batch_ends)) if batch_ends is not None else None
+    deferred = set(deferred)
     seen: dict[str, int] = {}
     out = []
     for ev in events:
         seen[ev.event_type] = seen.get(ev.event_type, 0) + 1
         n = ev.sequence_number
         durable = next((e for e in ends if e >= n), n) if ends is not None else n
-        out.append(CrashPoint(n, ev.event_type, seen[ev.event_type], subject_of(ev), durable))
+        out.append(CrashPoint(n, ev.event_type, seen[ev.event_type], subject_of(ev), durable, n in deferred))
     return tuple(out)
 
 

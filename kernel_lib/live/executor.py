@@ -30,6 +30,8 @@ Endpoints:
   submitting work (409 ``stale_owner_epoch`` when it is lower than the one held);
   ``GET /fences/{trajectory_id}`` → ``{trajectory_id, owner_epoch, rejected}`` lists it and every
   refusal. The fences live in this process's memory: they last as long as the service.
+* ``GET /contract`` → :data:`ENDPOINT_CONTRACT`: the tool's declared repeat contract and whether
+  it answers a status query by operation id (it does: the next endpoint).
 * ``GET /operations/{operation_id}`` → ``{operation_id, status: running|completed|failed|unknown,
   job_handle, charged_usd, outcome, record, signature}``: a status query by logical operation id.
   ``record`` (once finished) is the completion record, signed with the executor's Ed25519 key;
@@ -87,6 +89,14 @@ _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
 EXECUTOR_ID = "executor-r18"
 _KEY = re.compile(r"[\x21-\x7e]{1,255}")   # an idempotency key: printable ASCII, no spaces
 PUBLIC_KEY_FILE = "executor_ed25519.pub"
+#: The endpoint contract this service declares for its ``run_tests`` tool, served at ``GET /contract``
+#: (the worker reads it there before it proposes, :func:`kernel_lib.live.worker.endpoint_contract`):
+#: repeats are deduplicated by idempotency key (``POST /jobs``), and a status query by logical
+#: operation id exists (``GET /operations/{operation_id}``), which reconciliation uses (§11.5.3).
+#: ``status_lookup`` True is what lets the dispatch gate acknowledge this tool's evidence at the
+#: log's write tier and let it ride the next barrier (``ToolProposal.status_lookup``).
+ENDPOINT_CONTRACT: dict[str, Any] = {"tool": "run_tests", "repeat_contract": "idempotency_key",
+                                     "status_lookup": True, "status_query": "GET /operations/{operation_id}"}
 
 
 def job_handle_for(operation_id: str) -> str:
@@ -389,6 +399,9 @@ def build_app(service: ExecutorService, on_ready=None):
     async def get_fences(request: Request) -> JSONResponse:
         return JSONResponse(service.fence_status(request.path_params["trajectory_id"]))
 
+    async def get_contract(request: Request) -> JSONResponse:
+        return JSONResponse({**ENDPOINT_CONTRACT, "executor_id": EXECUTOR_ID})
+
     async def get_operation(request: Request) -> JSONResponse:
         return JSONResponse(service.status(request.path_params["operation_id"]))
 
@@ -411,6 +424,7 @@ def build_app(service: ExecutorService, on_ready=None):
 
     return Starlette(routes=[Route("/jobs", post_jobs, methods=["POST"]),
                              Route("/operations/{operation_id}", get_operation, methods=["GET"]),
+                             Route("/contract", get_contract, methods=["GET"]),
                              Route("/fences", post_fences, methods=["POST"]),
                              Route("/fences/{trajectory_id}", get_fences, methods=["GET"]),
                              Route("/inbox-failures", get_inbox_failures, methods=["GET"]),

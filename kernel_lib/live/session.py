@@ -13,11 +13,18 @@
 * ``reconcile(timeout_s)``: a replacement worker takes ownership, restores the workspace and
   reconciles by operation id against the executor (``--recover --reconcile``);
 
+* ``close()``: tear everything down (idempotent; also the context-manager exit); the callables
+  registered with ``on_close(fn)`` are then called, so a view of the session can say it closed.
+
 Both replacement steps return the replacement's report with one more key, ``resume_timeline``: the
 stages of eq. 7 as the replacement timed them (:meth:`kernel_lib.resume.stages.ResumeTimeline.to_dict`;
 rebuild it with :meth:`~kernel_lib.resume.stages.ResumeTimeline.from_dict`). The last one is also kept
-in :attr:`WorksheetSession.resume_timeline`.
-* ``close()``: tear everything down (idempotent; also the context-manager exit).
+in :attr:`WorksheetSession.resume_timeline`. When the worker was killed before its first event was
+durable (log position 0), nothing survived: both steps then fold the empty log in this process (no
+replacement is started, since there is nothing to take over) and say so (``surviving_events`` 0,
+``note``). :meth:`WorksheetSession.status` names the last replacement step after the crash, and
+:func:`action_reading` is the one wording of a reconciliation action (``action: note``) that the CLI
+and the crash panel print.
 
 The process plumbing (waiting for a report file, killing a process group, probing a port, the
 snapshot builder and tree removal) is the controller's and workspace's; the worker and executor
@@ -32,6 +39,8 @@ import contextlib
 import os
 import signal
 import subprocess
+import weakref
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -60,7 +69,22 @@ from kernel_lib.live.crash_points import CrashPoint, spec_name
 from kernel_lib.live.worker import OPERATION, TRAJECTORY, resolve_crash_point
 from kernel_lib.live.workspace import build_snapshot, remove_tree
 
-__all__ = ["WorksheetSession", "CRASH_POINTS"]
+__all__ = ["WorksheetSession", "CRASH_POINTS", "action_reading", "NOTHING_SURVIVED"]
+
+#: What recover / reconcile say when the worker was killed before its first event was durable.
+NOTHING_SURVIVED = ("the surviving log holds no event of the trajectory: the worker was killed at log position 0, "
+                    "before its first event was durable; there is nothing to rebuild: no operation was proposed, "
+                    "nothing was dispatched and no reservation is held, so a new run starts the task afresh")
+
+
+def action_reading(action: dict[str, Any] | None) -> str:
+    """What a reconciliation ``action`` (one entry of ``reconcile()["actions"]``, ``{"action",
+    "note"?, ...}``) says, as one phrase: ``"ACTION: NOTE"``, or ``"ACTION"`` without a note
+    (e.g. ``"absent: test_r18 was never proposed in the surviving log; ..."``). The CLI's
+    ``worksheet`` report and the crash panel both print it (§11.5.3)."""
+    act = action or {}
+    what, note = act.get("action") or "no action", act.get("note") or ""
+    return f"{what}: {note}" if note else str(what)
 
 
 def _event_view(ev) -> dict[str, Any]:
@@ -117,6 +141,8 @@ class WorksheetSession:
         self.paused: dict[str, Any] | None = None
         self.last_crash: dict[str, Any] | None = None
         self._unrecovered = False          # a crash whose surviving log no replacement has read yet
+        self.last_replacement: dict[str, Any] | None = None   # {"action", "in_doubt", "owner_epoch"} since the crash
+        self._on_close: list[Callable[[], Any]] = []
         self.model: dict[str, Any] = {}
         self.pids: list[int] = []          # every process this session started (for checks)
         self._env = live_env()
@@ -149,8 +175,17 @@ class WorksheetSession:
             return (f"worker {self._worker.pid} paused after {self.paused['paused_at']} at position "
                     f"{self.paused['log_position']}") if self.paused else f"worker {self._worker.pid} running"
         if self.last_crash:
-            return (f"worker {self.last_crash['worker_pid']} killed by SIGKILL "
-                    f"at position {self.last_crash['log_position']}")
+            crash = (f"worker {self.last_crash['worker_pid']} killed by SIGKILL "
+                     f"at position {self.last_crash['log_position']}")
+            rep = self.last_replacement
+            if rep is None:
+                return crash + "; not recovered yet"
+            doubt = ", ".join(rep["in_doubt"]) or "none"
+            if rep.get("surviving_events") == 0:
+                return crash + f"; {rep['action']}: the surviving log is empty, nothing to rebuild"
+            if rep["action"] == "reconcile":
+                return crash + f"; reconciled by a replacement (owner_epoch {rep['owner_epoch']}): in doubt: {doubt}"
+            return crash + f"; a replacement folded the surviving log: in doubt: {doubt}"
         if self._worker is not None:
             return f"worker {self._worker.pid} exited with code {self._worker.returncode}"
         return "executor running, no worker"
@@ -208,6 +243,7 @@ class WorksheetSession:
                 "or discard it explicitly (start(..., discard_previous=True))")
         self._teardown()
         self._unrecovered = False
+        self.last_replacement = None
         self._work = make_workdir(self._parent)
         self.pause_at, self.paused, self.last_crash, self.model = pause_at, None, None, {}
         work = self._work
@@ -243,8 +279,11 @@ class WorksheetSession:
         """
         self._check_open()
         if not self.worker_running():
+            rc = None if self._worker is None else self._worker.returncode
+            how = (f"killed by {signal.Signals(-rc).name}" if isinstance(rc, int) and rc < 0
+                   and -rc in signal.valid_signals() else f"code {rc}")
             why = ("no run has been started" if self._worker is None else
-                   f"worker {self._worker.pid} already exited (code {self._worker.returncode})")
+                   f"worker {self._worker.pid} already exited ({how})")
             raise NoWorkerRunningError(f"no worker is running to crash: {why}; press start first")
         pid = self._worker.pid
         os.kill(pid, signal.SIGKILL)
@@ -300,7 +339,10 @@ class WorksheetSession:
             raise SessionStateError(f"worker {self._worker.pid} is still running: a replacement takes over only "
                                     "after the worker is gone (crash it first)")
         if not self.events():
-            raise SessionStateError("there is no surviving log to recover from yet: start a run (and crash it) first")
+            if self.last_crash is None:
+                raise SessionStateError("there is no surviving log to recover from yet: start a run (and crash it) "
+                                        "first")
+            return self._nothing_survived(reconcile)
         if reconcile and (self._executor is None or self._executor.poll() is not None):
             raise SessionStateError("the executor is not running, so there is nothing to reconcile against")
         out = run_replacement(store_kind=self.store_kind, store_path=self.store_path, ready=self._ready,
@@ -310,6 +352,29 @@ class WorksheetSession:
         self.model = out.get("model") or {}
         self.resume_timeline = out.get("resume_timeline")
         self._unrecovered = False
+        part = out.get("reconciled" if reconcile else "recovered") or {}
+        self.last_replacement = {"action": "reconcile" if reconcile else "recover",
+                                 "in_doubt": list(part.get("in_doubt") or []),
+                                 "owner_epoch": part.get("owner_epoch_installed", part.get("owner_epoch"))}
+        return out
+
+    def _nothing_survived(self, reconcile: bool) -> dict[str, Any]:
+        """The report of a recover / reconcile on an empty surviving log: the empty log folded here
+        (the initial record; no replacement process, no ownership taken), with ``surviving_events``
+        0 and the :data:`NOTHING_SURVIVED` note."""
+        from kernel_lib.core.record import fold, initial_record
+        from kernel_lib.live.worker import summarize
+
+        rec = summarize(fold(initial_record(TRAJECTORY), []))
+        rec.update(surviving_events=0, note=NOTHING_SURVIVED)
+        out: dict[str, Any] = {"recovered": rec, "model": {}, "resume_timeline": None, "inbox": None}
+        if reconcile:
+            out["reconciled"] = {**rec, "actions": {OPERATION: {
+                "action": "absent", "note": f"{OPERATION} was never proposed in the surviving log (it holds no "
+                                            "event); the next model turn may propose it"}}}
+        self.model, self.resume_timeline, self._unrecovered = {}, None, False
+        self.last_replacement = {"action": "reconcile" if reconcile else "recover", "in_doubt": [],
+                                 "owner_epoch": None, "surviving_events": 0}
         return out
 
     def recovered(self) -> dict[str, Any]:
@@ -374,6 +439,18 @@ class WorksheetSession:
             return self._teardown()
         finally:
             self._closed = True
+            listeners, self._on_close = self._on_close, []
+            for ref in listeners:
+                fn = ref()
+                if fn is not None:
+                    with contextlib.suppress(Exception):   # a view's failure must not undo the teardown
+                        fn()
+
+    def on_close(self, fn: Callable[[], Any]) -> None:
+        """Call ``fn()`` once when the session closes (right after :meth:`close` tore it down). A bound
+        method is held weakly, so a view that is gone is not kept alive or called."""
+        ref = weakref.WeakMethod(fn) if hasattr(fn, "__self__") else (lambda fn=fn: fn)
+        self._on_close.append(ref)
 
     def __enter__(self) -> "WorksheetSession":
         return self

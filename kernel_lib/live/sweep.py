@@ -11,6 +11,18 @@ log. An operation invoked more often in one run than its repeat contract allows
 (:func:`allowed_invocations`: once under ``unsafe`` and ``at_most_once``, unbounded under the
 repeat-safe contracts) is a violation (:func:`find_violations`).
 
+Deferred evidence (one durable barrier per step, §11.3.1). The executor declares a status lookup
+by operation id (``GET /contract``), so the worker's gate acknowledges test_r18's evidence at the
+log's write tier and lets it ride the next barrier (the trajectory's final ``sync``). Kill positions
+10 and 12 fall after such a deferred result and before that barrier; each run reports the deferred
+positions no barrier covered at the kill (``deferred_uncovered_at_kill``) and which of them the
+replacement did not find (``deferred_lost``). The second invariant (:func:`find_unsettled_losses`):
+every deferred evidence the replacement does not find is settled by reconciliation from the
+executor. A SIGKILL is a process crash, whose written bytes survive in the page cache, so here the
+replacement finds them all; a host crash that loses them is explored by the crash-state engine
+(``python -m kernel_lib crashcheck --workload one-barrier-steps``, on the segment store), under the
+same invariant.
+
 The model call goes to the worker's in-process stand-in, which no external executor counts; the
 report names it under ``not_counted``.
 """
@@ -28,7 +40,7 @@ from kernel_lib.live.controller import crash_points, run_worksheet
 from kernel_lib.live.crash_points import CrashPoint, kill_positions
 from kernel_lib.live.worker import OPERATION, reference_events, resolve_crash_point
 
-__all__ = ["allowed_invocations", "find_violations", "run_sweep"]
+__all__ = ["allowed_invocations", "deferred_uncovered", "find_unsettled_losses", "find_violations", "run_sweep"]
 
 
 def allowed_invocations(repeat_contract: str) -> int | None:
@@ -57,8 +69,42 @@ def find_violations(runs: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def _run_view(point: CrashPoint, covers: list[CrashPoint], r: dict[str, Any]) -> dict[str, Any]:
+def deferred_uncovered(points: Sequence[CrashPoint], killed_at: int) -> list[CrashPoint]:
+    """The deferred points at or before ``killed_at`` that no barrier covered yet: those after the
+    last non-deferred point (every non-deferred append is a barrier of the log) up to the kill."""
+    out: list[CrashPoint] = []
+    for p in points:
+        if p.position > killed_at:
+            break
+        out = out + [p] if p.deferred else []
+    return out
+
+
+def find_unsettled_losses(runs: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Deferred evidence the replacement did not find and reconciliation did not settle, per run.
+
+    Args:
+        runs: dicts with ``position``, ``deferred_lost`` ``[{position, subject}]`` (deferred events
+            beyond the recovered log's end) and ``reconciled`` ``{operation_id: action}``.
+
+    Returns: ``[{position, kind: "lost_evidence_unsettled", operation_id, lost_position, action}]``;
+    a loss is settled only when reconciliation recorded verified evidence for its operation.
+    """
+    out = []
+    for run in runs:
+        for lost in run.get("deferred_lost") or []:
+            action = (run.get("reconciled") or {}).get(lost["subject"])
+            if action != "recorded verified evidence":
+                out.append({"position": run.get("position"), "kind": "lost_evidence_unsettled",
+                            "operation_id": lost["subject"], "lost_position": lost["position"], "action": action})
+    return out
+
+
+def _run_view(point: CrashPoint, covers: list[CrashPoint], r: dict[str, Any],
+              points: Sequence[CrashPoint] = ()) -> dict[str, Any]:
     crash, rec, recon = r["crash"], r["recovered"], r["reconciled"]
+    uncovered = deferred_uncovered(points, crash["log_position"])
+    found = rec["log_position"]
     return {"position": point.position, "point": point.label, "event_type": point.event_type,
             "subject": point.subject, "covers": [c.describe() for c in covers],
             "killed_at_log_position": crash["log_position"], "signal": crash["signal"],
@@ -68,7 +114,10 @@ def _run_view(point: CrashPoint, covers: list[CrashPoint], r: dict[str, Any]) ->
             "reconciled": {op: a.get("action") for op, a in recon["actions"].items()},
             "in_doubt_after_reconciliation": recon["in_doubt"],
             "invocations": r["invocations"], "expected": r["expected"],
-            "workdir_removed": r["cleanup"]["workdir_removed"]}
+            "workdir_removed": r["cleanup"]["workdir_removed"],
+            "recovered_log_position": found,
+            "deferred_uncovered_at_kill": [p.position for p in uncovered],
+            "deferred_lost": [{"position": p.position, "subject": p.subject} for p in uncovered if p.position > found]}
 
 
 def _kills(points: Sequence[Any] | None, seed: int) -> list[tuple[CrashPoint, list[CrashPoint]]]:
@@ -108,16 +157,20 @@ def run_sweep(store_kind: str = "sqlite", *, seed: int = 0, points: Sequence[Any
     Returns:
         ``{store, seed, positions: [N, ...] (the kill positions), events_covered: {"event position":
         kill position}, runs: [{position, point, covers, killed_at_log_position,
-        worker_exit, recovered, reconciled, invocations, ...}], invocations: {operation_id:
+        worker_exit, recovered, reconciled, invocations, recovered_log_position,
+        deferred_uncovered_at_kill, deferred_lost, ...}], invocations: {operation_id:
         largest count in one run}, invocations_by_position: {"N": {operation_id: count}},
         contracts: {operation_id: {repeat_contract, allowed_per_run}}, not_counted, violations,
-        errors: [{position, point, error}], ok, elapsed_s}``. ``ok`` is True when every position
+        errors: [{position, point, error}], ok, elapsed_s}``. ``violations`` holds those of
+        :func:`find_violations` then those of :func:`find_unsettled_losses` (``kind:
+        "lost_evidence_unsettled"``). ``ok`` is True when every position
         ran, every worker died of SIGKILL at its position, and there is no violation.
 
     Raises:
         UnknownCrashPointError / ConfigError: a bad point or argument (before anything starts).
     """
     kills = _kills(points, seed)
+    all_points = crash_points(seed)
     t0 = time.monotonic()
     runs: list[dict[str, Any]] = []
     errors: list[dict[str, Any]] = []
@@ -138,7 +191,7 @@ def run_sweep(store_kind: str = "sqlite", *, seed: int = 0, points: Sequence[Any
                                "error": f"{type(exc).__name__}: {exc}"})
                 bar.update(1)
                 continue
-            run = _run_view(point, covers, r)
+            run = _run_view(point, covers, r, all_points)
             if run["worker_exit"] != -9 or run["killed_at_log_position"] != point.position:
                 errors.append({"position": point.position, "point": point.label,
                                "error": f"the worker was not killed by SIGKILL at position {point.position} "
@@ -149,7 +202,7 @@ def run_sweep(store_kind: str = "sqlite", *, seed: int = 0, points: Sequence[Any
             bar.update(1)
     finally:
         bar.close()
-    violations = find_violations(runs)
+    violations = find_violations(runs) + find_unsettled_losses(runs)
     ops = sorted({op for run in runs for op in run["invocations"]} or {OPERATION})
     contracts = {}
     for op in ops:

@@ -110,7 +110,7 @@ from kernel_lib.core.record import TERMINAL_STATES, TrajectoryRecord, fold, init
 from kernel_lib.resume.stages import DEFAULT_PREFILL as _DP
 from kernel_lib.resume.stages import PrefillModel, StageTimer
 from kernel_lib.errors import EvidenceSignatureError, SnapshotMismatchError
-from kernel_lib.live.executor import load_public_key, verify_completion
+from kernel_lib.live.executor import ENDPOINT_CONTRACT, load_public_key, verify_completion
 from kernel_lib.sim.model import MODEL_NAME, StochasticModel, repair_prompt
 from kernel_lib.live.crash_points import CrashPoint, points_of, resolve_point
 from kernel_lib.live.orphan import watch_parent
@@ -252,9 +252,27 @@ def _release_quietly(coord, lease) -> None:
             coord.release(lease)
 
 
-def propose(gate: DispatchGate, seed: int, snapshot_digest: str) -> ToolProposal:
+def endpoint_contract(client, url: str) -> dict[str, Any]:
+    """What the executor declares about its ``run_tests`` endpoint (``GET /contract``,
+    :data:`kernel_lib.live.executor.ENDPOINT_CONTRACT`): ``{"status_lookup": bool, "repeat_contract",
+    "declared_by"}``. ``status_lookup`` is True only if the executor said exactly that; an executor
+    that does not answer, or answers anything else, is taken to offer no status lookup (the safe
+    default: its evidence then waits for its own barrier). Never raises."""
+    try:
+        body = client.get(f"{url}/contract").json()
+    except Exception as exc:   # noqa: BLE001 - no declaration: nothing is assumed
+        return {"status_lookup": False, "repeat_contract": TOOL_REPEAT_CONTRACT,
+                "declared_by": f"nothing: GET /contract failed ({type(exc).__name__})"}
+    ok = isinstance(body, dict) and body.get("status_lookup") is True and body.get("tool") == "run_tests"
+    return {"status_lookup": ok, "repeat_contract": TOOL_REPEAT_CONTRACT,
+            "declared_by": f"GET {url}/contract" if ok else "GET /contract did not declare a status lookup"}
+
+
+def propose(gate: DispatchGate, seed: int, snapshot_digest: str, status_lookup: bool = False) -> ToolProposal:
     """The trajectory's model turn through ``gate`` (the seeded stand-in, ``model_call_1``) and the
-    ``test_r18`` proposal it leads to (the run_tests tool under :data:`TOOL_REPEAT_CONTRACT`)."""
+    ``test_r18`` proposal it leads to (the run_tests tool under :data:`TOOL_REPEAT_CONTRACT`).
+    ``status_lookup``: what the executor declared (:func:`endpoint_contract`); True lets the gate
+    acknowledge test_r18's evidence at the write tier, covered by the log's next barrier."""
     model = StochasticModel(seed)
     ref = f"ws_r18@sha256:{snapshot_digest}"
     reply = gate.run_model(ModelCall(invocation_id="model_call_1", model=MODEL_NAME, delivered_input=repair_prompt(ref),
@@ -264,7 +282,22 @@ def propose(gate: DispatchGate, seed: int, snapshot_digest: str) -> ToolProposal
     arguments = {**prop.get("arguments", {}), "snapshot_digest": snapshot_digest}
     return ToolProposal(operation_id=OPERATION, attempt_id=ATTEMPT, tool=prop.get("tool", "run_tests"),
                         arguments=arguments, grant_id=GRANT, cost_bound_usd=TEST_BOUND_USD,
-                        repeat_contract=TOOL_REPEAT_CONTRACT, input_ref=ref, revision="r18")
+                        repeat_contract=TOOL_REPEAT_CONTRACT, input_ref=ref, revision="r18",
+                        status_lookup=status_lookup)
+
+
+class _DeferralLog(TrajectoryLog):
+    """A TrajectoryLog noting the positions the gate appended deferred (:func:`reference_trajectory`)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.deferred_positions: set[int] = set()
+
+    def append_many(self, payloads, *, event_ids=None, deferred: bool = False):
+        events = super().append_many(payloads, event_ids=event_ids, deferred=deferred)
+        if deferred:
+            self.deferred_positions.update(e.sequence_number for e in events)
+        return events
 
 
 def reference_trajectory(seed: int = 0, snapshot_digest: str = REFERENCE_DIGEST) -> tuple[list[Event], list[int]]:
@@ -274,18 +307,30 @@ def reference_trajectory(seed: int = 0, snapshot_digest: str = REFERENCE_DIGEST)
     test_r18's admission, intent, acceptance, completion and settlement. The crash points of the
     worksheet are its positions (:func:`crash_points`); the event types do not depend on ``seed``.
 
+    The proposal declares what this package's executor declares (:data:`ENDPOINT_CONTRACT`), as
+    the worker's does when it reads ``GET /contract``.
+
     Returns ``(events, batch_ends)``: ``batch_ends`` the last position of every append batch (the
     gate reports each event once its whole batch is acknowledged)."""
-    log = TrajectoryLog(MemoryStore(), TRAJECTORY, must_survive=FailureDomain.NONE)
+    events, ends, _ = _reference(seed, snapshot_digest)
+    return events, ends
+
+
+@functools.lru_cache(maxsize=16)
+def _reference(seed: int, snapshot_digest: str) -> tuple[list[Event], list[int], frozenset[int]]:
+    """:func:`reference_trajectory` plus the positions the gate appended deferred."""
+    log = _DeferralLog(MemoryStore(), TRAJECTORY, must_survive=FailureDomain.NONE)
     ends: set[int] = set()
     gate = DispatchGate(log, policy(), on_position=lambda name, ev: ends.add(log.head) if ev is not None else None)
     gate.start(task(snapshot_digest))
-    proposal = propose(gate, seed, snapshot_digest)
+    proposal = propose(gate, seed, snapshot_digest, status_lookup=ENDPOINT_CONTRACT["status_lookup"])
     gate.run_tool(proposal, lambda intent: ToolReply(status="accepted", job_handle="job_reference"))
     gate.record_evidence(OPERATION, ATTEMPT, ToolReply(
         status="completed", job_handle="job_reference", outcome={"passed": 0, "failed": 0},
-        observation_complete=True, evidence={"signed_by": "reference"}, charged_usd=0.0))
-    return list(log.events()), sorted(ends)
+        observation_complete=True, evidence={"signed_by": "reference"}, charged_usd=0.0),
+        reconcilable=proposal.status_lookup)
+    gate.sync()
+    return list(log.events()), sorted(ends), frozenset(log.deferred_positions)
 
 
 def reference_events(seed: int = 0, snapshot_digest: str = REFERENCE_DIGEST) -> list[Event]:
@@ -297,7 +342,8 @@ def reference_events(seed: int = 0, snapshot_digest: str = REFERENCE_DIGEST) -> 
 def crash_points(seed: int = 0) -> tuple[CrashPoint, ...]:
     """Every position of the worker's trajectory as a :class:`~kernel_lib.live.crash_points.CrashPoint`
     (:func:`reference_events`), in log order."""
-    return points_of(*reference_trajectory(seed))
+    events, ends, deferred = _reference(seed, REFERENCE_DIGEST)
+    return points_of(events, ends, deferred)
 
 
 def resolve_crash_point(spec: Any, seed: int = 0) -> CrashPoint:
@@ -308,9 +354,11 @@ def resolve_crash_point(spec: Any, seed: int = 0) -> CrashPoint:
 
 
 def _pauser(args: argparse.Namespace, point: CrashPoint | None, log: TrajectoryLog):
-    """The gate's ``on_position`` hook: right after ``point``'s event is durable (with the rest of
-    its append batch), write the marker ``{paused_at, point, event_type, subject, event_position,
-    log_position, pid}`` atomically (``log_position``: the log's head, ``point.durable_at``), say
+    """The gate's ``on_position`` hook: right after ``point``'s event is acknowledged (with the rest
+    of its append batch), write the marker ``{paused_at, point, event_type, subject, event_position,
+    log_position, durable_head, deferred, pid}`` atomically (``log_position``: the log's head,
+    ``point.durable_at``; ``durable_head``: the last position a barrier covered, below the head
+    when ``deferred`` evidence waits for the next barrier), say
     so on stdout and block until killed. An event at that position of another type than the
     reference trajectory's raises LiveProcessError (the run diverged: pausing there would kill
     elsewhere)."""
@@ -323,7 +371,7 @@ def _pauser(args: argparse.Namespace, point: CrashPoint | None, log: TrajectoryL
                                    f"{point.event_type} of the reference trajectory; not pausing there")
         marker = {"paused_at": args.pause_at, "point": point.label, "event_type": ev.event_type,
                   "subject": point.subject, "event_position": ev.sequence_number, "log_position": log.head,
-                  "pid": os.getpid()}
+                  "durable_head": log.durable_head, "deferred": log.durable_head < log.head, "pid": os.getpid()}
         if args.marker:
             tmp = Path(args.marker + ".tmp")
             tmp.write_text(json.dumps(marker))
@@ -341,6 +389,7 @@ def run_worker(args: argparse.Namespace) -> int:
     store = open_store(args.store, args.store_path, create=True)   # the worker starts the trajectory's log
     coord = _coordinator(args)
     lease = None
+    gate = None
     try:
         if coord is not None:
             lease, _ = _acquire(coord, store, args, args.lease_wait_s)
@@ -349,10 +398,11 @@ def run_worker(args: argparse.Namespace) -> int:
 
         gate = DispatchGate(log, policy(), on_position=_pauser(args, point, log),
                             fence_check=LeaseCheck(coord, lease) if lease else None)
-        gate.start(task(args.snapshot_digest))
-        proposal = propose(gate, args.seed, args.snapshot_digest)
-        arguments = proposal.arguments
         client = _client()
+        contract = endpoint_contract(client, args.executor_url)   # the executor's declaration, read once
+        gate.start(task(args.snapshot_digest))
+        proposal = propose(gate, args.seed, args.snapshot_digest, status_lookup=contract["status_lookup"])
+        arguments = proposal.arguments
         transport = make_transport(client, args.executor_url, log)
 
         rec = gate.run_tool(proposal, transport)
@@ -366,7 +416,8 @@ def run_worker(args: argparse.Namespace) -> int:
                 if lease is not None:
                     try:
                         lease = coord.renew(lease)
-                    except LeaseLostError as exc:   # not the owner any more: stop acting
+                    except LeaseLostError as exc:   # not the owner any more: stop acting (no sync either:
+                        # the log is the new owner's, which reconciles whatever a host crash lost)
                         print(json.dumps({"lease_lost": str(exc), "record": gate.record.to_dict()}, sort_keys=True),
                               flush=True)
                         return 4
@@ -374,14 +425,24 @@ def run_worker(args: argparse.Namespace) -> int:
                 if st["status"] in ("completed", "failed") and st.get("record"):
                     record = verify_completion(st["record"], key)
                     check_correlates(record, OPERATION, ATTEMPT, arguments)
-                    gate.record_evidence(OPERATION, ATTEMPT, reply_from_record(record))
+                    gate.record_evidence(OPERATION, ATTEMPT, reply_from_record(record),
+                                         reconcilable=proposal.status_lookup)
                     break
                 time.sleep(args.poll_interval_s)
-        print(json.dumps({"record": gate.record.to_dict()}, sort_keys=True), flush=True)
+        # the trajectory's last barrier: deferred evidence is durable before anyone is told (the
+        # record printed, the lease released)
+        gate.sync()
+        print(json.dumps({"record": gate.record.to_dict(), "endpoint_contract": contract,
+                          "durability": {"barriers": log.barriers, "head": log.head, "durable_head": log.durable_head,
+                                         "write_tier": log.deferred_tier.label, "tier": log.tier.label}},
+                         sort_keys=True), flush=True)
         if lease is not None:
             coord.release(lease)
         return 0
     except BaseException:
+        if gate is not None:   # a failure: make what was acknowledged durable before exit and hand-over
+            with contextlib.suppress(KernelException, OSError):
+                gate.sync()
         _release_quietly(coord, lease)
         raise
     finally:
@@ -393,6 +454,7 @@ def run_worker(args: argparse.Namespace) -> int:
 def _zombie(args: argparse.Namespace, coord, lease, gate: DispatchGate, proposal: ToolProposal, transport,
             client) -> int:
     """Stall after the dispatch, then act on a stale belief of ownership (module docstring)."""
+    gate.sync()                                    # the acceptance is durable before anyone is told of it
     lease = coord.renew(lease)                     # the last ownership check that succeeds
     continued = []
     signal.signal(signal.SIGCONT, lambda signum, frame: continued.append(time.time()))

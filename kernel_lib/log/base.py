@@ -414,6 +414,11 @@ class LogStore(ABC):
     offered_tiers: tuple[AckTier, ...] = ()
     recovery: RecoveryReport
     read_only: bool = False
+    #: The store's declaration behind one barrier per step (:func:`deferral_tier`): an append
+    #: acknowledged at a weaker tier is covered by the next append acknowledged at a stronger one
+    #: on this store (one barrier flushes every earlier write: the segment file's ``fdatasync``;
+    #: SQLite's WAL sync on a ``FULL`` commit). False (the default): no such promise.
+    barrier_covers_earlier_writes: bool = False
 
     # --- appends ------------------------------------------------------------------------------
     @abstractmethod
@@ -557,3 +562,15 @@ def choose_tier(store: LogStore, must_survive: FailureDomain) -> AckTier:
         survives = ", ".join(d.label for d in sorted(best.survives) if d) or "no failure at all"
         raise AcknowledgmentTooWeakError(store.name, best.label, survives, must_survive.label)
     return min(fitting, key=lambda t: t.survives_up_to)
+
+
+def deferral_tier(store: LogStore, tier: AckTier) -> AckTier:
+    """The tier of a deferred append on ``store`` for a trajectory acknowledged at ``tier``: the
+    cheapest offered tier that still survives a process crash and is weaker than ``tier``, when
+    the store declares :attr:`LogStore.barrier_covers_earlier_writes`; otherwise ``tier`` itself
+    (nothing is deferred). One durable barrier per step, §11.3.1 and §11.3.4."""
+    if not store.barrier_covers_earlier_writes:
+        return tier
+    weaker = [t for t in store.offered_tiers
+              if t.covers(FailureDomain.PROCESS_CRASH) and t.survives_up_to < tier.survives_up_to]
+    return min(weaker, key=lambda t: t.survives_up_to) if weaker else tier

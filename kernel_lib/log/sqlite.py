@@ -14,8 +14,9 @@ shared with the other embedded SQLite files (ownership coordinator, result inbox
 
 Acknowledgment tiers:
 
-* ``WRITE``: ``PRAGMA synchronous=OFF``; the commit returns once SQLite has handed the WAL frames
-  to ``write()``, so they sit in the kernel page cache and survive a process crash only.
+* ``WRITE``: ``PRAGMA synchronous=NORMAL``; the commit returns once SQLite has handed the WAL
+  frames to ``write()``, so they sit in the kernel page cache and survive a process crash only (the
+  WAL is synced only before a checkpoint, so a later ``FDATASYNC`` commit covers them).
 * ``FDATASYNC``: ``PRAGMA synchronous=FULL``; SQLite syncs the WAL before the commit returns, so
   the acknowledgment survives power loss or a host crash with the volume intact.
 
@@ -143,7 +144,12 @@ _LAYOUT = Layout(kind="kernel_lib log", label="SQLite log", version=LAYOUT_VERSI
                  tables={t: frozenset(c) for t, c in _LAYOUT_COLUMNS.items()}, schema=statements(_SCHEMA))
 
 #: ``PRAGMA synchronous`` of each tier (what each level survives: kernel_lib._support.sqlite).
-_SYNC = {AckTier.WRITE: "OFF", AckTier.FDATASYNC: "FULL"}
+#: WRITE is NORMAL, not OFF: in WAL mode both return from a commit without a sync, but under OFF a
+#: checkpoint copies frames into the database file and the WAL is then reused with no sync at all,
+#: so a later FULL commit (which syncs only the WAL) would not cover what the reused WAL overwrote.
+#: NORMAL syncs the WAL before each checkpoint and the database after it, so every FULL commit makes
+#: all earlier commits durable (one barrier per step, kernel_lib.log.trajectory).
+_SYNC = {AckTier.WRITE: "NORMAL", AckTier.FDATASYNC: "FULL"}
 
 
 def _empty_file_without_wal(path: Path) -> bool:
@@ -180,6 +186,9 @@ class SQLiteStore(LogStore):
 
     name = "sqlite"
     offered_tiers = (AckTier.WRITE, AckTier.FDATASYNC)
+    #: a FULL commit syncs the whole WAL, so it covers the frames of earlier NORMAL commits too (and
+    #: NORMAL syncs the WAL before a checkpoint copies it and the database before the WAL is reused)
+    barrier_covers_earlier_writes = True
 
     def __init__(self, path: str | os.PathLike, *, busy_timeout_s: float = 5.0, read_only: bool = False,
                  create: bool = False):

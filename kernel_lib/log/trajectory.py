@@ -5,6 +5,16 @@ store, picks the acknowledgment tier from the failure domain the trajectory must
 (refusing a store that is too weak, §11.3.1), and stamps each payload with the envelope of
 §11.2.2: the next gapless ``sequence_number``, an event id, the writer's ``owner_epoch`` and the
 current ``control_epoch``.
+
+One durable barrier per step (§11.3.1, §11.3.4): an append may be *deferred*
+(``append_many(..., deferred=True)``): acknowledged at the store's write tier, without a barrier of
+its own, and made durable at :attr:`TrajectoryLog.tier` by the next barrier of this log (the next
+non-deferred append, or :meth:`TrajectoryLog.sync`). The gate defers only evidence from an
+endpoint that declared a status lookup by operation id, and every event that licenses something
+external (an intent) is a non-deferred append, so nothing leaves before the deferred events
+before it are durable. It is offered only by a store that declares
+:attr:`~kernel_lib.log.base.LogStore.barrier_covers_earlier_writes`; elsewhere a deferred append is
+an ordinary one. :attr:`TrajectoryLog.durable_head` is the last position a barrier covered.
 """
 
 from __future__ import annotations
@@ -13,7 +23,7 @@ from typing import Callable, Iterator, Sequence
 
 from kernel_lib.errors import ConfigError, CorruptLogError, StoreError
 from kernel_lib.core.events import Event, Payload, Provenance
-from kernel_lib.log.base import AckTier, FailureDomain, LogStore, choose_tier
+from kernel_lib.log.base import AckTier, FailureDomain, LogStore, choose_tier, deferral_tier
 from kernel_lib.log.group_commit import GroupCommitter
 
 
@@ -61,11 +71,56 @@ class TrajectoryLog:
         self._event_id = event_id
         self._committer = committer
         self._head = store.head(trajectory_id)
+        #: tier of a deferred append (:attr:`tier` itself when this store cannot defer)
+        self.deferred_tier: AckTier = deferral_tier(store, self.tier)
+        self._durable_head = self._head   # what was in the log at open counts as durable
+        self._uncovered: Event | None = None   # the last deferred event no barrier covered yet
+        #: barriers this handle waited for (non-deferred appends and syncs), for measurement
+        self.barriers = 0
 
     @property
     def head(self) -> int:
         """Sequence number of the last event this handle knows is in the log."""
         return self._head
+
+    @property
+    def durable_head(self) -> int:
+        """Sequence number of the last event known durable at :attr:`tier`: :attr:`head` unless
+        deferred appends (acknowledged at :attr:`deferred_tier` only) came after the last barrier."""
+        return self._durable_head
+
+    @property
+    def can_defer(self) -> bool:
+        """Does a deferred append skip a barrier here (a weaker write tier whose writes this
+        store's next barrier covers)?"""
+        return self.deferred_tier is not self.tier
+
+    def sync(self) -> int:
+        """Make every deferred append of this handle durable at :attr:`tier` (one barrier; none
+        when nothing is uncovered) and return :attr:`durable_head`.
+
+        Call it before anything relies on those events surviving a host crash with no later
+        append to carry them: the trajectory finishing or its handle closing, a lease handed over,
+        a reader told the log is durable. (A checkpoint or an intent is an append and carries them
+        anyway.) The barrier is the store's own contract: the last deferred event is appended
+        again, an identical retry, at :attr:`tier`, which the store acknowledges only once its
+        stored copy is durable there (:meth:`~kernel_lib.log.base.LogStore.append_batch`).
+
+        Raises: the store's error (e.g. StoreFailedError); the events then stay uncovered.
+        """
+        ev = self._uncovered
+        if ev is None:
+            return self._durable_head
+        if self._committer is not None:
+            (res,) = [ack.outcome for ack in self._committer.append_many([ev])]
+        else:
+            (res,) = self.store.append_batch([ev], self.tier)
+            if isinstance(res, Exception):
+                raise res
+        self.barriers += 1
+        self._uncovered = None
+        self._durable_head = max(self._durable_head, ev.sequence_number)
+        return self._durable_head
 
     def next_event_id(self) -> str:
         """The event id the next :meth:`append` will use (e.g. to name it as a payload's holder
@@ -85,8 +140,13 @@ class TrajectoryLog:
         return self.append_many([payload], event_ids=[event_id])[0]
 
     def append_many(self, payloads: Sequence[Payload | Event], *,
-                    event_ids: Sequence[str | None] | None = None) -> list[Event]:
+                    event_ids: Sequence[str | None] | None = None, deferred: bool = False) -> list[Event]:
         """Append several payloads with one acknowledgment (a logical batch, §11.2.2).
+
+        ``deferred=True``: acknowledge them at :attr:`deferred_tier` (no barrier of their own;
+        the next non-deferred append or :meth:`sync` makes them durable at :attr:`tier`); a store
+        that cannot defer (:attr:`can_defer` False) acknowledges them at :attr:`tier` as usual.
+        A deferred batch never goes through the group committer: it waits for no flush.
 
         A member may also be an :class:`Event` this log already stamped (:meth:`stamp`) for the
         position it will take, so that a caller who had to encode an event ahead (to check its
@@ -100,10 +160,11 @@ class TrajectoryLog:
         """
         ids = list(event_ids) if event_ids is not None else [None] * len(payloads)
         events = [self._stamped(p, self._head + i + 1, ids[i]) for i, p in enumerate(payloads)]
-        if self._committer is not None:
+        defer = deferred and self.can_defer
+        if self._committer is not None and not defer:
             outcomes = [ack.outcome for ack in self._committer.append_many(events)]
         else:
-            outcomes = self.store.append_batch(events, self.tier)
+            outcomes = self.store.append_batch(events, self.deferred_tier if defer else self.tier)
             for res in outcomes:
                 if isinstance(res, Exception):
                     raise res
@@ -113,6 +174,14 @@ class TrajectoryLog:
                                       f"#{res.sequence_number}, but it was stamped for #{ev.sequence_number}")
         self._head += len(events)
         assert not events or self._head == events[-1].sequence_number, (self._head, events[-1].sequence_number)
+        if not events:
+            return events
+        if defer:
+            self._uncovered = events[-1]
+        else:   # this barrier covered every earlier write of the log, deferred ones included
+            self.barriers += 1
+            self._uncovered = None
+            self._durable_head = self._head
         return events
 
     def _stamped(self, item: Payload | Event, sequence_number: int, event_id: str | None) -> Event:

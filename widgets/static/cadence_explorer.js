@@ -46,11 +46,17 @@ function render({ model, el }) {
       const v = box.value.trim() === "" ? null : Number(box.value);
       send(v === null || Number.isNaN(v) ? null : v);
     });
-    rows[s.name] = { slider, box, src, toPos };
+    rows[s.name] = { row, slider, box, src, toPos };
   }
   function drawInputs() {
     const sources = model.get("sources") || {};
+    const invalid = model.get("invalid") || {};
     for (const [name, r] of Object.entries(rows)) {
+      // a refused given: its row is marked and says why; the other givens keep applying
+      const bad = Object.prototype.hasOwnProperty.call(invalid, name);
+      r.row.classList.toggle("dal-invalid", bad);
+      r.box.setAttribute("aria-invalid", bad ? "true" : "false");
+      r.box.title = bad ? invalid[name] : "";
       const v = model.get(name);
       r.slider.value = r.toPos(v);
       if (document.activeElement !== r.box) r.box.value = fmt(v);
@@ -66,7 +72,7 @@ function render({ model, el }) {
     chartB.innerHTML = model.get("storage_svg") || "";
     el.dataset.revision = String(model.get("revision") || 0);
   }
-  dal.redrawOn(model, [...Object.keys(rows), "sources"], drawInputs);
+  dal.redrawOn(model, [...Object.keys(rows), "sources", "invalid"], drawInputs);
   dal.redrawOn(model, ["error", "notice", "readout_lines", "overhead_svg", "storage_svg", "revision"], drawOutputs);
   drawInputs(); drawOutputs();
 }

@@ -20,15 +20,23 @@ function render({ model, el }) {
   const msg = dal.make("div", "dal-error");
   const ops = dal.make("table", "dal-ops");
   const tail = dal.make("table", "dal-tail");
-  el.append(bar, status, summary, msg, ops, tail);
+  const opsHead = dal.make("div", "dal-caption", "operations, as the surviving log folds (in doubt highlighted)");
+  const tailHead = dal.make("div", "dal-caption", "last events of the surviving log");
+  el.append(bar, status, summary, msg, opsHead, ops, tailHead, tail);
   function draw() {
     dal.showBusy(el, model, bar.querySelectorAll("button"), status);
     msg.textContent = model.get("error") || "";
     summary.textContent = model.get("summary") || "";
-    dal.fillTable(ops, ["operation_id", "kind", "status", "attempt_id", "job_handle", "last_evidence"],
+    // headers for people; the keys are the fold's and the log's field names
+    dal.fillTable(ops, [{ key: "operation_id", label: "operation" }, { key: "kind", label: "kind" },
+                        { key: "status", label: "status" }, { key: "attempt_id", label: "attempt" },
+                        { key: "job_handle", label: "job handle" }, { key: "last_evidence", label: "last evidence" }],
                   model.get("operations") || [],
                   { rowClass: (r) => (r.status === "in_doubt" ? "dal-in-doubt" : "") });
-    dal.fillTable(tail, ["sequence", "type", "operation_id", "subject_id", "status", "job_handle", "owner_epoch"],
+    dal.fillTable(tail, [{ key: "sequence", label: "position" }, { key: "type", label: "event" },
+                         { key: "operation_id", label: "operation" }, { key: "subject_id", label: "subject" },
+                         { key: "status", label: "status" }, { key: "job_handle", label: "job handle" },
+                         { key: "owner_epoch", label: "owner epoch" }],
                   model.get("log_tail") || []);
   }
   dal.redrawOn(model, [...dal.COMMAND_TRAITS, "summary", "operations", "log_tail"], draw);

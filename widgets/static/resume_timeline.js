@@ -37,8 +37,9 @@ function render({ model, el }) {
     readout.replaceChildren();
     for (const line of model.get("readout_lines") || []) readout.appendChild(dal.make("li", "", line));
     chart.innerHTML = model.get("chart_svg") || "";
-    dal.fillTable(table, ["stage", "duration_ms", "source", "depends_on", "critical", "detail"],
-                  model.get("stages") || [], { rowClass: (r) => (r.critical ? "dal-critical" : "") });
+    dal.fillTable(table, ["stage", "duration", "source", { key: "after", label: "starts after" }, "critical",
+                          "detail"],
+                  model.get("stage_cells") || [], { rowClass: (r) => (r.is_critical ? "dal-critical" : "") });
     el.dataset.revision = String(model.get("revision") || 0);
   }
   dal.redrawOn(model, Object.keys(boxes), drawInputs);

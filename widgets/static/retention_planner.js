@@ -94,7 +94,9 @@ function render({ model, el }) {
       cell: (td, r, key) => { td.dataset.col = key; td.textContent = dal.text(r[key]); },
     });
     const names = model.get("promise_names") || [];
-    dal.fillTable(proms, ["policy", ...names], model.get("promise_cells") || [], {
+    const labels = model.get("promise_labels") || {};
+    const promCols = ["policy", ...names.map((n) => ({ key: n, label: labels[n] || n }))];
+    dal.fillTable(proms, promCols, model.get("promise_cells") || [], {
       rowData: byPolicy,
       cell: (td, r, key) => {
         if (key === "policy") { td.textContent = r.policy; return; }

@@ -24,16 +24,13 @@ function render({ model, el }) {
     msg.textContent = model.get("error") || "";
     dal.fillTable(table, columns, rec.operations || [],
                   { rowClass: (op) => (op.status === "in_doubt" ? "dal-in-doubt" : "") });
-    const b = rec.budget || {};
-    budget.textContent = `budget (USD): consumed ${b.actual_consumption_usd ?? 0}, held ` +
-      `${b.outstanding_reservations_usd ?? 0}, reserve ${b.finalization_reserve_usd ?? 0}, ` +
-      `available ${b.available_usd ?? 0}`;
+    budget.textContent = model.get("budget_line") || "";
   }
   slider.addEventListener("input", () => {
     model.set("position", Number(slider.value));
     model.save_changes();
   });
-  dal.redrawOn(model, ["record", "error", "position", "last_event"], draw);
+  dal.redrawOn(model, ["record", "error", "position", "last_event", "budget_line"], draw);
   draw();
 }
 export default { render };

@@ -128,46 +128,127 @@ def _matches(expected: Any, given: Any, tol: Tol) -> bool:
     return math.isclose(given, expected, rel_tol=tol.rel, abs_tol=tol.abs)
 
 
-def grade(exercise: str, expected: Mapping[str, Any], answers: Mapping[str, Any],
-          graded: Mapping[str, Tol]) -> dict[str, Any]:
-    """Compare ``answers`` with ``expected`` on every graded quantity.
+def alternative_values(alternative: Mapping[str, Any] | None, graded: Mapping[str, Tol],
+                       aliases: Mapping[str, tuple[str, str]] | None = None) -> dict[str, list[tuple[str, Any]]]:
+    """The documented alternative readings' answer for each graded quantity.
 
-    Returns ``{"exercise", "all_ok", "answered", "quantities": {name: {expected, given, ok,
-    tolerance}}, "unknown_answers"}``. A missing answer is not ok; an answer under a name the
+    ``alternative`` is a solution's ``"alternative"`` entry: either ``{reading: {quantity: value}}``
+    or a flat ``{key: value}``. A nested quantity counts when it is graded under the same name; other
+    keys (``"reading/key"`` for nested ones, ``"key"`` for flat ones) count only through ``aliases``,
+    which maps them to ``(reading, graded quantity)``. Returns ``{quantity: [(reading, value), ...]}``.
+    """
+    aliases = aliases or {}
+    out: dict[str, list[tuple[str, Any]]] = {}
+    for key, value in (alternative or {}).items():
+        if isinstance(value, Mapping):
+            for inner, v in value.items():
+                path = f"{key}/{inner}"
+                reading, name = aliases[path] if path in aliases else (key, inner)
+                if name in graded:
+                    out.setdefault(name, []).append((reading, v))
+        elif key in aliases:
+            reading, name = aliases[key]
+            out.setdefault(name, []).append((reading, value))
+    return out
+
+
+#: What a graded quantity's ``status`` can be, in a report.
+STATUSES = ("correct", "alternative", "wrong", "unanswered")
+
+
+def grade(exercise: str, expected: Mapping[str, Any], answers: Mapping[str, Any],
+          graded: Mapping[str, Tol], aliases: Mapping[str, tuple[str, str]] | None = None) -> dict[str, Any]:
+    """Compare ``answers`` with ``expected`` (a solution) on every graded quantity.
+
+    Returns ``{"exercise", "all_ok", "answered", "score", "max_score", "quantities": {name: {expected,
+    given, ok, status, points, max_points, tolerance[, reading]}}, "unknown_answers"}``. Each quantity
+    is worth one point. ``status`` is one of :data:`STATUSES`: an answer that misses the graded
+    reading but matches a documented alternative reading (``expected["alternative"]``, see
+    :func:`alternative_values`) is ``"alternative"`` and names that ``reading``; it is not ok and
+    earns no point (see :func:`accept_readings`). A missing answer is not ok; an answer under a name the
     exercise does not grade is listed in ``unknown_answers`` and makes ``all_ok`` false (it is
-    usually a misspelt quantity).
+    usually a misspelt quantity). Raises ConfigError when ``answers`` is not a mapping.
     """
     if not isinstance(answers, Mapping):
         raise ConfigError(f"answers must be a JSON object of quantity -> value, got {type(answers).__name__}")
+    alternatives = alternative_values(expected.get("alternative"), graded, aliases)
     quantities = {}
     for name, tol in graded.items():
         exp = expected[name]
         given = answers.get(name)
-        quantities[name] = {"expected": exp, "given": given, "ok": _matches(exp, given, tol),
-                            "tolerance": tol.describe(exp)}
-    unknown = sorted(set(answers) - set(graded))
-    return {"exercise": exercise,
-            "all_ok": all(q["ok"] for q in quantities.values()) and not unknown,
-            "answered": sum(answers.get(n) is not None for n in graded),
-            "quantities": quantities,
-            "unknown_answers": unknown}
+        q: dict[str, Any] = {"expected": exp, "given": given, "tolerance": tol.describe(exp)}
+        if given is None:
+            q["status"] = "unanswered"
+        elif _matches(exp, given, tol):
+            q["status"] = "correct"
+        else:
+            reading = next((r for r, v in alternatives.get(name, []) if _matches(v, given, tol)), None)
+            q["status"] = "wrong" if reading is None else "alternative"
+            if reading is not None:
+                q["reading"] = reading
+        q["ok"] = q["status"] == "correct"
+        q["points"], q["max_points"] = int(q["ok"]), 1
+        quantities[name] = q
+    return _totals({"exercise": exercise, "answered": sum(answers.get(n) is not None for n in graded),
+                    "quantities": quantities, "unknown_answers": sorted(set(answers) - set(graded))})
+
+
+def _totals(report: dict[str, Any]) -> dict[str, Any]:
+    qs = report["quantities"].values()
+    report["all_ok"] = all(q["ok"] for q in qs) and not report["unknown_answers"]
+    report["score"] = sum(q["points"] for q in qs)
+    report["max_score"] = sum(q["max_points"] for q in qs)
+    return {k: report[k] for k in _KEYS} | {k: v for k, v in report.items() if k not in _KEYS}
+
+
+_KEYS = ("exercise", "all_ok", "answered", "score", "max_score", "quantities", "unknown_answers")
+
+
+def accept_readings(report: Mapping[str, Any]) -> dict[str, Any]:
+    """A copy of ``report`` in which an answer of a documented alternative reading counts as right
+    (ok, its point awarded, still ``status == "alternative"``): an instructor's choice when the
+    exercise's wording admits both readings."""
+    out = dict(report)
+    out["quantities"] = {}
+    for name, q in report["quantities"].items():
+        q = dict(q)
+        if q["status"] == "alternative":
+            q["ok"], q["points"] = True, q["max_points"]
+        out["quantities"][name] = q
+    return _totals(out)
+
+
+def redact(report: Mapping[str, Any], reveal: bool = False) -> dict[str, Any]:
+    """A copy of ``report`` without the expected values (kept only with ``reveal``, an instructor's
+    explicit choice), for every output a student might see: notebooks, ``check`` and ``grade``."""
+    out = dict(report)
+    out["quantities"] = {name: ({k: v for k, v in q.items() if reveal or k != "expected"})
+                         for name, q in report["quantities"].items()}
+    return out
 
 
 def format_report(report: Mapping[str, Any], reveal: bool = False) -> str:
     """A grading report as a small text table (what notebooks and the CLI print).
 
     Expected values are shown only with ``reveal`` (an instructor's view), so printing a report in
-    the student notebook does not hand out the answers.
+    the student notebook does not hand out the answers. An answer of a documented alternative
+    reading is marked ``~~`` and names the reading.
     """
     qs = report["quantities"]
     w = max(len(n) for n in qs)
+    alt = sum(q["status"] == "alternative" for q in qs.values())
     lines = [f"§11.12 exercise {report['exercise']}: {report['answered']} of {len(qs)} quantities answered, "
-             f"{sum(q['ok'] for q in qs.values())} correct"]
+             f"{sum(q['status'] == 'correct' for q in qs.values())} correct"
+             + (f", {alt} of another reading" if alt else "")]
     for name, q in qs.items():
-        mark = "ok " if q["ok"] else ("-- " if q["given"] is None else "NO ")
+        status = q["status"]
+        mark = {"correct": "ok ", "alternative": "~~ ", "unanswered": "-- "}.get(status, "NO ")
         given = "(unanswered)" if q["given"] is None else _fmt(q["given"])
-        exp = f" expected {_fmt(q['expected']):<14}" if reveal else ""
-        hint = (q.get("hint") or _hint(q["expected"], q["given"])) if not q["ok"] else ""
+        exp = f" expected {_fmt(q['expected']):<14}" if reveal and "expected" in q else ""
+        if status == "alternative":
+            hint = f"  matches the reading {q['reading']!r}, not the one graded" + (" (accepted)" if q["ok"] else "")
+        else:
+            hint = (q.get("hint") or _hint(q.get("expected"), q["given"])) if not q["ok"] else ""
         lines.append(f"  {mark}{name:<{w}}  your answer {given:<14}{exp} [{q['tolerance']}]{hint}")
     for name in report["unknown_answers"]:
         lines.append(f"  ?? {name}: not a quantity of this exercise (misspelt?)")
@@ -176,7 +257,7 @@ def format_report(report: Mapping[str, Any], reveal: bool = False) -> str:
 
 def _hint(expected: Any, given: Any) -> str:
     """A word on an answer of the wrong kind (a number typed as text, a yes/no as a word)."""
-    if given is None or type(given) is type(expected):
+    if given is None or expected is None or type(given) is type(expected):
         return ""
     if isinstance(expected, (int, float)) and not isinstance(expected, bool) and isinstance(given, str):
         try:
@@ -206,3 +287,82 @@ def jsonable(x: Any) -> Any:
     if isinstance(x, float):
         return float(f"{x:.12g}")
     return x
+
+
+#: The MIME type of the answers record a grading cell displays (read back by ``exercise grade``).
+RECORD_MIME = "application/vnd.kernel-lib.answers+json"
+
+
+def plain_answer(value: Any) -> Any:
+    """One answer as plain JSON: numpy and sympy scalars become int/float/bool, tuples and arrays
+    lists, Fractions floats; anything else is kept as its ``str`` (and graded as a wrong kind)."""
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, Mapping):
+        return {str(k): plain_answer(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return [plain_answer(v) for v in value]
+    if isinstance(value, Fraction):
+        return float(value)
+    if hasattr(value, "tolist"):                       # numpy scalars and arrays
+        return plain_answer(value.tolist())
+    if getattr(value, "is_Number", False):             # sympy numbers
+        if getattr(value, "is_Integer", False):
+            return int(value)
+        return float(value)
+    if getattr(value, "is_Boolean", False) and str(value) in ("True", "False"):   # sympy true/false
+        return str(value) == "True"
+    return str(value)
+
+
+def plain_answers(answers: Any) -> dict[str, Any]:
+    """``answers`` (a dict of quantity -> value) as plain JSON (see :func:`plain_answer`).
+
+    Raises ConfigError when ``answers`` is not a mapping.
+    """
+    if not isinstance(answers, Mapping):
+        raise ConfigError(f"answers must be a dict of quantity -> value, got {type(answers).__name__}")
+    return {str(k): plain_answer(v) for k, v in answers.items()}
+
+
+def answers_record(exercise: str, params: Mapping[str, Any], answers: Mapping[str, Any]) -> dict[str, Any]:
+    """What ``exercise grade`` reads back from a notebook: ``{"exercise", "params", "answers"}``."""
+    return {"exercise": exercise, "params": jsonable(dict(params)), "answers": plain_answers(answers)}
+
+
+def display_record(record: Mapping[str, Any]) -> None:
+    """Display ``record`` in the running notebook as :data:`RECORD_MIME` (with a one-line text form),
+    so a saved notebook carries its answers; does nothing outside an IPython kernel."""
+    try:
+        from IPython import get_ipython
+        from IPython.display import display
+    except ImportError:
+        return
+    if get_ipython() is None:
+        return
+    n = len(record["answers"])
+    display({RECORD_MIME: dict(record),
+             "text/plain": f"({n} answer{'s' if n != 1 else ''} recorded for `python -m kernel_lib exercise grade`)"},
+            raw=True)
+
+
+def submit(module: Any, params: Mapping[str, Any], answers: Mapping[str, Any]) -> dict[str, Any]:
+    """The grading cell of an exercise notebook: grade ``answers`` (made plain JSON first, exactly as
+    ``exercise grade`` will see them) against ``module.check``, print the report without the expected
+    values, and record the answers in the notebook's output. Returns the report."""
+    record = answers_record(module.EXERCISE, params, answers)
+    report = module.check(params, record["answers"])
+    print(getattr(module, "format_report", format_report)(report))
+    display_record(record)
+    return report
+
+
+def collect_answers(exercise: str, namespace: Mapping[str, Any]) -> None:
+    """The cell ``exercise grade`` appends to a run: display the record of the notebook's ``params``
+    and ``answers`` (or of what is missing), whatever its grading cell does."""
+    answers, params = namespace.get("answers"), namespace.get("params")
+    if not isinstance(answers, Mapping):
+        display_record({"exercise": exercise, "answers": {},
+                        "error": "the notebook leaves no `answers` dict (its setup cell creates one)"})
+        return
+    display_record(answers_record(exercise, params if isinstance(params, Mapping) else {}, answers))

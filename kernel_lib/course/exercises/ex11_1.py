@@ -163,9 +163,15 @@ def solve(params: Mapping[str, Any] | None = None) -> dict[str, Any]:
     return jsonable(out)
 
 
+#: Alternative answers filed under other names: key in ``solve()["alternative"]`` -> (reading, graded quantity).
+ALTERNATIVE_ALIASES: dict[str, tuple[str, str]] = {
+    "placement_ack_fraction_of_work": ("share_of_work", "placement_ack_fraction"),
+}
+
+
 def check(params: Mapping[str, Any] | None, answers: Mapping[str, Any]) -> dict[str, Any]:
     """Grade ``answers`` against :func:`solve` (tolerances in ``GRADED``: 1 % relative, else exact)."""
-    return grade(EXERCISE, solve(params), answers, GRADED)
+    return grade(EXERCISE, solve(params), answers, GRADED, ALTERNATIVE_ALIASES)
 
 
 def generate(seed: int) -> dict[str, Any]:

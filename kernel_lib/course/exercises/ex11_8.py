@@ -170,9 +170,19 @@ def solve(params: Mapping[str, Any] | None = None) -> dict[str, Any]:
     return jsonable(out)
 
 
+#: Alternative answers filed under other names: key in ``solve()["alternative"]`` -> (reading, graded quantity).
+#: The alternative reading counts every dispatch in the window as a duplicate, not each failure once.
+ALTERNATIVE_ALIASES: dict[str, tuple[str, str]] = {
+    "lag_window_expected_duplicates_per_year": ("every_dispatch_in_window", "lag_window_failures_per_year"),
+    "lag_window_expected_duplicates_loss_usd": ("every_dispatch_in_window", "lag_window_expected_loss_usd"),
+    "partition_expected_duplicates_per_year": ("every_dispatch_in_window", "partition_failures_per_year"),
+    "partition_expected_duplicates_loss_usd": ("every_dispatch_in_window", "partition_expected_loss_usd"),
+}
+
+
 def check(params: Mapping[str, Any] | None, answers: Mapping[str, Any]) -> dict[str, Any]:
     """Grade ``answers`` against :func:`solve` (tolerances in ``GRADED``: 1 % relative, else exact)."""
-    return grade(EXERCISE, solve(params), answers, GRADED)
+    return grade(EXERCISE, solve(params), answers, GRADED, ALTERNATIVE_ALIASES)
 
 
 def generate(seed: int) -> dict[str, Any]:
