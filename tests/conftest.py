@@ -86,9 +86,16 @@ def pytest_collection_modifyitems(config, items):
     class-scoped fixture (an etcd cluster, a JupyterLab server, a browser, an executor, a recorded
     example) run on one worker, so that fixture is built once per run, not once per worker that
     happens to receive one of them. The other tests of the module are spread over the workers one
-    by one. Runs before xdist's own hook, which turns these marks into the ``@group`` node ids."""
+    by one. Every ``quorum`` test (real etcd members with 50 ms heartbeats and 500 ms elections) runs
+    on one worker, so two etcd clusters never compete for the cores: measured on this 2-core machine,
+    test_replication_widget's leader check failed with clusters in both workers and passed alone.
+    Runs before xdist's own hook, which turns these marks into the ``@group`` node ids."""
     for item in items:
-        if _shared_scope_fixtures(item) and not any(True for _ in item.iter_markers("xdist_group")):
+        if any(True for _ in item.iter_markers("xdist_group")):
+            continue
+        if any(True for _ in item.iter_markers("quorum")):
+            item.add_marker(pytest.mark.xdist_group("quorum-etcd"))
+        elif _shared_scope_fixtures(item):
             item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::", 1)[0]))
 
 

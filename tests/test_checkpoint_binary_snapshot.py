@@ -178,7 +178,7 @@ def test_a_json_chain_stays_json_and_a_new_full_checkpoint_is_binary(tmp_path, m
     log = TrajectoryLog(store, TID, must_survive="none")
     log.append(task())
     log.append(intent("op1"))
-    monkeypatch.setattr(capture_mod, "S.RECORD_FORMAT", S.RECORD_FORMAT_JSON)   # the older build's writer
+    monkeypatch.setattr(capture_mod, "RECORD_FORMAT", S.RECORD_FORMAT_JSON)   # the older build's writer
     ck = Checkpointer(log, blobs)
     rec = fold(initial_record(TID), store.read(TID))
     old = ck.capture(rec, None, kind="full")

@@ -227,8 +227,9 @@ def test_the_chapter_links_cell_is_written_once_and_lands_on_rendered_headings(t
     view and an anchor that the rendered view really has. Goal: each notebook links to the sections
     it teaches, idempotently."""
     nb_path = tmp_path / "11_4_checkpoints.ipynb"
-    nb_path.write_bytes((ROOT / "notebooks" / "11_4_checkpoints.ipynb").read_bytes())
-    original = nbformat.read(nb_path, as_version=4)
+    original = nbformat.read(ROOT / "notebooks" / "11_4_checkpoints.ipynb", as_version=4)
+    original.cells = [c for c in original.cells if CELL_TAG not in c.metadata.get("tags", [])]   # as before the tool
+    nbformat.write(original, nb_path)
     assert link_notebook(nb_path, CHAPTERS) is True
     once = nb_path.read_bytes()
     assert link_notebook(nb_path, CHAPTERS) is False and nb_path.read_bytes() == once
@@ -287,3 +288,24 @@ def test_lab_copy_refuses_a_path_outside_the_course(tmp_path):
     with pytest.raises(ConfigError):
         read_chapter(tmp_path / "missing.txt")
     assert json.loads(json.dumps(str(lab.course)))
+
+
+@needs_chapters
+def test_every_course_notebook_and_solution_links_the_sections_it_teaches():
+    """Every tracked notebook and solution carries an up-to-date chapter-links cell (the tool's own
+    --check writes nothing and exits 1 when one would change), and each link names a heading the
+    rendered chapter view has."""
+    paths = sorted([*ROOT.glob("notebooks/*.ipynb"), *ROOT.glob("solutions/*.ipynb"), *ROOT.glob("exercises/*.ipynb")])
+    proc = subprocess.run([sys.executable, "-m", "kernel_lib", "course", "link-chapters", "--check",
+                           *map(str, paths)], capture_output=True, text=True, cwd=ROOT)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    headings = {anchor_for(s.heading) for ch in find_chapters(CHAPTERS) for s in ch.sections}
+    for p in paths:
+        nb = nbformat.read(p, as_version=4)
+        cells = [c for c in nb.cells if CELL_TAG in c.get("metadata", {}).get("tags", [])]
+        assert len(cells) == 1, f"{p.name}: {len(cells)} chapter-links cells"
+        if p.name == "index.ipynb":   # the index links whole chapters; its tables link the sections
+            assert "../chapters/11_durable_execution.md" in cells[0].source
+            continue
+        targets = re.findall(r"\]\(\.\./chapters/[^)#]+\.md#([^)]+)\)", cells[0].source)
+        assert targets and set(targets) <= headings, (p.name, sorted(set(targets) - headings))

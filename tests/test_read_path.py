@@ -223,7 +223,7 @@ _counter = itertools.count()
 
 def _without_fast_routes(m: pytest.MonkeyPatch) -> None:
     m.setattr(segment_mod, "_envelope_fields_fast", lambda _b: None)
-    m.setattr(events_mod, "_decode_stored_fast", lambda _b: None)
+    m.setattr(events_mod, "_decode_stored_fast", lambda *_a: None)
 
 
 def _open_and_read(path: Path):

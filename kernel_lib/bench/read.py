@@ -10,7 +10,8 @@ settlement) written with the project's own segment-log writer:
    * *open*: :meth:`SegmentStore.open` read-only: every frame's CRC32C, the envelope fields the
      index needs, each event's SHA-256, the gapless-sequence and fence checks;
    * *read*: decode every event (:meth:`SegmentStore.read`): envelope and payload validated
-     against the registered schema, the credential scan, each event's digest;
+     against the registered schema, the credential scan (each event's digest is the one open
+     computed from the same bytes, not a second hash);
    * *fold*: the reducer over the decoded events (:func:`kernel_lib.core.record.fold`);
    * *open + read + fold* as one call, what a replacement worker pays;
    * the baseline: ``msgspec.json.decode`` of every event's stored bytes into plain Python data,

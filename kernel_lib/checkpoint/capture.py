@@ -7,12 +7,15 @@
    must be at the log's head, and if the log names a workspace tree (a ``WorkspaceChanged``
    event), the workspace read must be that tree; otherwise the pair would be torn and nothing
    is captured.
-2. **serialize**: a full checkpoint encodes the complete record snapshot and tree object; an
-   incremental one encodes a record delta and a workspace delta against the previous published
-   checkpoint (its base), plus the digest of the complete record snapshot, so restore can check
-   what the chain rebuilds. The base's chain must still be in the blob store (checked before
-   each incremental capture; if it is not, the log's newest checkpoint is read again, and
-   without an intact base no delta is written). The manifest records the digest of the event
+2. **serialize**: a full checkpoint encodes the complete record snapshot (binary,
+   ``record-snapshot/2``: :mod:`kernel_lib.checkpoint.state`) and tree object; an incremental
+   one encodes a record delta and a workspace delta against the previous published checkpoint
+   (its base), plus the digest of the complete record snapshot, so restore can check what the
+   chain rebuilds. An incremental checkpoint (and a consolidation) keeps the record format of
+   its chain's full base, so a chain an older build began in JSON goes on in JSON. The base's
+   chain must still be in the blob store (checked before each incremental capture; if it is
+   not, the log's newest checkpoint is read again, and without an intact base no delta is
+   written). The manifest records the digest of the event
    at p, which binds it to this log.
 3. **make durable**: every new object (file blobs, snapshot or deltas, manifest) is written to
    the blob store, which returns only when they are durable.

@@ -69,7 +69,9 @@ SCAN_STEADY_WINDOWS = 8
 class LoadedCheckpoint:
     """A checkpoint read back and verified: its manifest (and digest), the record state (or, with
     ``as_record``, the record itself) and tree at its covered position, and its chain (manifest
-    digest, manifest), oldest (the full base) first, this one last."""
+    digest, manifest), oldest (the full base) first, this one last. ``state`` is in the layout of
+    the chain's record format (``manifest.record_format``; :func:`~kernel_lib.checkpoint.state.state_of`):
+    :meth:`TrajectoryRecord.state_dict` for format 2, ``snapshot_state`` (USD figures) for format 1."""
 
     manifest_sha256: str
     manifest: CheckpointManifest

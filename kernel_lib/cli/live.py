@@ -129,7 +129,9 @@ def _cmd(args: argparse.Namespace) -> int:
         print("error: --lease-ttl-s applies only with --zombie", file=sys.stderr)
         return 2
     args.crash_after = "ToolResult" if args.crash_after is None else args.crash_after   # '' is refused, not defaulted
-    from kernel_lib.live.controller import run_worksheet, run_zombie
+    from kernel_lib.live.controller import resolve_crash_point, run_worksheet, run_zombie
+    if not args.sweep and not args.zombie:   # refused before any process starts, naming the option
+        resolve_crash_point(args.crash_after, args.seed, parameter="--crash-after")
     previous = signal.signal(signal.SIGTERM, _on_sigterm)
     try:
         if args.sweep:

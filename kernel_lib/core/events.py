@@ -934,9 +934,14 @@ def _payload_of(d: dict[str, Any], event_id: str | None) -> Payload:
                                   event_type=d["event_type"]) from exc
 
 
-def decode_stored(data: bytes) -> Event:
+def decode_stored(data: bytes, *, known_digest: "str | None" = None) -> Event:
     """Decode bytes that a store's integrity check (a frame CRC, a stored digest) proves are the
     exact ``canonical`` bytes an :class:`Event` was appended with.
+
+    ``known_digest``: the SHA-256 (lowercase hex) the caller itself computed from these very bytes
+    (the segment log's index at open; the SQLite log's check of a row against its stored digest),
+    used as the event's ``digest`` instead of hashing the bytes a second time. Never pass a digest
+    read from storage unchecked. None (the default): the digest is computed here.
 
     Skips only the re-encoding that :func:`decode` uses to prove canonical form (about 3/4 of its
     cost); the envelope and the payload are still validated against the registered schema, and the
@@ -952,11 +957,13 @@ def decode_stored(data: bytes) -> Event:
     Raises: as :func:`decode`.
     """
     data = _as_bytes(data)
-    ev = _decode_stored_fast(data)
-    return ev if ev is not None else _decode_stored_checked(data)
+    if known_digest is None:
+        known_digest = hashlib.sha256(data).hexdigest()
+    ev = _decode_stored_fast(data, known_digest)
+    return ev if ev is not None else _decode_stored_checked(data, known_digest)
 
 
-def _decode_stored_checked(data: bytes) -> Event:
+def _decode_stored_checked(data: bytes, known_digest: "str | None" = None) -> Event:
     """The reference route of :func:`decode_stored`: json.loads, the envelope checks, the payload's
     model validators. Raises the typed errors of :func:`decode`."""
     try:
@@ -970,7 +977,7 @@ def _decode_stored_checked(data: bytes) -> Event:
     payload = _payload_of(d, event_id)
     return Event(d["trajectory_id"], d["event_id"], d["sequence_number"], d["event_type"], d["schema_version"],
                  d["reducer_version"], d["owner_epoch"], d["control_epoch"], Provenance(**d["provenance"]),
-                 payload, bytes(data), hashlib.sha256(data).hexdigest())
+                 payload, bytes(data), known_digest if known_digest is not None else hashlib.sha256(data).hexdigest())
 
 
 class _StoredProvenance(msgspec.Struct, forbid_unknown_fields=True):
@@ -1001,7 +1008,7 @@ _PROVENANCES: dict[tuple[str, str], Provenance] = {}
 _KEY_CLEAN: dict[str, bool] = {}
 
 
-def _decode_stored_fast(data: bytes) -> "Event | None":
+def _decode_stored_fast(data: bytes, known_digest: "str | None" = None) -> "Event | None":
     """The fast route of :func:`decode_stored`: the event, or None where the checked route must
     decide. Returns an event only where :func:`_decode_stored_checked` returns an equal one with
     the same canonical bytes and digest (tests/test_read_path.py checks it)."""
@@ -1031,7 +1038,7 @@ def _decode_stored_fast(data: bytes) -> "Event | None":
             _PROVENANCES.clear()
         prov = _PROVENANCES[(pv.tenant, pv.issuer)] = Provenance(pv.tenant, pv.issuer)
     return Event(tid, eid, seq, et, sv, env.reducer_version, env.owner_epoch, env.control_epoch, prov, payload,
-                 data, hashlib.sha256(data).hexdigest())
+                 data, known_digest if known_digest is not None else hashlib.sha256(data).hexdigest())
 
 
 #: verdicts of :func:`_clean_strings` on single short strings seen before (identifiers, literals,

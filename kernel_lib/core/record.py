@@ -36,6 +36,7 @@ import hashlib
 from dataclasses import asdict, dataclass, field
 from typing import Any, Iterable, Literal, Sequence
 
+from kernel_lib._support.gc_pause import cyclic_gc_paused
 from kernel_lib.errors import FoldError, RecordFormatError
 from kernel_lib.core.money import Rounding, micro_to_usd, usd_to_micro
 from kernel_lib.core.events import (
@@ -569,8 +570,9 @@ def fold(record_0: TrajectoryRecord, events: Iterable[Event]) -> TrajectoryRecor
             a reducer version this build does not support.
     """
     rec = copy.deepcopy(record_0)
-    for ev in events:
-        fold_step(rec, ev)
+    with cyclic_gc_paused():   # a long fold keeps all it builds: collector passes would free nothing
+        for ev in events:
+            fold_step(rec, ev)
     return rec
 
 
@@ -583,8 +585,9 @@ def fold_into(record: TrajectoryRecord, events: Iterable[Event]) -> TrajectoryRe
     """Fold ``events`` into ``record`` itself and return it (no copy): what a restore does to a
     record it just rebuilt from a snapshot (§11.4.1). Same reducer and errors as :func:`fold`;
     on a FoldError the record holds every event before the refused one."""
-    for ev in events:
-        fold_step(record, ev)
+    with cyclic_gc_paused():
+        for ev in events:
+            fold_step(record, ev)
     return record
 
 
@@ -644,12 +647,23 @@ def _op(rec: TrajectoryRecord, op_id: str, kind: Literal["tool", "model"], ev: E
 def _settle_status(op: Operation) -> None:
     """Operation status from its attempts: established if any attempt is, else in doubt if any
     attempt with an intent is not settled, else withheld if every attempt with an intent was
-    withheld (never sent); admission statuses are left alone otherwise."""
-    if any(a.established for a in op.attempts.values()):
-        op.status = "established"
-    elif any(a.in_doubt for a in op.attempts.values()) or op.intent_missing:
+    withheld (never sent); admission statuses are left alone otherwise. One pass over the
+    attempts, with :attr:`Attempt.withheld` and :attr:`Attempt.in_doubt` spelled out (for an
+    attempt that is not established: withheld is a WITHHELD last result, in doubt an intent
+    without one); it runs once per folded intent, result and withholding."""
+    in_doubt = op.intent_missing
+    withheld = False
+    for a in op.attempts.values():
+        if a.established:
+            op.status = "established"
+            return
+        if a.last_result_status == WITHHELD:
+            withheld = True
+        elif a.intent_sequence is not None:
+            in_doubt = True
+    if in_doubt:
         op.status = "in_doubt"
-    elif any(a.withheld for a in op.attempts.values()):
+    elif withheld:
         op.status = WITHHELD
 
 

@@ -307,7 +307,7 @@ def run_worksheet(crash_after: str | int = "ToolResult", store_kind: str = "sqli
         ConfigError: another bad argument. LiveProcessError: a process failed or timed out
         (everything is still torn down).
     """
-    point = resolve_crash_point(crash_after, seed)
+    point = resolve_crash_point(crash_after, seed, parameter="crash_after")
     if store_kind not in ("sqlite", "segment", "etcd"):
         raise ConfigError(f"--store must be sqlite, segment or etcd, got {store_kind!r}")
     if not (isinstance(test_delay_s, (int, float)) and 0 <= test_delay_s <= 600):

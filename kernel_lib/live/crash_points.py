@@ -123,30 +123,38 @@ def kill_positions(points: Iterable[CrashPoint]) -> list[int]:
     return sorted({p.durable_at for p in points})
 
 
-def _refuse(spec: Any, points: Sequence[CrashPoint], why: str) -> UnknownCrashPointError:
-    shown = spec if isinstance(spec, (int, str)) else type(spec).__name__
+def _refuse(spec: Any, points: Sequence[CrashPoint], why: str, parameter: str | None = None) -> UnknownCrashPointError:
+    shown = repr(str(spec)[:80]) if isinstance(spec, (int, str)) and not isinstance(spec, bool) else (
+        f"{repr(spec)[:80]} (a {type(spec).__name__})")
     types = list(dict.fromkeys(p.event_type for p in points))
+    named = f"{parameter}: " if parameter else ""
     return UnknownCrashPointError(
-        f"unknown crash point {str(shown)[:80]!r}: {why}. A crash point is a log position 1..{len(points)}, "
+        f"{named}unknown crash point {shown}: {why}. A crash point is a log position 1..{len(points)}, "
         f"an event type ({', '.join(types)}) or TYPE#K; valid: {', '.join(p.describe() for p in points)}",
         choices=[p.describe() for p in points])
 
 
-def resolve_point(spec: Any, points: Sequence[CrashPoint], operation_id: str) -> CrashPoint:
+def resolve_point(spec: Any, points: Sequence[CrashPoint], operation_id: str, *,
+                  parameter: str | None = None) -> CrashPoint:
     """The point ``spec`` names (module docstring: ``N``, ``TYPE#K`` or ``TYPE``).
 
     Args:
         spec: an int, a string, or a :class:`CrashPoint` of ``points``.
         points: the trajectory's points (:func:`points_of`), non-empty.
         operation_id: the tool operation a bare ``TYPE`` prefers (``test_r18``).
+        parameter: the name the caller gave ``spec`` under (``crash_after``, ``--crash-after``),
+            which the error message starts with, so it names what the user passed.
 
     Raises:
         UnknownCrashPointError: ``spec`` names no point; its message and ``choices`` list them all.
     """
+    def refuse(shown: Any, why: str) -> UnknownCrashPointError:
+        return _refuse(shown, points, why, parameter)
+
     if isinstance(spec, CrashPoint):
         if spec in points:
             return spec
-        raise _refuse(spec.describe(), points, "it is not a position of this trajectory")
+        raise refuse(spec.describe(), "it is not a position of this trajectory")
     if isinstance(spec, int) and not isinstance(spec, bool):
         n = spec
     elif isinstance(spec, str) and _DIGITS.match(spec.strip()):
@@ -154,21 +162,21 @@ def resolve_point(spec: Any, points: Sequence[CrashPoint], operation_id: str) ->
     elif isinstance(spec, str):
         m = _TYPE_K.match(spec.strip()) if len(spec) <= 200 else None
         if not m:
-            raise _refuse(spec, points, "not a position, an event type or TYPE#K")
+            raise refuse(spec, "not a position, an event type or TYPE#K")
         etype, k = m.group(1), m.group(2)
         of_type = [p for p in points if p.event_type == etype]
         if not of_type:
-            raise _refuse(spec, points, f"the worker appends no {etype} event")
+            raise refuse(spec, f"the worker appends no {etype} event")
         if k is None:
             return next((p for p in of_type if p.subject == operation_id), of_type[0])
         if not 1 <= int(k) <= len(of_type):
-            raise _refuse(spec, points, f"the trajectory has {len(of_type)} {etype} event(s)")
+            raise refuse(spec, f"the trajectory has {len(of_type)} {etype} event(s)")
         return of_type[int(k) - 1]
     else:
-        raise _refuse(spec, points, "a crash point is an int or a string")
+        raise refuse(spec, "a crash point is a log position (an int) or a string")
     by_position = {p.position: p for p in points}
     if n not in by_position:
-        raise _refuse(spec, points, f"the trajectory has log positions 1..{len(points)}")
+        raise refuse(spec, f"the trajectory has log positions 1..{len(points)}")
     return by_position[n]
 
 

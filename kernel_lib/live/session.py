@@ -69,12 +69,41 @@ from kernel_lib.live.crash_points import CrashPoint, spec_name
 from kernel_lib.live.worker import OPERATION, TRAJECTORY, resolve_crash_point
 from kernel_lib.live.workspace import build_snapshot, remove_tree
 
-__all__ = ["WorksheetSession", "CRASH_POINTS", "action_reading", "NOTHING_SURVIVED"]
+__all__ = ["WorksheetSession", "CRASH_POINTS", "action_reading", "check_worksheet_parameters", "NOTHING_SURVIVED"]
 
 #: What recover / reconcile say when the worker was killed before its first event was durable.
 NOTHING_SURVIVED = ("the surviving log holds no event of the trajectory: the worker was killed at log position 0, "
                     "before its first event was durable; there is nothing to rebuild: no operation was proposed, "
                     "nothing was dispatched and no reservation is held, so a new run starts the task afresh")
+
+
+#: the stores the live worksheet runs on (the etcd store needs a cluster: ``worksheet --store etcd``)
+WORKSHEET_STORES = ("sqlite", "segment", "etcd")
+
+
+def check_worksheet_parameters(*, seed: Any = 0, store: Any = "sqlite", crash_after: Any = "ToolResult",
+                               test_delay_s: Any = 1.0) -> dict[str, Any]:
+    """Check the crash worksheet's papermill parameters (notebook 11.1, §11.1) before anything
+    starts, each under the name the user set it with.
+
+    Returns ``{"seed", "store", "crash_after", "test_delay_s", "point"}`` (``point`` the resolved
+    :class:`CrashPoint`'s ``describe()``).
+
+    Raises:
+        ConfigError naming the parameter: ``seed`` not an integer >= 0; ``store`` not one of
+        :data:`WORKSHEET_STORES`; ``test_delay_s`` not a number in [0, 600] seconds.
+        UnknownCrashPointError (a ConfigError) starting with ``crash_after:``: not a crash point
+        (the message lists every valid one)."""
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise ConfigError(f"seed must be an integer >= 0, got {seed!r}")
+    if store not in WORKSHEET_STORES:
+        raise ConfigError(f"store must be one of {', '.join(WORKSHEET_STORES)}, got {store!r}")
+    if (isinstance(test_delay_s, bool) or not isinstance(test_delay_s, (int, float))
+            or not 0 <= test_delay_s <= 600):
+        raise ConfigError(f"test_delay_s must be a number of seconds in [0, 600], got {test_delay_s!r}")
+    point = resolve_crash_point(crash_after, seed, parameter="crash_after")
+    return {"seed": seed, "store": store, "crash_after": crash_after, "test_delay_s": test_delay_s,
+            "point": point.describe()}
 
 
 def action_reading(action: dict[str, Any] | None) -> str:

@@ -12,13 +12,23 @@ then it polls the executor until the job finishes, authenticates the signed comp
 records ``ToolResult(completed|failed, observation_complete)`` with the record as evidence, and the
 ``BudgetSettled`` usage evidence.
 
+One durable barrier per step (§11.3.1): before it proposes, the worker reads the executor's
+declared endpoint contract (``GET /contract``, :func:`endpoint_contract`); the executor answers a
+status query by operation id, so the ``test_r18`` proposal declares ``status_lookup=True`` and its
+evidence is acknowledged at the log's write tier, made durable by the next barrier. The worker
+takes that barrier (``gate.sync()``) before it prints its record, releases its lease or exits
+after a failure; its JSON adds ``endpoint_contract`` and ``durability`` (barriers, head, durable
+head, tiers).
+
 ``--pause-at POINT``: any event the worker appends is a crash point (:func:`crash_points`, the
 positions of :func:`reference_events`), written ``N`` (log position), ``TYPE#K`` (the K-th event of
 a type) or ``TYPE`` (its first event for ``test_r18``, else its first event; grammar in
 :mod:`kernel_lib.live.crash_points`). An unknown point exits 2 listing the valid ones before
 anything is opened. Right after that position is durable (the gate's ``on_position`` hook,
 called after every appended event), the worker atomically writes ``--marker`` as
-``{"paused_at", "point", "event_type", "subject", "log_position", "pid"}``, prints ``paused at
+``{"paused_at", "point", "event_type", "subject", "log_position", "durable_head", "deferred", "pid"}``
+(``deferred``: the point's evidence is acknowledged at the write tier and no barrier covered it
+yet, ``durable_head`` < ``log_position``), prints ``paused at
 position N``, and blocks until it is killed (the crash controller sends a real SIGKILL).
 
 ``--recover``: the replacement worker. It takes ownership (claims the log's fence + 1 as its
@@ -346,11 +356,12 @@ def crash_points(seed: int = 0) -> tuple[CrashPoint, ...]:
     return points_of(events, ends, deferred)
 
 
-def resolve_crash_point(spec: Any, seed: int = 0) -> CrashPoint:
+def resolve_crash_point(spec: Any, seed: int = 0, *, parameter: str | None = None) -> CrashPoint:
     """The crash point ``spec`` names (``N``, ``TYPE#K`` or ``TYPE``; :mod:`kernel_lib.live.crash_points`).
+    ``parameter``: the name the user passed ``spec`` under, which the error message names.
 
     Raises: UnknownCrashPointError (a ConfigError) listing every valid point."""
-    return resolve_point(spec, crash_points(seed), OPERATION)
+    return resolve_point(spec, crash_points(seed), OPERATION, parameter=parameter)
 
 
 def _pauser(args: argparse.Namespace, point: CrashPoint | None, log: TrajectoryLog):
@@ -385,7 +396,7 @@ def _pauser(args: argparse.Namespace, point: CrashPoint | None, log: TrajectoryL
 
 def run_worker(args: argparse.Namespace) -> int:
     # the pause point is checked before anything is opened or appended
-    point = resolve_crash_point(args.pause_at, args.seed) if args.pause_at is not None else None
+    point = resolve_crash_point(args.pause_at, args.seed, parameter="--pause-at") if args.pause_at is not None else None
     store = open_store(args.store, args.store_path, create=True)   # the worker starts the trajectory's log
     coord = _coordinator(args)
     lease = None

@@ -126,8 +126,7 @@ import os
 import re
 import struct
 import threading
-from dataclasses import dataclass
-from typing import Iterator, Sequence
+from typing import Iterator, NamedTuple, Sequence
 
 import crc32c as _crc32c
 import msgspec
@@ -142,6 +141,7 @@ from kernel_lib.errors import (
     StoreFailedError,
     StoreReadOnlyError,
 )
+from kernel_lib._support.gc_pause import cyclic_gc_paused
 from kernel_lib.core.events import Event, decode_stored
 from kernel_lib.log.base import (
     AckTier,
@@ -185,10 +185,10 @@ def encode_frame(kind: int, body: bytes, synced_watermark: Position) -> bytes:
     return head + _CRC.pack(_crc32c.crc32c(body, _crc32c.crc32c(head))) + body
 
 
-@dataclass(frozen=True, slots=True)
-class _Frame:
+class _Frame(NamedTuple):
     """A frame that passed every check. ``fields`` is (trajectory_id, event_id, seq, owner_epoch)
-    for EVENT and (trajectory_id, owner_epoch) for FENCE."""
+    for EVENT and (trajectory_id, owner_epoch) for FENCE. A named tuple: open builds one per
+    record, and a tuple is the cheapest immutable record Python builds."""
 
     segment: int
     offset: int
@@ -410,6 +410,9 @@ class SegmentStore(LogStore):
         self._dir_lock = dir_lock
         self._lock = threading.RLock()
         self._bytes: dict[str, list[bytes]] = {}
+        #: SHA-256 (hex) of ``_bytes[t][i]``, computed at open from those bytes, for the rows open
+        #: indexed (rows appended later are hashed when read): a read hands it to decode_stored
+        self._digests: dict[str, list[str]] = {}
         self._ids: dict[str, StoredRef] = {}
         self._fences: dict[str, int] = {}
         self._segment = 1
@@ -491,7 +494,8 @@ class SegmentStore(LogStore):
             raise StoreError(f"cannot open segment log {directory}: {exc}") from exc
         store = cls(directory, fs, segment_bytes, lock, read_only=read_only)
         try:
-            store._recover()
+            with cyclic_gc_paused():   # a frame and an index entry per record, none of them garbage
+                store._recover()
         except OSError as exc:
             store._release_files()
             raise StoreError(f"cannot open segment log {directory}: {exc}") from exc
@@ -543,8 +547,10 @@ class SegmentStore(LogStore):
             return True
         return any(self.fs.size(self._path(n)) != len(d) for n, d in datas.items())
 
-    def _recover(self) -> None:
-        fs = self.fs
+    def _scan_and_index(self) -> tuple[list[int], dict[int, bytes], list[_Frame], "tuple[int, int, str] | None"]:
+        """:meth:`_scan`, damage classified (CorruptLogError), then the index built from the valid
+        frames; read-only, a scan that looked corrupt is repeated (up to 3 times) if the files grew
+        meanwhile. Returns what :meth:`_scan` returned for the scan that was indexed."""
         attempts = 3 if self.read_only else 1
         for attempt in range(attempts):
             numbers, datas, frames, damage = self._scan()
@@ -556,11 +562,17 @@ class SegmentStore(LogStore):
                 # read-only beside a live writer: what looked like damage may be a write in flight
                 if attempt + 1 < attempts and self._grew(numbers, datas):
                     self._bytes.clear()
+                    self._digests.clear()
                     self._ids.clear()
                     self._fences.clear()
                     continue
                 raise
             break
+        return numbers, datas, frames, damage
+
+    def _recover(self) -> None:
+        fs = self.fs
+        numbers, datas, frames, damage = self._scan_and_index()
         rep = self.recovery
         rep.trajectories = sum(1 for rows in self._bytes.values() if rows)
         rep.events_recovered = len(self._ids)
@@ -727,7 +739,12 @@ class SegmentStore(LogStore):
                 raise CorruptLogError(f"{where(fr)}: event {eid} has owner_epoch={epoch} after the log "
                                       f"had fenced {tid} at {fence}")
             rows.append(fr.body)
-            self._ids[eid] = StoredRef(tid, seq, hashlib.sha256(fr.body).hexdigest())
+            digest = hashlib.sha256(fr.body).hexdigest()
+            digests = self._digests.get(tid)
+            if digests is None:
+                digests = self._digests[tid] = []
+            digests.append(digest)
+            self._ids[eid] = StoredRef(tid, seq, digest)
             self._fences[tid] = max(fence, epoch)
 
     # --- appends -------------------------------------------------------------------------------
@@ -906,11 +923,16 @@ class SegmentStore(LogStore):
             rows = self._bytes.get(trajectory_id, [])
             end = len(rows) if hi is None else min(hi, len(rows))
             chunk = rows[lo - 1:end] if end >= lo else []
-        return (self._decoded(trajectory_id, lo + i, b) for i, b in enumerate(chunk))
+            # digests open computed from these same bytes (None past them: rows appended since)
+            digests = self._digests.get(trajectory_id, [])[lo - 1:end] if chunk else []
+        missing = len(chunk) - len(digests)
+        if missing:
+            digests = digests + [None] * missing
+        return (self._decoded(trajectory_id, lo + i, b, d) for i, (b, d) in enumerate(zip(chunk, digests)))
 
-    def _decoded(self, trajectory_id: str, seq: int, body: bytes) -> Event:
+    def _decoded(self, trajectory_id: str, seq: int, body: bytes, digest: "str | None" = None) -> Event:
         try:
-            ev = decode_stored(body)
+            ev = decode_stored(body, known_digest=digest)
         except RecursionError:
             raise MalformedEventError(f"segment log {self.directory}: stored event {trajectory_id}#{seq} nests too "
                                       "deeply to decode") from None

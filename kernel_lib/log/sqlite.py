@@ -634,10 +634,11 @@ class SQLiteStore(LogStore):
         """Decode a stored event after checking its bytes against the digest stored with them,
         then check that it is the event the row says it is."""
         where = f"{self.path}: row {trajectory_id!r}#{seq}"
-        if digest(body) != stored_digest:
+        computed = digest(body)
+        if computed != stored_digest:
             raise CorruptLogError(f"{where}: stored bytes do not match their digest")
         try:
-            ev = decode_stored(body)
+            ev = decode_stored(body, known_digest=computed)   # hashed just now: not hashed twice
         except RecursionError:
             raise MalformedEventError(f"{where}: stored event nests too deeply to decode",
                                       event_id=event_id) from None
