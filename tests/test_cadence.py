@@ -456,7 +456,7 @@ def test_poisson_trace_draw_is_bounded_and_needs_a_real_seed():
     import numpy as np
     t0 = time.perf_counter()
     dense = poisson_trace(10, 1e3, seed=1)           # 10^4 expected crashes in 10 turns: no endless loop
-    assert time.perf_counter() - t0 < 5 and abs(dense.crashes - 10_000) < 6 * math.sqrt(10_000)
+    assert time.perf_counter() - t0 < 30 and abs(dense.crashes - 10_000) < 6 * math.sqrt(10_000)
     assert set(dense.crash_turns) <= set(range(10))
     with pytest.raises(CadenceParameterError, match="failure_rate_per_turn"):
         poisson_trace(10, 1e300, seed=1)             # rates above 1e3 per turn are refused

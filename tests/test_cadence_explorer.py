@@ -404,8 +404,8 @@ def test_turns_are_capped_to_what_stays_interactive():
     w = CadenceExplorer(draw_svg=False, poisson_seed=7)
     rev = w.revision
     t0 = time.perf_counter()
-    w.turns = 10 ** 7                           # took 46 s with a Poisson trace
-    assert time.perf_counter() - t0 < 2
+    w.turns = 10 ** 7                           # took 46 s with a Poisson trace; refused at once now
+    assert time.perf_counter() - t0 < 10        # a loose bound (loaded machines): it is a refusal, not a trace
     assert "interactively" in w.error and f"{MAX_TURNS:,}" in w.error and w.revision == rev
     w.update(turns=MAX_TURNS, failure_rate_per_turn=2 * MAX_TRACE_CRASHES / MAX_TURNS)
     assert "Poisson trace" in w.error and "interactively" in w.error

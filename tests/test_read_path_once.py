@@ -182,3 +182,63 @@ def test_the_single_pass_status_is_the_three_pass_one(attempts, intent_missing, 
     _settle_status(ops[0])
     _settle_reference(ops[1])
     assert ops[0].status == ops[1].status
+
+
+def test_a_segment_read_pauses_the_collector_per_run_and_decodes_only_a_short_run_ahead(tmp_path, collector_on,
+                                                                                  monkeypatch):
+    """``list(store.read(t))`` (what resume does) runs at most one collector pass per run of decodes; a
+    caller that takes only the first event still pays for a few decodes, not for the whole log."""
+    import kernel_lib.log.segment as segment_mod
+
+    events = make_events(3000, seed=7)
+    path = tmp_path / "log"
+    _write_segment_log(path, events)
+    store = SegmentStore.open(path, read_only=True)
+    try:
+        with _Collections() as during_read:
+            read = list(store.read(TRAJECTORY))
+        runs, done, run = 0, 0, 16   # the runs SegmentStore.read documents: 16 events, doubling up to 1024
+        while done < len(events):
+            runs, done, run = runs + 1, done + run, min(2 * run, 1024)
+        # at most the pass the collector owes after each run (before: one per 700 allocations)
+        assert runs == 8 and during_read.started <= runs
+        assert [e.canonical for e in read] == [e.canonical for e in events]
+        decoded = []
+        real = segment_mod.decode_stored
+
+        def counting(body, **kw):
+            decoded.append(body)
+            return real(body, **kw)
+        monkeypatch.setattr(segment_mod, "decode_stored", counting)
+        first = next(store.read(TRAJECTORY))
+        assert first.sequence_number == 1 and 1 <= len(decoded) <= 16
+    finally:
+        store.close()
+    assert gc.isenabled()
+
+
+def test_a_refused_event_is_raised_at_its_place_after_the_events_before_it(tmp_path, monkeypatch):
+    """A body the decoder refuses (here the 20th, and then the 3rd) stops the read exactly there:
+    every event before it is yielded first, the typed error comes next, nothing after it."""
+    import kernel_lib.log.segment as segment_mod
+    from kernel_lib.errors import MalformedEventError
+
+    events = make_events(60, seed=8)
+    path = tmp_path / "log"
+    _write_segment_log(path, events)
+    real = segment_mod.decode_stored
+    for bad in (20, 3):
+        def refusing(body, _bad=events[bad - 1].canonical, **kw):
+            if body == _bad:
+                raise MalformedEventError("refused for the test")
+            return real(body, **kw)
+        monkeypatch.setattr(segment_mod, "decode_stored", refusing)
+        store = SegmentStore.open(path, read_only=True)
+        try:
+            got = []
+            with pytest.raises(MalformedEventError, match="refused for the test"):
+                for ev in store.read(TRAJECTORY):
+                    got.append(ev.sequence_number)
+            assert got == list(range(1, bad))
+        finally:
+            store.close()

@@ -172,6 +172,10 @@ DEFAULT_SEGMENT_BYTES = 64 * 1024 * 1024
 _SEGMENT_NAME = re.compile(r"^(\d{8})\.seg$")
 
 Position = tuple[int, int]   # (segment number, byte offset)
+#: events :meth:`SegmentStore.read` decodes at once: the first run, and the longest (each run
+#: doubles the one before it), so a caller that takes one event pays for a few decodes at most
+_FIRST_RUN = 16
+_LONGEST_RUN = 1024
 
 
 def segment_name(number: int) -> str:
@@ -910,7 +914,8 @@ class SegmentStore(LogStore):
 
     # --- reads ---------------------------------------------------------------------------------
     def read(self, trajectory_id: str, start: int = 1, stop: int | None = None) -> Iterator[Event]:
-        """Events of one trajectory with ``start <= sequence_number <= stop``, decoded lazily.
+        """Events of one trajectory with ``start <= sequence_number <= stop``, decoded lazily, a
+        run of events at a time (16 at first, doubling up to 1024: :meth:`_decode_ahead`).
 
         Bounds as :func:`~kernel_lib.log.base.read_bounds`. Raises StoreClosedError after close,
         StoreError for non-int bounds; decoding raises the typed event errors (MalformedEventError
@@ -928,7 +933,32 @@ class SegmentStore(LogStore):
         missing = len(chunk) - len(digests)
         if missing:
             digests = digests + [None] * missing
-        return (self._decoded(trajectory_id, lo + i, b, d) for i, (b, d) in enumerate(zip(chunk, digests)))
+        return self._decode_ahead(trajectory_id, lo, chunk, digests)
+
+    def _decode_ahead(self, trajectory_id: str, lo: int, bodies: list[bytes], digests: list) -> Iterator[Event]:
+        """Decode ``bodies`` (sequence numbers ``lo``, ``lo + 1``, ...) in runs of
+        :data:`_FIRST_RUN` events, doubling up to :data:`_LONGEST_RUN`, each run with the cyclic
+        collector paused (kernel_lib._support.gc_pause), and yield each run's events in order.
+        A run is decoded only when the caller asks for its first event, and an error is raised
+        where its event stands, after every event before it was yielded, as a one-at-a-time
+        decode would."""
+        i, n, run = 0, len(bodies), _FIRST_RUN
+        while i < n:
+            end = min(n, i + run)
+            out: list[Event] = []
+            failure: "Exception | None" = None
+            with cyclic_gc_paused():
+                for j in range(i, end):
+                    try:
+                        out.append(self._decoded(trajectory_id, lo + j, bodies[j], digests[j]))
+                    except Exception as exc:   # noqa: BLE001 - re-raised below, at its event's place
+                        failure = exc
+                        break
+            yield from out
+            if failure is not None:
+                raise failure
+            i = end
+            run = min(2 * run, _LONGEST_RUN)
 
     def _decoded(self, trajectory_id: str, seq: int, body: bytes, digest: "str | None" = None) -> Event:
         try:
