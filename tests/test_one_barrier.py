@@ -164,3 +164,24 @@ def test_crash_states_of_one_barrier_steps_weaken_no_acknowledged_promise():
     assert good.violations == 0, report.violation_details[:3]
     assert good.counts["evidence_lost_reconciled"] > 0
     assert broken.violations > 0
+
+
+def test_evidence_is_deferred_only_for_an_attempt_whose_intent_declared_a_status_lookup(tmp_path):
+    """Fault model: a caller (an adapter, a resumed worker) asks the gate to defer evidence of an
+    attempt whose endpoint never declared a status lookup, or passes a truthy non-bool. Invariant:
+    only an intent appended with ``status_lookup`` true lets its evidence ride the next barrier;
+    everything else takes its own barrier. Goal: counted by the file system, the undeclared
+    attempt's evidence costs an fdatasync even with ``reconcilable=True``; a non-bool is refused."""
+    fs = CountingFS()
+    store = SegmentStore.open(str(tmp_path / "seg"), fs=fs, create=True)
+    try:
+        gate, log = _gate(store)
+        accepted = ToolReply(status="accepted", outcome=None, observation_complete=False, job_handle="job-0")
+        gate.run_tool(_proposal(0, False), lambda intent: accepted)
+        before = fs.fdatasyncs
+        gate.record_evidence("op-0", "attempt1", REPLY, reconcilable=True)
+        assert fs.fdatasyncs == before + 1 and log.durable_head == log.head
+        with pytest.raises(ConfigError, match="reconcilable"):
+            gate.record_evidence("op-0", "attempt1", REPLY, reconcilable=1)
+    finally:
+        store.close()

@@ -86,7 +86,7 @@ def summarize(result: dict[str, Any]) -> str:
         doubt = ", ".join(result.get("in_doubt") or []) or "none"
         held = _usd((result.get("budget") or {}).get("outstanding_reservations_usd"))
         head = ("a replacement process folded the surviving log" if action == "recover"
-                else "a replacement took ownership and asked the executor by operation id")
+                else "a replacement took ownership and reconciled by operation id")
         return f"{head}: in doubt: {doubt}; reservations held: {held}" + (f"; {acts}" if acts else "")
     return ""
 

@@ -165,7 +165,7 @@ _NUMERIC = (int, float)
 _BOX_STYLE = "overflow-x:auto;max-width:100%"
 _TABLE_STYLE = "table-layout:auto;border-collapse:collapse;margin:0;width:auto"
 _CELL_STYLE = ("padding:2px 10px;border-bottom:1px solid rgba(128,128,128,.3);vertical-align:top;"
-               "white-space:normal;overflow-wrap:anywhere;max-width:40em;text-overflow:clip;overflow:visible")
+               "white-space:normal;overflow-wrap:break-word;max-width:40em;text-overflow:clip;overflow:visible")
 _HEAD_STYLE = _CELL_STYLE + ";font-weight:600;border-bottom:1px solid rgba(128,128,128,.8)"
 
 

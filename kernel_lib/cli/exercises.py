@@ -14,8 +14,23 @@ from typing import Any
 
 from kernel_lib.errors import ConfigError
 
+
+
+def _exercise_numbers_on_disk() -> list[str]:
+    """The exercise numbers (``"1"`` … ``"9"``) of the modules ``course/exercises/ex11_N.py``, read from
+    the folder so the command list can name them without importing the exercises (and sympy)."""
+    folder = Path(__file__).resolve().parent.parent / "course" / "exercises"
+    numbers = [f.stem.removeprefix("ex11_") for f in folder.glob("ex11_*.py")]
+    return sorted((n for n in numbers if n.isdigit()), key=int)
+
+
+def _and_list(items: list[str]) -> str:
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
+
+
 #: the top-level command of this group and its one-line help (``python -m kernel_lib --help``)
-COMMANDS = {"exercise": "solve, generate, check, grade and strip the seeded §11.12 exercises"}
+COMMANDS = {"exercise": "solve, generate, check, grade and strip the seeded §11.12 exercises "
+                        + _and_list(_exercise_numbers_on_disk() or ["(none found)"])}
 
 _EPILOG_TAIL = """\
 examples:
@@ -51,10 +66,6 @@ def _epilog() -> str:
         line += piece + " "
     lines.append(line.rstrip())
     return "\n".join(lines) + "\n\n" + _EPILOG_TAIL
-
-
-def _and_list(items: list[str]) -> str:
-    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
 
 
 def _params_from_args(mod, args: argparse.Namespace) -> dict[str, Any]:
@@ -139,7 +150,8 @@ def _cmd_check(args: argparse.Namespace) -> int:
     report = mod.check(params, answers)
     if args.json:
         from kernel_lib.course.exercises import redact
-        print(json.dumps({"params": params, **redact(report, args.reveal)}))
+        from kernel_lib.course.exercises._common import strict_json
+        print(json.dumps(strict_json({"params": params, **redact(report, args.reveal)}), allow_nan=False))
     else:
         print(getattr(mod, "format_report", format_report)(report, reveal=args.reveal))
     return 0 if report["all_ok"] else 1
@@ -163,7 +175,8 @@ def _cmd_grade(args: argparse.Namespace) -> int:
         if "error" in s:
             print(f"error: {s['error']}", file=sys.stderr)
     if args.json:
-        print(json.dumps(out))
+        from kernel_lib.course.exercises._common import strict_json
+        print(json.dumps(strict_json(out), allow_nan=False))
     else:
         for s in subs:
             if "error" not in s:
@@ -221,7 +234,7 @@ def add_commands(subparsers) -> argparse.ArgumentParser:
     ids = _exercise_ids()
     epilog = _epilog()
     top = subparsers.add_parser(
-        "exercise", help=COMMANDS["exercise"] + " " + _and_list([i.split(".", 1)[1] for i in ids]),
+        "exercise", help=COMMANDS["exercise"],
         description="The seeded exercises of §11.12: solve a variant, generate one from a seed, check a "
                     "student's answers, grade students' notebooks, or derive the student notebooks from the "
                     "solutions.",

@@ -152,13 +152,15 @@ def read_chapter(path: str | Path) -> Chapter:
     """Read one chapter source and find its headings and blocks.
 
     Raises:
-        ConfigError: ``path`` is missing or empty.
+        ConfigError: ``path`` is missing, empty or not UTF-8 text.
     """
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise ConfigError(f"cannot read chapter {path}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"cannot read chapter {path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     first = next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
     if not first:
         raise ConfigError(f"chapter {path} is empty")
@@ -243,6 +245,12 @@ def find_chapters(chapters_dir: str | Path) -> list[Chapter]:
     chapters = [read_chapter(p) for p in sorted(folder.glob("*.txt"))]
     if not chapters:
         raise ConfigError(f"{folder} holds no chapter (*.txt)")
+    seen: set[str] = set()
+    for ch in chapters:               # two chapters of one title must not share (overwrite) one view
+        slug, n = ch.slug, 2
+        while ch.view_name in seen:
+            ch.slug, n = f"{slug}_{n}", n + 1
+        seen.add(ch.view_name)
     return chapters
 
 

@@ -97,7 +97,7 @@ class LabCopy:
                 rel = rel.resolve().relative_to(self.project)
             except ValueError:
                 raise ConfigError(f"{tracked} is not inside {self.project}") from None
-        if not rel.parts or rel.parts[0] not in COURSE_FOLDERS:
+        if not rel.parts or rel.parts[0] not in COURSE_FOLDERS or ".." in rel.parts:   # never outside them
             raise ConfigError(f"{tracked}: the working copy holds only {', '.join(COURSE_FOLDERS)}")
         return self.course / rel
 
@@ -205,7 +205,10 @@ def prepare(project: str | os.PathLike | None = None, dest: str | os.PathLike | 
         _link(lab.root / "shared", lab.shared)
         chapters = lab.shared / "chapters"
         if chapters.is_dir():
-            report.chapters = [p.name for p in render_views(chapters, lab.chapters)]
+            try:
+                report.chapters = [p.name for p in render_views(chapters, lab.chapters)]
+            except ConfigError as exc:   # no chapter in it, an empty or unreadable one: the notebooks still open
+                report.notes.append(f"chapters not rendered: {exc}")
         else:
             report.notes.append(f"no chapters at {chapters}: the chapter links will not open")
     else:

@@ -65,7 +65,7 @@ import time
 from typing import Any, Awaitable, Callable
 
 from kernel_lib._support.checks import finite_or_none
-from kernel_lib.errors import AdmissionDenied, DispatchWithheld, KernelError, StaleRecordError, StoreError
+from kernel_lib.errors import AdmissionDenied, ConfigError, DispatchWithheld, KernelError, StaleRecordError, StoreError
 from kernel_lib.core.crash_positions import Conclusion, CrashPosition, conclude, crash_positions
 from kernel_lib.core.decisions import (
     RECHECK_CLOCK_INPUT,
@@ -171,6 +171,9 @@ class DispatchGate:
         self.policy = policy
         self.fence_check = fence_check
         self.record = record if record is not None else fold(initial_record(log.trajectory_id), log.events())
+        #: (operation, attempt) whose ToolIntent, appended through this gate, declared a status lookup:
+        #: only their evidence may be deferred (anything else, e.g. after a resume, takes a barrier)
+        self._status_lookup_attempts: set[tuple[str, str]] = set()
         self.on_position = on_position or (lambda name, ev: None)
         self.coalesce_admission = coalesce_admission
         self.withheld: dict[str, ToolIntent] = {}
@@ -215,6 +218,8 @@ class DispatchGate:
         events = self.log.append_many(list(payloads), deferred=deferred)
         for ev in events:   # fold the whole batch before any callback can append more
             fold_step(self.record, ev)
+            if ev.event_type == "ToolIntent" and getattr(ev.payload, "status_lookup", False) is True:
+                self._status_lookup_attempts.add((ev.payload.operation_id, ev.payload.attempt_id))
         if self.record.last_sequence_number != self.log.head:   # invariant: the record ends at the head
             raise StaleRecordError(
                 f"after appending #{events[0].sequence_number if events else self.log.head}..#{self.log.head} the "
@@ -483,7 +488,10 @@ class DispatchGate:
 
         ``reconcilable=True`` (the attempt's intent declared ``status_lookup``; :meth:`run_tool`
         passes it): the batch is deferred, acknowledged at the log's write tier and made durable by
-        its next barrier; a crash that loses it leaves the attempt in doubt for reconciliation.
+        its next barrier; a crash that loses it leaves the attempt in doubt for reconciliation. It
+        is honoured only for an attempt whose ToolIntent this gate appended with ``status_lookup``
+        true; for any other attempt the evidence takes a barrier as usual (the safe reading).
+        Raises ConfigError when ``reconcilable`` is not a bool.
 
         Evidence is what the endpoint sent, so credential-looking fields in it are redacted (and
         listed under ``outcome.redacted_fields``) rather than refused: the log keeps the evidence
@@ -492,6 +500,9 @@ class DispatchGate:
         (:func:`~kernel_lib.core.decisions.tool_evidence`,
         :func:`~kernel_lib.core.decisions.usage_settlement`.)
         """
+        if not isinstance(reconcilable, bool):
+            raise ConfigError(f"reconcilable must be True or False, got {reconcilable!r}")
+        deferred = reconcilable and (operation_id, attempt_id) in self._status_lookup_attempts
         result = tool_evidence(operation_id, attempt_id, reply, source)
         settlement = usage_settlement(self.record, operation_id, attempt_id, reply, source)
         if settlement is not None:
@@ -504,7 +515,7 @@ class DispatchGate:
                 result.status in SETTLING_STATUSES and result.observation_complete)
             if settlement.final != established:
                 settlement = settlement.model_copy(update={"final": established})
-        self.append(result, *([settlement] if settlement is not None else []), deferred=reconcilable)
+        self.append(result, *([settlement] if settlement is not None else []), deferred=deferred)
         return self.record
 
     # --- resume: what the recovered record says must be settled -----------------------------------

@@ -124,6 +124,7 @@ class OneBarrierWorkload(CrashWorkload):
                 plain_record = gate.record_evidence
 
                 def deferring(op, att, reply, source="reply", *, reconcilable=False):
+                    gate._status_lookup_attempts.add((op, att))   # the bug: treat every endpoint as declared
                     return plain_record(op, att, reply, source, reconcilable=True)
                 gate.record_evidence = deferring  # type: ignore[method-assign]
             gate.start(TaskStarted(task_id="barrier", requester="crashcheck", objective="one barrier per step",

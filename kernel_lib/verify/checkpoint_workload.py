@@ -52,6 +52,10 @@ from kernel_lib.checkpoint.tree import files_tree
 LOG_DIR = "/log"
 BLOB_DIR = "/ckpt"
 TRAJECTORY = "traj_ckpt_crash"
+#: the clock reading the workload's retirement tombstones carry (Unix seconds). A wall-clock reading
+#: would change the tombstone's bytes, hence its content address, from run to run, and with it the
+#: recorded file operations the crash states are built from.
+RETIRED_AT_UNIX_S = 1_800_000_000.0
 SEGMENT_BYTES = 64 * 1024 * 1024
 
 #: The workload's workspace states, in order (path → bytes or (bytes, executable)).
@@ -106,7 +110,7 @@ def _workload(fs: RecordingFileSystem, seed: int, blob_store_cls: type[Directory
         ack(ck.capture(record(), WORKSPACES[2], kind="incremental"))
         cons = ck.consolidate()
         ack(cons.capture)
-        ck.retire(cons, delete=True)
+        ck.retire(cons, delete=True, now_unix_s=RETIRED_AT_UNIX_S)   # a fixed reading: the same bytes every run
         add(2)
         return trees
     finally:

@@ -120,12 +120,21 @@ def _matches(expected: Any, given: Any, tol: Tol) -> bool:
     if isinstance(expected, str):
         return isinstance(given, str) and given.strip().casefold() == expected.casefold()
     if isinstance(expected, list):
-        return isinstance(given, (list, tuple)) and sorted(given) == sorted(expected)
-    if isinstance(given, bool) or not isinstance(given, (int, float)) or not math.isfinite(given):
+        if not isinstance(given, (list, tuple)):
+            return False
+        try:
+            return sorted(given) == sorted(expected)
+        except TypeError:           # items that do not order ([1, "a"], dicts): not the expected list
+            return False
+    if isinstance(given, bool) or not isinstance(given, (int, float)):
         return False
     if isinstance(expected, int):
         return given == expected
-    return math.isclose(given, expected, rel_tol=tol.rel, abs_tol=tol.abs)
+    try:
+        given = float(given)        # an int too large for a float is no answer within a tolerance
+    except OverflowError:
+        return False
+    return math.isfinite(given) and math.isclose(given, expected, rel_tol=tol.rel, abs_tol=tol.abs)
 
 
 def alternative_values(alternative: Mapping[str, Any] | None, graded: Mapping[str, Tol],
@@ -288,6 +297,18 @@ def jsonable(x: Any) -> Any:
         return float(f"{x:.12g}")
     return x
 
+
+def strict_json(x: Any) -> Any:
+    """``x`` with every non-finite float (a student's NaN or infinity, echoed as ``given``) written as
+    the text ``"NaN"``, ``"Infinity"`` or ``"-Infinity"``, so ``json.dumps(..., allow_nan=False)``
+    accepts it: the CLI's ``--json`` output stays strict JSON (RFC 8259 has no NaN)."""
+    if isinstance(x, float) and not math.isfinite(x):
+        return "NaN" if x != x else ("Infinity" if x > 0 else "-Infinity")
+    if isinstance(x, Mapping):
+        return {k: strict_json(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [strict_json(v) for v in x]
+    return x
 
 #: The MIME type of the answers record a grading cell displays (read back by ``exercise grade``).
 RECORD_MIME = "application/vnd.kernel-lib.answers+json"

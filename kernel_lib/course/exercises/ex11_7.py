@@ -363,12 +363,16 @@ def slips(params: Mapping[str, Any] | None = None) -> dict[str, list[tuple[float
     return out
 
 
+_FLOAT_MAX = 1.7976931348623157e308   # sys.float_info.max
+
+
 def _hint_for(name: str, expected: Any, given: Any, slip_values: list[tuple[float, str]]) -> str:
     if name in _CHOICE_HINTS:
         if type(given) is not type(expected):     # a wrong type is _common's hint ("answer True or False")
             return ""
         return _CHOICE_HINTS[name].get(given, "")
-    if isinstance(given, bool) or not isinstance(given, (int, float)) or not math.isfinite(given):
+    if (isinstance(given, bool) or not isinstance(given, (int, float))
+            or abs(given) > _FLOAT_MAX or not math.isfinite(given)):    # an int too large for a float: no slip
         return ""
     for value, hint in slip_values:
         if math.isclose(given, value, rel_tol=GRADED[name].rel, abs_tol=GRADED[name].abs):

@@ -115,7 +115,9 @@ def run_submission(nb: Any, path: Path, exercise: str, params: Mapping[str, Any]
     collector = nbformat.v4.new_code_cell(_COLLECT_SOURCE.format(exercise=exercise))
     collector.metadata["tags"] = [COLLECT_TAG]
     run.cells.append(collector)
-    quiet = ["--IPKernelApp.log_level=ERROR"] if kernel_name.startswith("python") else []   # no start-up chatter
+    # no kernel chatter on stderr (start-up warnings, "KeyboardInterrupt caught" as papermill stops it):
+    # what went wrong reaches the user as one error line from the execution result
+    quiet = ["--IPKernelApp.log_level=CRITICAL"] if kernel_name.startswith("python") else []
     try:
         done = pm.execute_notebook(run, None, parameters=dict(params), cwd=str(path.resolve().parent),
                                    kernel_name=kernel_name, progress_bar=False, request_save_on_cell_execute=False,
@@ -123,7 +125,7 @@ def run_submission(nb: Any, path: Path, exercise: str, params: Mapping[str, Any]
                                    extra_arguments=quiet)
     except PapermillExecutionError as exc:
         where = f"cell [{exc.exec_count}]" if exc.exec_count else f"cell {exc.cell_index}"
-        if exc.cell_index == len(run.cells) - 1:
+        if exc.source == collector.source:   # not its index: papermill inserts a cell of injected parameters
             where = "collecting the answers"
         raise ConfigError(f"{path}: {where} raised {exc.ename}: {_first_line(exc.evalue)}") from None
     except Exception as exc:   # no such kernel, the kernel died, a timeout
