@@ -34,7 +34,8 @@ def _clone(tmp_path: Path) -> Path:
     repo = tmp_path / "repo"
     subprocess.run(["git", "clone", "--quiet", str(ROOT), str(repo)], check=True)
     (repo / ".gitignore").write_text((ROOT / ".gitignore").read_text())
-    _git(repo, "-c", "user.name=t", "-c", "user.email=t@example.invalid", "commit", "--quiet", "--allow-empty", "-am", "ignore")
+    _git(repo, "-c", "user.name=t", "-c", "user.email=t@example.invalid", "commit", "--quiet", "--allow-empty",
+         "-am", "ignore")
     if SHARED.is_dir():
         (tmp_path / "shared").symlink_to(SHARED, target_is_directory=True)
     return repo
