@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 
 from kernel_lib.core.events import Event, TaskStarted, ToolIntent, ToolResult
+from kernel_lib.log.fs import ForwardingFileSystem, OsFileSystem
 
 
 def task(ceiling=5.0):
@@ -71,3 +72,16 @@ def wrong_answer(v):
     if isinstance(v, int):
         return v + 1
     return v * 1.05 if abs(v) > 1e-9 else 0.1
+
+
+class FdatasyncCountingFS(ForwardingFileSystem):
+    """The real file system, counting the fdatasync calls that reach it (``fdatasyncs``): barriers
+    counted where they happen, not by the log that asked for them."""
+
+    def __init__(self):
+        super().__init__(OsFileSystem())
+        self.fdatasyncs = 0
+
+    def fdatasync(self, handle):
+        self.fdatasyncs += 1
+        return super().fdatasync(handle)

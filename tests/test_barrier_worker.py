@@ -28,7 +28,7 @@ from kernel_lib.live.executor import ENDPOINT_CONTRACT
 from kernel_lib.live.sweep import deferred_uncovered, find_unsettled_losses
 from kernel_lib.live.workspace import build_snapshot
 from kernel_lib.log import open_store
-from kernel_lib.log.fs import ForwardingFileSystem, OsFileSystem
+from tests.helpers import FdatasyncCountingFS as CountingFS
 from kernel_lib.log.segment import SegmentStore
 
 from .conftest import DURABLE_KINDS
@@ -137,18 +137,6 @@ def test_sigkill_after_deferred_evidence_before_the_next_barrier(store_kind, tmp
         if proc is not None:
             controller.kill_group(proc)
         controller.stop_executor(executor)
-
-
-class CountingFS(ForwardingFileSystem):
-    """Counts the fdatasync calls that reach the file system."""
-
-    def __init__(self):
-        super().__init__(OsFileSystem())
-        self.fdatasyncs = 0
-
-    def fdatasync(self, handle):
-        self.fdatasyncs += 1
-        return super().fdatasync(handle)
 
 
 def test_the_worker_makes_deferred_evidence_durable_before_it_exits(tmp_path, monkeypatch, capsys):

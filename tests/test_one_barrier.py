@@ -15,7 +15,7 @@ from kernel_lib.errors import ConfigError
 from kernel_lib.gate.dispatch import AdmissionPolicy, DispatchGate, ToolProposal, ToolReply
 from kernel_lib.core.events import TaskStarted
 from kernel_lib.log import FailureDomain, SQLiteStore, TrajectoryLog
-from kernel_lib.log.fs import ForwardingFileSystem, OsFileSystem
+from tests.helpers import FdatasyncCountingFS as CountingFS
 from kernel_lib.log.segment import SegmentStore
 from kernel_lib.verify.barrier_workload import OneBarrierWorkload
 from kernel_lib.verify.engine import explore
@@ -23,18 +23,6 @@ from kernel_lib.verify.engine import explore
 TRAJ = "traj-barrier-test"
 POLICY = AdmissionPolicy(grants={"g": {"run_check"}})
 REPLY = ToolReply(status="completed", outcome={"passed": True}, observation_complete=True)
-
-
-class CountingFS(ForwardingFileSystem):
-    """Counts the fdatasync calls that reach the file system."""
-
-    def __init__(self):
-        super().__init__(OsFileSystem())
-        self.fdatasyncs = 0
-
-    def fdatasync(self, handle):
-        self.fdatasyncs += 1
-        return super().fdatasync(handle)
 
 
 def _gate(store) -> tuple[DispatchGate, TrajectoryLog]:

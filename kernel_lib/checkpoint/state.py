@@ -44,7 +44,6 @@ A delta is stored in the encoding of its chain's snapshots: ``kernel_lib.record-
 
 from __future__ import annotations
 
-import gc
 import json
 from collections import deque
 from itertools import repeat
@@ -54,6 +53,7 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 import rfc8785
 
+from kernel_lib._support.gc_pause import cyclic_gc_paused
 from kernel_lib.errors import CheckpointError, UnrecoverableStateError
 from kernel_lib.core.events import REDUCER_VERSION
 from kernel_lib.checkpoint.blobs import sha256_hex
@@ -198,19 +198,15 @@ def decode_record_state(data: bytes, *, name: str = "record snapshot",
     """``(state, reducer_version)`` of snapshot bytes, with the tables in their recorded order.
     ``format``: the snapshot format the manifest names (None: either, told by the bytes).
     Raises UnrecoverableStateError if they are not a record snapshot of that format."""
-    gc_was = gc.isenabled()
-    gc.disable()   # a large snapshot is hundreds of thousands of new objects and no garbage
-    try:
-        d = _decode_doc(data, format, "record snapshot")
-        if d.get("format") not in DELTA_FORMAT_OF or not isinstance(d.get("record"), dict):
-            raise ValueError(f"format is {d.get('format')!r}")
-        return _unpack_state(d), int(d["reducer_version"])
-    except (ValueError, TypeError, KeyError, AttributeError, IndexError) as exc:
-        raise UnrecoverableStateError(f"{name} is not a record snapshot: {exc}",
-                                      missing=[("record snapshot", name)]) from None
-    finally:
-        if gc_was:
-            gc.enable()
+    with cyclic_gc_paused():   # a large snapshot is hundreds of thousands of new objects and no garbage
+        try:
+            d = _decode_doc(data, format, "record snapshot")
+            if d.get("format") not in DELTA_FORMAT_OF or not isinstance(d.get("record"), dict):
+                raise ValueError(f"format is {d.get('format')!r}")
+            return _unpack_state(d), int(d["reducer_version"])
+        except (ValueError, TypeError, KeyError, AttributeError, IndexError) as exc:
+            raise UnrecoverableStateError(f"{name} is not a record snapshot: {exc}",
+                                          missing=[("record snapshot", name)]) from None
 
 
 def _rows(table: dict[str, Any], what: str) -> list[list[Any]]:
@@ -246,77 +242,74 @@ def record_from_snapshot(data: bytes, *, name: str = "record snapshot",
     """
     from kernel_lib.core.record import FIELD_NAMES, Attempt, Operation, Reservation, TrajectoryRecord
 
-    gc_was = gc.isenabled()
-    gc.disable()   # hundreds of thousands of new objects and no garbage: skip the collector's passes
-    try:
-        d = _decode_doc(data, format, "record snapshot")
-        if d.get("format") not in DELTA_FORMAT_OF or not isinstance(d.get("record"), dict):
-            raise ValueError("not a record snapshot object")
-        tables = d["tables"]
-        op_t, att_t, res_t = tables.get("operations"), tables.get("attempts"), tables.get("reservations")
-        op_f = FIELD_NAMES[Operation] - {"attempts"}
-        att_f = FIELD_NAMES[Attempt] | {"operation", "key"}
+    with cyclic_gc_paused():   # hundreds of thousands of new objects and no garbage: skip the collector's passes
+        try:
+            d = _decode_doc(data, format, "record snapshot")
+            if d.get("format") not in DELTA_FORMAT_OF or not isinstance(d.get("record"), dict):
+                raise ValueError("not a record snapshot object")
+            tables = d["tables"]
+            op_t, att_t, res_t = tables.get("operations"), tables.get("attempts"), tables.get("reservations")
+            op_f = FIELD_NAMES[Operation] - {"attempts"}
+            att_f = FIELD_NAMES[Attempt] | {"operation", "key"}
 
-        def fits(t: dict[str, Any], *names: frozenset[str]) -> bool:
-            if not t["ids"]:
-                return True
-            fields = t.get("fields")
-            return "rows" in t and type(fields) is list and any(len(fields) == len(n) and set(fields) == n
-                                                                 for n in names)
+            def fits(t: dict[str, Any], *names: frozenset[str]) -> bool:
+                if not t["ids"]:
+                    return True
+                fields = t.get("fields")
+                return "rows" in t and type(fields) is list and any(len(fields) == len(n) and set(fields) == n
+                                                                     for n in names)
 
-        fast = (op_t is not None and att_t is not None and res_t is not None and fits(op_t, op_f)
-                and fits(att_t, att_f) and fits(res_t, FIELD_NAMES[Reservation], _RESERVATION_USD_FIELDS))
-        if not fast:
-            return TrajectoryRecord.from_dict(_unpack_state(d))
-        rest = dict(d, tables={k: v for k, v in tables.items() if k not in ("operations", "attempts", "reservations")})
-        shell = _unpack_state(rest)
-        shell["operations"] = {}
-        shell["budget"] = {**shell["budget"], "reservations": {}}
-        rec = TrajectoryRecord.from_dict(shell)
-        # operations: one field dict per row, each with a fresh attempts dict
-        rows = _rows(op_t, "operation")
-        odicts = list(map(dict, map(zip, repeat(op_t.get("fields", [])), rows)))
-        slots: list[dict[str, Attempt]] = [{} for _ in odicts]
-        deque(map(setitem, odicts, repeat("attempts"), slots), maxlen=0)
-        ops = dict(zip(op_t["ids"], _instances(Operation, odicts)))
-        # attempts: rows name their operation (its position in the table) and their key there
-        rows = _rows(att_t, "attempt")
-        if rows:
-            fields = att_t["fields"]
-            keep = [i for i, f in enumerate(fields) if f not in ("operation", "key")]
-            adicts = list(map(dict, map(zip, repeat([fields[i] for i in keep]), map(itemgetter(*keep), rows))))
-            positions = list(map(itemgetter(fields.index("operation")), rows))
-            if set(map(type, positions)) != {int} or min(positions) < 0:
-                raise ValueError("an attempt row names no operation position")
-            for pos, key, a in zip(positions, map(itemgetter(fields.index("key")), rows),
-                                   _instances(Attempt, adicts)):
-                slots[pos][key] = a
-        # reservations: micro-dollar integers (format 2) or USD figures (format 1)
-        rows = _rows(res_t, "reservation")
-        res: dict[str, Reservation] = {}
-        if rows:
-            fields = res_t["fields"]
-            if "amount_usd" in fields:   # converted as the fold converts them
-                res = {k: Reservation.from_usd(rd["reservation_id"], rd["subject_id"], rd["amount_usd"],
-                                               rd["settled_usd"], rd["released"])
-                       for k, rd in zip(res_t["ids"], map(dict, map(zip, repeat(fields), rows)))}
-            else:
-                for f in ("amount_micro_usd", "settled_micro_usd"):
-                    if set(map(type, map(itemgetter(fields.index(f)), rows))) != {int}:
-                        raise ValueError(f"reservation {f} figures must be integers")
-                res = dict(zip(res_t["ids"], _instances(Reservation, list(map(dict, map(zip, repeat(fields),
-                                                                                          rows))))))
-        rec.operations = ops
-        rec.budget.reservations = res
-        return rec
-    except UnrecoverableStateError:
-        raise
-    except (ValueError, TypeError, KeyError, AttributeError, IndexError) as exc:
-        raise UnrecoverableStateError(f"{name} is not a record snapshot: {exc}",
-                                      missing=[("record snapshot", name)]) from None
-    finally:
-        if gc_was:
-            gc.enable()
+            fast = (op_t is not None and att_t is not None and res_t is not None and fits(op_t, op_f)
+                    and fits(att_t, att_f) and fits(res_t, FIELD_NAMES[Reservation], _RESERVATION_USD_FIELDS))
+            if not fast:
+                return TrajectoryRecord.from_dict(_unpack_state(d))
+            rest = dict(d, tables={k: v for k, v in tables.items()
+                                   if k not in ("operations", "attempts", "reservations")})
+            shell = _unpack_state(rest)
+            shell["operations"] = {}
+            shell["budget"] = {**shell["budget"], "reservations": {}}
+            rec = TrajectoryRecord.from_dict(shell)
+            # operations: one field dict per row, each with a fresh attempts dict
+            rows = _rows(op_t, "operation")
+            odicts = list(map(dict, map(zip, repeat(op_t.get("fields", [])), rows)))
+            slots: list[dict[str, Attempt]] = [{} for _ in odicts]
+            deque(map(setitem, odicts, repeat("attempts"), slots), maxlen=0)
+            ops = dict(zip(op_t["ids"], _instances(Operation, odicts)))
+            # attempts: rows name their operation (its position in the table) and their key there
+            rows = _rows(att_t, "attempt")
+            if rows:
+                fields = att_t["fields"]
+                keep = [i for i, f in enumerate(fields) if f not in ("operation", "key")]
+                adicts = list(map(dict, map(zip, repeat([fields[i] for i in keep]), map(itemgetter(*keep), rows))))
+                positions = list(map(itemgetter(fields.index("operation")), rows))
+                if set(map(type, positions)) != {int} or min(positions) < 0:
+                    raise ValueError("an attempt row names no operation position")
+                for pos, key, a in zip(positions, map(itemgetter(fields.index("key")), rows),
+                                       _instances(Attempt, adicts)):
+                    slots[pos][key] = a
+            # reservations: micro-dollar integers (format 2) or USD figures (format 1)
+            rows = _rows(res_t, "reservation")
+            res: dict[str, Reservation] = {}
+            if rows:
+                fields = res_t["fields"]
+                if "amount_usd" in fields:   # converted as the fold converts them
+                    res = {k: Reservation.from_usd(rd["reservation_id"], rd["subject_id"], rd["amount_usd"],
+                                                   rd["settled_usd"], rd["released"])
+                           for k, rd in zip(res_t["ids"], map(dict, map(zip, repeat(fields), rows)))}
+                else:
+                    for f in ("amount_micro_usd", "settled_micro_usd"):
+                        if set(map(type, map(itemgetter(fields.index(f)), rows))) != {int}:
+                            raise ValueError(f"reservation {f} figures must be integers")
+                    res = dict(zip(res_t["ids"], _instances(Reservation, list(map(dict, map(zip, repeat(fields),
+                                                                                              rows))))))
+            rec.operations = ops
+            rec.budget.reservations = res
+            return rec
+        except UnrecoverableStateError:
+            raise
+        except (ValueError, TypeError, KeyError, AttributeError, IndexError) as exc:
+            raise UnrecoverableStateError(f"{name} is not a record snapshot: {exc}",
+                                          missing=[("record snapshot", name)]) from None
 
 
 # ------------------------------------------------------------------------------------------------

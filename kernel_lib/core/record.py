@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import gc
 import hashlib
 from dataclasses import asdict, dataclass, field
 from typing import Any, Iterable, Literal, Sequence
@@ -422,17 +421,13 @@ class TrajectoryRecord:
         Raises:
             RecordFormatError: a field is missing or has the wrong shape, or a key is unknown.
         """
-        gc_was = gc.isenabled()
-        gc.disable()   # a large record is many new objects and no garbage: skip the collector's passes
-        try:
-            return _record_from(d)
-        except RecordFormatError:
-            raise
-        except (KeyError, TypeError, AttributeError, ValueError) as exc:
-            raise RecordFormatError(f"not a trajectory record: {type(exc).__name__}: {exc}") from None
-        finally:
-            if gc_was:
-                gc.enable()
+        with cyclic_gc_paused():   # a large record is many new objects and no garbage: skip the collector's passes
+            try:
+                return _record_from(d)
+            except RecordFormatError:
+                raise
+            except (KeyError, TypeError, AttributeError, ValueError) as exc:
+                raise RecordFormatError(f"not a trajectory record: {type(exc).__name__}: {exc}") from None
 
 
 def _usd(x: float) -> float:

@@ -272,6 +272,10 @@ def _stop_cluster(cluster: Any, result: dict[str, Any]) -> None:
         result.setdefault("etcd", {})["members_left_running"] = sum(1 for m in cluster.members if m.running())
 
 
+#: the stores the live worksheet runs on (the etcd store needs a cluster: ``worksheet --store etcd``)
+WORKSHEET_STORES = ("sqlite", "segment", "etcd")
+
+
 def run_worksheet(crash_after: str | int = "ToolResult", store_kind: str = "sqlite",
                   workdir: str | os.PathLike | None = None, seed: int = 0, test_delay_s: float = 2.0, *,
                   usd_per_s: float = 0.01,
@@ -308,7 +312,7 @@ def run_worksheet(crash_after: str | int = "ToolResult", store_kind: str = "sqli
         (everything is still torn down).
     """
     point = resolve_crash_point(crash_after, seed, parameter="crash_after")
-    if store_kind not in ("sqlite", "segment", "etcd"):
+    if store_kind not in WORKSHEET_STORES:
         raise ConfigError(f"--store must be sqlite, segment or etcd, got {store_kind!r}")
     if not (isinstance(test_delay_s, (int, float)) and 0 <= test_delay_s <= 600):
         raise ConfigError(f"test_delay_s must be between 0 and 600 seconds, got {test_delay_s!r}")

@@ -55,6 +55,7 @@ from kernel_lib.errors import (
 from kernel_lib.log import open_store
 from kernel_lib.live.controller import (
     CRASH_POINTS,
+    WORKSHEET_STORES,
     crash_points,
     expected_at,
     live_env,
@@ -77,8 +78,6 @@ NOTHING_SURVIVED = ("the surviving log holds no event of the trajectory: the wor
                     "nothing was dispatched and no reservation is held, so a new run starts the task afresh")
 
 
-#: the stores the live worksheet runs on (the etcd store needs a cluster: ``worksheet --store etcd``)
-WORKSHEET_STORES = ("sqlite", "segment", "etcd")
 
 
 def check_worksheet_parameters(*, seed: Any = 0, store: Any = "sqlite", crash_after: Any = "ToolResult",
