@@ -12,8 +12,9 @@ trajectory to:
   inputs);
 * the log prefix digest at p (``TrajectoryRecord.prefix_sha256``), and the reducer version and
   formats needed to read all of it (``versions``; ``record_format`` is
-  ``kernel_lib.record-snapshot/2``, MessagePack, for checkpoints written today and
-  ``.../1``, canonical JSON, for older ones and the delta chains built on them; both are read);
+  ``kernel_lib.record-snapshot/3``, MessagePack with each operation row holding its attempts,
+  for checkpoints written today; ``.../2`` (MessagePack, attempts in a table of their own) and
+  ``.../1`` (canonical JSON) for older ones and the delta chains built on them; all are read);
 * (format 2) ``covered_event_sha256``: the SHA-256 of the canonical bytes of the event at p
   (``Event.digest``; None when p is 0). The prefix digest chains every event 1..p, so checking
   it means reading the whole prefix; the event digest is checked by reading event p alone, and

@@ -288,7 +288,8 @@ def chain_tree(blobs: BlobStore, chain: list[tuple[str, CheckpointManifest]]) ->
 
 
 def load_checkpoint(blobs: BlobStore, manifest_sha256: str, *, trajectory_id: str | None = None,
-                    expect: CheckpointV2 | None = None, as_record: bool = False) -> LoadedCheckpoint:
+                    expect: CheckpointV2 | None = None, as_record: bool = False,
+                    lazy_rows: bool = False) -> LoadedCheckpoint:
     """Read and verify one checkpoint with its whole chain, and rebuild its record state and tree.
 
     Args:
@@ -297,6 +298,8 @@ def load_checkpoint(blobs: BlobStore, manifest_sha256: str, *, trajectory_id: st
         expect: the publishing event's payload; its fields must agree with the manifest.
         as_record: also build the :class:`TrajectoryRecord` (``record``); for a full checkpoint
             it is built straight from the snapshot and ``state`` is None.
+        lazy_rows: with ``as_record``, leave a full checkpoint's table rows stored until first
+            read (:func:`~kernel_lib.checkpoint.state.record_from_snapshot`, format 3).
 
     This checks the checkpoint's own consistency; whether it belongs to a given log is checked
     by :func:`check_binding`.
@@ -320,7 +323,8 @@ def load_checkpoint(blobs: BlobStore, manifest_sha256: str, *, trajectory_id: st
     snapshot = blobs.get(base.record["snapshot"], kind="record snapshot", needed_by=who)
     record = None
     if as_record and len(chain) == 1:
-        state, record = None, record_from_snapshot(snapshot, name=base.record["snapshot"][:16], format=fmt)
+        state, record = None, record_from_snapshot(snapshot, name=base.record["snapshot"][:16], format=fmt,
+                                                   lazy=lazy_rows)
     else:
         state, reducer_version = decode_record_state(snapshot, name=base.record["snapshot"][:16], format=fmt)
     del snapshot
@@ -362,7 +366,7 @@ def load_checkpoint(blobs: BlobStore, manifest_sha256: str, *, trajectory_id: st
 
 def restore(store: LogStore, trajectory_id: str, blobs: BlobStore, *, target: int | None = None,
             dest: str | os.PathLike | None = None, checkpoint_id: str | None = None,
-            verify_blobs: bool = True) -> RestoreResult:
+            verify_blobs: bool = True, lazy_rows: bool = True) -> RestoreResult:
     """Rebuild the record and workspace of ``trajectory_id`` at log position ``target``.
 
     Args:
@@ -374,6 +378,10 @@ def restore(store: LogStore, trajectory_id: str, blobs: BlobStore, *, target: in
             ``dest`` ends up either complete or as it was.
         checkpoint_id: start from this checkpoint instead of the newest one at or before t.
         verify_blobs: hash every file blob of the final tree even without ``dest`` (default).
+        lazy_rows: leave the record's table rows in their stored form until first read (default;
+            :class:`~kernel_lib.core.lazy_table.LazyTable`): the restore costs the record's shell
+            and the rows the suffix touches. False builds every row before returning, so a
+            malformed row fails the restore itself (what a resuming worker asks for).
 
     Returns:
         A :class:`RestoreResult` (record, tree, timings in seconds, bytes read).
@@ -404,7 +412,8 @@ def restore(store: LogStore, trajectory_id: str, blobs: BlobStore, *, target: in
     while ev is not None:
         p: CheckpointV2 = ev.payload
         try:
-            loaded = load_checkpoint(blobs, p.manifest_sha256, trajectory_id=trajectory_id, expect=p, as_record=True)
+            loaded = load_checkpoint(blobs, p.manifest_sha256, trajectory_id=trajectory_id, expect=p, as_record=True,
+                                     lazy_rows=lazy_rows)
             check_binding(store, trajectory_id, loaded.manifest, p.manifest_sha256, events=window)
             break
         except UnrecoverableStateError as exc:

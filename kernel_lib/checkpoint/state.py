@@ -7,15 +7,22 @@ A **record snapshot** holds one document::
      "tables": {"operations" | "attempts" | "reservations" | "approvals" | "decisions":
                 {"ids": [...], "fields": [...], "rows": [[...], ...]}}}
 
-in one of two encodings, named by the ``record_format`` of the manifest that points at it:
+in one of three formats, named by the ``record_format`` of the manifest that points at it:
 
-* ``kernel_lib.record-snapshot/2`` (written today): MessagePack (msgspec), every map's keys
-  sorted, holding :meth:`TrajectoryRecord.state_dict` (the budget in integer micro-dollars). Each
-  value keeps its type (5 and 5.0 stay apart), so the decoded record is exactly the folded one,
-  and decoding is several times quicker than parsing the same document as JSON (``bench restore``);
-* ``kernel_lib.record-snapshot/1`` (older checkpoints; still read, and still written for the
-  delta chains that started in it): canonical RFC 8785 JSON holding
-  :meth:`TrajectoryRecord.snapshot_state` (the budget's figures in USD under their USD names).
+* ``kernel_lib.record-snapshot/3`` (written today): MessagePack (msgspec), every map's keys
+  sorted, holding :meth:`TrajectoryRecord.state_dict` (the budget in integer micro-dollars).
+  Each value keeps its type (5 and 5.0 stay apart), so the decoded record is exactly the folded
+  one, and decoding is several times quicker than parsing the same document as JSON. Each
+  operation row carries its own attempts (its ``attempts`` cell is a list of ``[key, *values]``
+  rows under the table's ``attempt_fields``), so any one row can be decoded on its own: a restore
+  leaves the rows stored until first read (:func:`record_from_snapshot`,
+  :class:`~kernel_lib.core.lazy_table.LazyTable`; ``bench restore``);
+* ``kernel_lib.record-snapshot/2`` (older checkpoints; still read, and still written for the
+  delta chains that started in it): the same encoding with the attempts in a table of their own
+  whose rows name their operation by position, so it is always decoded in full;
+* ``kernel_lib.record-snapshot/1`` (older checkpoints, read and continued likewise): canonical
+  RFC 8785 JSON holding :meth:`TrajectoryRecord.snapshot_state` (the budget's figures in USD
+  under their USD names).
 
 Either way :meth:`TrajectoryRecord.from_dict` rebuilds an equal record. The record's tables are
 written as rows under one field list, in insertion order: both encodings sort map keys, which
@@ -38,7 +45,7 @@ as large as the record fields the intervening events changed, not the whole reco
 state growth term of eq. 3, not the log suffix. New table entries are set in insertion order, so
 applying a delta keeps the tables' order (and the chain's final digest check would notice if not).
 A delta is stored in the encoding of its chain's snapshots: ``kernel_lib.record-delta/2``
-(MessagePack; a value whose type changed is set again) with snapshot format 2,
+(MessagePack; a value whose type changed is set again) with snapshot formats 2 and 3,
 ``kernel_lib.record-delta/1`` (canonical JSON) with format 1.
 """
 
@@ -63,12 +70,17 @@ if TYPE_CHECKING:
 
 #: The record snapshot format of the first checkpoints: canonical JSON, budget figures in USD.
 RECORD_FORMAT_JSON = "kernel_lib.record-snapshot/1"
-#: The record snapshot format written today: sorted-key MessagePack, budget in micro-dollars.
-RECORD_FORMAT = "kernel_lib.record-snapshot/2"
+#: Sorted-key MessagePack, budget in micro-dollars, attempts in a table of their own (still read).
+RECORD_FORMAT_ATTEMPT_TABLE = "kernel_lib.record-snapshot/2"
+#: The record snapshot format written today: format 2 with each operation row holding its attempts.
+RECORD_FORMAT = "kernel_lib.record-snapshot/3"
 RECORD_DELTA_FORMAT_JSON = "kernel_lib.record-delta/1"
 RECORD_DELTA_FORMAT = "kernel_lib.record-delta/2"
 #: Snapshot format → the format of the record deltas chained on it; the snapshot formats this build reads.
-DELTA_FORMAT_OF = {RECORD_FORMAT_JSON: RECORD_DELTA_FORMAT_JSON, RECORD_FORMAT: RECORD_DELTA_FORMAT}
+DELTA_FORMAT_OF = {RECORD_FORMAT_JSON: RECORD_DELTA_FORMAT_JSON, RECORD_FORMAT_ATTEMPT_TABLE: RECORD_DELTA_FORMAT,
+                   RECORD_FORMAT: RECORD_DELTA_FORMAT}
+#: The MessagePack formats (every other one is canonical JSON).
+_BINARY_FORMATS = frozenset({RECORD_FORMAT_ATTEMPT_TABLE, RECORD_FORMAT, RECORD_DELTA_FORMAT})
 READABLE_RECORD_FORMATS = tuple(DELTA_FORMAT_OF)
 #: Reservation fields as a format-1 record snapshot holds them (USD figures, TrajectoryRecord.snapshot_state).
 _RESERVATION_USD_FIELDS = frozenset({"reservation_id", "subject_id", "amount_usd", "settled_usd", "released"})
@@ -91,8 +103,8 @@ def _check_format(fmt: str) -> str:
 
 def state_of(record: "TrajectoryRecord", fmt: str = RECORD_FORMAT) -> dict[str, Any]:
     """The state a ``fmt`` snapshot of ``record`` holds: :meth:`TrajectoryRecord.state_dict`
-    (format 2) or :meth:`TrajectoryRecord.snapshot_state` (format 1, budget figures in USD)."""
-    return record.state_dict() if _check_format(fmt) == RECORD_FORMAT else record.snapshot_state()
+    (formats 2 and 3) or :meth:`TrajectoryRecord.snapshot_state` (format 1, budget figures in USD)."""
+    return record.snapshot_state() if _check_format(fmt) == RECORD_FORMAT_JSON else record.state_dict()
 
 
 def _encode_doc(doc: dict[str, Any], binary: bool) -> bytes:
@@ -107,7 +119,7 @@ def _encode_doc(doc: dict[str, Any], binary: bool) -> bytes:
 def _decode_doc(data: bytes, fmt: str | None, what: str) -> dict[str, Any]:
     """The document of snapshot or delta bytes, in the encoding ``fmt`` names (None: guessed from
     the first byte, a JSON object starting with ``{``); ValueError if it is not one."""
-    binary = fmt in (RECORD_FORMAT, RECORD_DELTA_FORMAT) if fmt is not None else data[:1] != b"{"
+    binary = fmt in _BINARY_FORMATS if fmt is not None else data[:1] != b"{"
     try:
         d = _UNPACK.decode(data) if binary else json.loads(data)
     except msgspec.DecodeError as exc:
@@ -144,17 +156,80 @@ def _unpack(packed: dict[str, Any]) -> dict[str, Any]:
     return dict(zip(ids, packed["values"]))
 
 
-def _pack_state(state: dict[str, Any]) -> dict[str, Any]:
+def _uniform(values: list[Any]) -> list[str] | None:
+    """The sorted common keys of ``values`` when each is a dict with the same keys, else None."""
+    if not values or not all(type(v) is dict for v in values):
+        return None
+    keys = values[0].keys()
+    return sorted(keys) if all(v.keys() == keys for v in values) else None
+
+
+def _pack_operations_nested(ops: dict[str, Any]) -> dict[str, Any]:
+    """Format 3's operation table: one row per operation whose ``attempts`` cell is the list of
+    its attempts as ``[key, *values]`` rows under the table's ``attempt_fields``, in order; a
+    table whose entries do not all share their fields is stored as ``values`` with each
+    ``attempts`` as ``[key, attempt]`` pairs (the order kept either way)."""
+    ids, values = list(ops), list(ops.values())
+    if not ids:
+        return {"ids": [], "fields": [], "attempt_fields": [], "rows": []}
+    fields = _uniform(values)
+    attempts = [a for v in values if type(v) is dict and type(v.get("attempts")) is dict
+                for a in v["attempts"].values()]
+    a_fields = _uniform(attempts) if attempts else []
+    if fields is None or "attempts" not in fields or a_fields is None:
+        return {"ids": ids, "values": [{**v, "attempts": [[k, a] for k, a in v["attempts"].items()]}
+                                       if type(v) is dict and type(v.get("attempts")) is dict else v
+                                       for v in values]}
+    at = fields.index("attempts")
+    rows = []
+    for v in values:
+        row = [v[f] for f in fields]
+        row[at] = [[k, *[a[f] for f in a_fields]] for k, a in v["attempts"].items()]
+        rows.append(row)
+    return {"ids": ids, "fields": fields, "attempt_fields": a_fields, "rows": rows}
+
+
+def _unpack_operations_nested(packed: dict[str, Any]) -> dict[str, Any]:
+    ids = packed["ids"]
+    if "rows" not in packed:
+        if len(packed["values"]) != len(ids):
+            raise ValueError("a packed table's values do not match its ids")
+        return {k: {**v, "attempts": {a[0]: a[1] for a in v["attempts"]}} for k, v in zip(ids, packed["values"])}
+    fields, a_fields, rows = packed["fields"], packed["attempt_fields"], packed["rows"]
+    if len(rows) != len(ids) or any(len(r) != len(fields) for r in rows):
+        raise ValueError("a packed table's rows do not match its ids and fields")
+    if not rows:
+        return {}
+    at = fields.index("attempts")
+    out = {}
+    for k, row in zip(ids, rows):
+        d = dict(zip(fields, row))
+        d["attempts"] = _attempts_of(row[at], a_fields, dict)
+        out[k] = d
+    return out
+
+
+def _attempts_of(cell: Any, a_fields: list[str], make: Any) -> dict[str, Any]:
+    """The attempts dict of a format-3 operation row's ``attempts`` cell; ValueError if malformed."""
+    if type(cell) is not list or any(type(r) is not list or len(r) != len(a_fields) + 1 for r in cell):
+        raise ValueError(f"an operation's attempts must be rows of a key and {len(a_fields)} values")
+    return {r[0]: make(zip(a_fields, r[1:])) for r in cell}
+
+
+def _pack_state(state: dict[str, Any], nested: bool = True) -> dict[str, Any]:
     out = dict(state)
     tables: dict[str, Any] = {}
     if "operations" in state:
         ops = state["operations"]
-        attempts = []
-        for pos, o in enumerate(ops.values()):
-            for key, a in o.get("attempts", {}).items():
-                attempts.append({"operation": pos, "key": key, **a})
-        tables["operations"] = _pack({k: {f: v for f, v in o.items() if f != "attempts"} for k, o in ops.items()})
-        tables["attempts"] = _pack({str(i): a for i, a in enumerate(attempts)})
+        if nested:
+            tables["operations"] = _pack_operations_nested(ops)
+        else:
+            attempts = []
+            for pos, o in enumerate(ops.values()):
+                for key, a in o.get("attempts", {}).items():
+                    attempts.append({"operation": pos, "key": key, **a})
+            tables["operations"] = _pack({k: {f: v for f, v in o.items() if f != "attempts"} for k, o in ops.items()})
+            tables["attempts"] = _pack({str(i): a for i, a in enumerate(attempts)})
         del out["operations"]
     if "budget" in state:
         out["budget"] = {k: v for k, v in state["budget"].items() if k != "reservations"}
@@ -166,9 +241,11 @@ def _pack_state(state: dict[str, Any]) -> dict[str, Any]:
     return {"record": out, "tables": tables}
 
 
-def _unpack_state(packed: dict[str, Any]) -> dict[str, Any]:
+def _unpack_state(packed: dict[str, Any], nested: bool = False) -> dict[str, Any]:
     state, tables = dict(packed["record"]), packed["tables"]
-    if "operations" in tables:
+    if "operations" in tables and nested:
+        state["operations"] = _unpack_operations_nested(tables["operations"])
+    elif "operations" in tables:
         ops = _unpack(tables["operations"])
         order = list(ops.values())
         for o in order:
@@ -188,9 +265,10 @@ def encode_record_state(state: dict[str, Any], reducer_version: int = REDUCER_VE
                         format: str = RECORD_FORMAT) -> bytes:
     """The record snapshot bytes of ``state`` (:func:`state_of` a record) in snapshot format
     ``format`` (see the module docstring). Raises CheckpointError if a value cannot be encoded
-    (format 2; format 1 raises rfc8785's errors)."""
-    doc = {"format": _check_format(format), "reducer_version": reducer_version, **_pack_state(state)}
-    return _encode_doc(doc, format == RECORD_FORMAT)
+    (formats 2 and 3; format 1 raises rfc8785's errors)."""
+    doc = {"format": _check_format(format), "reducer_version": reducer_version,
+           **_pack_state(state, nested=format == RECORD_FORMAT)}
+    return _encode_doc(doc, format in _BINARY_FORMATS)
 
 
 def decode_record_state(data: bytes, *, name: str = "record snapshot",
@@ -203,7 +281,7 @@ def decode_record_state(data: bytes, *, name: str = "record snapshot",
             d = _decode_doc(data, format, "record snapshot")
             if d.get("format") not in DELTA_FORMAT_OF or not isinstance(d.get("record"), dict):
                 raise ValueError(f"format is {d.get('format')!r}")
-            return _unpack_state(d), int(d["reducer_version"])
+            return _unpack_state(d, nested=d["format"] == RECORD_FORMAT), int(d["reducer_version"])
         except (ValueError, TypeError, KeyError, AttributeError, IndexError) as exc:
             raise UnrecoverableStateError(f"{name} is not a record snapshot: {exc}",
                                           missing=[("record snapshot", name)]) from None
@@ -229,87 +307,224 @@ def _instances(cls: type, dicts: list[dict[str, Any]]) -> list[Any]:
     return objs
 
 
-def record_from_snapshot(data: bytes, *, name: str = "record snapshot",
-                         format: str | None = None) -> "TrajectoryRecord":
-    """The :class:`~kernel_lib.core.record.TrajectoryRecord` of snapshot bytes, built straight from the
-    table rows (each row's field dict becomes the instance's ``__dict__``; no intermediate state
-    dict). Equal to ``TrajectoryRecord.from_dict(decode_record_state(data)[0])``, several times
-    faster for a large record (this is the full-checkpoint restore path). ``format``: the
-    snapshot format the manifest names (None: either, told by the bytes).
+def _new(cls: type, d: dict[str, Any]) -> Any:
+    """An instance of the (plain, non-slotted) dataclass ``cls`` whose ``__dict__`` is ``d``."""
+    obj = object.__new__(cls)
+    obj.__dict__ = d
+    return obj
 
-    Raises UnrecoverableStateError if the bytes are not a record snapshot (of that format) this
-    build reads.
+
+def record_from_snapshot(data: bytes, *, name: str = "record snapshot", format: str | None = None,
+                         lazy: bool = True) -> "TrajectoryRecord":
+    """The :class:`~kernel_lib.core.record.TrajectoryRecord` of snapshot bytes (the full-checkpoint
+    restore path, §11.4.1), equal to ``TrajectoryRecord.from_dict(decode_record_state(data)[0])``
+    and several times faster for a large record. ``format``: the snapshot format the manifest
+    names (None: either, told by the bytes).
+
+    Format 3 with ``lazy`` (the default): the document is decoded down to its table rows, which
+    stay in their stored form inside :class:`~kernel_lib.core.lazy_table.LazyTable` tables
+    (operations, reservations, decisions) until first read; a restore then pays for the record's
+    shell, its ids and the rows the log suffix touches, not for every object of a long
+    trajectory. The stored rows hold on to ``data`` until they are all built. ``lazy=False``
+    builds every row now (then a malformed row fails here rather than when first read; the
+    bytes were checked against their digest before they reach this function either way).
+    Formats 1 and 2 are always built in full (each row's field dict becomes the instance's
+    ``__dict__``; no intermediate state dict).
+
+    Raises:
+        UnrecoverableStateError: the bytes are not a record snapshot (of that format) this build
+            reads; with ``lazy``, also a row that turns out malformed when it is first read.
     """
-    from kernel_lib.core.record import FIELD_NAMES, Attempt, Operation, Reservation, TrajectoryRecord
-
     with cyclic_gc_paused():   # hundreds of thousands of new objects and no garbage: skip the collector's passes
         try:
-            d = _decode_doc(data, format, "record snapshot")
-            if d.get("format") not in DELTA_FORMAT_OF or not isinstance(d.get("record"), dict):
-                raise ValueError("not a record snapshot object")
-            tables = d["tables"]
-            op_t, att_t, res_t = tables.get("operations"), tables.get("attempts"), tables.get("reservations")
-            op_f = FIELD_NAMES[Operation] - {"attempts"}
-            att_f = FIELD_NAMES[Attempt] | {"operation", "key"}
-
-            def fits(t: dict[str, Any], *names: frozenset[str]) -> bool:
-                if not t["ids"]:
-                    return True
-                fields = t.get("fields")
-                return "rows" in t and type(fields) is list and any(len(fields) == len(n) and set(fields) == n
-                                                                     for n in names)
-
-            fast = (op_t is not None and att_t is not None and res_t is not None and fits(op_t, op_f)
-                    and fits(att_t, att_f) and fits(res_t, FIELD_NAMES[Reservation], _RESERVATION_USD_FIELDS))
-            if not fast:
-                return TrajectoryRecord.from_dict(_unpack_state(d))
-            rest = dict(d, tables={k: v for k, v in tables.items()
-                                   if k not in ("operations", "attempts", "reservations")})
-            shell = _unpack_state(rest)
-            shell["operations"] = {}
-            shell["budget"] = {**shell["budget"], "reservations": {}}
-            rec = TrajectoryRecord.from_dict(shell)
-            # operations: one field dict per row, each with a fresh attempts dict
-            rows = _rows(op_t, "operation")
-            odicts = list(map(dict, map(zip, repeat(op_t.get("fields", [])), rows)))
-            slots: list[dict[str, Attempt]] = [{} for _ in odicts]
-            deque(map(setitem, odicts, repeat("attempts"), slots), maxlen=0)
-            ops = dict(zip(op_t["ids"], _instances(Operation, odicts)))
-            # attempts: rows name their operation (its position in the table) and their key there
-            rows = _rows(att_t, "attempt")
-            if rows:
-                fields = att_t["fields"]
-                keep = [i for i, f in enumerate(fields) if f not in ("operation", "key")]
-                adicts = list(map(dict, map(zip, repeat([fields[i] for i in keep]), map(itemgetter(*keep), rows))))
-                positions = list(map(itemgetter(fields.index("operation")), rows))
-                if set(map(type, positions)) != {int} or min(positions) < 0:
-                    raise ValueError("an attempt row names no operation position")
-                for pos, key, a in zip(positions, map(itemgetter(fields.index("key")), rows),
-                                       _instances(Attempt, adicts)):
-                    slots[pos][key] = a
-            # reservations: micro-dollar integers (format 2) or USD figures (format 1)
-            rows = _rows(res_t, "reservation")
-            res: dict[str, Reservation] = {}
-            if rows:
-                fields = res_t["fields"]
-                if "amount_usd" in fields:   # converted as the fold converts them
-                    res = {k: Reservation.from_usd(rd["reservation_id"], rd["subject_id"], rd["amount_usd"],
-                                                   rd["settled_usd"], rd["released"])
-                           for k, rd in zip(res_t["ids"], map(dict, map(zip, repeat(fields), rows)))}
-                else:
-                    for f in ("amount_micro_usd", "settled_micro_usd"):
-                        if set(map(type, map(itemgetter(fields.index(f)), rows))) != {int}:
-                            raise ValueError(f"reservation {f} figures must be integers")
-                    res = dict(zip(res_t["ids"], _instances(Reservation, list(map(dict, map(zip, repeat(fields),
-                                                                                              rows))))))
-            rec.operations = ops
-            rec.budget.reservations = res
-            return rec
+            if format == RECORD_FORMAT or (format is None and data[:1] != b"{"):
+                rec = _record_from_v3(data, name, lazy)
+                if rec is not None:
+                    return rec
+            return _record_from_v2(data, name, format)
         except UnrecoverableStateError:
             raise
-        except (ValueError, TypeError, KeyError, AttributeError, IndexError) as exc:
+        except (ValueError, TypeError, KeyError, AttributeError, IndexError, msgspec.DecodeError) as exc:
             raise UnrecoverableStateError(f"{name} is not a record snapshot: {exc}",
                                           missing=[("record snapshot", name)]) from None
+
+
+class _StoredTable(msgspec.Struct):
+    """A packed table decoded down to its rows, each left as its stored MessagePack bytes."""
+    ids: list[str]
+    fields: list[str] = []
+    attempt_fields: list[str] = []
+    rows: list[msgspec.Raw] | None = None
+    values: msgspec.Raw = msgspec.Raw()          # empty: absent (a Raw cannot be in a union)
+
+
+class _StoredTables(msgspec.Struct):
+    operations: _StoredTable | None = None
+    reservations: _StoredTable | None = None
+    decisions: _StoredTable | None = None
+    approvals: msgspec.Raw = msgspec.Raw()       # empty: absent
+
+
+class _StoredSnapshot(msgspec.Struct):
+    format: str
+    reducer_version: int
+    record: dict[str, Any]
+    tables: _StoredTables
+
+
+class _DecodedTable(_StoredTable):
+    """The same table with its rows decoded."""
+    rows: list[Any] | None = None
+
+
+class _DecodedTables(_StoredTables):
+    operations: _DecodedTable | None = None
+    reservations: _DecodedTable | None = None
+    decisions: _DecodedTable | None = None
+
+
+class _DecodedSnapshot(_StoredSnapshot):
+    tables: _DecodedTables
+
+
+_STORED = msgspec.msgpack.Decoder(_StoredSnapshot)
+_DECODED = msgspec.msgpack.Decoder(_DecodedSnapshot)
+
+
+def _record_from_v3(data: bytes, name: str, lazy: bool) -> "TrajectoryRecord | None":
+    """Format 3 as lazy tables (or built in full), or None when the document does not have the
+    layout these builders read (then the caller decodes it in full)."""
+    from kernel_lib.core.lazy_table import LazyTable
+    from kernel_lib.core.record import FIELD_NAMES, Attempt, Operation, Reservation, TrajectoryRecord
+
+    try:
+        d = (_STORED if lazy else _DECODED).decode(data)
+    except msgspec.ValidationError:
+        return None          # not this layout: the full decoder says what is wrong with it
+    if d.format != RECORD_FORMAT:
+        return None
+    t = d.tables
+    op_t, res_t, dec_t = t.operations, t.reservations, t.decisions
+    if op_t is None or res_t is None or dec_t is None:
+        return None
+    for x in (op_t, res_t, dec_t):
+        if not x.ids and x.rows is None:
+            x.rows = []              # an empty table, stored as values
+        if x.rows is None or len(x.rows) != len(x.ids):
+            return None
+    op_f, att_f, res_f, dec_f = list(op_t.fields), list(op_t.attempt_fields), list(res_t.fields), list(dec_t.fields)
+    if op_t.ids and (set(op_f) != FIELD_NAMES[Operation] or (att_f and set(att_f) != FIELD_NAMES[Attempt])):
+        return None
+    if (res_t.ids and set(res_f) != FIELD_NAMES[Reservation]) or (dec_t.ids and not dec_f):
+        return None
+    shell = dict(d.record, operations={}, decisions={},
+                 approvals=_unpack(_UNPACK.decode(t.approvals)) if len(t.approvals) else {})
+    shell["budget"] = {**shell["budget"], "reservations": {}}
+    rec = TrajectoryRecord.from_dict(shell)
+    at = op_f.index("attempts") if op_t.ids else 0
+    micro = [res_f.index(f) for f in ("amount_micro_usd", "settled_micro_usd")] if res_t.ids else []
+
+    def bad(what: str, key: str, why: str) -> UnrecoverableStateError:
+        return UnrecoverableStateError(f"{name}: the {what} row of {key!r} {why}", missing=[("record snapshot", name)])
+
+    def op_of(key: str, row: Any) -> Operation:
+        if type(row) is not list or len(row) != len(op_f):
+            raise bad("operation", key, f"is not a list of {len(op_f)} values")
+        try:
+            attempts = _attempts_of(row[at], att_f, dict)
+        except (ValueError, TypeError) as exc:
+            raise bad("operation", key, f"has malformed attempts: {exc}") from None
+        od = dict(zip(op_f, row))
+        od["attempts"] = {k: _new(Attempt, a) for k, a in attempts.items()}
+        return _new(Operation, od)
+
+    def reservation_of(key: str, row: Any) -> Reservation:
+        if type(row) is not list or len(row) != len(res_f):
+            raise bad("reservation", key, f"is not a list of {len(res_f)} values")
+        if any(type(row[i]) is not int for i in micro):
+            raise bad("reservation", key, "has micro-dollar figures that are not integers")
+        return _new(Reservation, dict(zip(res_f, row)))
+
+    def decision_of(key: str, row: Any) -> dict[str, Any]:
+        if type(row) is not list or len(row) != len(dec_f):
+            raise bad("decision", key, f"is not a list of {len(dec_f)} values")
+        return dict(zip(dec_f, row))
+
+    built = ((op_t, op_of), (res_t, reservation_of), (dec_t, decision_of))
+    if lazy:
+        tables = [LazyTable(dict(zip(x.ids, x.rows)), msgspec.Raw, lambda k, raw, f=f: f(k, _UNPACK.decode(raw)))
+                  for x, f in built]
+    else:
+        tables = [dict(zip(x.ids, map(f, x.ids, x.rows))) for x, f in built]
+    rec.operations, rec.budget.reservations, rec.decisions = tables
+    return rec
+
+
+def _record_from_v2(data: bytes, name: str, format: str | None) -> "TrajectoryRecord":
+    """Formats 1 and 2 (and format 3 outside the lazy layout), built in full."""
+    from kernel_lib.core.record import FIELD_NAMES, Attempt, Operation, Reservation, TrajectoryRecord
+
+    d = _decode_doc(data, format, "record snapshot")
+    if d.get("format") not in DELTA_FORMAT_OF or not isinstance(d.get("record"), dict):
+        raise ValueError("not a record snapshot object")
+    tables = d["tables"]
+    op_t, att_t, res_t = tables.get("operations"), tables.get("attempts"), tables.get("reservations")
+    op_f = FIELD_NAMES[Operation] - {"attempts"}
+    att_f = FIELD_NAMES[Attempt] | {"operation", "key"}
+
+    def fits(t: dict[str, Any], *names: frozenset[str]) -> bool:
+        if not t["ids"]:
+            return True
+        fields = t.get("fields")
+        return "rows" in t and type(fields) is list and any(len(fields) == len(n) and set(fields) == n
+                                                             for n in names)
+
+    fast = (op_t is not None and att_t is not None and res_t is not None and fits(op_t, op_f)
+            and fits(att_t, att_f) and fits(res_t, FIELD_NAMES[Reservation], _RESERVATION_USD_FIELDS))
+    if not fast:
+        return TrajectoryRecord.from_dict(_unpack_state(d, nested=d["format"] == RECORD_FORMAT))
+    rest = dict(d, tables={k: v for k, v in tables.items()
+                           if k not in ("operations", "attempts", "reservations")})
+    shell = _unpack_state(rest)
+    shell["operations"] = {}
+    shell["budget"] = {**shell["budget"], "reservations": {}}
+    rec = TrajectoryRecord.from_dict(shell)
+    # operations: one field dict per row, each with a fresh attempts dict
+    rows = _rows(op_t, "operation")
+    odicts = list(map(dict, map(zip, repeat(op_t.get("fields", [])), rows)))
+    slots: list[dict[str, Attempt]] = [{} for _ in odicts]
+    deque(map(setitem, odicts, repeat("attempts"), slots), maxlen=0)
+    ops = dict(zip(op_t["ids"], _instances(Operation, odicts)))
+    # attempts: rows name their operation (its position in the table) and their key there
+    rows = _rows(att_t, "attempt")
+    if rows:
+        fields = att_t["fields"]
+        keep = [i for i, f in enumerate(fields) if f not in ("operation", "key")]
+        adicts = list(map(dict, map(zip, repeat([fields[i] for i in keep]), map(itemgetter(*keep), rows))))
+        positions = list(map(itemgetter(fields.index("operation")), rows))
+        if set(map(type, positions)) != {int} or min(positions) < 0:
+            raise ValueError("an attempt row names no operation position")
+        for pos, key, a in zip(positions, map(itemgetter(fields.index("key")), rows),
+                               _instances(Attempt, adicts)):
+            slots[pos][key] = a
+    # reservations: micro-dollar integers (format 2) or USD figures (format 1)
+    rows = _rows(res_t, "reservation")
+    res: dict[str, Reservation] = {}
+    if rows:
+        fields = res_t["fields"]
+        if "amount_usd" in fields:   # converted as the fold converts them
+            res = {k: Reservation.from_usd(rd["reservation_id"], rd["subject_id"], rd["amount_usd"],
+                                           rd["settled_usd"], rd["released"])
+                   for k, rd in zip(res_t["ids"], map(dict, map(zip, repeat(fields), rows)))}
+        else:
+            for f in ("amount_micro_usd", "settled_micro_usd"):
+                if set(map(type, map(itemgetter(fields.index(f)), rows))) != {int}:
+                    raise ValueError(f"reservation {f} figures must be integers")
+            res = dict(zip(res_t["ids"], _instances(Reservation, list(map(dict, map(zip, repeat(fields),
+                                                                                      rows))))))
+    rec.operations = ops
+    rec.budget.reservations = res
+    return rec
 
 
 # ------------------------------------------------------------------------------------------------
@@ -366,10 +581,10 @@ def _diff(a: Any, b: Any, path: list[str], ops: list[list[Any]], exact: bool) ->
 
 def diff_state(base: dict[str, Any], new: dict[str, Any], *, format: str = RECORD_FORMAT) -> list[list[Any]]:
     """The delta operations that turn ``base`` into ``new`` (both plain JSON objects), for a chain
-    of snapshot format ``format``: under format 2 a value whose type changed (5 to 5.0) is set
-    again, since its snapshot tells them apart; under format 1 (JSON) it is not."""
+    of snapshot format ``format``: under formats 2 and 3 a value whose type changed (5 to 5.0) is
+    set again, since their snapshots tell them apart; under format 1 (JSON) it is not."""
     ops: list[list[Any]] = []
-    _diff(base, new, [], ops, _check_format(format) == RECORD_FORMAT)
+    _diff(base, new, [], ops, _check_format(format) in _BINARY_FORMATS)
     return ops
 
 

@@ -37,6 +37,7 @@ from typing import Any, Iterable, Literal, Sequence
 
 from kernel_lib._support.gc_pause import cyclic_gc_paused
 from kernel_lib.errors import FoldError, RecordFormatError
+from kernel_lib.core.lazy_table import materialized
 from kernel_lib.core.money import Rounding, micro_to_usd, usd_to_micro
 from kernel_lib.core.events import (
     REDUCER_VERSION,
@@ -368,7 +369,9 @@ class TrajectoryRecord:
         USD (``ceiling_usd``, ``amount_usd``...; the integer micro-dollar fields are not shown),
         rounded to 1e-9 USD."""
         b = self.budget
-        d = asdict(dataclasses.replace(self, budget=Budget()))
+        # lazily restored tables (kernel_lib.core.lazy_table) are built here: asdict copies dicts only
+        d = asdict(dataclasses.replace(self, budget=Budget(), operations=materialized(self.operations),
+                                       decisions=materialized(self.decisions), approvals=materialized(self.approvals)))
         d["budget"] = b.view()
         for k, op in self.operations.items():
             d["operations"][k]["attempt_id"] = op.current_attempt_id

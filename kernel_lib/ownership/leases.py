@@ -723,7 +723,7 @@ def check_available(store: LogStore, trajectory_id: str, blobs=None, *, min_head
                            "they exist")
     elif events:
         try:
-            res = restore(store, trajectory_id, blobs, target=head, verify_blobs=True)
+            res = restore(store, trajectory_id, blobs, target=head, verify_blobs=True, lazy_rows=False)
             out.checkpoint_id = res.checkpoint.checkpoint_id if res.checkpoint else None
         except UnrecoverableStateError as exc:
             missing = ", ".join(f"{k} {n[:16]}…" for k, n in exc.missing) or "unnamed"
@@ -742,7 +742,7 @@ def _check_compacted(store: LogStore, trajectory_id: str, blobs, out: "Availabil
                            "checkpoint, and no blob store was given to prove its objects exist")
         return out
     try:
-        res = restore(store, trajectory_id, blobs, target=out.head, verify_blobs=True)
+        res = restore(store, trajectory_id, blobs, target=out.head, verify_blobs=True, lazy_rows=False)
     except UnrecoverableStateError as exc:
         missing = ", ".join(f"{k} {n[:16]}…" for k, n in exc.missing) or "unnamed"
         out.reasons.append(f"a required object is missing or damaged ({missing}): {str(exc)[:300]}")

@@ -949,7 +949,7 @@ def _resume_owned(store: LogStore, trajectory_id: str, blobs, coordinator: Owner
     result: RestoreResult | None = None
     if blobs is not None:
         t0 = timer.now_s()
-        result = restore(store, trajectory_id, blobs, dest=workspace_dest, verify_blobs=True)
+        result = restore(store, trajectory_id, blobs, dest=workspace_dest, verify_blobs=True, lazy_rows=False)
         tm = result.timings_s
         read_end = t0 + tm["find"] + tm["load"]
         fold_end = read_end + tm["fold"]
