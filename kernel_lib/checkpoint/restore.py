@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kernel_lib._support.gc_pause import cyclic_gc_paused
 from kernel_lib.errors import CheckpointRetiredError, ConfigError, UnrecoverableStateError
 from kernel_lib.core.events import CheckpointV2, Event, WorkspaceChanged
 from kernel_lib.log.base import LogStore
@@ -309,6 +310,12 @@ def load_checkpoint(blobs: BlobStore, manifest_sha256: str, *, trajectory_id: st
             damaged, the chain is inconsistent (trajectory, positions, digests), or the rebuilt
             record or tree does not hash to the digest the manifest promises.
     """
+    with cyclic_gc_paused():   # decoding a chain builds many objects and frees few: skip the collector's passes
+        return _load_checkpoint(blobs, manifest_sha256, trajectory_id, expect, as_record, lazy_rows)
+
+
+def _load_checkpoint(blobs: BlobStore, manifest_sha256: str, trajectory_id: str | None,
+                     expect: CheckpointV2 | None, as_record: bool, lazy_rows: bool) -> LoadedCheckpoint:
     start = blobs.stats.bytes_read
     chain = load_chain(blobs, manifest_sha256, trajectory_id=trajectory_id, expect=expect)
     top = chain[-1][1]
