@@ -155,3 +155,63 @@ def test_two_chapters_of_one_title_get_a_view_each(tmp_path):
     contents = views[-1].read_text()
     assert all(n in contents for n in names[:2])
 
+
+
+def test_grade_json_on_bad_input_prints_its_error_as_json_and_exits_2(tmp_path, capsys):
+    """Fault model: a gradebook script runs ``exercise grade X --json`` on a missing file and on a
+    file that is not a notebook. Invariant: stdout is one JSON object ``{notebook, error}`` (stderr
+    keeps the ``error:`` line), exit 2. Goal: the script parses every run's output the same way."""
+    bad = tmp_path / "bad.ipynb"
+    bad.write_text('{"cells": 5}')
+    for path in (str(tmp_path / "missing.ipynb"), str(bad)):
+        code = main(["exercise", "grade", path, "--json"])
+        captured = capsys.readouterr()
+        out = json.loads(captured.out)
+        assert code == 2 and out["notebook"] == path and out["error"] and "error:" in captured.err
+
+
+@pytest.mark.parametrize("value", ["nan", "-1", "0", "inf", "soon"])
+def test_grade_refuses_a_timeout_that_is_not_a_positive_number_of_seconds(value, capsys):
+    """Fault model: ``--timeout`` given as NaN, negative, zero, infinite or not a number. Invariant:
+    argparse refuses it naming ``--timeout`` (exit 2) before any notebook is touched."""
+    with pytest.raises(SystemExit) as info:
+        main(["exercise", "grade", "x.ipynb", "--timeout", value])
+    assert info.value.code == 2 and "--timeout" in capsys.readouterr().err
+
+
+def test_one_notebook_named_twice_is_graded_once(tmp_path, capsys, monkeypatch):
+    """Fault model: the shell expands ``a.ipynb ./a.ipynb`` (or a folder and a file in it).
+    Invariant: the class report holds the submission once. Goal: a class's summary counts students."""
+    path = _student_copy_with_record(tmp_path, {"process_crash_ack_ms": 1.0})
+    monkeypatch.chdir(tmp_path)
+    code = main(["exercise", "grade", path.name, f"./{path.name}", str(tmp_path), "--no-execute", "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert code == 1 and out["notebook"] == path.name      # one notebook left: its own report
+
+
+def test_a_notebook_that_imports_two_exercises_is_refused_not_graded_as_the_first(tmp_path, capsys):
+    """Fault model: a student pastes code from exercise 11.4 into the 11.1 notebook. Invariant: the
+    grader names both exercises and exits 2 instead of silently grading the notebook as whichever
+    import came first. Goal: a grade is always for the exercise the notebook answers."""
+    nb = nbformat.read(ROOT / "exercises" / "ex11_1.ipynb", as_version=4)
+    nb.cells.append(nbformat.v4.new_code_cell("from kernel_lib.course.exercises import ex11_4"))
+    path = tmp_path / "two.ipynb"
+    nbformat.write(nb, path)
+    code = main(["exercise", "grade", str(path), "--no-execute", "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert code == 2 and "11.1" in out["error"] and "11.4" in out["error"]
+
+
+@pytest.mark.parametrize("entry", [5, "x", None, [], {"copied": 3}])
+def test_a_hand_edited_copies_manifest_does_not_stop_prepare_or_overwrite_the_students_copy(tmp_path, entry):
+    """Fault model: ``lab/.copies.json`` was edited by hand: an entry is not ``{"copied": digest}``.
+    Invariant: ``prepare`` finishes; the student's changed copy is kept (its origin is unknown, so it
+    is treated as the student's own). Goal: a broken bookkeeping file never costs a student work."""
+    project, shared, dest = _course(tmp_path)
+    prepare(project, dest, shared)
+    mine = dest / "course" / "notebooks" / "a.ipynb"
+    mine.write_text(mine.read_text().replace("# Notebook", "# Notebook, my notes"))
+    before = mine.read_bytes()
+    (dest / ".copies.json").write_text(json.dumps({"notebooks/a.ipynb": entry}))
+    report = prepare(project, dest, shared)
+    assert report.kept == ["notebooks/a.ipynb"] and mine.read_bytes() == before

@@ -210,15 +210,17 @@ def test_bad_input_is_one_error_line_and_exit_2(tmp_path, capsys):
 
 
 def test_a_notebook_that_raises_is_one_error_line_naming_the_exception(tmp_path):
-    """Situation: a student's cell raises. Invariant: exit 2 and exactly one stderr line (no kernel
-    chatter), naming the exception. Run as a real command, as CI runs it."""
+    """Situation: a student's cell raises. Invariant: exit 2, exactly one stderr line (no kernel
+    chatter) naming the exception, and with --json the same error as one JSON object on stdout.
+    Run as a real command, as CI runs it."""
     sub = tmp_path / "raises.ipynb"
     nbformat.write(with_answers({"placement_ack_ms": 6.5}, "1 / 0"), sub)
     r = subprocess.run([sys.executable, "-m", "kernel_lib", "exercise", "grade", str(sub), "--json"],
                        capture_output=True, text=True, cwd=ROOT, timeout=300)
     err = r.stderr.strip().splitlines()
-    assert r.returncode == 2 and r.stdout == "" and len(err) == 1, r.stderr
+    assert r.returncode == 2 and len(err) == 1, r.stderr
     assert err[0].startswith("error:") and "ZeroDivisionError" in err[0] and str(sub) in err[0]
+    assert json.loads(r.stdout) == {"notebook": str(sub), "error": err[0].removeprefix("error: ")}
 
 
 # --- the pieces: strip, alternatives, plain answers -----------------------------------------------

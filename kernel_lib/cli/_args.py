@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:   # the CLI imports what a command needs only when it runs
@@ -24,6 +25,17 @@ def int_at_least(lo: int):
             raise argparse.ArgumentTypeError(f"must be >= {lo}, got {v}")
         return v
     return parse
+
+
+def positive_seconds(text: str) -> float:
+    """argparse type: a finite number of seconds > 0 (not NaN, not infinite)."""
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not math.isfinite(v) or v <= 0:
+        raise argparse.ArgumentTypeError(f"must be a finite number of seconds > 0, got {text!r}")
+    return v
 
 
 def events_from(path: str | None, trajectory_id: str | None = None) -> list[Event]:

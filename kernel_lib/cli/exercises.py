@@ -12,6 +12,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from kernel_lib.cli._args import positive_seconds
 from kernel_lib.errors import ConfigError
 
 
@@ -165,8 +166,11 @@ def _cmd_grade(args: argparse.Namespace) -> int:
     kw = {"execute": args.execute, "reveal": args.reveal, "accept": args.accept_readings,
           "kernel_name": args.kernel, "timeout_s": args.timeout}
     paths = expand(args.notebooks)
-    if len(paths) == 1:   # one notebook: its report, and bad input is one error line (exit 2)
-        report = grade_notebook(paths[0], args.seed, **kw)
+    if len(paths) == 1:   # one notebook: its report; bad input is one error line (and, with --json, {notebook, error})
+        try:
+            report = grade_notebook(paths[0], args.seed, **kw)
+        except ConfigError as exc:
+            report = {"notebook": paths[0], "error": str(exc)}
         subs, out = [report], report
     else:
         out = grade_class(paths, args.seed, **kw)
@@ -296,7 +300,8 @@ def add_commands(subparsers) -> argparse.ArgumentParser:
                    help="count an answer of a documented alternative reading as right")
     p.add_argument("--reveal", action="store_true", help="show the expected values too (text and JSON)")
     p.add_argument("--kernel", default="python3", help="Jupyter kernel to run notebooks with (default python3)")
-    p.add_argument("--timeout", type=float, default=600.0, metavar="S", help="seconds per cell (default 600)")
+    p.add_argument("--timeout", type=positive_seconds, default=600.0, metavar="S",
+                   help="seconds per cell, a positive number (default 600)")
     p.add_argument("--json", action="store_true",
                    help="one JSON object: the notebook's report, or {submissions, summary} for several")
     p.set_defaults(func=_cmd_grade)

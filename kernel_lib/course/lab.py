@@ -136,7 +136,11 @@ def _load_manifest(lab: LabCopy) -> dict[str, dict[str, str]]:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return {}
-    return data if isinstance(data, dict) else {}
+    if not isinstance(data, dict):
+        return {}
+    # a hand-edited entry that is not {"copied": digest} is treated as unknown (the copy is then
+    # the student's own and is never overwritten), not as a crash
+    return {k: v for k, v in data.items() if isinstance(v, dict) and isinstance(v.get("copied"), str)}
 
 
 def _save_manifest(lab: LabCopy, manifest: dict[str, dict[str, str]]) -> None:

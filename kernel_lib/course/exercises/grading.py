@@ -76,13 +76,17 @@ def grading_cell(nb: Any, path: str | Path = "notebook") -> Any:
 
 
 def exercise_of(nb: Any, path: str | Path = "notebook") -> Any:
-    """The exercise module a notebook works on, from its ``import ... ex11_N`` line. ConfigError if none."""
-    for cell in nb.cells:
-        if cell.get("cell_type") == "code":
-            for m in _EXERCISE_IMPORT.finditer(cell.get("source", "")):
-                if f"11.{m.group(1)}" in EXERCISES:
-                    return get(f"11.{m.group(1)}")
-    raise ConfigError(f"{path}: names no §11.12 exercise (no `from kernel_lib.course.exercises import ex11_N`)")
+    """The exercise module a notebook works on, from its ``import ... ex11_N`` line. ConfigError if
+    it names none, or several (a notebook is graded as one exercise)."""
+    named = list(dict.fromkeys(f"11.{m.group(1)}" for cell in nb.cells if cell.get("cell_type") == "code"
+                               for m in _EXERCISE_IMPORT.finditer(cell.get("source", ""))
+                               if f"11.{m.group(1)}" in EXERCISES))
+    if not named:
+        raise ConfigError(f"{path}: names no §11.12 exercise (no `from kernel_lib.course.exercises import ex11_N`)")
+    if len(named) > 1:
+        raise ConfigError(f"{path}: names several exercises ({', '.join(named)}); a notebook is graded as one "
+                          "exercise, so keep the import of the one it answers")
+    return get(named[0])
 
 
 def stored_record(cell: Any) -> dict[str, Any] | None:
@@ -187,7 +191,11 @@ def expand(patterns: Sequence[str]) -> list[str]:
             out += sorted(glob.glob(arg)) or [arg]
         else:
             out.append(arg)
-    return list(dict.fromkeys(out))
+    once: dict[str, str] = {}       # ./a.ipynb and a.ipynb are one submission, graded once
+    for path in out:
+        key = str(Path(path).resolve()) if Path(path).exists() else path
+        once.setdefault(key, path)
+    return list(once.values())
 
 
 def grade_class(patterns: Sequence[str], seed: int | None = None, **kw: Any) -> dict[str, Any]:
