@@ -23,8 +23,8 @@ the batch ends (:func:`kill_positions`). A point is written as
 Deferred batches (one durable barrier per step, §11.3.1). A batch the gate appended *deferred*
 (the evidence of an endpoint that answers a status lookup by operation id) is acknowledged at the
 store's write tier and made durable by the log's next barrier; its points have ``deferred`` True
-and read ``[written, not synced until the next barrier]``. A kill there
-falls after the deferred result and before the next barrier. A SIGKILL is a process crash: the written bytes are in the
+and read ``[written, not synced until the next barrier]``. A kill there falls after the deferred
+result and before the next barrier. A SIGKILL is a process crash: the written bytes are in the
 page cache and survive it, so the replacement finds them. A host crash could lose them; that case
 is the crash-state exploration's (``crashcheck --workload one-barrier-steps``), whose invariant is
 that reconciliation settles every such loss.
