@@ -268,7 +268,10 @@ def _our_durability(store: LogStore, tier: AckTier, deferred: AckTier | None = N
     if isinstance(db, sqlite3.Connection):
         with contextlib.suppress(Exception):
             out["journal_mode"] = str(db.execute("PRAGMA journal_mode").fetchone()[0]).lower()
-            out["synchronous_name"] = "FULL" if tier is AckTier.FDATASYNC else "NORMAL"
+            sync = str(db.execute("PRAGMA synchronous").fetchone()[0])
+            name = {"0": "OFF", "1": "NORMAL", "2": "FULL", "3": "EXTRA"}.get(sync, sync)
+            # every commit runs under the connection's level; the fdatasync tier adds an fdatasync of the WAL
+            out["synchronous_name"] = name + ("+fdatasync(WAL)" if tier is AckTier.FDATASYNC else "")
     if deferred is not None and deferred is not tier:
         out["why"] += (f"; the reconcilable endpoint's evidence is acknowledged at the {deferred.label} tier and made "
                        f"durable by the next intent's {tier.label} barrier (a lost one is settled by reconciliation)")
