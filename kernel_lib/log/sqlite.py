@@ -562,37 +562,14 @@ class SQLiteStore(LogStore):
         out: list[AppendOutcome | StoreError] = []
         with self._lock:
             self._usable()
-            inserted, retried = 0, 0
             try:
                 self._set_tier(tier)
-                with write_transaction(self._db, f"SQLite append on {self.path}") as db:
-                    self._refresh_cache()
-                    fast = self._insert_all_new(events, tier)
-                    if fast is not None:   # the common case: every event new and next in line
-                        out = fast
-                        events = ()
-                    for ev in events:
-                        t = ev.trajectory_id
-                        try:
-                            ref = self._decide(ev)
-                        except StoreError as exc:
-                            out.append(exc)
-                            continue
-                        if ref is not None:   # an identical retry: acknowledged where it already is
-                            out.append(AppendOutcome(ev.event_id, ref.trajectory_id, ref.sequence_number, tier, True))
-                            retried += 1
-                            continue
-                        inserted += 1
-                        self._heads[t] = ev.sequence_number
-                        if ev.owner_epoch > self._fences[t]:
-                            self._fences[t] = ev.owner_epoch
-                            db.execute("INSERT INTO fences VALUES (?,?) ON CONFLICT(trajectory_id) "
-                                       "DO UPDATE SET owner_epoch=excluded.owner_epoch", (t, ev.owner_epoch))
-                        out.append(AppendOutcome(ev.event_id, t, ev.sequence_number, tier))
-                    if retried and not inserted and tier is AckTier.FDATASYNC:
-                        db.execute("UPDATE sync_marker SET n = n + 1 WHERE id = 1")
-                # committed here; our own commit leaves PRAGMA data_version unchanged
-                commit = self._committed()
+                one = self._append_in_one_statement(events, tier) if events else None
+                if one is not None:   # committed by that one statement
+                    commit = self._committed()
+                    out = one
+                else:
+                    commit = self._append_in_transaction(events, tier, out)
             except sqlite3.Error as exc:
                 self._raise_sqlite(exc, "append")
             except BaseException:
@@ -601,6 +578,91 @@ class SQLiteStore(LogStore):
         if tier is AckTier.FDATASYNC and any(isinstance(o, AppendOutcome) for o in out):
             self._barrier(commit)   # outside the lock: other threads' commits go on meanwhile
         return out
+
+    #: most events :meth:`_append_in_one_statement` takes (5 bound parameters each, well under
+    #: SQLite's limit on parameters per statement)
+    _ONE_STATEMENT_EVENTS_MAX = 32
+
+    def _append_in_one_statement(self, events: Sequence[Event], tier: AckTier) -> "list[AppendOutcome] | None":
+        """The common append of one writer (under ``_lock``): a run of events of one trajectory
+        at consecutive positions, all stamped with the owner epoch the store already holds for it,
+        inserted by ONE autocommit ``INSERT ... SELECT`` whose ``WHERE`` checks the §11.8.4
+        contract inside the database itself: the stored head is the position before the first
+        event and the stored fence equals the events' owner epoch. SQLite runs the statement as
+        one transaction under the write lock, so the check and the insert are atomic against
+        other connections and processes, as a ``BEGIN IMMEDIATE`` transaction's would be; it costs
+        one statement instead of four (begin, data_version, insert, commit).
+
+        Returns the outcomes once committed, or None with nothing written when the batch needs the
+        transaction path: another shape (several trajectories, a gap, a new owner epoch whose
+        fence must be raised), a check that failed (then the transaction path names the error),
+        an event id already stored (a retry or a conflict), or a busy database (the transaction
+        path waits for the lock). Refreshes the writer's cached head and fence of the trajectory
+        when it holds them (both are facts of the database at this commit)."""
+        first = events[0]
+        t, epoch, seq0 = first.trajectory_id, first.owner_epoch, first.sequence_number
+        n = len(events)
+        if n > self._ONE_STATEMENT_EVENTS_MAX or epoch > MAX_OWNER_EPOCH or seq0 + n - 1 > MAX_OWNER_EPOCH:
+            return None
+        params: list = []
+        for i, ev in enumerate(events):
+            if ev.trajectory_id != t or ev.owner_epoch != epoch or ev.sequence_number != seq0 + i:
+                return None
+            params += (t, ev.sequence_number, ev.event_id, ev.digest, ev.canonical)
+        params += (t, seq0 - 1, t, epoch)
+        sql = ("INSERT INTO events (trajectory_id, sequence_number, event_id, digest, body) "
+               "SELECT column1, column2, column3, column4, column5 FROM (VALUES "
+               + ",".join(["(?,?,?,?,?)"] * n) + ") "
+               "WHERE (SELECT coalesce(max(sequence_number), 0) FROM events WHERE trajectory_id=?) = ? "
+               "AND coalesce((SELECT owner_epoch FROM fences WHERE trajectory_id=?), 0) = ?")
+        try:
+            inserted = self._db.execute(sql, params).rowcount
+        except sqlite3.IntegrityError:   # an event id (or position) already stored: nothing written
+            return None
+        except sqlite3.OperationalError as exc:
+            if is_busy(exc):   # nothing written; the transaction path waits for the lock
+                return None
+            raise
+        if inserted != n:   # 0: a check failed and nothing was written (the statement is atomic)
+            return None
+        if t in self._heads:
+            self._heads[t] = events[-1].sequence_number
+            self._fences[t] = epoch
+        return [AppendOutcome(ev.event_id, t, ev.sequence_number, tier) for ev in events]
+
+    def _append_in_transaction(self, events: Sequence[Event], tier: AckTier,
+                               out: "list[AppendOutcome | StoreError]") -> int:
+        """Append ``events`` in one ``BEGIN IMMEDIATE`` transaction (under ``_lock``), deciding
+        each against the cached heads and fences; fill ``out``; return the commit's number."""
+        inserted, retried = 0, 0
+        with write_transaction(self._db, f"SQLite append on {self.path}") as db:
+            self._refresh_cache()
+            fast = self._insert_all_new(events, tier)
+            if fast is not None:   # the common case: every event new and next in line
+                out.extend(fast)
+                events = ()
+            for ev in events:
+                t = ev.trajectory_id
+                try:
+                    ref = self._decide(ev)
+                except StoreError as exc:
+                    out.append(exc)
+                    continue
+                if ref is not None:   # an identical retry: acknowledged where it already is
+                    out.append(AppendOutcome(ev.event_id, ref.trajectory_id, ref.sequence_number, tier, True))
+                    retried += 1
+                    continue
+                inserted += 1
+                self._heads[t] = ev.sequence_number
+                if ev.owner_epoch > self._fences[t]:
+                    self._fences[t] = ev.owner_epoch
+                    db.execute("INSERT INTO fences VALUES (?,?) ON CONFLICT(trajectory_id) "
+                               "DO UPDATE SET owner_epoch=excluded.owner_epoch", (t, ev.owner_epoch))
+                out.append(AppendOutcome(ev.event_id, t, ev.sequence_number, tier))
+            if retried and not inserted and tier is AckTier.FDATASYNC:
+                db.execute("UPDATE sync_marker SET n = n + 1 WHERE id = 1")
+        # committed here; our own commit leaves PRAGMA data_version unchanged
+        return self._committed()
 
     def install_fence(self, trajectory_id: str, owner_epoch: int) -> None:
         """Record ``owner_epoch`` for the trajectory in one FDATASYNC transaction (§11.5.1).
