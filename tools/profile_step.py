@@ -67,16 +67,16 @@ def main() -> None:
                 for durable in ((True, False) if r % 2 else (False, True)):
                     res[durable].append(_run(system, durable, a.steps, a.fleet, f"r{r}-{durable}"))
             n = a.steps * max(1, a.fleet)
-            per = {d: (sorted(x[0] for x in xs)[len(xs) // 2] / n * 1e6, sorted(x[1] for x in xs)[len(xs) // 2] / n * 1e6)
-                   for d, xs in res.items()}
+            mid = lambda xs: sorted(xs)[len(xs) // 2] / n * 1e6  # noqa: E731
+            per = {d: (mid([x[0] for x in xs]), mid([x[1] for x in xs])) for d, xs in res.items()}
             print(f"{a.store}, fleet {a.fleet}, {a.steps} steps, median of {a.rounds}: "
                   f"durable {per[True][0]:.0f} µs/step (CPU {per[True][1]:.0f}), plain {per[False][0]:.0f} "
                   f"(CPU {per[False][1]:.0f}); durability adds {per[True][0] - per[False][0]:.0f} µs wall, "
                   f"{per[True][1] - per[False][1]:.0f} µs CPU")
             if system.group_commit is not None:
                 g = system.group_commit()
-                print(f"  committer: mean batch {g['mean_batch_size']:.2f}, queue wait {g['mean_queue_wait_s']*1e6:.0f} "
-                      f"µs, storage {g['mean_storage_s']*1e6:.0f} µs")
+                print(f"  committer: mean batch {g['mean_batch_size']:.2f}, queue wait "
+                      f"{g['mean_queue_wait_s'] * 1e6:.0f} µs, storage {g['mean_storage_s'] * 1e6:.0f} µs")
             if a.profile:
                 prof = cProfile.Profile()
                 prof.enable()
