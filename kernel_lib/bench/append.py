@@ -14,7 +14,10 @@ round; :mod:`kernel_lib.bench.harness`), so machine noise falls on all of them a
    at the ``fdatasync`` tier, under two *writer models*, both measured in the same rounds:
 
    * **threads**: every writer is an OS thread. Single flush: each thread calls
-     ``store.append(ev, FDATASYNC)`` itself (one barrier per event, the store serializes them).
+     ``store.append(ev, FDATASYNC)`` itself (one barrier per event at most).
+     (Both stores write under their lock and run the barrier outside it, and a barrier that
+     started after a write covers it, so concurrent single-flush threads do share barriers: this
+     baseline is the store's own concurrency, not one fdatasync per event.)
      Group: each thread calls :meth:`GroupCommitter.append`; a flusher thread writes a batch
      with one barrier and releases its writers. Every acknowledgment wakes an OS thread (a
      thread hand-off costs tens of µs on a small VM): with 16 writers, 16 wake-ups per flush
