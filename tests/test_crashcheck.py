@@ -39,8 +39,11 @@ def test_another_seed_also_passes():
 class AcksWithoutFdatasync(SegmentStore):
     """Broken on purpose: acknowledges FDATASYNC after only a write()."""
 
-    def _sync(self):
+    def _sync(self):   # the barrier of a roll or a fence
         self._synced = (self._segment, self._size)
+
+    def _sync_through(self, target):   # the barrier of an append (run outside the store lock)
+        self._synced = max(self._synced, (self._segment, self._size))
 
 
 class RollsWithoutSyncingTheOldSegment(SegmentStore):

@@ -117,23 +117,36 @@ def test_the_declaration_is_in_the_log_and_older_intents_keep_their_bytes(tmp_pa
         store.close()
 
 
-def test_sqlite_write_tier_commits_under_normal_so_a_later_full_commit_covers_them(tmp_path):
-    """Fault model: host crash after a FULL commit that followed write-tier commits. Invariant:
-    write-tier commits use synchronous=NORMAL (the WAL is synced before any checkpoint and the
-    database before the WAL is reused), never OFF, under which a checkpoint + WAL reuse escapes
-    the next FULL commit's sync. Goal: the store's connection reads NORMAL after a deferred append
-    and FULL after a barrier one; and the SQLite gate also pays one barrier per step."""
+def test_sqlite_commits_under_normal_and_a_barrier_is_an_fdatasync_of_the_wal(tmp_path, monkeypatch):
+    """Fault model: host crash after a barrier that followed write-tier commits. Invariant: every
+    commit runs under synchronous=NORMAL (the WAL is synced before any checkpoint and the database
+    before the WAL is reused), never OFF, under which a checkpoint + WAL reuse escapes the next
+    barrier; a barrier append returns only after an fdatasync of the store's ``-wal`` file that
+    started after its commit, and a write-tier append issues none. Goal: NORMAL after deferred and
+    barrier appends; fdatasyncs of the WAL counted per append (0 for deferred evidence, 1 per
+    barrier); the SQLite gate also pays one barrier per step."""
+    import os
+    synced: list[str] = []
+    real = os.fdatasync
+
+    def counting(fd):
+        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+        return real(fd)
+    monkeypatch.setattr(os, "fdatasync", counting)
     store = SQLiteStore(tmp_path / "log.sqlite", create=True)
     try:
         gate, log = _gate(store)
         assert log.can_defer
         gate.run_tool(_proposal(1, True), lambda i: REPLY)
         assert store._db.execute("PRAGMA synchronous").fetchone()[0] == 1   # NORMAL
-        b = log.barriers
-        gate.run_tool(_proposal(2, True), lambda i: REPLY)
-        assert log.barriers == b + 1
+        before, b = len(synced), log.barriers
+        gate.run_tool(_proposal(2, True), lambda i: REPLY)   # intent: one barrier; evidence deferred
+        assert log.barriers == b + 1 and len(synced) == before + 1
+        assert synced[-1] == str(tmp_path / "log.sqlite-wal")
         gate.sync()
-        assert store._db.execute("PRAGMA synchronous").fetchone()[0] == 2   # FULL
+        assert len(synced) == before + 2
+        assert gate.sync() == log.head and len(synced) == before + 2   # nothing uncovered: no barrier
+        assert store._db.execute("PRAGMA synchronous").fetchone()[0] == 1   # still NORMAL
     finally:
         store.close()
     with sqlite3.connect(tmp_path / "log.sqlite") as db:
@@ -173,3 +186,41 @@ def test_evidence_is_deferred_only_for_an_attempt_whose_intent_declared_a_status
             gate.record_evidence("op-0", "attempt1", REPLY, reconcilable=1)
     finally:
         store.close()
+
+
+def test_a_failed_sqlite_barrier_fails_the_store_until_reopened(tmp_path, monkeypatch):
+    """Fault model: the fdatasync of the WAL fails (EIO). Invariant: the append is not
+    acknowledged and no later append is (a barrier after a failed one proves nothing: the kernel
+    may have dropped the dirty pages); a reopened store takes appends again. Goal:
+    StoreFailedError for the barrier append, the next write-tier one and a fence."""
+    import errno
+    import os
+
+    from kernel_lib.errors import StoreFailedError
+    from kernel_lib.log import AckTier
+    from kernel_lib.sim.events import sample_intent_events
+
+    evs = sample_intent_events("t", 3)
+    store = SQLiteStore(tmp_path / "log.sqlite", create=True)
+    store.append_batch([evs[0]], AckTier.FDATASYNC)
+    real = os.fdatasync
+
+    def failing(fd):
+        raise OSError(errno.EIO, "injected")
+    monkeypatch.setattr(os, "fdatasync", failing)
+    with pytest.raises(StoreFailedError, match="fdatasync"):
+        store.append_batch([evs[1]], AckTier.FDATASYNC)
+    monkeypatch.setattr(os, "fdatasync", real)
+    with pytest.raises(StoreFailedError, match="reopen"):
+        store.append_batch([evs[2]], AckTier.WRITE)
+    with pytest.raises(StoreFailedError):
+        store.install_fence("t", 2)
+    store.close()
+    again = SQLiteStore(tmp_path / "log.sqlite")
+    try:
+        head = again.head("t")
+        assert head in (1, 2)
+        (res,) = again.append_batch([evs[head]], AckTier.FDATASYNC)
+        assert res.sequence_number == head + 1
+    finally:
+        again.close()

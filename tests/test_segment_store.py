@@ -612,3 +612,34 @@ class SegmentStoreMachine(RuleBasedStateMachine):
 SegmentStoreMachine.TestCase.settings = settings(max_examples=60, stateful_step_count=25, deadline=None,
                                                  suppress_health_check=[HealthCheck.too_slow])
 test_segment_store_property = SegmentStoreMachine.TestCase
+
+
+@pytest.mark.parametrize("held_max", [0, 64 * 1024])
+def test_os_pwrite_writes_at_the_offset_and_raises_the_os_error(tmp_path, monkeypatch, held_max):
+    """Fault model: the write path that keeps the GIL (small writes, libc ``pwrite`` through
+    ctypes) and the ``os.pwrite`` one must mean the same: bytes land at the offset given, a write
+    past the end extends the file, and a refused write raises the OSError the kernel reported.
+    Goal: identical file contents for both paths, small and large writes; EBADF on a read-only
+    descriptor."""
+    import errno
+
+    import kernel_lib.log.fs as fs_mod
+    monkeypatch.setattr(fs_mod, "GIL_HELD_WRITE_BYTES_MAX", held_max)
+    fs = OsFileSystem()
+    h = fs.open_file(str(tmp_path / "f"), create=True)
+    try:
+        fs.pwrite(h, 0, b"a" * 10)
+        fs.pwrite(h, 4, b"XY")
+        fs.pwrite(h, 10, b"z" * 100_000)   # over the GIL-held limit: os.pwrite either way
+        fs.pwrite(h, 100_010, b"end")
+    finally:
+        fs.close(h)
+    assert (tmp_path / "f").read_bytes() == b"aaaaXYaaaa" + b"z" * 100_000 + b"end"
+    fd = os.open(tmp_path / "f", os.O_RDONLY)
+    ro = fs_mod._OsHandle(str(tmp_path / "f"), fd)
+    try:
+        with pytest.raises(OSError) as info:
+            fs.pwrite(ro, 0, b"no")
+        assert info.value.errno == errno.EBADF
+    finally:
+        os.close(fd)

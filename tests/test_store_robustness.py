@@ -465,6 +465,7 @@ class InterruptingSQLite(SQLiteStore):
 
     interrupt_at: int | None = None
     exc: BaseException = KeyboardInterrupt("ctrl-c during batch")
+    _ONE_STATEMENT_EVENTS_MAX = 0   # every batch takes the transaction path, where the interrupt is injected
 
     def _insert_all_new(self, events, tier):
         out = super()._insert_all_new(events, tier)
@@ -503,6 +504,37 @@ def test_sqlite_interrupt_rolls_back_and_resets_caches(tmp_path, exc):
     s.close()
     with SQLiteStore.open(p, create=True) as s3:
         assert [e.payload.value for e in s3.read("t")] == [1, 99, 1] and s3.fence("t") == 1
+
+
+def test_sqlite_interrupt_after_a_one_statement_append_resets_caches(tmp_path):
+    """Fault model: an interrupt lands right after the one-statement append (a run of one
+    trajectory's events at the fence's epoch) committed, before the store counted it. Invariant:
+    the statement is atomic (no transaction is left open), the caller sees the interrupt, the
+    caches are dropped, and the next append is decided against the database: the committed
+    events are there once, the next position is accepted, a retry of a committed one is a
+    duplicate. Goal: head 3 after the interrupted [2, 3], #4 accepted, #3 retried as duplicate."""
+    p = tmp_path / "x.db"
+
+    class Interrupted(SQLiteStore):
+        armed = False
+
+        def _committed(self):
+            if self.armed:
+                self.armed = False
+                raise KeyboardInterrupt("ctrl-c after the commit")
+            return super()._committed()
+
+    s = Interrupted.open(p, create=True)
+    s.append(ev(1), F)
+    s.armed = True
+    with pytest.raises(KeyboardInterrupt):
+        s.append_batch([ev(2), ev(3)], F)
+    assert not s._db.in_transaction and not s._heads
+    assert s.head("t") == 3
+    assert s.append(ev(4), F).sequence_number == 4
+    (dup,) = s.append_batch([ev(3)], F)
+    assert dup.duplicate and dup.sequence_number == 3
+    s.close()
 
 
 def test_sqlite_interrupt_inside_install_fence_rolls_back(tmp_path):

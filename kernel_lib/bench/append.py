@@ -14,7 +14,10 @@ round; :mod:`kernel_lib.bench.harness`), so machine noise falls on all of them a
    at the ``fdatasync`` tier, under two *writer models*, both measured in the same rounds:
 
    * **threads**: every writer is an OS thread. Single flush: each thread calls
-     ``store.append(ev, FDATASYNC)`` itself (one barrier per event, the store serializes them).
+     ``store.append(ev, FDATASYNC)`` itself (one barrier per event at most).
+     (Both stores write under their lock and run the barrier outside it, and a barrier that
+     started after a write covers it, so concurrent single-flush threads do share barriers: this
+     baseline is the store's own concurrency, not one fdatasync per event.)
      Group: each thread calls :meth:`GroupCommitter.append`; a flusher thread writes a batch
      with one barrier and releases its writers. Every acknowledgment wakes an OS thread (a
      thread hand-off costs tens of µs on a small VM): with 16 writers, 16 wake-ups per flush
@@ -268,7 +271,10 @@ def _our_durability(store: LogStore, tier: AckTier, deferred: AckTier | None = N
     if isinstance(db, sqlite3.Connection):
         with contextlib.suppress(Exception):
             out["journal_mode"] = str(db.execute("PRAGMA journal_mode").fetchone()[0]).lower()
-            out["synchronous_name"] = "FULL" if tier is AckTier.FDATASYNC else "NORMAL"
+            sync = str(db.execute("PRAGMA synchronous").fetchone()[0])
+            name = {"0": "OFF", "1": "NORMAL", "2": "FULL", "3": "EXTRA"}.get(sync, sync)
+            # every commit runs under the connection's level; the fdatasync tier adds an fdatasync of the WAL
+            out["synchronous_name"] = name + ("+fdatasync(WAL)" if tier is AckTier.FDATASYNC else "")
     if deferred is not None and deferred is not tier:
         out["why"] += (f"; the reconcilable endpoint's evidence is acknowledged at the {deferred.label} tier and made "
                        f"durable by the next intent's {tier.label} barrier (a lost one is settled by reconciliation)")

@@ -417,7 +417,7 @@ class LogStore(ABC):
     #: The store's declaration behind one barrier per step (:func:`deferral_tier`): an append
     #: acknowledged at a weaker tier is covered by the next append acknowledged at a stronger one
     #: on this store (one barrier flushes every earlier write: the segment file's ``fdatasync``;
-    #: SQLite's WAL sync on a ``FULL`` commit). False (the default): no such promise.
+    #: SQLite's fdatasync of its WAL after a commit). False (the default): no such promise.
     barrier_covers_earlier_writes: bool = False
 
     # --- appends ------------------------------------------------------------------------------

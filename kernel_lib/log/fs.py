@@ -32,6 +32,29 @@ from kernel_lib.errors import StoreError
 
 LOCK_FILE_NAME = "LOCK"
 
+#: Writes up to this many bytes are made by :class:`OsFileSystem` with the GIL held (a copy into
+#: the page cache takes microseconds). ``os.pwrite`` hands the GIL back for the call, and in a
+#: process whose other threads keep the interpreter busy (a fleet of trajectories) getting it back
+#: costs a thread switch and can wait a whole switch interval (5 ms): more than the write itself.
+#: Larger writes, and platforms without ``pwrite`` in the C library, use ``os.pwrite``.
+GIL_HELD_WRITE_BYTES_MAX = 64 * 1024
+
+
+def _gil_held_pwrite():
+    """libc ``pwrite`` called through :class:`ctypes.PyDLL` (which keeps the GIL), or None."""
+    try:
+        import ctypes
+        libc = ctypes.PyDLL(None, use_errno=True)
+        fn = libc.pwrite
+    except (OSError, AttributeError, ImportError):   # pragma: no cover - no such C library
+        return None
+    fn.argtypes = (ctypes.c_int, ctypes.c_char_p, ctypes.c_size_t, ctypes.c_longlong)
+    fn.restype = ctypes.c_ssize_t
+    return fn, ctypes.get_errno
+
+
+_PWRITE_GIL_HELD = _gil_held_pwrite()
+
 
 # ------------------------------------------------------------------------------------------------
 # the interface
@@ -159,6 +182,17 @@ class OsFileSystem(FileSystem):
 
     def pwrite(self, handle: FileHandle, offset_bytes: int, data: bytes) -> None:
         assert isinstance(handle, _OsHandle)
+        if (_PWRITE_GIL_HELD is not None and type(data) is bytes and 0 < len(data) <= GIL_HELD_WRITE_BYTES_MAX):
+            fn, get_errno = _PWRITE_GIL_HELD
+            n = fn(handle.fd, data, len(data), offset_bytes)
+            if n == len(data):
+                return
+            if n < 0:
+                code = get_errno()
+                if code != errno.EINTR:
+                    raise OSError(code, f"pwrite to {handle.path}: {os.strerror(code)}")
+                n = 0
+            data, offset_bytes = data[n:], offset_bytes + n   # short write or EINTR: the rest as below
         view = memoryview(data)
         while view:
             n = os.pwrite(handle.fd, view, offset_bytes)

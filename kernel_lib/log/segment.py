@@ -9,7 +9,11 @@ Acknowledgment tiers (§11.3.1, table 2)
   created segment file, once its directory entry was made durable), so it survives a host crash
   with the volume intact.
 
-A batch is one ``pwrite`` of all its accepted records and at most one ``fdatasync``.
+A batch is one ``pwrite`` of all its accepted records and at most one ``fdatasync``. The
+``fdatasync`` runs after the store's lock is released (under a sync lock of its own, which a roll
+and close also take), so a write-tier append from another thread is never queued behind a flush's
+barrier; a barrier that started after a batch was written covers it, so a batch whose bytes an
+other thread's barrier already covered waits for none of its own.
 
 Files
 -----
@@ -413,6 +417,9 @@ class SegmentStore(LogStore):
         self.read_only = read_only
         self._dir_lock = dir_lock
         self._lock = threading.RLock()
+        #: held around every fdatasync of the current segment, and by a roll or close (which close the
+        #: handle): taken after ``_lock`` when both are held, never the other way round
+        self._sync_lock = threading.RLock()
         self._bytes: dict[str, list[bytes]] = {}
         #: SHA-256 (hex) of ``_bytes[t][i]``, computed at open from those bytes, for the rows open
         #: indexed (rows appended later are hashed when read): a read hands it to decode_stored
@@ -782,20 +789,43 @@ class SegmentStore(LogStore):
     def _roll(self) -> None:
         """Start the next segment: sync the old one, create the new one, make its entry durable."""
         fs = self.fs
-        if self._synced < (self._segment, self._size):
-            self._sync()
-        fs.close(self._handle)
-        self._segment += 1
-        self._handle = fs.open_file(self._path(self._segment), create=True)
-        self._size = 0
-        fs.fdatasync(self._handle)
-        fs.fsync_dir(self.directory)
-        self._synced = (self._segment, 0)
+        with self._sync_lock:   # no barrier of another thread is left running on the handle closed here
+            if self._synced < (self._segment, self._size):
+                self._sync()
+            fs.close(self._handle)
+            self._segment += 1
+            self._handle = fs.open_file(self._path(self._segment), create=True)
+            self._size = 0
+            fs.fdatasync(self._handle)
+            fs.fsync_dir(self.directory)
+            self._synced = (self._segment, 0)
 
     def _sync(self) -> None:
-        """The host-crash barrier: fdatasync the current segment and advance the watermark."""
-        self.fs.fdatasync(self._handle)
-        self._synced = (self._segment, self._size)
+        """The host-crash barrier: fdatasync the current segment and advance the watermark
+        (called under ``_lock``)."""
+        with self._sync_lock:
+            self.fs.fdatasync(self._handle)
+            self._synced = (self._segment, self._size)
+
+    def _sync_through(self, target: Position) -> None:
+        """Called *without* ``_lock``, after a batch was written ending at ``target``: return once a
+        completed fdatasync covers ``target``. Another thread's barrier that started after the
+        write covers it too (then this one issues none). A roll cannot run meanwhile (it takes the
+        sync lock), so the current segment is stable here; the size read is that of completed
+        writes (it is advanced after each ``pwrite`` returned). Raises StoreFailedError if the
+        store failed meanwhile (a barrier after a failed one proves nothing) or the sync fails."""
+        with self._sync_lock:
+            if self._synced >= target:
+                return
+            if self._failed or self._closed:
+                self._usable()   # raises StoreFailedError / StoreClosedError
+            covered = (self._segment, self._size)
+            try:
+                self.fs.fdatasync(self._handle)
+            except BaseException as exc:  # noqa: BLE001 - re-raised by _failing
+                self._failing(exc, "fdatasync")
+            if covered > self._synced:
+                self._synced = covered
 
     def _write_records(self, records: list[tuple[int, bytes]]) -> None:
         """Frame ``records`` ((kind, body) pairs) and write them with one pwrite, rolling first
@@ -855,17 +885,41 @@ class SegmentStore(LogStore):
             try:
                 if accepted:
                     self._write_records([(KIND_EVENT, ev.canonical) for ev in accepted])
-                stage = "fdatasync"
-                if tier is AckTier.FDATASYNC and acknowledged and self._synced < (self._segment, self._size):
-                    self._sync()
                 stage = "index update"
+                before = {t: self._fences.get(t) for t in fences}
                 for ev in accepted:
                     self._bytes.setdefault(ev.trajectory_id, []).append(ev.canonical)
                     self._ids[ev.event_id] = new_ids[ev.event_id][0]
                     self._fences[ev.trajectory_id] = max(self._fences.get(ev.trajectory_id, 0), ev.owner_epoch)
             except BaseException as exc:  # noqa: BLE001 - re-raised; the tail is unknown, no retry may write it again
                 self._failing(exc, stage)
-            return out
+            # an identical retry too: its stored copy may so far be written only
+            target = (self._segment, self._size)
+            if not (tier is AckTier.FDATASYNC and acknowledged and self._synced < target):
+                return out
+        try:
+            self._sync_through(target)   # outside the lock: other threads' writes go on meanwhile
+        except BaseException:
+            with self._lock:
+                self._unindex(accepted, before)
+            raise
+        return out
+
+    def _unindex(self, accepted: list[Event], fences_before: dict[str, "int | None"]) -> None:
+        """After a failed barrier: take this batch's events back out of the index (under
+        ``_lock``), so reads return only what was acknowledged. An event is taken out only while
+        it is still its trajectory's last row (another writer's later row of the same trajectory
+        stays; the store is failed either way and a reopen recovers from the files)."""
+        for ev in reversed(accepted):
+            rows = self._bytes.get(ev.trajectory_id)
+            if rows and len(rows) == ev.sequence_number and rows[-1] is ev.canonical:
+                rows.pop()
+                self._ids.pop(ev.event_id, None)
+        for t, f in fences_before.items():
+            if f is None:
+                self._fences.pop(t, None)
+            else:
+                self._fences[t] = f
 
     def install_fence(self, trajectory_id: str, owner_epoch: int) -> None:
         """Write a FENCE record and fdatasync it before returning (§11.5.1 fencing at the log).
@@ -1015,7 +1069,7 @@ class SegmentStore(LogStore):
 
     def close(self) -> None:
         """Close the current segment and release the directory lock. Idempotent."""
-        with self._lock:
+        with self._lock, self._sync_lock:
             if not self._closed:
                 self._closed = True
                 self._release_files()

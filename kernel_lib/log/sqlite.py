@@ -12,13 +12,20 @@ application's tables, another version) is refused with StoreError and left as it
 layout check and the ``BEGIN IMMEDIATE`` transactions are those of :mod:`kernel_lib._support.sqlite`,
 shared with the other embedded SQLite files (ownership coordinator, result inbox, reference index).
 
-Acknowledgment tiers:
+Acknowledgment tiers (the connection stays at ``PRAGMA synchronous=NORMAL``: no PRAGMA per
+transaction):
 
-* ``WRITE``: ``PRAGMA synchronous=NORMAL``; the commit returns once SQLite has handed the WAL
-  frames to ``write()``, so they sit in the kernel page cache and survive a process crash only (the
-  WAL is synced only before a checkpoint, so a later ``FDATASYNC`` commit covers them).
-* ``FDATASYNC``: ``PRAGMA synchronous=FULL``; SQLite syncs the WAL before the commit returns, so
-  the acknowledgment survives power loss or a host crash with the volume intact.
+* ``WRITE``: the commit returns once SQLite has handed the WAL frames to ``write()``, so they sit
+  in the kernel page cache and survive a process crash only (under NORMAL the WAL is synced before
+  every checkpoint, the database after it, and the WAL header when the file is reused, so a later
+  barrier covers them).
+* ``FDATASYNC``: the same commit, then an ``fdatasync`` of the ``-wal`` file (what
+  ``synchronous=FULL`` does at each commit, done by the store): the acknowledgment survives power
+  loss or a host crash with the volume intact. Every committed frame is then either in the synced
+  WAL or was checkpointed into the synced database file. The ``fdatasync`` runs after the store's
+  lock is released (under a sync lock of its own), so a write-tier commit of another thread is
+  never queued behind it; a barrier that started after a commit returned covers that commit, so
+  a commit already covered waits for none of its own.
 
 Every batch is one ``BEGIN IMMEDIATE`` transaction in which the §11.8.4 contract is checked
 against the database itself (not a per-process cache), so a second process holding a stale
@@ -143,13 +150,14 @@ _LAYOUT_COLUMNS = {
 _LAYOUT = Layout(kind="kernel_lib log", label="SQLite log", version=LAYOUT_VERSION,
                  tables={t: frozenset(c) for t, c in _LAYOUT_COLUMNS.items()}, schema=statements(_SCHEMA))
 
-#: ``PRAGMA synchronous`` of each tier (what each level survives: kernel_lib._support.sqlite).
-#: WRITE is NORMAL, not OFF: in WAL mode both return from a commit without a sync, but under OFF a
-#: checkpoint copies frames into the database file and the WAL is then reused with no sync at all,
-#: so a later FULL commit (which syncs only the WAL) would not cover what the reused WAL overwrote.
-#: NORMAL syncs the WAL before each checkpoint and the database after it, so every FULL commit makes
-#: all earlier commits durable (one barrier per step, kernel_lib.log.trajectory).
-_SYNC = {AckTier.WRITE: "NORMAL", AckTier.FDATASYNC: "FULL"}
+#: ``PRAGMA synchronous`` of every commit, both tiers (what each level survives:
+#: kernel_lib._support.sqlite). NORMAL, not OFF: in WAL mode both return from a commit without a
+#: sync, but under OFF a checkpoint copies frames into the database file and the WAL is then reused
+#: with no sync at all, so a later barrier (which syncs only the WAL) would not cover what the reused
+#: WAL overwrote. NORMAL syncs the WAL before each checkpoint and the database after it, so every
+#: barrier (an fdatasync of the WAL after a commit) makes all earlier commits durable (one barrier
+#: per step, kernel_lib.log.trajectory).
+_SYNCHRONOUS = "NORMAL"
 
 
 def _empty_file_without_wal(path: Path) -> bool:
@@ -186,8 +194,8 @@ class SQLiteStore(LogStore):
 
     name = "sqlite"
     offered_tiers = (AckTier.WRITE, AckTier.FDATASYNC)
-    #: a FULL commit syncs the whole WAL, so it covers the frames of earlier NORMAL commits too (and
-    #: NORMAL syncs the WAL before a checkpoint copies it and the database before the WAL is reused)
+    #: a barrier syncs the whole WAL, so it covers the frames of earlier commits too (and NORMAL
+    #: syncs the WAL before a checkpoint copies it and the database before the WAL is reused)
     barrier_covers_earlier_writes = True
 
     def __init__(self, path: str | os.PathLike, *, busy_timeout_s: float = 5.0, read_only: bool = False,
@@ -211,6 +219,12 @@ class SQLiteStore(LogStore):
         self._fences: dict[str, int] = {}
         self._data_version: int | None = None
         self._lock = threading.Lock()
+        #: held around each barrier (fdatasync of the WAL) and by close; taken after ``_lock`` when
+        #: both are held, never the other way round
+        self._sync_lock = threading.Lock()
+        self._wal_fd: int | None = None
+        self._commits = 0          # commits of this connection that returned (under _lock)
+        self._synced_commits = 0   # of those, how many a completed barrier covers (under _sync_lock)
         self._fence_lock = threading.Lock()       # guards the fence reader, not the writer
         self._fence_db: sqlite3.Connection | None = None
         self._closed = False
@@ -243,7 +257,7 @@ class SQLiteStore(LogStore):
     # --- opening -------------------------------------------------------------------------------
     def _open_read_write(self) -> None:
         # the layout is checked before anything is written (a foreign file stays untouched), and
-        # created under the write lock; synchronous is set per transaction (_set_tier)
+        # created under the write lock; synchronous is set before the first transaction (_set_tier)
         self._db = db = open_database(self.path, _LAYOUT, error=StoreError, busy_timeout_s=self._timeout,
                                       journal_mode="WAL", synchronous=None)
         if db.execute("SELECT count(*) FROM sync_marker WHERE id = 1").fetchone()[0] == 0:
@@ -310,7 +324,7 @@ class SQLiteStore(LogStore):
         """See :meth:`LogStore.retire_prefix`: one ``BEGIN IMMEDIATE`` transaction empties the
         prefix rows' bodies (keeping each event id, position and digest, so ids stay unique and an
         identical late retry is acknowledged) and records the mark, committed with
-        ``synchronous=FULL`` (the WAL is synced before this returns)."""
+        a barrier (the WAL is synced before this returns)."""
         with self._lock:
             self._usable()
             try:
@@ -332,6 +346,7 @@ class SQLiteStore(LogStore):
                                "checkpoint_event_id=excluded.checkpoint_event_id",
                                (trajectory_id, through, checkpoint_event_id))
                 self._data_version = None
+                self._barrier(self._committed())
                 return through
             except sqlite3.Error as exc:
                 self._raise_sqlite(exc, "retire_prefix")
@@ -408,10 +423,42 @@ class SQLiteStore(LogStore):
 
     # --- appends ---------------------------------------------------------------------------------
     def _set_tier(self, tier: AckTier) -> None:
-        mode = _SYNC[tier]
-        if mode != self._sync:
-            set_synchronous(self._db, mode)
-            self._sync = mode
+        """Every tier commits under :data:`_SYNCHRONOUS` (set once per connection); ``FDATASYNC``
+        adds :meth:`_barrier` after the commit."""
+        if self._sync != _SYNCHRONOUS:
+            set_synchronous(self._db, _SYNCHRONOUS)
+            self._sync = _SYNCHRONOUS
+
+    def _committed(self) -> int:
+        """Count a commit that just returned (under ``_lock``); returns its number for :meth:`_barrier`."""
+        self._commits += 1
+        return self._commits
+
+    def _barrier(self, commit: int) -> None:
+        """Return once a completed ``fdatasync`` of the WAL covers commit number ``commit`` (module
+        docstring). Called after the commit returned, with or without ``_lock``.
+
+        The WAL is the file SQLite's connection opened at its first transaction; it is not removed
+        while a connection is open, so the descriptor opened here at the first barrier names it
+        until close. Raises StoreFailedError when the sync fails (and on every later append: a
+        barrier after a failed one proves nothing) or the store failed meanwhile."""
+        with self._sync_lock:
+            if self._synced_commits >= commit:
+                return
+            if self._failed or self._closed:
+                self._usable()   # raises StoreFailedError / StoreClosedError
+            covered = self._commits   # every commit counted so far returned before this read
+            try:
+                if self._wal_fd is None:
+                    self._wal_fd = os.open(self._wal_path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+                getattr(os, "fdatasync", os.fsync)(self._wal_fd)
+            except OSError as exc:
+                self._failed = self._failed or f"fdatasync of the WAL failed: {exc}"
+                raise StoreFailedError(f"SQLite log {self.path}: fdatasync of {self._wal_path} failed ({exc}); "
+                                       "what was committed since the last barrier is not known durable, and the "
+                                       "store refuses appends until reopened") from exc
+            if covered > self._synced_commits:
+                self._synced_commits = covered
 
     def _lookup(self, event_id: str) -> tuple[StoredRef, bytes] | tuple[None, None]:
         row = self._db.execute("SELECT trajectory_id, sequence_number, digest, body FROM events WHERE event_id=?",
@@ -475,17 +522,23 @@ class SQLiteStore(LogStore):
             heads[t] = ev.sequence_number
             fences[t] = max(fences[t], ev.owner_epoch)
         db = self._db
-        db.execute("SAVEPOINT all_new")
-        try:
-            db.executemany("INSERT INTO events (trajectory_id, sequence_number, event_id, digest, body) "
-                           "VALUES (?,?,?,?,?)",
-                           [(ev.trajectory_id, ev.sequence_number, ev.event_id, ev.digest, ev.canonical)
-                            for ev in events])
-        except sqlite3.IntegrityError:   # an event id already stored (or twice in the batch)
-            db.execute("ROLLBACK TO all_new")
+        insert = "INSERT INTO events (trajectory_id, sequence_number, event_id, digest, body) VALUES (?,?,?,?,?)"
+        if len(events) == 1:   # one statement is atomic by itself: no savepoint to take and release
+            ev = events[0]
+            try:
+                db.execute(insert, (ev.trajectory_id, ev.sequence_number, ev.event_id, ev.digest, ev.canonical))
+            except sqlite3.IntegrityError:   # the event id is already stored
+                return None
+        else:
+            db.execute("SAVEPOINT all_new")
+            try:
+                db.executemany(insert, [(ev.trajectory_id, ev.sequence_number, ev.event_id, ev.digest, ev.canonical)
+                                        for ev in events])
+            except sqlite3.IntegrityError:   # an event id already stored (or twice in the batch)
+                db.execute("ROLLBACK TO all_new")
+                db.execute("RELEASE all_new")
+                return None
             db.execute("RELEASE all_new")
-            return None
-        db.execute("RELEASE all_new")
         for t, f in fences.items():
             if f > self._fences[t]:
                 db.execute("INSERT INTO fences VALUES (?,?) ON CONFLICT(trajectory_id) "
@@ -509,42 +562,107 @@ class SQLiteStore(LogStore):
         out: list[AppendOutcome | StoreError] = []
         with self._lock:
             self._usable()
-            inserted, retried = 0, 0
             try:
                 self._set_tier(tier)
-                with write_transaction(self._db, f"SQLite append on {self.path}") as db:
-                    self._refresh_cache()
-                    fast = self._insert_all_new(events, tier)
-                    if fast is not None:   # the common case: every event new and next in line
-                        out = fast
-                        events = ()
-                    for ev in events:
-                        t = ev.trajectory_id
-                        try:
-                            ref = self._decide(ev)
-                        except StoreError as exc:
-                            out.append(exc)
-                            continue
-                        if ref is not None:   # an identical retry: acknowledged where it already is
-                            out.append(AppendOutcome(ev.event_id, ref.trajectory_id, ref.sequence_number, tier, True))
-                            retried += 1
-                            continue
-                        inserted += 1
-                        self._heads[t] = ev.sequence_number
-                        if ev.owner_epoch > self._fences[t]:
-                            self._fences[t] = ev.owner_epoch
-                            db.execute("INSERT INTO fences VALUES (?,?) ON CONFLICT(trajectory_id) "
-                                       "DO UPDATE SET owner_epoch=excluded.owner_epoch", (t, ev.owner_epoch))
-                        out.append(AppendOutcome(ev.event_id, t, ev.sequence_number, tier))
-                    if retried and not inserted and tier is AckTier.FDATASYNC:
-                        db.execute("UPDATE sync_marker SET n = n + 1 WHERE id = 1")
-                # committed here; our own commit leaves PRAGMA data_version unchanged
+                one = self._append_in_one_statement(events, tier) if events else None
+                if one is not None:   # committed by that one statement
+                    commit = self._committed()
+                    out = one
+                else:
+                    commit = self._append_in_transaction(events, tier, out)
             except sqlite3.Error as exc:
                 self._raise_sqlite(exc, "append")
             except BaseException:
                 self._abort()
                 raise
+        if tier is AckTier.FDATASYNC and any(isinstance(o, AppendOutcome) for o in out):
+            self._barrier(commit)   # outside the lock: other threads' commits go on meanwhile
         return out
+
+    #: most events :meth:`_append_in_one_statement` takes (5 bound parameters each, well under
+    #: SQLite's limit on parameters per statement)
+    _ONE_STATEMENT_EVENTS_MAX = 32
+
+    def _append_in_one_statement(self, events: Sequence[Event], tier: AckTier) -> "list[AppendOutcome] | None":
+        """The common append of one writer (under ``_lock``): a run of events of one trajectory
+        at consecutive positions, all stamped with the owner epoch the store already holds for it,
+        inserted by ONE autocommit ``INSERT ... SELECT`` whose ``WHERE`` checks the §11.8.4
+        contract inside the database itself: the stored head is the position before the first
+        event and the stored fence equals the events' owner epoch. SQLite runs the statement as
+        one transaction under the write lock, so the check and the insert are atomic against
+        other connections and processes, as a ``BEGIN IMMEDIATE`` transaction's would be; it costs
+        one statement instead of four (begin, data_version, insert, commit).
+
+        Returns the outcomes once committed, or None with nothing written when the batch needs the
+        transaction path: another shape (several trajectories, a gap, a new owner epoch whose
+        fence must be raised), a check that failed (then the transaction path names the error),
+        an event id already stored (a retry or a conflict), or a busy database (the transaction
+        path waits for the lock). Refreshes the writer's cached head and fence of the trajectory
+        when it holds them (both are facts of the database at this commit)."""
+        first = events[0]
+        t, epoch, seq0 = first.trajectory_id, first.owner_epoch, first.sequence_number
+        n = len(events)
+        if n > self._ONE_STATEMENT_EVENTS_MAX or epoch > MAX_OWNER_EPOCH or seq0 + n - 1 > MAX_OWNER_EPOCH:
+            return None
+        params: list = []
+        for i, ev in enumerate(events):
+            if ev.trajectory_id != t or ev.owner_epoch != epoch or ev.sequence_number != seq0 + i:
+                return None
+            params += (t, ev.sequence_number, ev.event_id, ev.digest, ev.canonical)
+        params += (t, seq0 - 1, t, epoch)
+        sql = ("INSERT INTO events (trajectory_id, sequence_number, event_id, digest, body) "
+               "SELECT column1, column2, column3, column4, column5 FROM (VALUES "
+               + ",".join(["(?,?,?,?,?)"] * n) + ") "
+               "WHERE (SELECT coalesce(max(sequence_number), 0) FROM events WHERE trajectory_id=?) = ? "
+               "AND coalesce((SELECT owner_epoch FROM fences WHERE trajectory_id=?), 0) = ?")
+        try:
+            inserted = self._db.execute(sql, params).rowcount
+        except sqlite3.IntegrityError:   # an event id (or position) already stored: nothing written
+            return None
+        except sqlite3.OperationalError as exc:
+            if is_busy(exc):   # nothing written; the transaction path waits for the lock
+                return None
+            raise
+        if inserted != n:   # 0: a check failed and nothing was written (the statement is atomic)
+            return None
+        if t in self._heads:
+            self._heads[t] = events[-1].sequence_number
+            self._fences[t] = epoch
+        return [AppendOutcome(ev.event_id, t, ev.sequence_number, tier) for ev in events]
+
+    def _append_in_transaction(self, events: Sequence[Event], tier: AckTier,
+                               out: "list[AppendOutcome | StoreError]") -> int:
+        """Append ``events`` in one ``BEGIN IMMEDIATE`` transaction (under ``_lock``), deciding
+        each against the cached heads and fences; fill ``out``; return the commit's number."""
+        inserted, retried = 0, 0
+        with write_transaction(self._db, f"SQLite append on {self.path}") as db:
+            self._refresh_cache()
+            fast = self._insert_all_new(events, tier)
+            if fast is not None:   # the common case: every event new and next in line
+                out.extend(fast)
+                events = ()
+            for ev in events:
+                t = ev.trajectory_id
+                try:
+                    ref = self._decide(ev)
+                except StoreError as exc:
+                    out.append(exc)
+                    continue
+                if ref is not None:   # an identical retry: acknowledged where it already is
+                    out.append(AppendOutcome(ev.event_id, ref.trajectory_id, ref.sequence_number, tier, True))
+                    retried += 1
+                    continue
+                inserted += 1
+                self._heads[t] = ev.sequence_number
+                if ev.owner_epoch > self._fences[t]:
+                    self._fences[t] = ev.owner_epoch
+                    db.execute("INSERT INTO fences VALUES (?,?) ON CONFLICT(trajectory_id) "
+                               "DO UPDATE SET owner_epoch=excluded.owner_epoch", (t, ev.owner_epoch))
+                out.append(AppendOutcome(ev.event_id, t, ev.sequence_number, tier))
+            if retried and not inserted and tier is AckTier.FDATASYNC:
+                db.execute("UPDATE sync_marker SET n = n + 1 WHERE id = 1")
+        # committed here; our own commit leaves PRAGMA data_version unchanged
+        return self._committed()
 
     def install_fence(self, trajectory_id: str, owner_epoch: int) -> None:
         """Record ``owner_epoch`` for the trajectory in one FDATASYNC transaction (§11.5.1).
@@ -592,6 +710,7 @@ class SQLiteStore(LogStore):
                                "DO UPDATE SET owner_epoch=excluded.owner_epoch", (trajectory_id, epoch))
                 self._fences.pop(trajectory_id, None)
                 self._heads.pop(trajectory_id, None)
+                self._barrier(self._committed())
                 return epoch
             except sqlite3.Error as exc:
                 self._raise_sqlite(exc, what)
@@ -657,11 +776,21 @@ class SQLiteStore(LogStore):
     def fence(self, trajectory_id: str) -> int:
         """Newest owner_epoch committed for the trajectory, by any connection or process.
 
-        A read-write store reads it through a second connection of its own: a WAL reader sees the
-        last commit without waiting for the writer's lock, so the gate's dispatch-time recheck
-        never queues behind a flush in progress.
+        A read-write store whose writer connection is idle answers from the writer's cache of the
+        fence when ``PRAGMA data_version`` says no other connection committed since the cache was
+        filled (the cache holds what this connection committed, and is dropped on any other
+        commit or failure); otherwise, and whenever the writer is busy, it reads through a second
+        connection of its own: a WAL reader sees the last commit without waiting for the writer's
+        lock, so the gate's dispatch-time recheck never queues behind a flush in progress.
         """
         sql = "SELECT owner_epoch FROM fences WHERE trajectory_id=?"
+        if not self.read_only and self._lock.acquire(blocking=False):
+            try:
+                cached = self._cached_fence(trajectory_id)
+            finally:
+                self._lock.release()
+            if cached is not None:
+                return cached
         if self.read_only:
             with self._lock:
                 db = self._reader()
@@ -677,6 +806,22 @@ class SQLiteStore(LogStore):
                 row = self._fence_db.execute(sql, (trajectory_id,)).fetchone()
         return row[0] if row else 0
 
+    def _cached_fence(self, trajectory_id: str) -> "int | None":
+        """The writer cache's fence of ``trajectory_id`` if it is known current (under ``_lock``),
+        else None. Current: the store is open and not failed, no transaction is open, the cache
+        holds the trajectory, and ``PRAGMA data_version`` is the one read when it was filled
+        (it changes exactly when another connection commits)."""
+        if self._closed or self._failed or self._db is None or self._db.in_transaction:
+            return None
+        fence = self._fences.get(trajectory_id)
+        if fence is None or self._data_version is None:
+            return None
+        try:
+            version = self._db.execute("PRAGMA data_version").fetchone()[0]
+        except sqlite3.Error:
+            return None
+        return fence if version == self._data_version else None
+
     def trajectories(self) -> list[str]:
         with self._lock:
             db = self._reader()
@@ -684,9 +829,13 @@ class SQLiteStore(LogStore):
                 return [r[0] for r in db.execute("SELECT DISTINCT trajectory_id FROM events ORDER BY 1")]
 
     def close(self) -> None:
-        with self._lock, self._fence_lock:
+        with self._lock, self._fence_lock, self._sync_lock:
             if not self._closed:
                 self._closed = True
                 self._close_quietly()
                 close_quietly(self._fence_db)
                 self._fence_db = None
+                if self._wal_fd is not None:
+                    with contextlib.suppress(OSError):
+                        os.close(self._wal_fd)
+                    self._wal_fd = None
