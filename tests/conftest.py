@@ -65,8 +65,8 @@ def durable_store_kind(request):
     return request.param
 
 
-# real-browser fixtures (Debian chromium + Playwright; JupyterLab on a temp copy of notebooks/)
-from tests.browser_support import browser, lab  # noqa: E402,F401
+# real-browser fixtures (Debian chromium + Playwright; one JupyterLab per session, a folder per test)
+from tests.browser_support import browser, lab, lab_server  # noqa: E402,F401
 
 
 def _shared_scope_fixtures(item) -> list[str]:
