@@ -97,11 +97,12 @@ def _start_weight(item) -> float:
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
     """Under ``--dist loadgroup`` (``make test``), the tests of one module that share a module- or
-    class-scoped fixture (an etcd cluster, a JupyterLab server, a browser, an executor, a recorded
-    example) run on one worker, so that fixture is built once per run, not once per worker that
-    happens to receive one of them. The other tests of the module are spread over the workers one
-    by one. Every ``quorum`` test (real etcd members with 50 ms heartbeats and 500 ms elections) runs
-    on one worker, so two etcd clusters never compete for the cores: measured on this 2-core machine,
+    class-scoped fixture (an etcd cluster, a marimo app, an executor, a recorded example) run on one
+    worker, so that fixture is built once per run, not once per worker that happens to receive one
+    of them. The other tests of the module are spread over the workers one by one. (The browser and
+    the JupyterLab of the browser tests are session-scoped, one per worker: tests/browser_support.py.)
+    Every ``quorum`` test (real etcd members with 50 ms heartbeats and 500 ms elections) runs on one
+    worker, so two etcd clusters never compete for the cores: measured on this 2-core machine,
     test_replication_widget's leader check failed with clusters in both workers and passed alone.
     Runs before xdist's own hook, which turns these marks into the ``@group`` node ids.
 
