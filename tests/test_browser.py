@@ -1,100 +1,27 @@
 """Real-browser tests: the course as a student sees it, in headless Chromium driven by Playwright.
 
-Fault model: a worker process is killed with a real SIGKILL from the crash panel's button while its
-test job is running in the executor process. Invariant: the record rebuilt from the surviving log
-shows ``test_r18`` in doubt, with no invented outcome. Goal: the student sees that in JupyterLab
-(notebook 11.1) by clicking, and can scrub a recorded log in the marimo app by moving the slider.
+Situation: a student scrubs a recorded log in the marimo app by moving the slider (and is told why a
+torn log cannot be loaded), and types into the scrubber's slider and the resume timeline's number
+boxes in JupyterLab, where the notebook's own keyboard shortcuts must not take the keys. (Notebook
+11.1's crash panel, with its real SIGKILLs, is driven in tests/test_browser_crash_panel.py.)
 
 The browser is Debian's ``chromium`` (``make test`` installs it when it is missing); Playwright
-only drives it (no downloaded browser). JupyterLab runs on a copy of ``notebooks/`` in a temporary
-folder with autosave off, so the committed notebooks are never written.
+only drives it (no downloaded browser). JupyterLab is the session's shared server, each test on
+its own copy of ``notebooks/`` (autosave off), so the committed notebooks are never written.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import subprocess
 from pathlib import Path
 
 import pytest
 
-from tests.browser_support import (BIN, ROOT, _ERROR_OUTPUTS, _KERNEL_IDLE, _RUN_REST, _RUN_THROUGH, _free_port,
-                                   _stop, _wait_http)
-
-NOTEBOOK = "11_1_worker_failure.ipynb"
+from tests.browser_support import BIN, ROOT, _ERROR_OUTPUTS, _KERNEL_IDLE, _free_port, _stop, _wait_http
 
 pytestmark = pytest.mark.browser
-
-def _panel_cell_index(nb_path: Path) -> int:
-    cells = json.loads(nb_path.read_text())["cells"]
-    for i, c in enumerate(cells):
-        if c["cell_type"] == "code" and "CrashPanel(session)" in "".join(c["source"]):
-            return i
-    raise AssertionError(f"{nb_path.name} has no cell that builds CrashPanel(session)")
-
-
-def _click_and_wait(page, panel, action: str) -> None:
-    """Click a crash-panel button and wait until the kernel reports that command finished."""
-    before = int(panel.get_attribute("data-completed") or 0)
-    panel.locator(f"button[data-action={action}]").click()
-    page.wait_for_function("([el, before]) => Number(el.dataset.completed) > before",
-                           arg=[panel.element_handle(), before], timeout=120_000)
-
-
-def test_crash_panel_in_jupyterlab_shows_test_r18_in_doubt(lab, browser):
-    base, token, root = lab
-    nb_path = root / "notebooks" / NOTEBOOK
-    panel_cell = _panel_cell_index(nb_path)
-    page = browser.new_page(viewport={"width": 1400, "height": 1000})
-    try:
-        page.goto(f"{base}/lab/tree/notebooks/{NOTEBOOK}?token={token}")
-        page.wait_for_function(_KERNEL_IDLE, timeout=120_000)
-        # run the notebook from the top through the cell that shows the crash panel
-        page.evaluate(_RUN_THROUGH, panel_cell)
-        panel = page.locator(".dal-crash-panel")
-        panel.wait_for(state="visible", timeout=180_000)
-        page.wait_for_function(_KERNEL_IDLE, timeout=180_000)
-        assert page.evaluate(_ERROR_OUTPUTS) == []
-
-        # a student picks the position after the executor accepted the job, and crashes there
-        panel.locator("select.dal-position").select_option("ToolResult")
-        _click_and_wait(page, panel, "crash_at")
-        assert panel.locator(".dal-error").inner_text().strip() == ""
-        assert "SIGKILL" in panel.locator(".dal-status").inner_text() or \
-            "killed" in panel.locator(".dal-status").inner_text().lower()
-
-        # a replacement process folds the surviving log: test_r18 is in doubt, its outcome unknown
-        _click_and_wait(page, panel, "recover")
-        assert "folded the surviving log: in doubt: test_r18" in panel.locator(".dal-summary").inner_text()
-        in_doubt_row = panel.locator(".dal-ops tr.dal-in-doubt", has_text="test_r18")
-        in_doubt_row.wait_for(state="visible", timeout=30_000)
-        cells = in_doubt_row.locator("td").all_inner_texts()
-        assert cells[0] == "test_r18" and "in_doubt" in cells and "attempt1" in cells
-        assert "job_tests_18" in cells            # the executor's acceptance survived in the log
-        if os.environ.get("DAL_SCREENSHOT_DIR"):      # for a person who wants to look
-            in_doubt_row.scroll_into_view_if_needed()
-            page.screenshot(path=str(Path(os.environ["DAL_SCREENSHOT_DIR"]) / "crash_panel.png"))
-
-        # reconciling by operation id replaces doubt with verified evidence
-        _click_and_wait(page, panel, "reconcile")
-        assert "in doubt: none" in panel.locator(".dal-summary").inner_text()
-        page.wait_for_function(
-            "(el) => !Array.from(el.querySelectorAll('.dal-ops tr')).some("
-            "r => r.textContent.includes('test_r18') && r.classList.contains('dal-in-doubt'))",
-            arg=panel.element_handle(), timeout=60_000)
-
-        # "crash now" with no worker running is a message in the widget, not a traceback
-        _click_and_wait(page, panel, "crash")
-        assert "no worker" in panel.locator(".dal-error").inner_text().lower()
-
-        # the rest of the notebook (it closes the session) still runs cleanly
-        page.evaluate(_RUN_REST, panel_cell + 1)
-        page.wait_for_function(_KERNEL_IDLE, timeout=180_000)
-        assert page.evaluate(_ERROR_OUTPUTS) == []
-    finally:
-        page.close()
 
 
 @contextlib.contextmanager
@@ -174,7 +101,6 @@ def test_scrubber_arrow_keys_in_jupyterlab_move_the_slider_not_the_notebook(lab,
     (select the next cell, collapse a heading) must not take them."""
     import nbformat
 
-    base, token, root = lab
     nb = nbformat.v4.new_notebook(cells=[
         nbformat.v4.new_markdown_cell("# heading a stray arrow key would collapse"),
         nbformat.v4.new_code_cell("from kernel_lib.log import load_events\nfrom widgets.scrubber import LogScrubber\n"
@@ -183,11 +109,10 @@ def test_scrubber_arrow_keys_in_jupyterlab_move_the_slider_not_the_notebook(lab,
                                   " position=9)"),
         nbformat.v4.new_markdown_cell("## another heading")],
         metadata={"kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"}})
-    nbformat.write(nb, root / "notebooks" / "scrubber_keys.ipynb")
+    nbformat.write(nb, lab.root / "notebooks" / "scrubber_keys.ipynb")
     page = browser.new_page(viewport={"width": 1400, "height": 1000})
     try:
-        # a workspace of its own: the shared JupyterLab would otherwise restore the earlier tests' tabs
-        page.goto(f"{base}/lab/workspaces/scrubber-keys/tree/notebooks/scrubber_keys.ipynb?token={token}&reset")
+        page.goto(lab.tree("notebooks/scrubber_keys.ipynb"))
         page.wait_for_function("() => { const w = window.jupyterapp && window.jupyterapp.shell.currentWidget;"
                                " return !!w && !!w.context && w.context.path.endsWith('scrubber_keys.ipynb'); }",
                                timeout=120_000)
@@ -219,7 +144,6 @@ def test_resume_timeline_number_boxes_in_jupyterlab(lab, browser):
     ("0, 0" in command mode restarts the kernel, after a "Restart Kernel?" dialog)."""
     import nbformat
 
-    base, token, root = lab
     nb = nbformat.v4.new_notebook(cells=[
         nbformat.v4.new_markdown_cell("# heading above"),
         nbformat.v4.new_code_cell(
@@ -230,12 +154,10 @@ def test_resume_timeline_number_boxes_in_jupyterlab(lab, browser):
             " prefill=PrefillModel(8192, 6144, 20000.0))\nResumeTimelineView(tl)"),
         nbformat.v4.new_markdown_cell("## heading below")],
         metadata={"kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"}})
-    nbformat.write(nb, root / "notebooks" / "resume_timeline_view.ipynb")
+    nbformat.write(nb, lab.root / "notebooks" / "resume_timeline_view.ipynb")
     page = browser.new_page(viewport={"width": 1400, "height": 1000})
     try:
-        # a workspace of its own: the shared JupyterLab would otherwise restore the earlier tests' tabs
-        page.goto(f"{base}/lab/workspaces/resume-timeline/tree/notebooks/resume_timeline_view.ipynb"
-                  f"?token={token}&reset")
+        page.goto(lab.tree("notebooks/resume_timeline_view.ipynb"))
         page.wait_for_function("() => { const w = window.jupyterapp && window.jupyterapp.shell.currentWidget;"
                                " return !!w && !!w.context && w.context.path.endsWith('resume_timeline_view.ipynb'); }",
                                timeout=120_000)

@@ -4,8 +4,9 @@ Fault model: the worker is killed with a real SIGKILL from the panel's buttons (
 right after a chosen durable event). Invariant: after Run All the panel is ready (no stale message
 from the notebook's scripted demo, the session open), and each message says what just happened: a
 recover after a kill before anything was durable says the surviving log is empty; after a kill at
-ToolIntent the fold shows ``test_r18`` in doubt. Goal: Run All, then use the panel, with nothing to
-work around. Screenshots go to the test's tmp folder (and to ``DAL_SCREENSHOT_DIR`` when set).
+ToolIntent the fold shows ``test_r18`` in doubt; after a kill at ToolResult the executor's acceptance
+survives and reconciliation by operation id settles the doubt. Goal: Run All, then use the panel,
+with nothing to work around. Screenshots go to the test's tmp folder (and to ``DAL_SCREENSHOT_DIR`` when set).
 """
 
 from __future__ import annotations
@@ -43,12 +44,11 @@ def _shot(page, tmp_path: Path, name: str) -> Path:
     return path
 
 
+@pytest.mark.slow(60)      # Run All of 11.1, then five panel actions with real processes
 def test_run_all_then_use_the_crash_panel(lab, browser, tmp_path):
-    base, token, root = lab
     page = browser.new_page(viewport={"width": 1400, "height": 1000})
     try:
-        # a workspace of its own, so tabs other tests opened in this JupyterLab are not restored
-        page.goto(f"{base}/lab/workspaces/crashpanel-runall/tree/notebooks/{NOTEBOOK}?token={token}&reset")
+        page.goto(lab.tree(f"notebooks/{NOTEBOOK}"))
         page.wait_for_function("() => { const w = window.jupyterapp && window.jupyterapp.shell.currentWidget;"
                                f" return !!w && !!w.context && w.context.path.endsWith('{NOTEBOOK}'); }}",
                                timeout=120_000)
@@ -106,7 +106,30 @@ def test_run_all_then_use_the_crash_panel(lab, browser, tmp_path):
         row.scroll_into_view_if_needed()
         _shot(page, tmp_path, "crash_panel_tool_intent_recovered")
 
-        # (5) closing the session from code: the panel follows without a click
+        # (5) crash at ToolResult, after the executor accepted the job: the acceptance survives in the
+        # log, test_r18 is in doubt with its job handle, and reconciling by operation id settles it
+        panel.locator("select.dal-position").select_option("ToolResult")
+        _click_and_wait(page, panel, "crash_at")
+        assert error.inner_text().strip() == "", error.inner_text()
+        _click_and_wait(page, panel, "recover")
+        assert "folded the surviving log: in doubt: test_r18" in summary.inner_text()
+        row.wait_for(state="visible", timeout=30_000)
+        cells = row.locator("td").all_inner_texts()
+        assert cells[0] == "test_r18" and "in_doubt" in cells and "attempt1" in cells
+        assert "job_tests_18" in cells            # the executor's acceptance survived in the log
+        _click_and_wait(page, panel, "reconcile")
+        assert error.inner_text().strip() == "", error.inner_text()
+        assert "in doubt: none" in summary.inner_text()
+        page.wait_for_function(
+            "(el) => !Array.from(el.querySelectorAll('.dal-ops tr')).some("
+            "r => r.textContent.includes('test_r18') && r.classList.contains('dal-in-doubt'))",
+            arg=panel.element_handle(), timeout=60_000)
+
+        # (6) "crash now" with no worker running, clicked: a message in the panel, not a traceback
+        _click_and_wait(page, panel, "crash")
+        assert "no worker" in error.inner_text().lower()
+
+        # (7) closing the session from code: the panel follows without a click
         page.evaluate("async () => { const app = window.jupyterapp; const nb = app.shell.currentWidget.content;"
                       " nb.activeCellIndex = nb.widgets.length - 1;"
                       " await app.commands.execute('notebook:insert-cell-below'); }")

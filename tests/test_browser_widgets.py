@@ -30,9 +30,9 @@ def _notebook(root: Path, name: str, *sources: str) -> None:
     nbformat.write(nb, root / "notebooks" / name)
 
 
-def _open(page, base: str, token: str, name: str) -> None:
+def _open(page, lab, name: str) -> None:
     """Open ``notebooks/<name>`` in a workspace of its own, wait for its kernel, Run All."""
-    page.goto(f"{base}/lab/workspaces/{name.replace('.', '-')}/tree/notebooks/{name}?token={token}&reset")
+    page.goto(lab.tree(f"notebooks/{name}"))
     page.wait_for_function("(n) => { const w = window.jupyterapp && window.jupyterapp.shell.currentWidget;"
                            " return !!w && !!w.context && w.context.path.endsWith(n); }", arg=name, timeout=120_000)
     page.wait_for_function(_KERNEL_IDLE, timeout=120_000)
@@ -52,9 +52,8 @@ def test_scrubber_after_run_all_shows_no_stale_error(lab, browser, tmp_path):
     and then sets the shown position again (as notebook 11.2 does). Invariant: the kernel's
     ``error`` is cleared by the valid assignment and the view redraws from it. Goal: the student
     sees the record at position 9 and no red "outside the log" message."""
-    base, token, root = lab
     log = str(ROOT / "datasets" / "worksheet_r18_example.jsonl")
-    _notebook(root, "scrubber_stale.ipynb",
+    _notebook(lab.root, "scrubber_stale.ipynb",
               f"from kernel_lib.log import load_events\nfrom widgets.scrubber import LogScrubber\n"
               f"events = load_events({log!r})\nscrubber = LogScrubber(events, position=9)\nscrubber",
               "scrubber.position = len(events) + 5   # past the end: the widget says so\n"
@@ -62,7 +61,7 @@ def test_scrubber_after_run_all_shows_no_stale_error(lab, browser, tmp_path):
               "scrubber.position = 9                 # back where it was")
     page = browser.new_page(viewport={"width": 1300, "height": 900})
     try:
-        _open(page, base, token, "scrubber_stale.ipynb")
+        _open(page, lab, "scrubber_stale.ipynb")
         widget = page.locator(".dal-scrubber").first
         widget.wait_for(state="visible", timeout=120_000)
         page.wait_for_function(_KERNEL_IDLE, timeout=120_000)
@@ -85,13 +84,12 @@ def test_cadence_explorer_marks_the_invalid_box_and_applies_other_changes(lab, b
     the refused pause keeps its last good value in kernel_lib's computation; the stride change is
     applied. Goal: the pause row is marked with the reason, the readout follows the new stride, and
     fixing the pause removes the mark and the message."""
-    base, token, root = lab
-    _notebook(root, "cadence_invalid.ipynb",
+    _notebook(lab.root, "cadence_invalid.ipynb",
               "from widgets.cadence_explorer import CadenceExplorer\nexplorer = CadenceExplorer.napkin_11_1()\n"
               "explorer")
     page = browser.new_page(viewport={"width": 1300, "height": 1100})
     try:
-        _open(page, base, token, "cadence_invalid.ipynb")
+        _open(page, lab, "cadence_invalid.ipynb")
         widget = page.locator(".dal-cadence").first
         widget.wait_for(state="visible", timeout=180_000)
         page.wait_for_function(_KERNEL_IDLE, timeout=120_000)

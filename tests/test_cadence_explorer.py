@@ -312,12 +312,11 @@ def test_browser_slider_moves_the_optimum_and_bad_input_keeps_the_chart(lab, bro
     import os
     from pathlib import Path
 
-    base, token, root = lab
-    (root / "notebooks" / BROWSER_NOTEBOOK).write_text(json.dumps(_notebook()))
+    (lab.root / "notebooks" / BROWSER_NOTEBOOK).write_text(json.dumps(_notebook()))
     r = napkin.reconstruct()
     page = browser.new_page(viewport={"width": 1400, "height": 1400})
     try:
-        page.goto(f"{base}/lab/tree/notebooks/{BROWSER_NOTEBOOK}?token={token}")
+        page.goto(lab.tree(f"notebooks/{BROWSER_NOTEBOOK}"))
         page.wait_for_function(_KERNEL_IDLE, timeout=120_000)
         page.evaluate(_RUN_ALL)
         widget = page.locator(".dal-cadence")

@@ -203,16 +203,15 @@ def test_replication_panel_in_jupyterlab_acknowledges_an_append(lab, browser):
 
     from tests.browser_support import _ERROR_OUTPUTS, _KERNEL_IDLE
 
-    base, token, root = lab
     nb = nbformat.v4.new_notebook(cells=[
         nbformat.v4.new_markdown_cell("# replication panel"),
         nbformat.v4.new_code_cell("from widgets import ReplicationPanel\npanel = ReplicationPanel()\npanel")],
         metadata={"kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"}})
-    nbformat.write(nb, root / "notebooks" / "replication_panel.ipynb")
+    nbformat.write(nb, lab.root / "notebooks" / "replication_panel.ipynb")
     page = browser.new_page(viewport={"width": 1400, "height": 1000})
     pids: list[int] = []
     try:
-        page.goto(f"{base}/lab/workspaces/replication/tree/notebooks/replication_panel.ipynb?token={token}&reset")
+        page.goto(lab.tree("notebooks/replication_panel.ipynb"))
         page.wait_for_function("() => { const w = window.jupyterapp && window.jupyterapp.shell.currentWidget;"
                                " return !!w && !!w.context && w.context.path.endsWith('replication_panel.ipynb'); }",
                                timeout=120_000)

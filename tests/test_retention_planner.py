@@ -314,12 +314,11 @@ def test_browser_lifetime_edit_reprices_and_flips_the_verdict(lab, browser):
 
     import nbformat
 
-    base, token, root = lab
     nb = nbformat.v4.new_notebook(cells=[
         nbformat.v4.new_markdown_cell("# heading above"),
         nbformat.v4.new_code_cell("from widgets import RetentionPlanner\nplanner = RetentionPlanner()\nplanner")],
         metadata={"kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"}})
-    nbformat.write(nb, root / "notebooks" / BROWSER_NOTEBOOK)
+    nbformat.write(nb, lab.root / "notebooks" / BROWSER_NOTEBOOK)
     # expected figures, from kernel_lib.retention.pricing directly
     headless = RetentionPlanner()
     g, tb = headless.givens(), _bytes_of(headless)
@@ -331,7 +330,7 @@ def test_browser_lifetime_edit_reprices_and_flips_the_verdict(lab, browser):
 
     page = browser.new_page(viewport={"width": 1400, "height": 1400})
     try:
-        page.goto(f"{base}/lab/workspaces/retention-planner/tree/notebooks/{BROWSER_NOTEBOOK}?token={token}&reset")
+        page.goto(lab.tree(f"notebooks/{BROWSER_NOTEBOOK}"))
         page.wait_for_function("() => { const w = window.jupyterapp && window.jupyterapp.shell.currentWidget;"
                                f" return !!w && !!w.context && w.context.path.endsWith('{BROWSER_NOTEBOOK}'); }}",
                                timeout=120_000)

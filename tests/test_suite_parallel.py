@@ -1,7 +1,7 @@
 """The suite on both cores (issue 15): ``make test`` runs independent tests in parallel workers.
 
 Fault model: two pytest-xdist workers run tests of the suite at the same time on one machine; a
-module-scoped fixture (an etcd cluster, a JupyterLab server) is expensive and must not be built
+module-scoped fixture (an etcd cluster, a recorded example) is expensive and must not be built
 once per worker; a test that sweeps "the system temporary folder" must not see the other worker's
 folders. Invariant: the command ``make test`` runs starts more than one worker, prints the 15
 slowest tests, gives every worker its own ``TMPDIR`` inside that worker's pytest base folder, and
