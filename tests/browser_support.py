@@ -4,9 +4,12 @@ its own temporary copy of notebooks/ (so committed notebooks are never written, 
 another's files, tabs or kernels).
 
 The fixtures ``browser``, ``lab_server`` and ``lab`` are made available to every test module by
-tests/conftest.py. Both the browser and the server are session-scoped: under pytest-xdist each
-worker that runs a browser test starts one of each, once (issue 15: a JupyterLab per module cost
-minutes of the suite), and tears them down at the end of its session.
+tests/conftest.py. The server is session-scoped: under pytest-xdist each worker that runs a browser
+test starts one, once (issue 15: a JupyterLab per module cost minutes of the suite), and tears it
+down at the end of its session. The browser is module-scoped: Playwright's sync API keeps an event
+loop running in the thread while it is started, so a session-long one would make every later test
+of that worker that calls ``asyncio.run`` fail ("cannot be called from a running event loop");
+launching chromium again per module costs about a second.
 """
 
 from __future__ import annotations
@@ -65,10 +68,11 @@ def _stop(proc: subprocess.Popen) -> None:
             proc.wait(10)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser():
-    """One headless chromium per test session (per xdist worker); each test opens its own pages, and
-    every ``browser.new_page()`` is a fresh browser context (no cookies or storage shared)."""
+    """One headless chromium per test module (see the module docstring for why not per session);
+    each test opens its own pages, and every ``browser.new_page()`` is a fresh browser context (no
+    cookies or storage shared)."""
     if not Path(CHROMIUM).exists():
         pytest.fail("Debian's chromium is not installed; `make test` installs it "
                     "(apt-get install chromium), or install it yourself and re-run")
@@ -149,20 +153,31 @@ def lab_server(tmp_path_factory):
     labconfig = home / "cfg" / "labconfig"
     labconfig.mkdir(parents=True)
     (labconfig / "page_config.json").write_text(json.dumps({"buildCheck": False, "buildAvailable": False}))
-    port, token = _free_port(), "browser-test"
+    token = "browser-test"
     env = dict(os.environ, JUPYTER_CONFIG_DIR=str(home / "cfg"), JUPYTER_RUNTIME_DIR=str(home / "rt"),
                IPYTHONDIR=str(home / "ipy"), JUPYTER_DATA_DIR=str(home / "data"))
     log = home / "lab.log"
-    with log.open("w") as out:
-        proc = subprocess.Popen(
-            [str(BIN / "jupyter"), "lab", "--no-browser", "--allow-root", "--ip=127.0.0.1", f"--port={port}",
-             f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={root}",
-             f"--LabApp.user_settings_dir={home / 'settings'}", f"--LabApp.workspaces_dir={home / 'ws'}",
-             "--LabApp.expose_app_in_browser=True"],
-            env=env, stdout=out, stderr=subprocess.STDOUT, cwd=root)
-    base = f"http://127.0.0.1:{port}"
+    for attempt in range(5):
+        # another xdist worker may take the same free port between our probe and the server's bind:
+        # with no port retries the server then exits at once (instead of moving to a port nobody
+        # polls, while we poll the other worker's server), and we start it again on a new port
+        port = _free_port()
+        with log.open("w") as out:
+            proc = subprocess.Popen(
+                [str(BIN / "jupyter"), "lab", "--no-browser", "--allow-root", "--ip=127.0.0.1", f"--port={port}",
+                 "--ServerApp.port_retries=0", f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={root}",
+                 f"--LabApp.user_settings_dir={home / 'settings'}", f"--LabApp.workspaces_dir={home / 'ws'}",
+                 "--LabApp.expose_app_in_browser=True"],
+                env=env, stdout=out, stderr=subprocess.STDOUT, cwd=root)
+        base = f"http://127.0.0.1:{port}"
+        try:
+            _wait_http(f"{base}/api/status?token={token}", proc, log)
+            break
+        except AssertionError:
+            _stop(proc)
+            if attempt == 4 or "is already in use" not in log.read_text():
+                raise
     try:
-        _wait_http(f"{base}/api/status?token={token}", proc, log)
         yield LabServer(base, token, root, proc, log)
     finally:
         _stop(proc)

@@ -73,7 +73,8 @@ def test_the_crash_points_mark_test_r18s_evidence_deferred_and_nothing_else():
     assert {p.event_type for p in deferred} == {"ToolResult", "BudgetSettled"}
     intent = next(p for p in points if p.event_type == "ToolIntent")
     assert not intent.deferred and all(p.position > intent.position for p in deferred)
-    assert all("[deferred" in p.describe() for p in deferred) and all(p.to_dict()["deferred"] for p in deferred)
+    assert all("[written, not synced until the next barrier]" in p.describe() for p in deferred)
+    assert all(p.to_dict()["deferred"] for p in deferred)
     last = points[-1]
     assert [p.position for p in deferred_uncovered(points, last.position)] == [p.position for p in deferred]
     assert deferred_uncovered(points, intent.position) == []
