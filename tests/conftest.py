@@ -80,20 +80,6 @@ def _shared_scope_fixtures(item) -> list[str]:
             if defs and defs[-1].scope in ("module", "class") and not name.startswith("_unittest_")]
 
 
-def _start_weight(item) -> float:
-    """How early a test starts: the rough seconds of a long test (``slow(seconds)``; a bare ``slow``
-    counts 15, a ``browser`` test 30), 0 for the others and for any test with a module- or
-    class-scoped fixture, so that moving tests to the front never splits such a fixture's tests."""
-    slow = item.get_closest_marker("slow")
-    if slow is not None:
-        weight = float(slow.args[0]) if slow.args else 15.0
-    elif item.get_closest_marker("browser") is not None:
-        weight = 30.0
-    else:
-        return 0.0
-    return 0.0 if _shared_scope_fixtures(item) else weight
-
-
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
     """Under ``--dist loadgroup`` (``make test``), the tests of one module that share a module- or
@@ -104,13 +90,7 @@ def pytest_collection_modifyitems(config, items):
     Every ``quorum`` test (real etcd members with 50 ms heartbeats and 500 ms elections) runs on one
     worker, so two etcd clusters never compete for the cores: measured on this 2-core machine,
     test_replication_widget's leader check failed with clusters in both workers and passed alone.
-    Runs before xdist's own hook, which turns these marks into the ``@group`` node ids.
-
-    The long tests (``slow`` and ``browser`` marks, see :func:`_start_weight`) are moved to the front,
-    longest first: xdist hands out the ungrouped tests in collection order, and a minute-long notebook
-    run that starts last keeps one worker busy while the other has nothing left to do. (The groups
-    themselves are handed out before them, largest first: xdist's ``--loadscope-reorder`` default.)"""
-    items[:] = sorted(items, key=lambda item: -_start_weight(item))      # stable: otherwise in order
+    Runs before xdist's own hook, which turns these marks into the ``@group`` node ids."""
     for item in items:
         if any(True for _ in item.iter_markers("xdist_group")):
             continue

@@ -44,7 +44,6 @@ def _shot(page, tmp_path: Path, name: str) -> Path:
     return path
 
 
-@pytest.mark.slow(60)      # Run All of 11.1, then five panel actions with real processes
 def test_run_all_then_use_the_crash_panel(lab, browser, tmp_path):
     page = browser.new_page(viewport={"width": 1400, "height": 1000})
     try:

@@ -48,7 +48,6 @@ def _run_in_place(nb: Path) -> None:
     pm.execute_notebook(str(nb), str(nb), cwd=str(nb.parent), kernel_name="python3", progress_bar=False)
 
 
-@pytest.mark.slow
 def test_running_a_notebook_in_the_working_copy_leaves_git_status_clean(tmp_path):
     """Situation: a student runs the index notebook and an exercise from the lab and saves them (today
     the lab opens the tracked notebooks, and Run All leaves them modified). Invariant: ``git status

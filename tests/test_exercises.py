@@ -309,7 +309,6 @@ def _check_output(nb) -> str:
     return "".join(o.get("text", "") for o in cell.outputs)
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("variant", [None, *PAPERMILL_SEEDS], ids=["defaults", *(f"seed{s}" for s in PAPERMILL_SEEDS)])
 @pytest.mark.parametrize("ex", RUN_IDS)
 def test_solution_notebook_runs_and_its_answers_pass_check(ex, variant, tmp_path):
@@ -336,7 +335,6 @@ def test_notebooks_left_out_here_run_in_their_own_module(ex):
     assert '" expected " not in out' in src and "image/svg+xml" in src and r"\b(nan|inf)\b" in src
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("ex", RUN_IDS)
 def test_exercise_notebook_runs_unanswered(ex, tmp_path):
     nb = _run(ROOT / "exercises" / NB_NAME[ex], tmp_path / "out.ipynb")

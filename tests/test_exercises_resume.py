@@ -361,7 +361,6 @@ def _text(nb, cell_id: str) -> str:
     return "".join(o.get("text", "") + str(o.get("data", {}).get("text/markdown", "")) for o in cell.outputs)
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("variant", [None, *PAPERMILL_SEEDS], ids=["defaults", *(f"seed{s}" for s in PAPERMILL_SEEDS)])
 def test_solution_notebook_runs_simulates_and_passes_check(variant, tmp_path):
     params = mod().generate(variant) if variant is not None else None
@@ -378,7 +377,6 @@ def test_solution_notebook_runs_simulates_and_passes_check(variant, tmp_path):
         assert "0.0% of customers exceed" in decision and "lazy_resident" in decision
 
 
-@pytest.mark.slow
 def test_exercise_notebook_runs_unanswered(tmp_path):
     nb = _run(ROOT / "exercises" / "ex11_6.ipynb", tmp_path / "out.ipynb")
     out = _text(nb, "check")

@@ -301,7 +301,6 @@ def _text(nb, cell_id: str) -> str:
     return "".join(o.get("text", "") + str(o.get("data", {}).get("text/markdown", "")) for o in cell.outputs)
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("variant", [None, *PAPERMILL_SEEDS], ids=["defaults", *(f"seed{s}" for s in PAPERMILL_SEEDS)])
 def test_solution_notebook_runs_and_passes_check(variant, tmp_path):
     params = mod().generate(variant) if variant is not None else None
@@ -319,7 +318,6 @@ def test_solution_notebook_runs_and_passes_check(variant, tmp_path):
         assert "$8,522.88" in decision and "$932.88" in decision and "raw pages (97.2%" in decision
 
 
-@pytest.mark.slow
 def test_exercise_notebook_runs_unanswered(tmp_path):
     nb = _run(ROOT / "exercises" / "ex11_7.ipynb", tmp_path / "out.ipynb")
     out = _text(nb, "check")

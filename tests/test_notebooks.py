@@ -69,7 +69,6 @@ def test_committed_outputs_only_in_stable_cells(path):
             assert c.execution_count is None, f"{where}: execution count stored in an untagged cell"
 
 
-@pytest.mark.slow(60)      # a whole course notebook, some with real processes: half a minute to two
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
 def test_stable_outputs_reproduce_under_nbval(path, tmp_path):
     """nbval (lax mode) runs every cell and compares the tagged ones with the committed outputs;
