@@ -23,7 +23,7 @@ LAB_ARGS    ?=
 PYTEST_ARGS ?=
 # `make test` runs independent tests on every logical core (pytest-xdist); tests that share a
 # module-scoped fixture (an etcd cluster, a recorded example) stay on one worker (tests/conftest.py);
-# each worker starts one JupyterLab and one chromium for all its browser tests (tests/browser_support.py).
+# each worker starts one JupyterLab for all its browser tests, chromium once per module (tests/browser_support.py).
 # TEST_WORKERS=0 runs everything in one process.
 TEST_WORKERS ?= logical
 
