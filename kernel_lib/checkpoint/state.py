@@ -204,16 +204,16 @@ def _unpack_operations_nested(packed: dict[str, Any]) -> dict[str, Any]:
     out = {}
     for k, row in zip(ids, rows):
         d = dict(zip(fields, row))
-        d["attempts"] = _attempts_of(row[at], a_fields, dict)
+        d["attempts"] = _attempts_of(row[at], a_fields)
         out[k] = d
     return out
 
 
-def _attempts_of(cell: Any, a_fields: list[str], make: Any) -> dict[str, Any]:
+def _attempts_of(cell: Any, a_fields: list[str]) -> dict[str, Any]:
     """The attempts dict of a format-3 operation row's ``attempts`` cell; ValueError if malformed."""
     if type(cell) is not list or any(type(r) is not list or len(r) != len(a_fields) + 1 for r in cell):
         raise ValueError(f"an operation's attempts must be rows of a key and {len(a_fields)} values")
-    return {r[0]: make(zip(a_fields, r[1:])) for r in cell}
+    return {r[0]: dict(zip(a_fields, r[1:])) for r in cell}
 
 
 def _pack_state(state: dict[str, Any], nested: bool = True) -> dict[str, Any]:
@@ -431,7 +431,7 @@ def _record_from_v3(data: bytes, name: str, lazy: bool) -> "TrajectoryRecord | N
         if type(row) is not list or len(row) != len(op_f):
             raise bad("operation", key, f"is not a list of {len(op_f)} values")
         try:
-            attempts = _attempts_of(row[at], att_f, dict)
+            attempts = _attempts_of(row[at], att_f)
         except (ValueError, TypeError) as exc:
             raise bad("operation", key, f"has malformed attempts: {exc}") from None
         od = dict(zip(op_f, row))
