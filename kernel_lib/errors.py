@@ -97,9 +97,17 @@ that are retryable)::
                     UnrecoveredRunError
                     NoWorkerRunningError
                 UnknownCrashPointError  (also ConfigError)
+            RecoveryError
+                ToolContractError  (also ConfigError)
+                CompensatorBindError
+                SagaTransitionError
+                SagaPanicError
+                ServiceError
+                    ServiceFaultError
         Refusal
             AdmissionDenied
             DispatchWithheld
+            TrajectoryFrozenRefusal
 
 This module imports nothing from kernel_lib (it is the lowest layer), so every module may raise
 and catch these. ``tests/test_errors.py`` checks that no exception class is defined elsewhere in
@@ -130,7 +138,8 @@ __all__ = [
     "LiveCallDuringReplayError", "ImportFormatError", "UnknownImportFormatError",
     "LiveError", "SnapshotMismatchError", "PatchApplyError", "EvidenceSignatureError", "LiveProcessError",
     "OperationStillRunningError", "SessionStateError", "UnrecoveredRunError", "NoWorkerRunningError",
-    "UnknownCrashPointError",
+    "UnknownCrashPointError", "RecoveryError", "ToolContractError", "CompensatorBindError", "SagaTransitionError",
+    "SagaPanicError", "ServiceError", "ServiceFaultError", "TrajectoryFrozenRefusal",
 ]
 
 # --- the roots: faults and refusals ---------------------------------------------------------------
@@ -718,4 +727,75 @@ class UnknownCrashPointError(LiveError, ConfigError):
 
     def __init__(self, message: str, *, choices: tuple[str, ...] | list[str] = ()):
         self.choices = tuple(choices)
+        super().__init__(message)
+
+
+# --- Failure Recovery: tool contracts, the saga, terminal escalation ------------------------------
+
+
+class RecoveryError(KernelError):
+    """Base of the Failure Recovery chapter's faults (sagas, compensation, the tool services)."""
+
+
+class ToolContractError(RecoveryError, ConfigError):
+    """A tool's declaration is refused at registration (Failure Recovery, table 5): no
+    reversibility tier, an unknown repeat contract, a pivot (tier III) with a compensator, a tier
+    I/II tool without one, a compensator that is not registered or whose binding names nothing,
+    a name registered twice with another contract. ``tool`` names the tool."""
+
+    def __init__(self, message: str, *, tool: str | None = None):
+        self.tool = tool
+        super().__init__(message)
+
+
+class CompensatorBindError(RecoveryError):
+    """A committed step's compensator C_i cannot be bound from the step's arguments and output
+    (a bound path is missing from the service's answer): the saga refuses to report the step
+    committed without a durable compensator, and escalates instead (Failure Recovery, "Saga
+    compensation stacks")."""
+
+
+class SagaTransitionError(RecoveryError):
+    """A saga sub-transaction transition that table 2 does not allow (e.g. COMMITTED ->
+    EXECUTING, COMPENSATED -> COMPENSATING), or a step unknown to the saga. Raised before
+    anything is appended. ``from_state``/``to_state`` name the refused transition."""
+
+    def __init__(self, message: str, *, from_state: str | None = None, to_state: str | None = None):
+        self.from_state, self.to_state = from_state, to_state
+        super().__init__(message)
+
+
+class SagaPanicError(RecoveryError):
+    """A compensator failed unrecoverably: the saga appended PANIC, froze the trajectory and
+    stopped (Failure Recovery, the unwind listing). ``residue`` lists the resources the services
+    still hold; ``incident`` is the emitted incident record (a dict)."""
+
+    def __init__(self, message: str, *, residue: list | None = None, incident: dict | None = None):
+        self.residue = list(residue or [])
+        self.incident = dict(incident or {})
+        super().__init__(message)
+
+
+class ServiceError(RecoveryError):
+    """A tool service (live process or simulated twin) could not be started, reached or
+    configured (bad fault specification, unknown service, state file unusable)."""
+
+
+class ServiceFaultError(ServiceError):
+    """An injected fault, as a transport sees it: ``kind`` is the fault class (``timeout_after``,
+    ``timeout_before``, ``conflict``, ``rate_limited``, ``server_error``, ``crash``, ``slow``,
+    ``partial``); ``status`` the HTTP status when there is one. ``retryable`` follows the class
+    (429 and 5xx and a timeout before the effect may be retried)."""
+
+    def __init__(self, message: str, *, kind: str, status: int | None = None, retryable: bool | None = None):
+        self.kind, self.status = kind, status
+        super().__init__(message, retryable=retryable)
+
+
+class TrajectoryFrozenRefusal(Refusal):
+    """The trajectory is FROZEN (terminal escalation, the ACB freeze): a worker that finds it so
+    does nothing. ``incident_id`` names the incident record in the log."""
+
+    def __init__(self, message: str, *, incident_id: str | None = None):
+        self.incident_id = incident_id
         super().__init__(message)

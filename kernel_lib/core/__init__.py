@@ -23,8 +23,8 @@ from kernel_lib.core.events import (
     register, registered_types, payload_class, TaskStarted, ContextBuilt, ModelReplied, Authorized,
     BudgetReserved, BudgetSettled, ToolIntent, ToolResult, ControlChanged, PlanChanged, ApprovalRequested,
     ApprovalResolved, Compacted, RuntimeInput, Checkpoint, CheckpointV2, WorkspaceChanged,
-    CompensationIssued, QuarantineChanged, WatchdogIntervened, Provenance, Event, encode, digest, decode,
-    from_dict, decode_stored
+    CompensationIssued, QuarantineChanged, WatchdogIntervened, SagaStepChanged, SagaChanged, TrajectoryFrozen,
+    SAGA_STEP_STATES, FROZEN, Provenance, Event, encode, digest, decode, from_dict, decode_stored
 )
 from kernel_lib.core.record import (
     SUPPORTED_REDUCER_VERSIONS, SETTLING_STATUSES, Attempt, Operation, Reservation, Budget, Approval,
@@ -51,7 +51,8 @@ __all__ = [
     "ModelReplied", "Authorized", "BudgetReserved", "BudgetSettled", "ToolIntent", "ToolResult",
     "ControlChanged", "PlanChanged", "ApprovalRequested", "ApprovalResolved", "Compacted", "RuntimeInput",
     "Checkpoint", "CheckpointV2", "WorkspaceChanged", "CompensationIssued", "QuarantineChanged",
-    "WatchdogIntervened", "Provenance", "Event", "encode", "digest", "decode", "from_dict", "decode_stored",
+    "WatchdogIntervened",
+    "SagaStepChanged", "SagaChanged", "TrajectoryFrozen", "SAGA_STEP_STATES", "FROZEN", "Provenance", "Event", "encode", "digest", "decode", "from_dict", "decode_stored",
     "SUPPORTED_REDUCER_VERSIONS", "SETTLING_STATUSES", "Attempt", "Operation", "Reservation", "Budget",
     "Approval", "TrajectoryRecord", "initial_record", "fold", "apply", "fold_into", "fold_step", "fork",
     "TERMINAL_STATES", "MICRO_PER_USD", "usd_to_micro", "micro_to_usd", "REPEAT_SAFE_CONTRACTS", "ToolProposal",

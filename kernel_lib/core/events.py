@@ -585,6 +585,9 @@ class AttemptWithheld(Payload):
 ControlState = Literal[
     "RUNNING", "PAUSED", "AWAITING_APPROVAL", "FINALIZING", "COMPLETED", "CANCELLED", "FAILED"
 ]
+#: The control state a ``TrajectoryFrozen`` sets (terminal escalation). Not a ``ControlChanged``
+#: target: only the freeze record enters it, and only ``CANCELLED`` or ``FAILED`` leave it.
+FROZEN = "FROZEN"
 
 
 @register
@@ -734,6 +737,82 @@ class CompensationIssued(Payload):
     step_operation_id: str
     compensation_operation_id: str
     reason: str = ""
+
+
+#: The states of a saga sub-transaction (Failure Recovery, table 2), plus ``HALTED`` (a failed
+#: step after which the saga stops without unwinding: past the pivot) and ``ABORTED`` (a proposed
+#: step that never ran).
+SAGA_STEP_STATES = ("PENDING", "EXECUTING", "COMMITTED", "FAILED", "COMPENSATING", "COMPENSATED", "PANIC",
+                    "MANUAL_ESCALATION", "ABORTED", "HALTED")
+SagaStepState = Literal["PENDING", "EXECUTING", "COMMITTED", "FAILED", "COMPENSATING", "COMPENSATED", "PANIC",
+                        "MANUAL_ESCALATION", "ABORTED", "HALTED"]
+#: Reversibility tiers (Failure Recovery, table 5): I invertible, II compensable, III pivot.
+ReversibilityTier = Literal["I", "II", "III"]
+
+
+@register
+class SagaStepChanged(Payload):
+    """One transition of a saga sub-transaction T_i (Failure Recovery, definition 0.1, table 2).
+
+    ``step_id`` is T_i's operation id (its ``ToolIntent``/``ToolResult`` carry the same id);
+    ``idempotency_key`` is κ_i. ``compensator`` is C_i bound from T_i's output, recorded with the
+    ``COMMITTED`` transition (or with ``FAILED`` when the failed step left a partial effect):
+    ``{tool, arguments, operation_id, idempotency_key, repeat_contract, status_lookup}``, where
+    ``idempotency_key`` is κ_i^c. None for a pivot (C_i = ∅). ``residue``: with ``PANIC``, the
+    resources the services still hold (read from them, not assumed). The saga's fold is
+    :func:`kernel_lib.recovery.saga.fold_saga`; the state machine it enforces is
+    :data:`kernel_lib.recovery.saga.TRANSITIONS`.
+    """
+    event_type: ClassVar[str] = "SagaStepChanged"
+    schema_version: ClassVar[int] = 1
+    saga_id: str = Field(min_length=1)
+    step_id: str = Field(min_length=1)
+    step_index: int = Field(ge=1)
+    state: SagaStepState
+    tool: str = Field(min_length=1)
+    tier: ReversibilityTier
+    idempotency_key: str | None = None
+    compensator: dict[str, JSONValue] | None = None
+    reason: str = ""
+    residue: list[dict[str, JSONValue]] = []
+
+
+@register
+class SagaChanged(Payload):
+    """A saga-level transition: ``RUNNING`` (forward), ``COMPENSATING`` (the unwind began),
+    ``ABORT_CONSISTENT`` (every compensator ran: the unwind ended clean), ``COMPLETED``, ``PANIC``
+    (a compensator failed unrecoverably), ``HALTED`` (a failure past the pivot: no rollback)
+    (Failure Recovery, "Saga compensation stacks", the unwind listing)."""
+    event_type: ClassVar[str] = "SagaChanged"
+    schema_version: ClassVar[int] = 1
+    saga_id: str = Field(min_length=1)
+    state: Literal["RUNNING", "COMPENSATING", "ABORT_CONSISTENT", "COMPLETED", "PANIC", "HALTED"]
+    failed_step_id: str | None = None
+    reason: str = ""
+
+
+@register
+class TrajectoryFrozen(Payload):
+    """Terminal escalation, the ACB freeze (Failure Recovery, "Terminal escalation"): the
+    trajectory is halted (no admission of model calls or tool dispatch: the fold sets its control
+    state to ``FROZEN``, which only an operator's ``CANCELLED``/``FAILED`` leaves), its capability
+    leases were revoked at the broker (``revoked_leases``), and this incident record was emitted
+    out of band. ``failure_mode``: ``COMPENSATION_CORRUPTED`` before the pivot (a compensator
+    failed), ``POST_PIVOT_STALLED`` after it. ``log_offset``: the log position the freeze
+    describes (the last event before this one). ``residue``: resources the services still hold;
+    ``incomplete_steps``: steps not finished (post-pivot)."""
+    event_type: ClassVar[str] = "TrajectoryFrozen"
+    schema_version: ClassVar[int] = 1
+    incident_id: str = Field(min_length=1)
+    saga_id: str | None = None
+    failure_mode: Literal["POST_PIVOT_STALLED", "COMPENSATION_CORRUPTED"]
+    log_offset: int = Field(ge=0)
+    failing_tool: str | None = None
+    error: dict[str, JSONValue] = {}
+    frozen_context_ref: str
+    revoked_leases: list[str] = []
+    residue: list[dict[str, JSONValue]] = []
+    incomplete_steps: list[str] = []
 
 
 @register

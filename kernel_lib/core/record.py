@@ -50,6 +50,10 @@ from kernel_lib.core.events import (
     CheckpointV2,
     Compacted,
     CompensationIssued,
+    SagaChanged,
+    SagaStepChanged,
+    TrajectoryFrozen,
+    FROZEN,
     ContextBuilt,
     ControlChanged,
     Event,
@@ -852,6 +856,9 @@ def _not_terminal(rec: TrajectoryRecord, ev: Event) -> None:
 def _control_changed(rec: TrajectoryRecord, ev: Event, p: ControlChanged) -> None:
     if rec.control_state in TERMINAL_STATES:
         raise FoldError(f"event {ev.event_id}: {rec.control_state} is terminal; no transition to {p.to_state}")
+    if rec.control_state == FROZEN and p.to_state not in ("CANCELLED", "FAILED"):
+        raise FoldError(f"event {ev.event_id}: the trajectory is FROZEN (terminal escalation); only an operator's "
+                        f"CANCELLED or FAILED leaves it, not {p.to_state}")
     if rec.task is None:
         raise FoldError(f"event {ev.event_id}: a control transition before TaskStarted")
     pending = any(a.status == "pending" for a in rec.approvals.values())
@@ -930,6 +937,16 @@ def _recovery(rec: TrajectoryRecord, ev: Event, p: Any) -> None:
                                  **p.model_dump(mode="json")})
 
 
+def _frozen(rec: TrajectoryRecord, ev: Event, p: TrajectoryFrozen) -> None:
+    """Terminal escalation (Failure Recovery, the ACB freeze): the record keeps the incident and
+    the control state becomes FROZEN, so admission refuses every model call and dispatch."""
+    if rec.control_state in TERMINAL_STATES:
+        raise FoldError(f"event {ev.event_id}: the trajectory is {rec.control_state}, a terminal state; it cannot be "
+                        "frozen")
+    _recovery(rec, ev, p)
+    rec.control_state = FROZEN
+
+
 _HANDLERS = {
     TaskStarted: _task_started, ContextBuilt: _context_built, ModelReplied: _model_replied,
     Authorized: _authorized, BudgetReserved: _budget_reserved, BudgetSettled: _budget_settled,
@@ -941,6 +958,7 @@ _HANDLERS = {
     ToolIntentV1: _tool_intent,   # schema 1 of ToolIntent (no idempotency key) folds the same way
     ToolIntentV2: _tool_intent,   # schema 2 of ToolIntent (no status_lookup) folds the same way
     AttemptWithheld: _attempt_withheld,
+    SagaStepChanged: _recovery, SagaChanged: _recovery, TrajectoryFrozen: _frozen,
 }
 
 #: Payload types whose handlers :func:`fork` was checked against: they change only the record's
@@ -952,5 +970,5 @@ _FORK_REVIEWED = frozenset({
     TaskStarted, ContextBuilt, ModelReplied, Authorized, BudgetReserved, BudgetSettled, ToolIntent, ToolResult,
     ControlChanged, PlanChanged, ApprovalRequested, ApprovalResolved, Compacted, RuntimeInput, Checkpoint,
     CompensationIssued, QuarantineChanged, WatchdogIntervened, CheckpointV2, WorkspaceChanged, ToolIntentV1,
-    AttemptWithheld, ToolIntentV2,
+    AttemptWithheld, ToolIntentV2, SagaStepChanged, SagaChanged, TrajectoryFrozen,
 })

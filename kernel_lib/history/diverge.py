@@ -188,6 +188,11 @@ _BOUNDARY_SPECS: dict[str, _Spec] = {
                                 ("saga_id", "reason")),
     "QuarantineChanged": _Spec(HARNESS_DECISION, ((_SUBJ, "subject_id"),), ("subject_kind", "quarantined", "reason")),
     "WatchdogIntervened": _Spec(HARNESS_DECISION, (), ("watchdog", "tier", "signal", "action")),
+    "SagaStepChanged": _Spec(HARNESS_DECISION, ((_SUBJ, "step_id"),),
+                             ("saga_id", "step_index", "state", "tool", "tier", "compensator", "residue")),
+    "SagaChanged": _Spec(HARNESS_DECISION, (("saga", "saga_id"),), ("state", "failed_step_id")),
+    "TrajectoryFrozen": _Spec(HARNESS_DECISION, (("incident", "incident_id"),),
+                              ("failure_mode", "log_offset", "failing_tool", "residue", "incomplete_steps")),
 }
 
 # supporting evidence: compared, reported, never a boundary; the category says what it bears on

@@ -1,0 +1,425 @@
+"""The saga's thin runner: applies :mod:`kernel_lib.recovery.saga`'s decisions through the dispatch gate.
+
+Failure Recovery, "Saga compensation stacks" (the unwind listing) and "Terminal escalation" (the
+ACB-freeze listing). Every forward step and every compensator is a tool operation of the
+trajectory, run through :class:`~kernel_lib.gate.dispatch.DispatchGate` (intent durable before
+dispatch, evidence after, in doubt on a crash). The runner adds the saga's records and decides
+nothing itself: the state machine and the next unwind action come from the fold.
+
+Barriers (the durable acknowledgments a step waits for; Napkin Math 0.1 counts them as fsyncs):
+
+* forward step: ``PENDING`` rides the admission batch's barrier (Authorized, BudgetReserved,
+  ToolIntent: one barrier); the evidence of a service with a status lookup rides the next
+  barrier, which is ``COMMITTED`` with C_i bound — durable **before control returns to the
+  model**. Two barriers per forward step.
+* compensator pop: ``COMPENSATING`` rides the compensator's admission barrier; its evidence and
+  ``COMPENSATED`` ride the next pop's barrier (or the final ``ABORT_CONSISTENT``), which is safe
+  because a lost ``COMPENSATED`` leaves C_i's attempt in doubt and the service's status lookup (or
+  κ_i^c) settles it without running C_i again. One barrier per pop, one to end the unwind.
+
+Crash recovery is re-running the same saga script in a new process over the same log
+(:meth:`SagaRunner.step` answers a committed step from the log, settles an in-doubt one by the
+service's status lookup, and refuses a script that diverged from the log), then
+:meth:`SagaRunner.unwind`, which continues where the log says the unwind stopped.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from kernel_lib.core.events import FROZEN, SagaChanged, SagaStepChanged, ToolIntent, TrajectoryFrozen
+from kernel_lib.core.proposals import ToolProposal, ToolReply, idempotency_key
+from kernel_lib.errors import (
+    AdmissionDenied, DispatchWithheld, RecoveryError, SagaPanicError, SagaTransitionError, TrajectoryFrozenRefusal,
+)
+from kernel_lib.gate.dispatch import DispatchGate
+from kernel_lib.recovery.contracts import REPAIRABLE_CONTRACTS, ToolRegistry, bind_compensator_arguments
+from kernel_lib.recovery.saga import (
+    SagaRecord, SagaStep, check_transition, compensation_operation_id, fold_saga, next_unwind, step_operation_id,
+)
+
+__all__ = ["Endpoints", "RetryPolicy", "StepFailed", "SagaRunner"]
+
+
+class Endpoints(Protocol):
+    """How the runner reaches the tool services (a fleet of twins or of live processes)."""
+
+    def send(self, intent: ToolIntent) -> ToolReply:
+        """Dispatch one attempt; raise ``TimeoutError``/``OSError`` when no answer came."""
+
+    def lookup(self, tool: str, operation_id: str) -> dict[str, Any]:
+        """Status query by operation id: ``{"status": completed|failed|unknown, "http_status", "body"}``."""
+
+    def live_resources(self) -> list[dict[str, Any]]:
+        """Every resource the services still hold: ``{service, resource_id, kind, state, operation_id}``."""
+
+    def revoke(self, trajectory_id: str) -> list[str]:
+        """Revoke every capability lease of the trajectory at the broker; returns the lease ids."""
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """Backoff for retryable failures (429, 503, a timeout the lookup shows never arrived):
+    full jitter, ``delay = U(0, min(cap_s, base_s * 2**n))``, seeded; at most ``max_attempts``
+    attempts per operation."""
+
+    max_attempts: int = 5
+    base_s: float = 0.05
+    cap_s: float = 2.0
+    seed: int = 0
+
+    def delay_s(self, attempt: int, rng: random.Random) -> float:
+        return rng.uniform(0.0, min(self.cap_s, self.base_s * 2 ** max(0, attempt - 1)))
+
+
+class StepFailed(RecoveryError):
+    """A forward step ended FAILED (or the saga is already unwinding): the caller unwinds."""
+
+    def __init__(self, message: str, *, step_id: str | None = None, error: dict | None = None):
+        self.step_id = step_id
+        self.error = dict(error or {})
+        super().__init__(message)
+
+
+_PLAIN_KEYS = ("status", "http_status", "duplicate")
+
+
+def _output(outcome: dict[str, Any] | None) -> dict[str, Any]:
+    return {k: v for k, v in (outcome or {}).items() if k not in _PLAIN_KEYS}
+
+
+class SagaRunner:
+    """Runs one trajectory saga through ``gate`` (see the module docstring).
+
+    Args:
+        gate: the trajectory's dispatch gate (its record is the fold of the log).
+        registry: the declared tools (:class:`ToolRegistry`, checked).
+        endpoints: how the services are reached (:class:`Endpoints`).
+        saga_id: the saga's id (step ids are ``<saga_id>.T<i>``, compensators ``<step>.C``).
+        grant_id: the capability grant every step is admitted under.
+        retry: backoff for retryable failures; ``sleep`` waits (a virtual clock's ``advance`` in
+            simulation, ``time.sleep`` live).
+        on_incident: the out-of-band channel a freeze emits its incident record on (a queue's
+            ``put``, a file writer); never the model's context.
+    """
+
+    def __init__(self, gate: DispatchGate, registry: ToolRegistry, endpoints: Endpoints, *, saga_id: str,
+                 grant_id: str, retry: RetryPolicy = RetryPolicy(), sleep: Callable[[float], Any] = lambda s: None,
+                 on_incident: Callable[[dict[str, Any]], Any] = lambda incident: None):
+        self.gate = gate
+        self.registry = registry.check()
+        self.endpoints = endpoints
+        self.saga_id = saga_id
+        self.grant_id = grant_id
+        self.retry = retry
+        self.sleep = sleep
+        self.on_incident = on_incident
+        self._rng = random.Random(retry.seed)
+        self._next_index = 1
+        self.saga = fold_saga(gate.log.events(), saga_id)
+
+    # --- the fold ------------------------------------------------------------------------------------
+    def _refold(self) -> SagaRecord:
+        self.saga = fold_saga(self.gate.log.events(), self.saga_id)
+        return self.saga
+
+    @property
+    def trajectory_id(self) -> str:
+        return self.gate.log.trajectory_id
+
+    def _check_not_frozen(self) -> None:
+        if self.gate.record.control_state == FROZEN:
+            inc = next((r for r in reversed(self.gate.record.recovery_records)
+                        if r.get("event_type") == "TrajectoryFrozen"), {})
+            self.endpoints.revoke(self.trajectory_id)   # idempotent: a freeze that died before revoking finishes
+            raise TrajectoryFrozenRefusal(
+                f"trajectory {self.trajectory_id} is FROZEN ({inc.get('failure_mode')}, incident "
+                f"{inc.get('incident_id')}); it waits for an operator and does nothing",
+                incident_id=inc.get("incident_id"))
+
+    def _append_step(self, step: SagaStep | None, state: str, *, step_id: str, index: int, tool: str, tier: str,
+                     deferred: bool, **fields: Any) -> None:
+        check_transition(step_id, step.state if step else None, state)   # before anything is appended
+        self.gate.append(SagaStepChanged(saga_id=self.saga_id, step_id=step_id, step_index=index, state=state,
+                                         tool=tool, tier=tier, **fields), deferred=deferred)
+        self._refold()
+
+    def _append_saga(self, state: str, *, deferred: bool, **fields: Any) -> None:
+        if self.saga.state == state:
+            return
+        self.gate.append(SagaChanged(saga_id=self.saga_id, state=state, **fields), deferred=deferred)
+        self._refold()
+
+    # --- forward steps -------------------------------------------------------------------------------
+    def step(self, tool: str, arguments: dict[str, Any], *, cost_bound_usd: float | None = None) -> dict[str, Any]:
+        """Run forward step T_i (the script's next step) and return its output.
+
+        Answered from the log when the step already committed (a re-run after a crash); an
+        in-doubt step is settled by the service's status lookup first. C_i is bound from the
+        output and recorded with COMMITTED before this returns.
+
+        Raises:
+            StepFailed: the step failed (FAILED is recorded; the caller unwinds), or the saga is
+                already unwinding or ended.
+            SagaTransitionError: the script diverged from the log (another tool at this step).
+            TrajectoryFrozenRefusal: the trajectory is frozen.
+            ToolContractError: ``tool`` is not registered, or is a compensator.
+        """
+        self._check_not_frozen()
+        contract = self.registry.contract(tool)
+        if contract.is_compensator:
+            raise SagaTransitionError(f"{tool} is a compensator; the saga runs compensators itself, a step never "
+                                      "proposes one")
+        index = self._next_index
+        self._next_index += 1
+        step_id = step_operation_id(self.saga_id, index)
+        saga = self.saga
+        if saga.state is None:
+            self._append_saga("RUNNING", deferred=True)
+        elif saga.state != "RUNNING":
+            raise StepFailed(f"saga {self.saga_id} is {saga.state}; no forward step runs", step_id=step_id)
+        step = self.saga.steps.get(step_id)
+        if step is not None and (step.tool, step.index) != (tool, index):
+            raise SagaTransitionError(f"the saga script diverged from the log: step {index} is {step.tool} in the "
+                                      f"log, {tool} in this run", from_state=step.state)
+        if step is not None and step.state == "COMMITTED":
+            return _output(self.gate.record.operations[step_id].outcome)
+        if step is not None and step.state in ("FAILED", "ABORTED", "HALTED", "COMPENSATING", "COMPENSATED", "PANIC"):
+            raise StepFailed(f"step {index} ({tool}) is {step.state}", step_id=step_id)
+        if step is None:
+            self._append_step(None, "PENDING", step_id=step_id, index=index, tool=tool, tier=contract.tier,
+                              deferred=True, idempotency_key=idempotency_key(self.trajectory_id, step_id))
+        bound = contract.cost_bound_usd if cost_bound_usd is None else cost_bound_usd
+        return self._drive_forward(step_id, index, tool, contract, dict(arguments), bound)
+
+    def _proposal(self, op_id: str, tool: str, arguments: dict[str, Any], bound: float) -> ToolProposal:
+        c = self.registry.contract(tool)
+        op = self.gate.record.operations.get(op_id)
+        n = len(op.attempts) + 1 if op is not None else 1
+        return ToolProposal(op_id, f"a{n}", tool, arguments, self.grant_id, bound, repeat_contract=c.repeat_contract,
+                            status_lookup=c.status_lookup)
+
+    def _dispatch(self, op_id: str, tool: str, arguments: dict[str, Any], bound: float) -> str | None:
+        """One attempt through the gate; returns None, or the reason it never left."""
+        try:
+            self.gate.run_tool(self._proposal(op_id, tool, arguments, bound), self.endpoints.send)
+        except AdmissionDenied as exc:
+            return f"admission denied: {exc}"
+        except DispatchWithheld as exc:
+            return f"withheld at the dispatch-time recheck: {exc}"
+        finally:
+            self._refold()
+        return None
+
+    def _settle_by_lookup(self, op_id: str, tool: str) -> str:
+        """Ask the service about an in-doubt attempt; record what it says. Returns the status
+        (``completed``/``failed``/``unknown``/``unreachable``)."""
+        op = self.gate.record.operations[op_id]
+        attempt = op.current_attempt_id
+        try:
+            answer = self.endpoints.lookup(tool, op_id)
+        except OSError:
+            return "unreachable"
+        status = answer.get("status")
+        if status in ("completed", "failed"):
+            body = dict(answer.get("body") or {})
+            reply = ToolReply(status, outcome={"http_status": answer.get("http_status"), **body},
+                              observation_complete=True)
+            self.gate.record_evidence(op_id, attempt, reply, source="reconciliation")
+            self._refold()
+        return status or "unknown"
+
+    def _attempts(self, op_id: str) -> int:
+        op = self.gate.record.operations.get(op_id)
+        return len(op.attempts) if op is not None else 0
+
+    def _drive_forward(self, step_id: str, index: int, tool: str, contract: Any, arguments: dict[str, Any],
+                       bound: float) -> dict[str, Any]:
+        while True:
+            op = self.gate.record.operations.get(step_id)
+            if op is None or not any(a.intent_sequence is not None for a in op.attempts.values()):
+                why = self._dispatch(step_id, tool, arguments, bound)
+                if why is not None:
+                    return self._forward_failed(step_id, index, tool, contract, {"error": why, "never_sent": True})
+                continue
+            if op.status == "in_doubt":
+                status = self._settle_by_lookup(step_id, tool) if contract.status_lookup else "no_lookup"
+                if status in ("completed", "failed"):
+                    continue
+                safe = status == "unknown" or contract.repeat_contract in REPAIRABLE_CONTRACTS
+                if safe and self._attempts(step_id) < self.retry.max_attempts:
+                    self.sleep(self.retry.delay_s(self._attempts(step_id), self._rng))
+                    self._dispatch(step_id, tool, arguments, bound)
+                    continue
+                return self._forward_failed(step_id, index, tool, contract, {
+                    "error": f"in doubt after {self._attempts(step_id)} attempts ({status})", "in_doubt": True})
+            if op.status == "withheld":
+                return self._forward_failed(step_id, index, tool, contract, {"error": "withheld", "never_sent": True})
+            outcome = op.outcome or {}
+            if outcome.get("status") == "completed":
+                output = _output(outcome)
+                fields: dict[str, Any] = {}
+                if contract.compensator is not None:
+                    args = bind_compensator_arguments(contract.compensator, arguments, output)
+                    fields["compensator"] = self._bound_compensator(step_id, contract.compensator.tool, args)
+                step = self.saga.steps[step_id]
+                self._append_step(step, "COMMITTED", step_id=step_id, index=index, tool=tool, tier=contract.tier,
+                                  deferred=False, **fields)
+                return output
+            # failed: retry what the service says is retryable, else FAILED
+            if outcome.get("retryable") and self._attempts(step_id) < self.retry.max_attempts:
+                wait = outcome.get("retry_after_s")
+                self.sleep(float(wait) if isinstance(wait, (int, float)) else
+                           self.retry.delay_s(self._attempts(step_id), self._rng))
+                self._dispatch(step_id, tool, arguments, bound)
+                continue
+            return self._forward_failed(step_id, index, tool, contract, _output(outcome))
+
+    def _bound_compensator(self, step_id: str, tool: str, arguments: dict[str, Any]) -> dict[str, Any]:
+        c = self.registry.contract(tool)
+        op_id = compensation_operation_id(step_id)
+        return {"tool": tool, "arguments": arguments, "operation_id": op_id,
+                "idempotency_key": idempotency_key(self.trajectory_id, op_id), "repeat_contract": c.repeat_contract,
+                "status_lookup": c.status_lookup}
+
+    def _forward_failed(self, step_id: str, index: int, tool: str, contract: Any, error: dict[str, Any]) -> Any:
+        step = self.saga.steps[step_id]
+        fields: dict[str, Any] = {"reason": str(error.get("error", "failed"))[:500]}
+        if error.get("never_sent") and step.state == "PENDING":
+            self._append_step(step, "ABORTED", step_id=step_id, index=index, tool=tool, tier=contract.tier,
+                              deferred=False, **fields)
+            raise StepFailed(f"step {index} ({tool}) never left: {fields['reason']}", step_id=step_id, error=error)
+        if error.get("partial") and contract.compensator is not None and isinstance(error.get("output"), dict):
+            try:
+                args = bind_compensator_arguments(contract.compensator, {}, error["output"])
+                fields["compensator"] = self._bound_compensator(step_id, contract.compensator.tool, args)
+            except RecoveryError:
+                pass
+        state = "HALTED" if self.saga.pivot_committed is not None and "compensator" not in fields else "FAILED"
+        self._append_step(step, "FAILED", step_id=step_id, index=index, tool=tool, tier=contract.tier,
+                          deferred=False, **fields)
+        if state == "HALTED":
+            self._append_step(self.saga.steps[step_id], "HALTED", step_id=step_id, index=index, tool=tool,
+                              tier=contract.tier, deferred=False, reason="past the pivot: no rollback")
+        raise StepFailed(f"step {index} ({tool}) failed: {fields['reason']}", step_id=step_id, error=error)
+
+    def complete(self) -> None:
+        """Record the saga COMPLETED (a barrier): every step committed."""
+        self._check_not_frozen()
+        self._append_saga("COMPLETED", deferred=False)
+
+    # --- the unwind ----------------------------------------------------------------------------------
+    def unwind(self, reason: str = "") -> str:
+        """Pop Σ until it is empty (the unwind listing), from wherever the log says it stopped.
+
+        Returns the saga's final state, ``ABORT_CONSISTENT``. After the pivot a failure is not
+        unwound: the trajectory is frozen (POST_PIVOT_STALLED) and SagaPanicError is raised.
+
+        Raises:
+            SagaPanicError: a compensator failed unrecoverably (PANIC recorded, trajectory frozen,
+                residue read from the services), or the failure is past the pivot.
+            TrajectoryFrozenRefusal: the trajectory was already frozen.
+        """
+        self._check_not_frozen()
+        saga = self._refold()
+        if saga.state in ("ABORT_CONSISTENT",):
+            return saga.state
+        failed = next((s.step_id for s in sorted(saga.steps.values(), key=lambda s: -s.index)
+                       if s.state in ("FAILED", "HALTED", "ABORTED")), None)
+        if saga.pivot_committed is not None:
+            return self._panic(None, "POST_PIVOT_STALLED", {"error": reason or "failure past the pivot"},
+                               failing_tool=saga.steps[failed].tool if failed else None)
+        if saga.state != "COMPENSATING":
+            self._append_saga("COMPENSATING", deferred=True, failed_step_id=failed, reason=reason[:500])
+        while True:
+            action = next_unwind(self.saga, self.gate.record)
+            step = action.step
+            if action.kind == "done":
+                self._append_saga("ABORT_CONSISTENT", deferred=False)
+                return "ABORT_CONSISTENT"
+            comp = step.compensator
+            if action.kind == "begin":
+                self._append_step(step, "COMPENSATING", step_id=step.step_id, index=step.index, tool=step.tool,
+                                  tier=step.tier, deferred=True)
+            elif action.kind in ("dispatch", "resend"):
+                if self._attempts(comp["operation_id"]) >= self.retry.max_attempts:
+                    return self._panic(step, "COMPENSATION_CORRUPTED",
+                                       {"error": f"C{step.index} not settled after {self.retry.max_attempts} attempts"})
+                if action.kind == "resend" or self._attempts(comp["operation_id"]):
+                    self.sleep(self.retry.delay_s(self._attempts(comp["operation_id"]), self._rng))
+                why = self._dispatch(comp["operation_id"], comp["tool"], dict(comp["arguments"]), 0.0)
+                if why is not None:
+                    return self._panic(step, "COMPENSATION_CORRUPTED", {"error": why})
+            elif action.kind == "reconcile":
+                status = self._settle_by_lookup(comp["operation_id"], comp["tool"])
+                if status == "unknown":   # never arrived: a new attempt under κ^c is safe
+                    self._dispatch(comp["operation_id"], comp["tool"], dict(comp["arguments"]), 0.0)
+                elif status == "unreachable":
+                    if self._attempts(comp["operation_id"]) >= self.retry.max_attempts:
+                        return self._panic(step, "COMPENSATION_CORRUPTED",
+                                           {"error": f"C{step.index}'s service unreachable for its status lookup"})
+                    self.sleep(self.retry.delay_s(self._attempts(comp["operation_id"]), self._rng))
+                    self._dispatch(comp["operation_id"], comp["tool"], dict(comp["arguments"]), 0.0)
+            elif action.kind == "record_compensated":
+                safe = comp.get("status_lookup") or comp.get("repeat_contract") in REPAIRABLE_CONTRACTS
+                self._append_step(step, "COMPENSATED", step_id=step.step_id, index=step.index, tool=step.tool,
+                                  tier=step.tier, deferred=bool(safe))
+            elif action.kind == "failed":
+                outcome = self.gate.record.operations[comp["operation_id"]].outcome or {}
+                if outcome.get("retryable") and self._attempts(comp["operation_id"]) < self.retry.max_attempts:
+                    wait = outcome.get("retry_after_s")
+                    self.sleep(float(wait) if isinstance(wait, (int, float)) else
+                               self.retry.delay_s(self._attempts(comp["operation_id"]), self._rng))
+                    self._dispatch(comp["operation_id"], comp["tool"], dict(comp["arguments"]), 0.0)
+                else:
+                    return self._panic(step, "COMPENSATION_CORRUPTED", _output(outcome))
+            else:   # escalate
+                return self._panic(step, "COMPENSATION_CORRUPTED", {"error": action.reason})
+
+    # --- panic and the ACB freeze ---------------------------------------------------------------------
+    def _residue(self) -> list[dict[str, Any]]:
+        """Resources the services still hold that this saga's steps created (read from them)."""
+        ours = {s.step_id for s in self.saga.steps.values()}
+        try:
+            held = self.endpoints.live_resources()
+        except OSError as exc:
+            return [{"unknown": f"the services could not be read: {exc}"}]
+        return [r for r in held if r.get("operation_id") in ours]
+
+    def _panic(self, step: SagaStep | None, mode: str, error: dict[str, Any],
+               failing_tool: str | None = None) -> Any:
+        residue = self._residue()
+        if step is not None:
+            self._append_step(step, "PANIC", step_id=step.step_id, index=step.index, tool=step.tool, tier=step.tier,
+                              deferred=True, reason=str(error.get("error", "compensator failed"))[:500],
+                              residue=residue)
+            failing_tool = step.compensator["tool"] if step.compensator else step.tool
+        if self.saga.state in ("RUNNING", "COMPENSATING"):
+            self._append_saga("PANIC", deferred=True, reason=str(error.get("error", ""))[:500])
+        incident = self.freeze(mode, error=error, failing_tool=failing_tool, residue=residue)
+        raise SagaPanicError(f"saga {self.saga_id}: {mode}: {error.get('error', error)}; frozen as incident "
+                             f"{incident['incident_id']}", residue=residue, incident=incident)
+
+    def freeze(self, failure_mode: str, *, error: dict[str, Any], failing_tool: str | None,
+               residue: Iterable[dict[str, Any]] = ()) -> dict[str, Any]:
+        """The ACB freeze: revoke the trajectory's leases at the broker, persist the incident
+        (``TrajectoryFrozen``: admission now refuses every model call and dispatch), then emit it
+        on the out-of-band channel. Returns the incident record (a dict)."""
+        revoked = self.endpoints.revoke(self.trajectory_id)
+        incomplete = [s.step_id for s in self.saga.steps.values()
+                      if s.state not in ("COMMITTED", "COMPENSATED", "ABORTED")]
+        head = self.gate.log.head
+        payload = TrajectoryFrozen(
+            incident_id=f"incident-{self.trajectory_id}-{head + 1}", saga_id=self.saga_id, failure_mode=failure_mode,
+            log_offset=head, failing_tool=failing_tool, error={k: v for k, v in error.items()},
+            frozen_context_ref=f"log:{self.trajectory_id}@{head}", revoked_leases=revoked,
+            residue=list(residue), incomplete_steps=incomplete)
+        self.gate.append(payload)
+        self._refold()
+        incident = payload.model_dump(mode="json")
+        incident["trajectory_id"] = self.trajectory_id
+        self.on_incident(incident)
+        return incident

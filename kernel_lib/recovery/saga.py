@@ -1,0 +1,289 @@
+"""The trajectory saga as a fold of the trajectory log: states, the compensation stack Σ, decisions.
+
+Failure Recovery, definition 0.1 and tables 2–3. A saga's forward steps T_i and its compensators
+C_i are ordinary tool operations of the trajectory (``ToolIntent``/``ToolResult`` through the
+dispatch gate, so eq. 1 holds for both); the saga adds ``SagaStepChanged`` and ``SagaChanged``
+records in the same log, and :func:`fold_saga` folds all of them into a :class:`SagaRecord`.
+Nothing is kept in process memory: a new owner folds the same log and gets the same Σ.
+
+The sub-transaction state machine (:data:`TRANSITIONS`, table 2)::
+
+    (new)        -> PENDING
+    PENDING      -> EXECUTING (derived: the step's first ToolIntent is in the log), ABORTED
+    EXECUTING    -> COMMITTED (C_i bound and recorded with it), FAILED
+    COMMITTED    -> COMPENSATING (only with a compensator: a pivot's C = ∅)
+    FAILED       -> COMPENSATING (only when the failure left a partial effect and recorded C_k), HALTED
+    COMPENSATING -> COMPENSATED, PANIC
+    PANIC        -> MANUAL_ESCALATION
+
+Table 2 lists ``COMPENSATING, TERMINATED`` after ``COMPENSATED``: those are the *saga's* next
+moves (the preceding step's compensator, or the end of the unwind). A compensated step itself
+does not move again, so here COMPENSATED, ABORTED, HALTED and MANUAL_ESCALATION are final for
+the step. :func:`check_transition` raises :class:`SagaTransitionError` for anything else; the
+runner calls it before it appends, so an illegal transition appends nothing.
+
+The decisions (:func:`next_unwind`) are pure functions of the :class:`SagaRecord` and the
+trajectory record's operation table; :mod:`kernel_lib.recovery.runner` applies them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from kernel_lib.core.events import (
+    Event, SagaChanged, SagaStepChanged, ToolIntent, TrajectoryFrozen,
+)
+from kernel_lib.core.record import Operation, TrajectoryRecord
+from kernel_lib.errors import SagaTransitionError
+
+__all__ = ["TRANSITIONS", "FINAL_STEP_STATES", "SagaStep", "SagaRecord", "check_transition", "fold_saga",
+           "compensation_operation_id", "step_operation_id", "UnwindAction", "next_unwind"]
+
+#: Allowed transitions of one sub-transaction (see the module docstring). ``None`` is "not yet in
+#: the saga".
+TRANSITIONS: dict[str | None, frozenset[str]] = {
+    None: frozenset({"PENDING"}),
+    "PENDING": frozenset({"EXECUTING", "ABORTED"}),
+    "EXECUTING": frozenset({"COMMITTED", "FAILED"}),
+    "COMMITTED": frozenset({"COMPENSATING"}),
+    "FAILED": frozenset({"COMPENSATING", "HALTED"}),
+    "COMPENSATING": frozenset({"COMPENSATED", "PANIC"}),
+    "COMPENSATED": frozenset(),
+    "PANIC": frozenset({"MANUAL_ESCALATION"}),
+    "MANUAL_ESCALATION": frozenset(),
+    "ABORTED": frozenset(),
+    "HALTED": frozenset(),
+}
+FINAL_STEP_STATES = frozenset(k for k, v in TRANSITIONS.items() if k is not None and not v)
+
+#: Saga-level transitions (``SagaChanged``): RUNNING first; COMPENSATING once an unwind starts.
+SAGA_TRANSITIONS: dict[str | None, frozenset[str]] = {
+    None: frozenset({"RUNNING"}),
+    "RUNNING": frozenset({"COMPENSATING", "COMPLETED", "HALTED", "PANIC"}),
+    "COMPENSATING": frozenset({"ABORT_CONSISTENT", "PANIC"}),
+    "ABORT_CONSISTENT": frozenset(),
+    "COMPLETED": frozenset(),
+    "HALTED": frozenset(),
+    "PANIC": frozenset(),
+}
+
+
+def step_operation_id(saga_id: str, index: int) -> str:
+    """The operation id of forward step T_index of ``saga_id`` (its κ_i is the gate's
+    :func:`~kernel_lib.core.proposals.idempotency_key` of this id)."""
+    return f"{saga_id}.T{index}"
+
+
+def compensation_operation_id(step_id: str) -> str:
+    """The operation id of C_i for the step ``step_id``; κ_i^c is the idempotency key of this id."""
+    return f"{step_id}.C"
+
+
+def check_transition(step_id: str, from_state: str | None, to_state: str) -> None:
+    """Raise :class:`SagaTransitionError` unless table 2 allows ``from_state -> to_state``."""
+    allowed = TRANSITIONS.get(from_state)
+    if allowed is None or to_state not in allowed:
+        raise SagaTransitionError(
+            f"saga step {step_id}: {from_state or '(new)'} -> {to_state} is not a transition of table 2 "
+            f"(from {from_state or '(new)'}: {sorted(allowed) if allowed else 'none, the state is final'})",
+            from_state=from_state, to_state=to_state)
+
+
+@dataclass
+class SagaStep:
+    """One sub-transaction T_i = <α_i, θ_i, φ_i, κ_i> as the log records it.
+
+    ``history``: ``(sequence_number, state)`` of every transition. ``compensator``: C_i bound
+    (``{tool, arguments, operation_id, idempotency_key, repeat_contract, status_lookup}``) or None.
+    """
+
+    step_id: str
+    index: int
+    tool: str
+    tier: str
+    state: str
+    idempotency_key: str | None = None
+    compensator: dict[str, Any] | None = None
+    reason: str = ""
+    residue: list[dict[str, Any]] = field(default_factory=list)
+    history: list[tuple[int, str]] = field(default_factory=list)
+
+    @property
+    def pivot(self) -> bool:
+        return self.tier == "III"
+
+
+@dataclass
+class SagaRecord:
+    """The saga's state folded from the log (table 3: the forward execution log L_fwd and the
+    LIFO compensation stack Σ)."""
+
+    saga_id: str
+    state: str | None = None
+    steps: dict[str, SagaStep] = field(default_factory=dict)
+    failed_step_id: str | None = None
+    reason: str = ""
+    frozen: dict[str, Any] | None = None
+    last_sequence_number: int = 0
+
+    @property
+    def stack(self) -> list[SagaStep]:
+        """Σ, top first: every step whose compensator is recorded and not yet run to COMPENSATED
+        (COMMITTED, a FAILED step with a partial effect, or COMPENSATING), latest index first."""
+        live = [s for s in self.steps.values() if s.compensator is not None
+                and s.state in ("COMMITTED", "FAILED", "COMPENSATING")]
+        return sorted(live, key=lambda s: s.index, reverse=True)
+
+    @property
+    def pivot_committed(self) -> SagaStep | None:
+        """The committed pivot (tier III) step, if any: past it no rollback is chosen."""
+        return next((s for s in self.steps.values() if s.pivot and s.state == "COMMITTED"), None)
+
+    @property
+    def next_index(self) -> int:
+        return max((s.index for s in self.steps.values()), default=0) + 1
+
+    def forward_log(self) -> list[dict[str, Any]]:
+        """L_fwd as table 3 shows it: one row per step (index, tool, tier, state, κ_i)."""
+        return [{"step": s.index, "step_id": s.step_id, "tool": s.tool, "tier": s.tier, "state": s.state,
+                 "idempotency_key": s.idempotency_key} for s in sorted(self.steps.values(), key=lambda s: s.index)]
+
+    def stack_view(self) -> list[dict[str, Any]]:
+        """Σ as table 3 shows it, top first: compensator tool, bound arguments, κ_i^c."""
+        return [{"position": "TOP" if i == 0 else f"STACK[{len(self.stack) - 1 - i}]", "step": s.index,
+                 "compensator": s.compensator["tool"], "arguments": s.compensator["arguments"],
+                 "idempotency_key": s.compensator.get("idempotency_key"), "state": s.state}
+                for i, s in enumerate(self.stack)]
+
+
+def fold_saga(events: Iterable[Event], saga_id: str) -> SagaRecord:
+    """Fold the trajectory's events into the :class:`SagaRecord` of ``saga_id``.
+
+    Reads ``SagaStepChanged``/``SagaChanged`` of that saga, ``TrajectoryFrozen``, and the
+    ``ToolIntent`` of each pending step (PENDING -> EXECUTING). Other events are skipped.
+
+    Raises:
+        SagaTransitionError: the log holds a transition table 2 does not allow, or a record that
+            contradicts the step's declaration (another tool, tier or index for the same step).
+    """
+    rec = SagaRecord(saga_id)
+    for ev in events:
+        p = ev.payload
+        rec.last_sequence_number = ev.sequence_number
+        if isinstance(p, SagaStepChanged):
+            if p.saga_id != saga_id:
+                continue
+            _fold_step_change(rec, ev, p)
+        elif isinstance(p, ToolIntent):
+            step = rec.steps.get(p.operation_id)
+            if step is not None and step.state == "PENDING":
+                step.state = "EXECUTING"
+                step.history.append((ev.sequence_number, "EXECUTING"))
+                step.idempotency_key = p.idempotency_key or step.idempotency_key
+        elif isinstance(p, SagaChanged):
+            if p.saga_id != saga_id:
+                continue
+            allowed = SAGA_TRANSITIONS.get(rec.state, frozenset())
+            if p.state != rec.state and p.state not in allowed:
+                raise SagaTransitionError(f"saga {saga_id}: {rec.state or '(new)'} -> {p.state} at "
+                                          f"#{ev.sequence_number} is not a saga transition",
+                                          from_state=rec.state, to_state=p.state)
+            rec.state = p.state
+            rec.failed_step_id = p.failed_step_id or rec.failed_step_id
+            rec.reason = p.reason or rec.reason
+        elif isinstance(p, TrajectoryFrozen) and p.saga_id in (None, saga_id):
+            rec.frozen = {"sequence_number": ev.sequence_number, **p.model_dump(mode="json")}
+    return rec
+
+
+def _fold_step_change(rec: SagaRecord, ev: Event, p: SagaStepChanged) -> None:
+    step = rec.steps.get(p.step_id)
+    if step is None:
+        check_transition(p.step_id, None, p.state)
+        step = rec.steps[p.step_id] = SagaStep(p.step_id, p.step_index, p.tool, p.tier, p.state,
+                                               p.idempotency_key)
+    else:
+        if (p.tool, p.tier, p.step_index) != (step.tool, step.tier, step.index):
+            raise SagaTransitionError(f"saga step {p.step_id} at #{ev.sequence_number} names tool {p.tool} tier "
+                                      f"{p.tier} step {p.step_index}; the step was declared as {step.tool} tier "
+                                      f"{step.tier} step {step.index}", from_state=step.state, to_state=p.state)
+        check_transition(p.step_id, step.state, p.state)
+        step.state = p.state
+    if p.state == "COMPENSATING" and step.compensator is None:
+        raise SagaTransitionError(f"saga step {p.step_id} at #{ev.sequence_number}: COMPENSATING without a recorded "
+                                  "compensator (a pivot has none; a failed step without a partial effect needs none)",
+                                  from_state=step.history[-1][1] if step.history else None, to_state=p.state)
+    if p.compensator is not None:
+        step.compensator = dict(p.compensator)
+    if p.idempotency_key:
+        step.idempotency_key = p.idempotency_key
+    step.reason = p.reason or step.reason
+    if p.residue:
+        step.residue = [dict(r) for r in p.residue]
+    step.history.append((ev.sequence_number, p.state))
+
+
+# ------------------------------------------------------------------------------------------------
+# the unwind's next action: a pure decision from the saga fold and the operation table
+# ------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class UnwindAction:
+    """What the unwind does next (:func:`next_unwind`).
+
+    ``kind``:
+
+    * ``"begin"`` — record COMPENSATING for ``step`` (its compensator has not been admitted);
+    * ``"dispatch"`` — C_i is COMPENSATING with no attempt in flight: send it (a new attempt);
+    * ``"reconcile"`` — C_i's attempt is in doubt: ask the service's status lookup first;
+    * ``"resend"`` — in doubt with no status lookup, and C_i's repeat contract makes a re-send
+      safe (κ_i^c dedups it);
+    * ``"record_compensated"`` — C_i's evidence says it completed: record COMPENSATED;
+    * ``"failed"`` — C_i's evidence says it failed: the runner retries (retryable) or panics;
+    * ``"escalate"`` — in doubt, no lookup, not safe to re-send: nothing automatic may decide;
+    * ``"done"`` — Σ is empty: the unwind ends ABORT_CONSISTENT.
+    """
+
+    kind: str
+    step: SagaStep | None = None
+    attempt_id: str | None = None
+    reason: str = ""
+
+
+def _compensation_op(record: TrajectoryRecord, step: SagaStep) -> Operation | None:
+    return record.operations.get(step.compensator["operation_id"]) if step.compensator else None
+
+
+def next_unwind(saga: SagaRecord, record: TrajectoryRecord) -> UnwindAction:
+    """The unwind's next action for the top of Σ (Failure Recovery, the unwind listing), from the
+    saga fold and the trajectory record (pure; see :class:`UnwindAction`)."""
+    stack = saga.stack
+    if not stack:
+        return UnwindAction("done", reason="the compensation stack is empty")
+    top = stack[0]
+    if top.state != "COMPENSATING":
+        return UnwindAction("begin", top, reason=f"top of Σ: C{top.index} ({top.compensator['tool']})")
+    op = _compensation_op(record, top)
+    if op is None or not op.attempts:
+        return UnwindAction("dispatch", top, reason=f"C{top.index} recorded COMPENSATING, not yet admitted")
+    if op.status == "established":
+        outcome = op.outcome or {}
+        if outcome.get("status") == "completed":
+            return UnwindAction("record_compensated", top, op.current_attempt_id,
+                                reason=f"C{top.index} completed ({op.current_attempt_id})")
+        return UnwindAction("failed", top, op.current_attempt_id, reason=str(outcome.get("error", "failed")))
+    if op.status == "in_doubt":
+        attempt = op.current_attempt_id
+        if top.compensator.get("status_lookup"):
+            return UnwindAction("reconcile", top, attempt, reason=f"C{top.index} attempt {attempt} is in doubt; its "
+                                                                  "service answers a status lookup")
+        if top.compensator.get("repeat_contract") in ("idempotency_key", "idempotent", "read_only"):
+            return UnwindAction("resend", top, attempt, reason=f"C{top.index} attempt {attempt} is in doubt; κ^c makes "
+                                                               "a re-send safe")
+        return UnwindAction("escalate", top, attempt, reason=f"C{top.index} attempt {attempt} is in doubt, its service "
+                                                             "has no status lookup and a re-send is not safe")
+    # withheld or only admitted: nothing left, send a new attempt
+    return UnwindAction("dispatch", top, reason=f"C{top.index} has no attempt in flight ({op.status})")

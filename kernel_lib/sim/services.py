@@ -1,0 +1,495 @@
+"""The chapter's external systems as tool services, and their simulated twins (Failure Recovery).
+
+The deployment saga of the Failure Recovery chapter touches systems the runtime does not own: a
+sandbox hypervisor, a cloud egress-IP API, a build inside the sandbox, a firewall, an
+authoritative DNS server, a payment processor, a git forge, a mail relay and public routing.
+:class:`ServiceLogic` is one such system's behaviour, written once and used two ways:
+
+* :class:`ServiceTwin` runs it in process on a virtual clock (fast, exhaustive tests, the
+  hypothesis state machine);
+* :mod:`kernel_lib.live.services` serves it from a real process on loopback, its state in an
+  SQLite file of its own (``synchronous=FULL``), so it outlives a killed worker and a killed
+  service process.
+
+The contract both honour (one conformance suite, ``tests/test_tool_services.py``, runs on both):
+
+* ``call(action, arguments, operation_id, idempotency_key, lease)``: every request is counted in
+  ``received`` (per action) before anything else, refused or not. The service checks the lease
+  with the credential broker first (a revoked or expired lease: 401, nothing applied). A repeat
+  under an idempotency key it has answered gets the first answer again (``duplicate: true``,
+  counted, not applied again); the same key with other arguments: 409 ``conflicting_request``.
+  An applied effect is counted in ``applied`` (per action).
+* ``lookup(operation_id)``: the status query by operation id (§11.5.3): ``completed`` with the
+  output, ``failed`` with the error, or ``unknown`` (never received, or received and not applied).
+* ``resources()``: what really exists (sandboxes, IPs, holds, records, …) and ``invariants()``:
+  the semantic invariants Φ of definition 0.2 (no live sandbox, no held IP, zero held balance, …)
+  — S'_0 ≠ S_0 (ids advanced, the audit trail grew) while every φ(S'_0) = φ(S_0).
+* Faults injected on command (:meth:`ServiceLogic.inject`), per action, for the next ``count``
+  calls: ``timeout_after`` (the effect is applied, the answer never arrives), ``timeout_before``
+  (no effect, no answer), ``conflict`` (409), ``rate_limited`` (429 with ``retry_after_s``),
+  ``server_error`` (503), ``crash`` (the service process dies on receipt: nothing applied),
+  ``slow`` (``delay_s`` before the answer), ``partial`` (part of the effect applied, then 500 with
+  the partial output, so the step's own compensator can undo it).
+
+A call returns ``(http_status, body)``; the twin turns a timeout into ``TimeoutError`` and a
+crashed service into ``ConnectionRefusedError`` for the transport, as a real socket would.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from kernel_lib._support.clock import ManualClock
+from kernel_lib.core.events import ToolIntent
+from kernel_lib.core.proposals import ToolReply
+from kernel_lib.errors import ServiceError
+from kernel_lib.recovery.contracts import Compensator, ToolContract
+
+__all__ = ["FAULT_KINDS", "ACTIONS", "SERVICES", "ServiceLogic", "ServiceTwin", "BrokerLogic", "BrokerTwin",
+           "deployment_contracts", "reply_from_answer", "ServiceDown", "TwinFleet", "TwinEndpoints"]
+
+FAULT_KINDS = ("timeout_after", "timeout_before", "conflict", "rate_limited", "server_error", "crash", "slow",
+               "partial")
+
+
+@dataclass(frozen=True)
+class Action:
+    """One action of a service: the resource kind it creates (``creates``) or releases
+    (``releases``, naming the argument that holds the resource id), or neither (``pivot``: an
+    effect outside, recorded but never released)."""
+
+    service: str
+    name: str
+    creates: str | None = None
+    releases: str | None = None
+    id_argument: str | None = None
+    pivot: bool = False
+    #: simulated duration of the action (the chapter's figures, Napkin Math 0.1), seconds
+    duration_s: float = 0.01
+
+
+#: Every action of every service. Creating actions return ``{<kind>_id, ...}``.
+ACTIONS: dict[str, Action] = {a.name: a for a in (
+    Action("sandbox", "provision_sandbox", creates="sandbox", duration_s=0.120),
+    Action("sandbox", "teardown_sandbox", releases="sandbox", id_argument="sandbox_id", duration_s=0.045),
+    Action("egress_ip", "reserve_ip", creates="ip", duration_s=0.350),
+    Action("egress_ip", "release_ip", releases="ip", id_argument="ip_id", duration_s=0.220),
+    Action("build", "compile_binary", creates="build", duration_s=4.200),
+    Action("build", "clean_build", releases="build", id_argument="build_id", duration_s=0.015),
+    Action("firewall", "bind_firewall", creates="rule", duration_s=0.080),
+    Action("firewall", "unbind_firewall", releases="rule", id_argument="rule_id", duration_s=0.010),
+    Action("dns", "publish_dns", creates="record", duration_s=0.450),
+    Action("dns", "delete_dns", releases="record", id_argument="record_id", duration_s=0.150),
+    Action("payments", "place_hold", creates="hold", duration_s=0.300),
+    Action("payments", "release_hold", releases="hold", id_argument="hold_id", duration_s=0.200),
+    Action("git", "create_branch", creates="branch", duration_s=0.100),
+    Action("git", "delete_branch", releases="branch", id_argument="branch_id", duration_s=0.050),
+    Action("email", "send_email", creates="message", pivot=True, duration_s=0.200),
+    Action("routing", "activate_route", creates="route", pivot=True, duration_s=0.300),
+)}
+SERVICES = tuple(dict.fromkeys(a.service for a in ACTIONS.values()))
+
+
+def deployment_contracts() -> list[ToolContract]:
+    """The declared contracts of every action (Failure Recovery, table 5): creating actions are
+    tier II (compensable) with the releasing action as compensator, bound from the created id;
+    ``send_email`` and ``activate_route`` are tier III pivots; releasing actions are
+    compensators. Every action honours an idempotency key and answers a status lookup."""
+    out = []
+    releasers = {a.releases: a for a in ACTIONS.values() if a.releases}
+    for a in ACTIONS.values():
+        if a.releases:
+            out.append(ToolContract(a.name, "II", "idempotency_key", True, None, is_compensator=True,
+                                    description=f"release a {a.releases} ({a.service})"))
+        elif a.pivot:
+            out.append(ToolContract(a.name, "III", "idempotency_key", True, None,
+                                    description=f"{a.name} ({a.service}): irreversible"))
+        else:
+            rel = releasers[a.creates]
+            out.append(ToolContract(a.name, "II", "idempotency_key", True,
+                                    Compensator(rel.name, {rel.id_argument: f"output.{a.creates}_id"}),
+                                    description=f"create a {a.creates} ({a.service})"))
+    return out
+
+
+class ServiceDown(ConnectionRefusedError):
+    """The twin service crashed (an injected ``crash``) and was not restarted."""
+
+
+# ------------------------------------------------------------------------------------------------
+# the credential broker (capability leases per trajectory)
+# ------------------------------------------------------------------------------------------------
+
+
+class BrokerLogic:
+    """Short-lived capability leases per trajectory (Failure Recovery, "Terminal escalation":
+    escrow and token revocation). State is a JSON-able dict (the live broker persists it).
+
+    ``issue(trajectory_id, ttl_s)`` → ``{lease_id, token, expires_s}``; the token is the secret a
+    transport presents, never logged. ``introspect(token)`` → ``{active, trajectory_id, reason}``.
+    ``revoke_all(trajectory_id)`` → the revoked lease ids.
+    """
+
+    def __init__(self, clock: Callable[[], float], state: dict[str, Any] | None = None):
+        self.clock = clock
+        self.state = state if state is not None else {"leases": {}, "next": 1, "introspections": 0}
+
+    def issue(self, trajectory_id: str, ttl_s: float = 300.0) -> dict[str, Any]:
+        if not (isinstance(ttl_s, (int, float)) and 0 < ttl_s < 1e9):
+            raise ServiceError(f"lease ttl_s must be a positive number of seconds, got {ttl_s!r}")
+        n = self.state["next"]
+        self.state["next"] = n + 1
+        lease_id = f"lease-{n:06d}"
+        token = f"cap-{n:06d}-{abs(hash((trajectory_id, n, self.clock()))) % 10**12:012d}"
+        self.state["leases"][token] = {"lease_id": lease_id, "trajectory_id": trajectory_id,
+                                       "expires_s": self.clock() + float(ttl_s), "revoked": False}
+        return {"lease_id": lease_id, "token": token, "expires_s": self.clock() + float(ttl_s)}
+
+    def introspect(self, token: str | None) -> dict[str, Any]:
+        self.state["introspections"] += 1
+        lease = self.state["leases"].get(token or "")
+        if lease is None:
+            return {"active": False, "reason": "unknown lease"}
+        if lease["revoked"]:
+            return {"active": False, "reason": "revoked", "trajectory_id": lease["trajectory_id"],
+                    "lease_id": lease["lease_id"]}
+        if self.clock() >= lease["expires_s"]:
+            return {"active": False, "reason": "expired", "trajectory_id": lease["trajectory_id"],
+                    "lease_id": lease["lease_id"]}
+        return {"active": True, "trajectory_id": lease["trajectory_id"], "lease_id": lease["lease_id"]}
+
+    def revoke_all(self, trajectory_id: str) -> list[str]:
+        out = []
+        for lease in self.state["leases"].values():
+            if lease["trajectory_id"] == trajectory_id and not lease["revoked"]:
+                lease["revoked"] = True
+                out.append(lease["lease_id"])
+        return out
+
+
+BrokerTwin = BrokerLogic
+
+
+# ------------------------------------------------------------------------------------------------
+# one service's behaviour
+# ------------------------------------------------------------------------------------------------
+
+
+def _initial_state(name: str) -> dict[str, Any]:
+    return {"service": name, "next_id": 1, "resources": {}, "answers": {}, "operations": {}, "received": {},
+            "applied": {}, "refused": {}, "faults": {}, "audit": [], "taken_names": []}
+
+
+class ServiceLogic:
+    """One tool service's behaviour over a JSON-able state dict (see the module docstring).
+
+    ``introspect(token)`` is the broker's introspection (a function; None: no lease check).
+    ``sleep(seconds)``: how a ``slow`` fault or an action's duration passes (the twin advances
+    its virtual clock; the live service really sleeps).
+    """
+
+    def __init__(self, name: str, *, state: dict[str, Any] | None = None,
+                 introspect: Callable[[str | None], dict[str, Any]] | None = None,
+                 sleep: Callable[[float], None] = lambda s: None, simulate_durations: bool = False):
+        if name not in SERVICES:
+            raise ServiceError(f"unknown service {name!r} (known: {', '.join(SERVICES)})")
+        self.name = name
+        self.state = state if state is not None else _initial_state(name)
+        self.introspect = introspect
+        self.sleep = sleep
+        self.simulate_durations = simulate_durations
+
+    # --- faults ------------------------------------------------------------------------------------
+    def inject(self, action: str, kind: str, count: int = 1, **params: Any) -> dict[str, Any]:
+        """Queue fault ``kind`` for the next ``count`` calls of ``action`` (ServiceError on a bad
+        spec). ``params``: ``delay_s`` (slow), ``retry_after_s`` (rate_limited)."""
+        a = ACTIONS.get(action)
+        if a is None or a.service != self.name:
+            raise ServiceError(f"service {self.name} has no action {action!r} "
+                               f"(its actions: {[x.name for x in ACTIONS.values() if x.service == self.name]})")
+        if kind not in FAULT_KINDS:
+            raise ServiceError(f"unknown fault {kind!r} (known: {', '.join(FAULT_KINDS)})")
+        if not (isinstance(count, int) and not isinstance(count, bool) and 1 <= count <= 10_000):
+            raise ServiceError(f"fault count must be an integer 1..10000, got {count!r}")
+        for k, v in params.items():
+            if k not in ("delay_s", "retry_after_s") or not (isinstance(v, (int, float)) and 0 <= v <= 3600):
+                raise ServiceError(f"fault parameter {k}={v!r} is not delay_s/retry_after_s in 0..3600 s")
+        spec = {"kind": kind, "count": count, **params}
+        self.state["faults"].setdefault(action, []).append(spec)
+        return spec
+
+    def clear_faults(self) -> None:
+        self.state["faults"] = {}
+
+    def _take_fault(self, action: str) -> dict[str, Any] | None:
+        queue = self.state["faults"].get(action) or []
+        if not queue:
+            return None
+        spec = queue[0]
+        spec["count"] -= 1
+        if spec["count"] <= 0:
+            queue.pop(0)
+        return dict(spec)
+
+    def taken_name(self, name: str) -> None:
+        """Mark a DNS name as owned by someone else: publishing it answers 409 (the chapter's
+        domain-ownership collision)."""
+        self.state["taken_names"].append(name)
+
+    # --- the request path --------------------------------------------------------------------------
+    def _count(self, table: str, action: str) -> None:
+        self.state[table][action] = self.state[table].get(action, 0) + 1
+
+    def call(self, action: str, arguments: dict[str, Any], operation_id: str, idempotency_key: str | None,
+             lease: str | None) -> tuple[int, dict[str, Any], str | None]:
+        """Serve one request. Returns ``(http_status, body, effect)`` where ``effect`` is None or
+        the fault the transport must act out after the state was saved: ``"timeout"`` (no answer
+        arrives), ``"crash"`` (the process dies), ``"slow:<s>"``."""
+        self._count("received", action)
+        a = ACTIONS.get(action)
+        if a is None or a.service != self.name:
+            return 404, {"error": f"no action {action!r} on {self.name}", "retryable": False}, None
+        if not isinstance(arguments, dict):
+            return 422, {"error": "arguments must be an object", "retryable": False}, None
+        if self.introspect is not None:
+            grant = self.introspect(lease)
+            if not grant.get("active"):
+                self._count("refused", action)
+                self.state["audit"].append({"action": action, "operation_id": operation_id, "refused": "lease",
+                                            "reason": grant.get("reason")})
+                return 401, {"error": f"capability lease refused: {grant.get('reason')}", "retryable": False,
+                             "reason": "lease_" + str(grant.get("reason", "invalid")).replace(" ", "_")}, None
+        request = json.dumps([action, arguments], sort_keys=True)
+        if idempotency_key:
+            prior = self.state["answers"].get(idempotency_key)
+            if prior is not None:
+                if prior["request"] != request:
+                    return 409, {"error": "idempotency key reused with another request", "retryable": False,
+                                 "reason": "conflicting_request"}, None
+                if prior["status"] < 300 or prior.get("final"):
+                    return prior["status"], {**prior["body"], "duplicate": True}, None
+        fault = self._take_fault(action)
+        kind = fault["kind"] if fault else None
+        if kind == "crash":
+            return 0, {}, "crash"
+        if kind == "timeout_before":
+            return 0, {}, "timeout"
+        if kind == "conflict":
+            return self._answer(action, operation_id, idempotency_key, request, 409,
+                                {"error": "conflict (injected)", "retryable": False, "reason": "conflict"},
+                                final=True)
+        if kind == "rate_limited":
+            return 429, {"error": "rate limited", "retryable": True,
+                         "retry_after_s": fault.get("retry_after_s", 1.0)}, None
+        if kind == "server_error":
+            return 503, {"error": "service unavailable (injected)", "retryable": True}, None
+        if self.simulate_durations:
+            self.sleep(a.duration_s)
+        status, body = self._apply(a, arguments, operation_id, partial=(kind == "partial"))
+        status, body, _ = self._answer(action, operation_id, idempotency_key, request, status, body,
+                                       final=status >= 400 and not body.get("retryable", False))
+        if kind == "timeout_after":
+            return status, body, "timeout"
+        if kind == "slow":
+            return status, body, f"slow:{fault.get('delay_s', 1.0)}"
+        return status, body, None
+
+    def _answer(self, action: str, operation_id: str, key: str | None, request: str, status: int,
+                body: dict[str, Any], *, final: bool = False) -> tuple[int, dict[str, Any], None]:
+        if key:
+            self.state["answers"][key] = {"request": request, "status": status, "body": body, "final": final}
+        self.state["operations"][operation_id] = {
+            "action": action, "status": "completed" if status < 300 else "failed", "http_status": status,
+            "body": body}
+        return status, body, None
+
+    def _new_id(self, kind: str) -> str:
+        n = self.state["next_id"]
+        self.state["next_id"] = n + 1
+        return f"{kind}-{n:04d}"
+
+    def _apply(self, a: Action, arguments: dict[str, Any], operation_id: str, *,
+               partial: bool) -> tuple[int, dict[str, Any]]:
+        res = self.state["resources"]
+        if a.releases:
+            rid = arguments.get(a.id_argument)
+            r = res.get(rid) if isinstance(rid, str) else None
+            if r is None or r["kind"] != a.releases:
+                return 404, {"error": f"no {a.releases} {rid!r}", "retryable": False, "reason": "not_found"}
+            self._count("applied", a.name)
+            already = r["state"] == "released"
+            r["state"] = "released"
+            self.state["audit"].append({"action": a.name, "operation_id": operation_id, "resource": rid,
+                                        "already_released": already})
+            return 200, {f"{a.releases}_id": rid, "released": True, "already_released": already}
+        if a.name == "publish_dns" and arguments.get("name") in self.state["taken_names"]:
+            return 409, {"error": f"domain {arguments.get('name')!r} is owned by another account",
+                         "retryable": False, "reason": "domain_ownership"}
+        rid = self._new_id(a.creates)
+        self._count("applied", a.name)
+        res[rid] = {"kind": a.creates, "state": "partial" if partial else "active", "operation_id": operation_id,
+                    "arguments": copy.deepcopy(arguments), "pivot": a.pivot}
+        self.state["audit"].append({"action": a.name, "operation_id": operation_id, "resource": rid,
+                                    "partial": partial})
+        out = {f"{a.creates}_id": rid}
+        if partial:
+            return 500, {"error": f"{a.name} failed part way: {rid} exists", "retryable": False,
+                         "partial": True, "output": out}
+        return 200, out
+
+    def lookup(self, operation_id: str) -> dict[str, Any]:
+        op = self.state["operations"].get(operation_id)
+        if op is None:
+            return {"operation_id": operation_id, "status": "unknown"}
+        return {"operation_id": operation_id, "status": op["status"], "http_status": op["http_status"],
+                "body": op["body"]}
+
+    # --- what exists ---------------------------------------------------------------------------------
+    def resources(self, *, live_only: bool = True) -> dict[str, dict[str, Any]]:
+        return {k: dict(v) for k, v in self.state["resources"].items()
+                if not live_only or v["state"] != "released"}
+
+    def invariants(self) -> dict[str, Any]:
+        """Φ (definition 0.2): the count of live (active or partial) compensable resources of each
+        kind this service holds. Zero for every kind is the baseline S_0 every unwind must reach;
+        pivot effects are listed apart (they can never return to zero)."""
+        live: dict[str, int] = {}
+        pivots = 0
+        for v in self.state["resources"].values():
+            if v.get("pivot"):
+                pivots += 1
+            elif v["state"] != "released":
+                live[v["kind"]] = live.get(v["kind"], 0) + 1
+        kinds = {a.creates for a in ACTIONS.values() if a.service == self.name and a.creates and not a.pivot}
+        return {**{f"live_{k}_count": live.get(k, 0) for k in sorted(kinds)}, "pivot_effects": pivots}
+
+    def counts(self) -> dict[str, dict[str, int]]:
+        return {"received": dict(self.state["received"]), "applied": dict(self.state["applied"]),
+                "refused": dict(self.state["refused"])}
+
+
+def reply_from_answer(status: int, body: dict[str, Any]) -> ToolReply:
+    """A service's HTTP answer as the gate's evidence: 2xx completed; a final 4xx/5xx failed
+    (complete evidence: the service said no); a retryable one (429, 503) failed too, with
+    ``retryable`` in the outcome so the runner may retry."""
+    outcome = {"http_status": status, **{k: v for k, v in body.items()}}
+    if 200 <= status < 300:
+        return ToolReply("completed", outcome=outcome, observation_complete=True)
+    return ToolReply("failed", outcome=outcome, observation_complete=True)
+
+
+class ServiceTwin:
+    """A :class:`ServiceLogic` in process, on a virtual clock: the simulated twin of one service.
+
+    ``transport(intent)`` is a dispatch-gate transport (raises ``TimeoutError`` for an injected
+    timeout and :class:`ServiceDown` while crashed); ``status_lookup(operation_id)`` the status
+    query. ``restart()`` brings a crashed twin back with its state.
+    """
+
+    def __init__(self, name: str, clock: ManualClock | None = None, broker: BrokerLogic | None = None,
+                 *, simulate_durations: bool = False):
+        self.clock = clock or ManualClock()
+        self.broker = broker
+        self.logic = ServiceLogic(name, introspect=broker.introspect if broker else None,
+                                  sleep=self.clock.advance, simulate_durations=simulate_durations)
+        self.down = False
+        self.leases: dict[str, str] = {}   # trajectory id -> token the transport presents
+
+    @property
+    def name(self) -> str:
+        return self.logic.name
+
+    def restart(self) -> None:
+        self.down = False
+
+    def call(self, action: str, arguments: dict[str, Any], operation_id: str, idempotency_key: str | None,
+             lease: str | None) -> tuple[int, dict[str, Any]]:
+        if self.down:
+            raise ServiceDown(f"service {self.name} is down")
+        status, body, effect = self.logic.call(action, arguments, operation_id, idempotency_key, lease)
+        if effect == "crash":
+            self.down = True
+            raise ServiceDown(f"service {self.name} crashed on receipt (injected)")
+        if effect == "timeout":
+            raise TimeoutError(f"{self.name}.{action}: no answer (injected timeout)")
+        if effect and effect.startswith("slow:"):
+            self.clock.advance(float(effect.split(":", 1)[1]))
+        return status, body
+
+    def transport(self, intent: ToolIntent, lease: str | None = None) -> ToolReply:
+        status, body = self.call(intent.tool, dict(intent.arguments), intent.operation_id, intent.idempotency_key,
+                                 lease if lease is not None else self.leases.get("*"))
+        return reply_from_answer(status, body)
+
+    def status_lookup(self, operation_id: str) -> dict[str, Any]:
+        if self.down:
+            raise ServiceDown(f"service {self.name} is down")
+        return self.logic.lookup(operation_id)
+
+
+class TwinFleet:
+    """Every service as a simulated twin on one virtual clock, with one twin broker: the
+    :class:`~kernel_lib.recovery.runner.Endpoints` of a simulated saga.
+
+    ``lease(trajectory_id)`` issues the trajectory's capability lease (the transports present it;
+    it never enters the log). ``crash_all()``/``restart_all()`` act out a crash of every service.
+    """
+
+    def __init__(self, clock: ManualClock | None = None, *, simulate_durations: bool = False,
+                 check_leases: bool = True):
+        self.clock = clock or ManualClock()
+        self.broker = BrokerLogic(self.clock) if check_leases else None
+        self.twins = {name: ServiceTwin(name, self.clock, self.broker, simulate_durations=simulate_durations)
+                      for name in SERVICES}
+        self.tokens: dict[str, str] = {}
+
+    def twin_of(self, tool: str) -> ServiceTwin:
+        a = ACTIONS.get(tool)
+        if a is None:
+            raise ServiceError(f"no service offers {tool!r}")
+        return self.twins[a.service]
+
+    def client(self, trajectory_id: str, *, ttl_s: float = 3600.0) -> "TwinEndpoints":
+        """The endpoints one trajectory's runner uses, with a fresh capability lease."""
+        token = self.broker.issue(trajectory_id, ttl_s)["token"] if self.broker is not None else None
+        return TwinEndpoints(self, trajectory_id, token)
+
+    def live_resources(self) -> list[dict[str, Any]]:
+        out = []
+        for name, twin in self.twins.items():
+            if twin.down:
+                raise ServiceDown(f"service {name} is down")
+            for rid, r in twin.logic.resources().items():
+                out.append({"service": name, "resource_id": rid, "kind": r["kind"], "state": r["state"],
+                            "operation_id": r["operation_id"]})
+        return out
+
+    def counts(self) -> dict[str, dict[str, dict[str, int]]]:
+        return {name: twin.logic.counts() for name, twin in self.twins.items()}
+
+    def invariants(self) -> dict[str, dict[str, Any]]:
+        return {name: twin.logic.invariants() for name, twin in self.twins.items()}
+
+
+class TwinEndpoints:
+    """One trajectory's view of a :class:`TwinFleet` (the runner's
+    :class:`~kernel_lib.recovery.runner.Endpoints`): presents its lease token on every call."""
+
+    def __init__(self, fleet: TwinFleet, trajectory_id: str, token: str | None):
+        self.fleet, self.trajectory_id, self.token = fleet, trajectory_id, token
+
+    def send(self, intent: ToolIntent) -> ToolReply:
+        return self.fleet.twin_of(intent.tool).transport(intent, self.token)
+
+    def lookup(self, tool: str, operation_id: str) -> dict[str, Any]:
+        return self.fleet.twin_of(tool).status_lookup(operation_id)
+
+    def live_resources(self) -> list[dict[str, Any]]:
+        return self.fleet.live_resources()
+
+    def revoke(self, trajectory_id: str) -> list[str]:
+        return self.fleet.broker.revoke_all(trajectory_id) if self.fleet.broker is not None else []
