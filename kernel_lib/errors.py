@@ -102,8 +102,10 @@ that are retryable)::
                 CompensatorBindError
                 SagaTransitionError
                 SagaPanicError
+                StepFailedError
                 ServiceError
                     ServiceFaultError
+                    ServiceDownError  (also ConnectionRefusedError)
         Refusal
             AdmissionDenied
             DispatchWithheld
@@ -139,7 +141,8 @@ __all__ = [
     "LiveError", "SnapshotMismatchError", "PatchApplyError", "EvidenceSignatureError", "LiveProcessError",
     "OperationStillRunningError", "SessionStateError", "UnrecoveredRunError", "NoWorkerRunningError",
     "UnknownCrashPointError", "RecoveryError", "ToolContractError", "CompensatorBindError", "SagaTransitionError",
-    "SagaPanicError", "ServiceError", "ServiceFaultError", "TrajectoryFrozenRefusal",
+    "SagaPanicError", "StepFailedError", "ServiceError", "ServiceFaultError",
+    "ServiceDownError", "TrajectoryFrozenRefusal",
 ]
 
 # --- the roots: faults and refusals ---------------------------------------------------------------
@@ -776,6 +779,17 @@ class SagaPanicError(RecoveryError):
         super().__init__(message)
 
 
+class StepFailedError(RecoveryError):
+    """A forward saga step ended FAILED (recorded), or the saga is already unwinding or ended:
+    the caller unwinds (:meth:`kernel_lib.recovery.runner.SagaRunner.unwind`). ``step_id`` names
+    the step, ``error`` the service's answer."""
+
+    def __init__(self, message: str, *, step_id: str | None = None, error: dict | None = None):
+        self.step_id = step_id
+        self.error = dict(error or {})
+        super().__init__(message)
+
+
 class ServiceError(RecoveryError):
     """A tool service (live process or simulated twin) could not be started, reached or
     configured (bad fault specification, unknown service, state file unusable)."""
@@ -799,3 +813,8 @@ class TrajectoryFrozenRefusal(Refusal):
     def __init__(self, message: str, *, incident_id: str | None = None):
         self.incident_id = incident_id
         super().__init__(message)
+
+
+class ServiceDownError(ServiceError, ConnectionRefusedError):
+    """A simulated twin service crashed (an injected ``crash``) and was not restarted; an
+    ``OSError`` too, as a refused connection to a real one is."""

@@ -33,7 +33,8 @@ from typing import Any, Protocol
 from kernel_lib.core.events import FROZEN, SagaChanged, SagaStepChanged, ToolIntent, TrajectoryFrozen
 from kernel_lib.core.proposals import ToolProposal, ToolReply, idempotency_key
 from kernel_lib.errors import (
-    AdmissionDenied, DispatchWithheld, RecoveryError, SagaPanicError, SagaTransitionError, TrajectoryFrozenRefusal,
+    AdmissionDenied, CompensatorBindError, DispatchWithheld, RecoveryError, SagaPanicError, SagaTransitionError,
+    StepFailedError, TrajectoryFrozenRefusal,
 )
 from kernel_lib.gate.dispatch import DispatchGate
 from kernel_lib.recovery.contracts import REPAIRABLE_CONTRACTS, ToolRegistry, bind_compensator_arguments
@@ -41,7 +42,7 @@ from kernel_lib.recovery.saga import (
     SagaRecord, SagaStep, check_transition, compensation_operation_id, fold_saga, next_unwind, step_operation_id,
 )
 
-__all__ = ["Endpoints", "RetryPolicy", "StepFailed", "SagaRunner"]
+__all__ = ["Endpoints", "RetryPolicy", "StepFailedError", "SagaRunner"]   # StepFailedError: from errors
 
 
 class Endpoints(Protocol):
@@ -73,15 +74,6 @@ class RetryPolicy:
 
     def delay_s(self, attempt: int, rng: random.Random) -> float:
         return rng.uniform(0.0, min(self.cap_s, self.base_s * 2 ** max(0, attempt - 1)))
-
-
-class StepFailed(RecoveryError):
-    """A forward step ended FAILED (or the saga is already unwinding): the caller unwinds."""
-
-    def __init__(self, message: str, *, step_id: str | None = None, error: dict | None = None):
-        self.step_id = step_id
-        self.error = dict(error or {})
-        super().__init__(message)
 
 
 _PLAIN_KEYS = ("status", "http_status", "duplicate")
@@ -162,7 +154,7 @@ class SagaRunner:
         output and recorded with COMMITTED before this returns.
 
         Raises:
-            StepFailed: the step failed (FAILED is recorded; the caller unwinds), or the saga is
+            StepFailedError: the step failed (FAILED is recorded; the caller unwinds), or the saga is
                 already unwinding or ended.
             SagaTransitionError: the script diverged from the log (another tool at this step).
             TrajectoryFrozenRefusal: the trajectory is frozen.
@@ -180,7 +172,7 @@ class SagaRunner:
         if saga.state is None:
             self._append_saga("RUNNING", deferred=True)
         elif saga.state != "RUNNING":
-            raise StepFailed(f"saga {self.saga_id} is {saga.state}; no forward step runs", step_id=step_id)
+            raise StepFailedError(f"saga {self.saga_id} is {saga.state}; no forward step runs", step_id=step_id)
         step = self.saga.steps.get(step_id)
         if step is not None and (step.tool, step.index) != (tool, index):
             raise SagaTransitionError(f"the saga script diverged from the log: step {index} is {step.tool} in the "
@@ -188,7 +180,7 @@ class SagaRunner:
         if step is not None and step.state == "COMMITTED":
             return _output(self.gate.record.operations[step_id].outcome)
         if step is not None and step.state in ("FAILED", "ABORTED", "HALTED", "COMPENSATING", "COMPENSATED", "PANIC"):
-            raise StepFailed(f"step {index} ({tool}) is {step.state}", step_id=step_id)
+            raise StepFailedError(f"step {index} ({tool}) is {step.state}", step_id=step_id)
         if step is None:
             self._append_step(None, "PENDING", step_id=step_id, index=index, tool=tool, tier=contract.tier,
                               deferred=True, idempotency_key=idempotency_key(self.trajectory_id, step_id))
@@ -232,6 +224,23 @@ class SagaRunner:
             self._refold()
         return status or "unknown"
 
+    def _last_outcome(self, op_id: str) -> dict[str, Any]:
+        """The outcome of the operation's last recorded result (a retryable refusal's
+        ``retry_after_s`` lives there while the operation is still open)."""
+        op = self.gate.record.operations.get(op_id)
+        att = op.attempts.get(op.current_attempt_id) if op is not None else None
+        seq = att.last_result_sequence if att is not None else None
+        if seq is None:
+            return {}
+        for ev in self.gate.log.events(seq, seq):
+            return dict(getattr(ev.payload, "outcome", None) or {})
+        return {}
+
+    def _backoff(self, op_id: str) -> None:
+        wait = self._last_outcome(op_id).get("retry_after_s")
+        self.sleep(float(wait) if isinstance(wait, (int, float)) and 0 <= wait <= 3600 else
+                   self.retry.delay_s(self._attempts(op_id), self._rng))
+
     def _attempts(self, op_id: str) -> int:
         op = self.gate.record.operations.get(op_id)
         return len(op.attempts) if op is not None else 0
@@ -251,8 +260,10 @@ class SagaRunner:
                     continue
                 safe = status == "unknown" or contract.repeat_contract in REPAIRABLE_CONTRACTS
                 if safe and self._attempts(step_id) < self.retry.max_attempts:
-                    self.sleep(self.retry.delay_s(self._attempts(step_id), self._rng))
-                    self._dispatch(step_id, tool, arguments, bound)
+                    self._backoff(step_id)
+                    why = self._dispatch(step_id, tool, arguments, bound)
+                    if why is not None:
+                        return self._forward_failed(step_id, index, tool, contract, {"error": why})
                     continue
                 return self._forward_failed(step_id, index, tool, contract, {
                     "error": f"in doubt after {self._attempts(step_id)} attempts ({status})", "in_doubt": True})
@@ -262,20 +273,25 @@ class SagaRunner:
             if outcome.get("status") == "completed":
                 output = _output(outcome)
                 fields: dict[str, Any] = {}
-                if contract.compensator is not None:
-                    args = bind_compensator_arguments(contract.compensator, arguments, output)
-                    fields["compensator"] = self._bound_compensator(step_id, contract.compensator.tool, args)
                 step = self.saga.steps[step_id]
+                if contract.compensator is not None:
+                    try:
+                        args = bind_compensator_arguments(contract.compensator, arguments, output)
+                    except CompensatorBindError as exc:
+                        # an effect exists that no compensator can be bound for: it is never reported
+                        # committed; FAILED, then the trajectory is frozen with the effect as residue
+                        self._append_step(step, "FAILED", step_id=step_id, index=index, tool=tool,
+                                          tier=contract.tier, deferred=False, reason=str(exc)[:500])
+                        incident = self.freeze("COMPENSATION_CORRUPTED", error={"error": str(exc)}, failing_tool=tool,
+                                               residue=self._residue())
+                        raise SagaPanicError(f"saga {self.saga_id}: {exc}; frozen as incident "
+                                             f"{incident['incident_id']}", residue=incident["residue"],
+                                             incident=incident) from exc
+                    fields["compensator"] = self._bound_compensator(step_id, contract.compensator.tool, args)
                 self._append_step(step, "COMMITTED", step_id=step_id, index=index, tool=tool, tier=contract.tier,
                                   deferred=False, **fields)
                 return output
-            # failed: retry what the service says is retryable, else FAILED
-            if outcome.get("retryable") and self._attempts(step_id) < self.retry.max_attempts:
-                wait = outcome.get("retry_after_s")
-                self.sleep(float(wait) if isinstance(wait, (int, float)) else
-                           self.retry.delay_s(self._attempts(step_id), self._rng))
-                self._dispatch(step_id, tool, arguments, bound)
-                continue
+            # failed (the service's final answer; a retryable refusal leaves the operation open)
             return self._forward_failed(step_id, index, tool, contract, _output(outcome))
 
     def _bound_compensator(self, step_id: str, tool: str, arguments: dict[str, Any]) -> dict[str, Any]:
@@ -291,7 +307,7 @@ class SagaRunner:
         if error.get("never_sent") and step.state == "PENDING":
             self._append_step(step, "ABORTED", step_id=step_id, index=index, tool=tool, tier=contract.tier,
                               deferred=False, **fields)
-            raise StepFailed(f"step {index} ({tool}) never left: {fields['reason']}", step_id=step_id, error=error)
+            raise StepFailedError(f"step {index} ({tool}) never left: {fields['reason']}", step_id=step_id, error=error)
         if error.get("partial") and contract.compensator is not None and isinstance(error.get("output"), dict):
             try:
                 args = bind_compensator_arguments(contract.compensator, {}, error["output"])
@@ -304,7 +320,7 @@ class SagaRunner:
         if state == "HALTED":
             self._append_step(self.saga.steps[step_id], "HALTED", step_id=step_id, index=index, tool=tool,
                               tier=contract.tier, deferred=False, reason="past the pivot: no rollback")
-        raise StepFailed(f"step {index} ({tool}) failed: {fields['reason']}", step_id=step_id, error=error)
+        raise StepFailedError(f"step {index} ({tool}) failed: {fields['reason']}", step_id=step_id, error=error)
 
     def complete(self) -> None:
         """Record the saga COMPLETED (a barrier): every step committed."""
@@ -349,33 +365,28 @@ class SagaRunner:
                     return self._panic(step, "COMPENSATION_CORRUPTED",
                                        {"error": f"C{step.index} not settled after {self.retry.max_attempts} attempts"})
                 if action.kind == "resend" or self._attempts(comp["operation_id"]):
-                    self.sleep(self.retry.delay_s(self._attempts(comp["operation_id"]), self._rng))
+                    self._backoff(comp["operation_id"])
                 why = self._dispatch(comp["operation_id"], comp["tool"], dict(comp["arguments"]), 0.0)
                 if why is not None:
                     return self._panic(step, "COMPENSATION_CORRUPTED", {"error": why})
             elif action.kind == "reconcile":
                 status = self._settle_by_lookup(comp["operation_id"], comp["tool"])
-                if status == "unknown":   # never arrived: a new attempt under κ^c is safe
-                    self._dispatch(comp["operation_id"], comp["tool"], dict(comp["arguments"]), 0.0)
-                elif status == "unreachable":
+                if status in ("unknown", "unreachable"):   # never applied, or not answering: resend under κ^c
                     if self._attempts(comp["operation_id"]) >= self.retry.max_attempts:
-                        return self._panic(step, "COMPENSATION_CORRUPTED",
-                                           {"error": f"C{step.index}'s service unreachable for its status lookup"})
-                    self.sleep(self.retry.delay_s(self._attempts(comp["operation_id"]), self._rng))
-                    self._dispatch(comp["operation_id"], comp["tool"], dict(comp["arguments"]), 0.0)
+                        return self._panic(step, "COMPENSATION_CORRUPTED", {
+                            "error": f"C{step.index} not settled after {self._attempts(comp['operation_id'])} "
+                                     f"attempts (last status lookup: {status})"})
+                    self._backoff(comp["operation_id"])
+                    why = self._dispatch(comp["operation_id"], comp["tool"], dict(comp["arguments"]), 0.0)
+                    if why is not None:
+                        return self._panic(step, "COMPENSATION_CORRUPTED", {"error": why})
             elif action.kind == "record_compensated":
                 safe = comp.get("status_lookup") or comp.get("repeat_contract") in REPAIRABLE_CONTRACTS
                 self._append_step(step, "COMPENSATED", step_id=step.step_id, index=step.index, tool=step.tool,
                                   tier=step.tier, deferred=bool(safe))
-            elif action.kind == "failed":
+            elif action.kind == "failed":   # the service's final no: unrecoverable
                 outcome = self.gate.record.operations[comp["operation_id"]].outcome or {}
-                if outcome.get("retryable") and self._attempts(comp["operation_id"]) < self.retry.max_attempts:
-                    wait = outcome.get("retry_after_s")
-                    self.sleep(float(wait) if isinstance(wait, (int, float)) else
-                               self.retry.delay_s(self._attempts(comp["operation_id"]), self._rng))
-                    self._dispatch(comp["operation_id"], comp["tool"], dict(comp["arguments"]), 0.0)
-                else:
-                    return self._panic(step, "COMPENSATION_CORRUPTED", _output(outcome))
+                return self._panic(step, "COMPENSATION_CORRUPTED", _output(outcome))
             else:   # escalate
                 return self._panic(step, "COMPENSATION_CORRUPTED", {"error": action.reason})
 

@@ -14,7 +14,8 @@ from __future__ import annotations
 from typing import Any
 
 from kernel_lib.recovery.contracts import ToolRegistry
-from kernel_lib.recovery.runner import SagaRunner, StepFailed
+from kernel_lib.errors import StepFailedError
+from kernel_lib.recovery.runner import SagaRunner
 from kernel_lib.sim.services import deployment_contracts
 
 __all__ = ["DEPLOYMENT_STEPS", "TAKEN_DOMAIN", "deployment_registry", "run_deployment"]
@@ -48,7 +49,7 @@ def run_deployment(runner: SagaRunner, *, domain: str = TAKEN_DOMAIN, extra_step
         for k in range(extra_steps):
             outputs[f"branch{k}"] = runner.step("create_branch", {"name": f"deploy-{k}"})
         outputs["dns"] = runner.step("publish_dns", {"name": domain, "ip_id": ip["ip_id"]})
-    except StepFailed as exc:
+    except StepFailedError as exc:
         state = runner.unwind(f"step failed: {exc}")
         return {"state": state, "outputs": outputs, "failed_step": exc.step_id}
     runner.complete()

@@ -46,11 +46,11 @@ from typing import Any
 from kernel_lib._support.clock import ManualClock
 from kernel_lib.core.events import ToolIntent
 from kernel_lib.core.proposals import ToolReply
-from kernel_lib.errors import ServiceError
+from kernel_lib.errors import ServiceDownError, ServiceError
 from kernel_lib.recovery.contracts import Compensator, ToolContract
 
 __all__ = ["FAULT_KINDS", "ACTIONS", "SERVICES", "ServiceLogic", "ServiceTwin", "BrokerLogic", "BrokerTwin",
-           "deployment_contracts", "reply_from_answer", "ServiceDown", "TwinFleet", "TwinEndpoints"]
+           "deployment_contracts", "reply_from_answer", "TwinFleet", "TwinEndpoints"]
 
 FAULT_KINDS = ("timeout_after", "timeout_before", "conflict", "rate_limited", "server_error", "crash", "slow",
                "partial")
@@ -114,10 +114,6 @@ def deployment_contracts() -> list[ToolContract]:
                                     Compensator(rel.name, {rel.id_argument: f"output.{a.creates}_id"}),
                                     description=f"create a {a.creates} ({a.service})"))
     return out
-
-
-class ServiceDown(ConnectionRefusedError):
-    """The twin service crashed (an injected ``crash``) and was not restarted."""
 
 
 # ------------------------------------------------------------------------------------------------
@@ -374,19 +370,21 @@ class ServiceLogic:
 
 def reply_from_answer(status: int, body: dict[str, Any]) -> ToolReply:
     """A service's HTTP answer as the gate's evidence: 2xx completed; a final 4xx/5xx failed
-    (complete evidence: the service said no); a retryable one (429, 503) failed too, with
-    ``retryable`` in the outcome so the runner may retry."""
+    (complete evidence: the service said no, which settles the operation). A retryable refusal
+    (429, 503: nothing applied, try again) is recorded as ``failed`` with an *incomplete*
+    observation: it must not settle the operation, whose next attempt under the same
+    idempotency key may still complete it."""
     outcome = {"http_status": status, **{k: v for k, v in body.items()}}
     if 200 <= status < 300:
         return ToolReply("completed", outcome=outcome, observation_complete=True)
-    return ToolReply("failed", outcome=outcome, observation_complete=True)
+    return ToolReply("failed", outcome=outcome, observation_complete=not body.get("retryable", False))
 
 
 class ServiceTwin:
     """A :class:`ServiceLogic` in process, on a virtual clock: the simulated twin of one service.
 
     ``transport(intent)`` is a dispatch-gate transport (raises ``TimeoutError`` for an injected
-    timeout and :class:`ServiceDown` while crashed); ``status_lookup(operation_id)`` the status
+    timeout and :class:`ServiceDownError` while crashed); ``status_lookup(operation_id)`` the status
     query. ``restart()`` brings a crashed twin back with its state.
     """
 
@@ -409,11 +407,11 @@ class ServiceTwin:
     def call(self, action: str, arguments: dict[str, Any], operation_id: str, idempotency_key: str | None,
              lease: str | None) -> tuple[int, dict[str, Any]]:
         if self.down:
-            raise ServiceDown(f"service {self.name} is down")
+            raise ServiceDownError(f"service {self.name} is down")
         status, body, effect = self.logic.call(action, arguments, operation_id, idempotency_key, lease)
         if effect == "crash":
             self.down = True
-            raise ServiceDown(f"service {self.name} crashed on receipt (injected)")
+            raise ServiceDownError(f"service {self.name} crashed on receipt (injected)")
         if effect == "timeout":
             raise TimeoutError(f"{self.name}.{action}: no answer (injected timeout)")
         if effect and effect.startswith("slow:"):
@@ -427,7 +425,7 @@ class ServiceTwin:
 
     def status_lookup(self, operation_id: str) -> dict[str, Any]:
         if self.down:
-            raise ServiceDown(f"service {self.name} is down")
+            raise ServiceDownError(f"service {self.name} is down")
         return self.logic.lookup(operation_id)
 
 
@@ -462,7 +460,7 @@ class TwinFleet:
         out = []
         for name, twin in self.twins.items():
             if twin.down:
-                raise ServiceDown(f"service {name} is down")
+                raise ServiceDownError(f"service {name} is down")
             for rid, r in twin.logic.resources().items():
                 out.append({"service": name, "resource_id": rid, "kind": r["kind"], "state": r["state"],
                             "operation_id": r["operation_id"]})

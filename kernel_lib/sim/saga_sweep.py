@@ -1,0 +1,173 @@
+"""Crash the deployment saga at every position and judge the unwind by the services' own counts.
+
+Failure Recovery, "Saga compensation stacks" (crash during the compensation phase). A clean run
+of the saga calls the gate's ``on_position`` hook N times (after each appended event, after each
+dispatch and recheck); the sweep runs the saga once per position k = 1..N, crashes it right after
+the k-th, recovers in a fresh runner over the surviving log (the same script, re-run), and asks
+the services what happened:
+
+* ``compensators_repeated``: applications of a compensator beyond the first, per resource (from
+  each service's audit of what it applied, never from our log);
+* ``effects_left_unlisted``: committed compensable effects of the saga that still exist and are
+  not listed as residue by a PANIC/freeze record;
+* ``forward_repeated``: forward effects applied more than once for one operation.
+
+:func:`account` is the judgement (shared with the live sweep, which reads the same audit from
+real service processes); :func:`sweep_twins` runs the sweep on the simulated twins, with a
+process crash (everything written survives) or a host crash (only what a barrier covered
+survives).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from kernel_lib.core.events import Event, TaskStarted
+from kernel_lib.errors import SagaPanicError
+from kernel_lib.gate.dispatch import AdmissionPolicy, DispatchGate
+from kernel_lib.log import MemoryStore, TrajectoryLog
+from kernel_lib.recovery.runner import RetryPolicy, SagaRunner
+from kernel_lib.sim.deployment import TAKEN_DOMAIN, deployment_registry, run_deployment
+from kernel_lib.sim.services import ACTIONS, TwinFleet
+
+__all__ = ["account", "sweep_twins", "SAGA_ID", "GRANT_ID", "start_task"]
+
+SAGA_ID = "deploy"
+GRANT_ID = "grant-deploy"
+
+
+def start_task(gate: DispatchGate, trajectory_id: str) -> None:
+    gate.start(TaskStarted(task_id=trajectory_id, requester="saga-sweep", objective="deploy the api",
+                           grant_ids=[GRANT_ID], budget_ceiling_usd=100.0))
+
+
+def account(audits: dict[str, list[dict[str, Any]]], resources: dict[str, dict[str, dict[str, Any]]],
+            events: Iterable[Event], saga_id: str = SAGA_ID) -> dict[str, Any]:
+    """Judge one run from the services' own records.
+
+    ``audits``: per service, its audit trail (``{action, operation_id, resource, ...}`` per applied
+    effect); ``resources``: per service, every resource it holds or held (``{kind, state,
+    operation_id}``); ``events``: the trajectory log (read only for residue the saga listed).
+    """
+    prefix = saga_id + "."
+    listed: set[str] = set()
+    for ev in events:
+        for r in getattr(ev.payload, "residue", None) or []:
+            if isinstance(r, dict) and r.get("resource_id"):
+                listed.add(str(r["resource_id"]))
+    created: dict[str, int] = {}
+    releases: dict[str, int] = {}
+    for trail in audits.values():
+        for a in trail:
+            act = ACTIONS.get(a.get("action", ""))
+            if act is None or not str(a.get("operation_id", "")).startswith(prefix) or a.get("refused"):
+                continue
+            if act.releases:
+                releases[a["resource"]] = releases.get(a["resource"], 0) + 1
+            elif not act.pivot:
+                created[a["operation_id"]] = created.get(a["operation_id"], 0) + 1
+    unlisted = []
+    for service, held in resources.items():
+        for rid, r in held.items():
+            if (str(r.get("operation_id", "")).startswith(prefix) and not r.get("pivot")
+                    and r.get("state") != "released" and rid not in listed):
+                unlisted.append({"service": service, "resource_id": rid, "kind": r.get("kind")})
+    return {"compensators_repeated": sum(max(0, n - 1) for n in releases.values()),
+            "effects_left_unlisted": len(unlisted), "unlisted": unlisted,
+            "forward_repeated": sum(max(0, n - 1) for n in created.values()),
+            "effects_committed": sum(1 for n in created.values() if n), "compensations_applied": len(releases),
+            "residue_listed": sorted(listed)}
+
+
+class _Crash(BaseException):
+    """The simulated crash (a BaseException, so no ``except Exception`` in the runner swallows it)."""
+
+
+@dataclass
+class _Run:
+    fleet: TwinFleet
+    store: MemoryStore
+    trajectory_id: str
+
+
+def _runner(store: MemoryStore, fleet: TwinFleet, trajectory_id: str,
+            on_position: Callable[[str, Any], None] | None = None) -> SagaRunner:
+    reg = deployment_registry()
+    log = TrajectoryLog(store, trajectory_id, must_survive="none")
+    gate = DispatchGate(log, AdmissionPolicy({GRANT_ID: set(reg.names())}), coalesce_admission=True,
+                        on_position=on_position)
+    if gate.record.task is None:
+        start_task(gate, trajectory_id)
+    return SagaRunner(gate, reg, fleet.client(trajectory_id), saga_id=SAGA_ID, grant_id=GRANT_ID,
+                      retry=RetryPolicy(max_attempts=4), sleep=fleet.clock.advance)
+
+
+def _judge(run: _Run) -> dict[str, Any]:
+    audits = {n: list(t.logic.state["audit"]) for n, t in run.fleet.twins.items()}
+    resources = {n: t.logic.resources(live_only=False) for n, t in run.fleet.twins.items()}
+    return account(audits, resources, run.store.read(run.trajectory_id))
+
+
+def _fresh(k: int) -> _Run:
+    fleet = TwinFleet()
+    fleet.twins["dns"].logic.taken_name(TAKEN_DOMAIN)
+    return _Run(fleet, MemoryStore(), f"saga-sweep-{k:04d}")
+
+
+def sweep_twins(*, crash: str = "process", positions: Iterable[int] | None = None,
+                progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
+    """Crash the deployment saga on the twins at every position (or ``positions``) and recover.
+
+    ``crash``: ``"process"`` (the worker dies; every written event survives) or ``"host"``
+    (only events a barrier covered survive: the log is cut at its durable head). Returns
+    ``{positions, runs, compensators_repeated, effects_left_unlisted, forward_repeated, ok}``.
+    """
+    if crash not in ("process", "host"):
+        raise ValueError(f"crash must be 'process' or 'host', got {crash!r}")
+    names: list[str] = []
+    clean = _fresh(0)
+    run_deployment(_runner(clean.store, clean.fleet, clean.trajectory_id,
+                           on_position=lambda name, ev: names.append(name)))
+    total = len(names)
+    todo = list(positions) if positions is not None else list(range(1, total + 1))
+    rows = []
+    for i, k in enumerate(todo):
+        run = _fresh(k)
+        seen = [0]
+        durable = [0]
+
+        def hook(name: str, ev: Any, k: int = k, seen: list[int] = seen) -> None:
+            seen[0] += 1
+            if seen[0] == k:
+                raise _Crash(name)
+
+        at = None
+        holder: list[SagaRunner] = []
+        try:
+            holder.append(_runner(run.store, run.fleet, run.trajectory_id, on_position=hook))
+            run_deployment(holder[0])
+        except _Crash as c:
+            at = str(c)
+        durable[0] = holder[0].gate.log.durable_head if holder else 0
+        if crash == "host":
+            kept = list(run.store.read(run.trajectory_id))[:durable[0]]
+            run.store = MemoryStore()
+            run.store.append_batch(kept, "memory") if kept else None
+        outcome = "ABORT_CONSISTENT"
+        try:
+            outcome = run_deployment(_runner(run.store, run.fleet, run.trajectory_id))["state"]
+        except SagaPanicError as exc:
+            outcome = f"PANIC: {exc}"
+        verdict = _judge(run)
+        rows.append({"position": k, "crashed_after": at, "outcome": outcome, **verdict})
+        if progress:
+            progress(i + 1, len(todo))
+    return {"store": "twins", "crash": crash, "positions": len(rows), "position_names": names,
+            "compensators_repeated": sum(r["compensators_repeated"] for r in rows),
+            "effects_left_unlisted": sum(r["effects_left_unlisted"] for r in rows),
+            "forward_repeated": sum(r["forward_repeated"] for r in rows),
+            "ok": all(r["compensators_repeated"] == 0 and r["effects_left_unlisted"] == 0
+                      and r["forward_repeated"] == 0 and r["outcome"] == "ABORT_CONSISTENT" for r in rows),
+            "runs": rows}

@@ -1,0 +1,364 @@
+"""The trajectory saga (Failure Recovery, definition 0.1, tables 2, 3 and 5; the unwind and
+ACB-freeze listings), on the simulated twins of the tool services.
+
+Each scenario reads as fault model, invariant, goal; effects are counted by the services (their
+``applied`` counts and audit trails), never by our log.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from kernel_lib.core.events import SagaStepChanged
+from kernel_lib.errors import (
+    AdmissionDenied, SagaPanicError, SagaTransitionError, ToolContractError, TrajectoryFrozenRefusal,
+)
+from kernel_lib.gate.dispatch import AdmissionPolicy, DispatchGate
+from kernel_lib.log import MemoryStore, TrajectoryLog
+from kernel_lib.recovery.contracts import Compensator, ToolContract, ToolRegistry
+from kernel_lib.errors import StepFailedError
+from kernel_lib.recovery.runner import RetryPolicy, SagaRunner
+from kernel_lib.recovery.saga import FINAL_STEP_STATES, TRANSITIONS, check_transition, fold_saga
+from kernel_lib.sim.deployment import DEPLOYMENT_STEPS, TAKEN_DOMAIN, deployment_registry, run_deployment
+from kernel_lib.sim.saga_sweep import GRANT_ID, SAGA_ID, account, start_task, sweep_twins
+from kernel_lib.sim.services import ACTIONS, TwinFleet
+
+STATES = [s for s in TRANSITIONS if s is not None]
+
+
+def make(fleet: TwinFleet | None = None, store: MemoryStore | None = None, trajectory_id: str = "traj-saga",
+         incidents: list | None = None, sleep=None):
+    fleet = fleet or TwinFleet()
+    if not fleet.twins["dns"].logic.state["taken_names"]:
+        fleet.twins["dns"].logic.taken_name(TAKEN_DOMAIN)
+    store = store if store is not None else MemoryStore()
+    reg = deployment_registry()
+    gate = DispatchGate(TrajectoryLog(store, trajectory_id, must_survive="none"),
+                        AdmissionPolicy({GRANT_ID: set(reg.names())}), coalesce_admission=True)
+    if gate.record.task is None:
+        start_task(gate, trajectory_id)
+    runner = SagaRunner(gate, reg, fleet.client(trajectory_id), saga_id=SAGA_ID, grant_id=GRANT_ID,
+                        retry=RetryPolicy(max_attempts=4), sleep=sleep or fleet.clock.advance,
+                        on_incident=(incidents.append if incidents is not None else (lambda i: None)))
+    return fleet, store, runner
+
+
+def applied(fleet: TwinFleet, action: str) -> int:
+    return fleet.twin_of(action).logic.state["applied"].get(action, 0)
+
+
+def judge(fleet: TwinFleet, store: MemoryStore, trajectory_id: str = "traj-saga") -> dict:
+    audits = {n: list(t.logic.state["audit"]) for n, t in fleet.twins.items()}
+    resources = {n: t.logic.resources(live_only=False) for n, t in fleet.twins.items()}
+    return account(audits, resources, store.read(trajectory_id))
+
+
+# --- table 2: the state machine ---------------------------------------------------------------------
+
+@pytest.mark.parametrize("src", [None, *STATES])
+@pytest.mark.parametrize("dst", STATES)
+def test_every_pair_of_states_is_allowed_exactly_when_table_2_says_so(src, dst):
+    allowed = dst in TRANSITIONS[src]
+    if allowed:
+        check_transition("s", src, dst)
+    else:
+        with pytest.raises(SagaTransitionError) as e:
+            check_transition("s", src, dst)
+        assert (e.value.from_state, e.value.to_state) == (src, dst)
+
+
+def test_table_2_rows_are_the_chapters():
+    assert TRANSITIONS["PENDING"] == {"EXECUTING", "ABORTED"}
+    assert TRANSITIONS["EXECUTING"] == {"COMMITTED", "FAILED"}
+    assert TRANSITIONS["COMMITTED"] == {"COMPENSATING"}
+    assert TRANSITIONS["FAILED"] == {"COMPENSATING", "HALTED"}
+    assert TRANSITIONS["COMPENSATING"] == {"COMPENSATED", "PANIC"}
+    assert TRANSITIONS["PANIC"] == {"MANUAL_ESCALATION"}
+    assert FINAL_STEP_STATES == {"COMPENSATED", "MANUAL_ESCALATION", "ABORTED", "HALTED"}
+
+
+def test_an_illegal_transition_raises_and_appends_nothing():
+    fleet, store, runner = make()
+    runner.step("provision_sandbox", {"image": "x"})
+    head = runner.gate.log.head
+    step = runner.saga.steps["deploy.T1"]
+    with pytest.raises(SagaTransitionError):
+        runner._append_step(step, "EXECUTING", step_id=step.step_id, index=1, tool=step.tool, tier="II",
+                            deferred=False)
+    assert runner.gate.log.head == head
+
+
+def test_a_log_with_an_illegal_transition_is_refused_by_the_fold():
+    fleet, store, runner = make()
+    runner.step("provision_sandbox", {"image": "x"})
+    runner.gate.append(SagaStepChanged(saga_id=SAGA_ID, step_id="deploy.T1", step_index=1, state="COMPENSATED",
+                                       tool="provision_sandbox", tier="II"))
+    with pytest.raises(SagaTransitionError, match="COMMITTED -> COMPENSATED"):
+        fold_saga(store.read("traj-saga"), SAGA_ID)
+
+
+def test_the_deployment_saga_unwinds_in_reverse_and_the_services_hold_nothing_after():
+    """Fault: T5 gets the chapter's 409 (domain owned by another account). Invariant: Σ is folded
+    from the log, compensators run C4, C3, C2, C1, each exactly once. Goal: Φ(S'_0) = Φ(S_0)."""
+    fleet, store, runner = make()
+    before = fleet.invariants()
+    out = run_deployment(runner)
+    assert out["state"] == "ABORT_CONSISTENT" and out["failed_step"] == "deploy.T5"
+    order = [ev.payload.operation_id for ev in store.read("traj-saga")
+             if ev.event_type == "ToolIntent" and ev.payload.operation_id.endswith(".C")]
+    assert order == ["deploy.T4.C", "deploy.T3.C", "deploy.T2.C", "deploy.T1.C"]
+    for create in DEPLOYMENT_STEPS[:4]:
+        assert applied(fleet, create) == 1
+    for release in ("unbind_firewall", "clean_build", "release_ip", "teardown_sandbox"):
+        assert applied(fleet, release) == 1
+    assert fleet.invariants() == before                      # semantic equivalence
+    assert fleet.twins["sandbox"].logic.state["next_id"] > 1   # ... while S'_0 != S_0
+    verdict = judge(fleet, store)
+    assert verdict["compensators_repeated"] == verdict["effects_left_unlisted"] == 0
+
+
+def test_the_compensator_is_durable_before_control_returns_and_sigma_is_the_logs():
+    fleet, store, runner = make()
+    runner.step("provision_sandbox", {"image": "x"})
+    runner.step("reserve_ip", {"region": "r"})
+    # a new process folds the same log: same Σ, top first, bound from the services' outputs
+    saga = fold_saga(store.read("traj-saga"), SAGA_ID)
+    assert [s.compensator["tool"] for s in saga.stack] == ["release_ip", "teardown_sandbox"]
+    assert saga.stack[0].compensator["arguments"] == {"ip_id": "ip-0001"}
+    assert saga.stack_view()[0]["position"] == "TOP"
+    committed = [ev for ev in store.read("traj-saga") if ev.event_type == "SagaStepChanged"
+                 and ev.payload.state == "COMMITTED"]
+    assert all(ev.payload.compensator["idempotency_key"].startswith("idem-") for ev in committed)
+
+
+def test_barriers_per_forward_step_and_per_pop_on_a_durable_store(tmp_path):
+    from kernel_lib.log import FailureDomain, open_store
+    store = open_store("sqlite", tmp_path / "log.sqlite", create=True)
+    fleet = TwinFleet()
+    fleet.twins["dns"].logic.taken_name(TAKEN_DOMAIN)
+    reg = deployment_registry()
+    gate = DispatchGate(TrajectoryLog(store, "t", must_survive=FailureDomain.HOST_CRASH),
+                        AdmissionPolicy({GRANT_ID: set(reg.names())}), coalesce_admission=True)
+    start_task(gate, "t")
+    runner = SagaRunner(gate, reg, fleet.client("t"), saga_id=SAGA_ID, grant_id=GRANT_ID)
+    b0 = gate.log.barriers
+    runner.step("provision_sandbox", {"image": "x"})
+    assert gate.log.barriers - b0 == 2          # admission+intent, then COMMITTED with C_1
+    runner.step("reserve_ip", {"region": "r"})
+    b1 = gate.log.barriers
+    with pytest.raises(StepFailedError):
+        runner.step("publish_dns", {"name": TAKEN_DOMAIN, "ip_id": "ip-0001"})
+    b2 = gate.log.barriers
+    runner.unwind("test")
+    assert gate.log.barriers - b2 == 2 + 1      # one per pop, one to end the unwind
+    assert b2 - b1 == 2
+    store.close()
+
+
+# --- table 5: declarations ------------------------------------------------------------------------
+
+def test_a_tool_without_a_declared_tier_is_refused():
+    reg = ToolRegistry()
+    with pytest.raises(ToolContractError, match="declares no reversibility tier"):
+        @reg.tool(repeat_contract="idempotency_key")
+        def create_thing(arguments, *, idempotency_key):
+            return {}
+    with pytest.raises(ToolContractError, match="pivot"):
+        ToolContract("send", "III", compensator=Compensator("unsend"))
+    with pytest.raises(ToolContractError, match="registers no compensator"):
+        ToolContract("create", "II")
+    with pytest.raises(ToolContractError, match="'output.<key>'"):
+        Compensator("delete", {"id": "model.id"})
+
+
+def test_a_compensator_must_be_registered_and_safe_to_resend():
+    reg = ToolRegistry()
+    reg.register(ToolContract("create", "II", "idempotency_key", True, Compensator("delete", {"id": "output.id"})))
+    with pytest.raises(ToolContractError, match="not registered"):
+        reg.check()
+    reg.register(ToolContract("delete", "II", "unsafe", False, None, is_compensator=True))
+    with pytest.raises(ToolContractError, match="without a status lookup"):
+        reg.check()
+
+
+def test_a_compensator_whose_binding_finds_nothing_freezes_instead_of_committing():
+    fleet, store, runner = make()
+    reg = ToolRegistry()
+    reg.register(ToolContract("provision_sandbox", "II", "idempotency_key", True,
+                              Compensator("teardown_sandbox", {"sandbox_id": "output.vm_id"})))
+    reg.register(ToolContract("teardown_sandbox", "II", "idempotency_key", True, is_compensator=True))
+    runner.registry = reg
+    with pytest.raises(SagaPanicError) as e:
+        runner.step("provision_sandbox", {"image": "x"})
+    assert runner.saga.steps["deploy.T1"].state == "FAILED"
+    assert [r["resource_id"] for r in e.value.residue] == ["sandbox-0001"]
+    assert runner.gate.record.control_state == "FROZEN"
+
+
+# --- every injected fault class ---------------------------------------------------------------------
+
+def test_timeout_after_the_effect_is_settled_by_the_status_lookup_without_a_repeat():
+    fleet, store, runner = make()
+    fleet.twin_of("provision_sandbox").logic.inject("provision_sandbox", "timeout_after")
+    out = runner.step("provision_sandbox", {"image": "x"})
+    assert out == {"sandbox_id": "sandbox-0001"}
+    assert applied(fleet, "provision_sandbox") == 1
+    assert fleet.twin_of("provision_sandbox").logic.state["received"]["provision_sandbox"] == 1
+    sources = [ev.payload.source for ev in store.read("traj-saga") if ev.event_type == "ToolResult"]
+    assert sources == ["reply", "reconciliation"]
+
+
+def test_timeout_before_the_effect_is_sent_again_under_the_same_key():
+    fleet, store, runner = make()
+    fleet.twin_of("reserve_ip").logic.inject("reserve_ip", "timeout_before")
+    runner.step("reserve_ip", {"region": "r"})
+    assert applied(fleet, "reserve_ip") == 1
+    keys = {ev.payload.idempotency_key for ev in store.read("traj-saga") if ev.event_type == "ToolIntent"}
+    assert len(keys) == 1 and runner.gate.record.operations["deploy.T1"].attempts.keys() == {"a1", "a2"}
+
+
+@pytest.mark.parametrize("fault,status", [("rate_limited", 429), ("server_error", 503)])
+def test_retryable_answers_are_retried_with_backoff(fault, status):
+    waits = []
+    fleet, store, runner = make(sleep=lambda s: waits.append(s))
+    fleet.twin_of("reserve_ip").logic.inject("reserve_ip", fault, count=2, **({"retry_after_s": 0.5}
+                                                                           if fault == "rate_limited" else {}))
+    runner.step("reserve_ip", {"region": "r"})
+    assert applied(fleet, "reserve_ip") == 1 and len(waits) == 2
+    if fault == "rate_limited":
+        assert waits == [0.5, 0.5]   # the service's Retry-After is honoured
+    else:
+        assert all(0 <= w <= runner.retry.cap_s for w in waits)
+
+
+def test_a_conflict_fails_the_step_and_the_saga_unwinds():
+    fleet, store, runner = make()
+    runner.step("provision_sandbox", {"image": "x"})
+    fleet.twin_of("reserve_ip").logic.inject("reserve_ip", "conflict")
+    with pytest.raises(StepFailedError):
+        runner.step("reserve_ip", {"region": "r"})
+    assert runner.unwind("conflict") == "ABORT_CONSISTENT"
+    assert applied(fleet, "teardown_sandbox") == 1 and applied(fleet, "reserve_ip") == 0
+
+
+def test_a_crashed_service_restarted_during_the_backoff_commits_the_step_once():
+    fleet = TwinFleet()
+    twin = fleet.twin_of("provision_sandbox")
+    fleet, store, runner = make(fleet, sleep=lambda s: twin.restart())
+    twin.logic.inject("provision_sandbox", "crash")
+    runner.step("provision_sandbox", {"image": "x"})
+    assert applied(fleet, "provision_sandbox") == 1
+    assert runner.gate.record.operations["deploy.T1"].attempts["a1"].last_result_status == "unreachable"
+
+
+def test_a_slow_answer_still_commits():
+    fleet, store, runner = make()
+    t0 = fleet.clock()
+    fleet.twin_of("compile_binary").logic.inject("compile_binary", "slow", delay_s=4.2)
+    runner.step("compile_binary", {"sandbox_id": "s", "target": "api"})
+    assert fleet.clock() - t0 == pytest.approx(4.2)
+
+
+def test_a_partial_effect_is_compensated_first():
+    """If T_k produced partial side effects before failing, C_k runs first (definition 0.1)."""
+    fleet, store, runner = make()
+    runner.step("provision_sandbox", {"image": "x"})
+    fleet.twin_of("reserve_ip").logic.inject("reserve_ip", "partial")
+    with pytest.raises(StepFailedError):
+        runner.step("reserve_ip", {"region": "r"})
+    assert runner.saga.steps["deploy.T2"].compensator["arguments"] == {"ip_id": "ip-0001"}
+    runner.unwind("partial")
+    order = [ev.payload.operation_id for ev in store.read("traj-saga")
+             if ev.event_type == "ToolIntent" and ev.payload.operation_id.endswith(".C")]
+    assert order == ["deploy.T2.C", "deploy.T1.C"]
+    assert fleet.invariants()["egress_ip"]["live_ip_count"] == 0
+
+
+def test_a_compensator_that_fails_transiently_is_retried():
+    fleet, store, runner = make()
+    fleet.twin_of("release_ip").logic.inject("release_ip", "server_error", count=2)
+    assert run_deployment(runner)["state"] == "ABORT_CONSISTENT"
+    assert applied(fleet, "release_ip") == 1
+
+
+def test_a_compensator_that_fails_unrecoverably_panics_freezes_and_lists_the_residue():
+    """Fault: C2 (release the IP) answers 409. Invariant: PANIC is recorded, the unwind stops,
+    the surviving resources are read from the services. Goal: terminal escalation."""
+    incidents = []
+    fleet, store, runner = make(incidents=incidents)
+    fleet.twin_of("release_ip").logic.inject("release_ip", "conflict")
+    with pytest.raises(SagaPanicError) as e:
+        run_deployment(runner)
+    kinds = sorted(r["kind"] for r in e.value.residue)
+    assert kinds == ["ip", "sandbox"]                  # C1 never ran, C2 failed
+    assert applied(fleet, "teardown_sandbox") == 0
+    assert runner.saga.steps["deploy.T2"].state == "PANIC"
+    assert incidents and incidents[0]["failure_mode"] == "COMPENSATION_CORRUPTED"
+    assert incidents[0]["failing_tool"] == "release_ip" and incidents[0]["revoked_leases"]
+    # the freeze is durable: a restarted worker over the same log does nothing
+    _, _, again = make(fleet, store)
+    with pytest.raises(TrajectoryFrozenRefusal):
+        run_deployment(again)
+    with pytest.raises(AdmissionDenied, match="FROZEN"):
+        again.gate.run_tool(again._proposal("x", "reserve_ip", {}, 0.0), fleet.client("t").send)
+    # the revoked lease is refused by the service itself
+    twin = fleet.twin_of("reserve_ip")
+    status, body = twin.call("reserve_ip", {"region": "r"}, "deploy.T9", None, runner.endpoints.token)
+    assert status == 401 and body["reason"] == "lease_revoked"
+    assert judge(fleet, store)["effects_left_unlisted"] == 0   # the residue is listed, not lost
+
+
+def test_a_failure_after_the_pivot_is_not_rolled_back():
+    incidents = []
+    fleet, store, runner = make(incidents=incidents)
+    runner.step("provision_sandbox", {"image": "x"})
+    runner.step("activate_route", {"ip_id": "ip"})
+    fleet.twin_of("publish_dns").logic.inject("publish_dns", "conflict")
+    with pytest.raises(StepFailedError):
+        runner.step("publish_dns", {"name": "ok.example", "ip_id": "ip"})
+    assert runner.saga.steps["deploy.T3"].state == "HALTED"
+    with pytest.raises(SagaPanicError):
+        runner.unwind("post pivot")
+    assert incidents[0]["failure_mode"] == "POST_PIVOT_STALLED"
+    assert applied(fleet, "teardown_sandbox") == 0
+
+
+def test_the_script_diverging_from_the_log_is_refused():
+    fleet, store, runner = make()
+    runner.step("provision_sandbox", {"image": "x"})
+    _, _, again = make(fleet, store)
+    with pytest.raises(SagaTransitionError, match="diverged"):
+        again.step("reserve_ip", {"region": "r"})
+
+
+# --- crash safety -----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("crash", ["process", "host"])
+def test_a_crash_at_every_position_then_recovery_compensates_each_effect_exactly_once(crash):
+    result = sweep_twins(crash=crash)
+    assert result["positions"] == len(result["position_names"]) > 60
+    assert result["compensators_repeated"] == 0 and result["effects_left_unlisted"] == 0
+    assert result["forward_repeated"] == 0 and result["ok"]
+
+
+def test_the_sweep_can_fail_a_service_that_forgets_its_idempotency_keys(monkeypatch):
+    """Control: a service that loses its dedup table and its status records on a crash repeats
+    a compensator after a host crash that lost COMPENSATED; the sweep must see it."""
+    from kernel_lib.sim import services
+
+    real = services.ServiceLogic.lookup
+
+    def forgetful(self, operation_id):
+        self.state["answers"].clear()
+        return {"operation_id": operation_id, "status": "unknown"}
+
+    monkeypatch.setattr(services.ServiceLogic, "lookup", forgetful)
+    result = sweep_twins(crash="host")
+    monkeypatch.setattr(services.ServiceLogic, "lookup", real)
+    assert not result["ok"] and (result["compensators_repeated"] > 0 or result["forward_repeated"] > 0)
+
+
+def test_service_actions_all_have_declared_contracts():
+    reg = deployment_registry()
+    assert set(reg.names()) == set(ACTIONS)
+    assert {reg.contract(a).tier for a in ("send_email", "activate_route")} == {"III"}
