@@ -362,3 +362,27 @@ def test_service_actions_all_have_declared_contracts():
     reg = deployment_registry()
     assert set(reg.names()) == set(ACTIONS)
     assert {reg.contract(a).tier for a in ("send_email", "activate_route")} == {"III"}
+
+
+# --- the command ----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("store", ["sqlite", "segment"])
+def test_saga_sweep_command_on_real_store_files(store, tmp_path):
+    import json
+    import subprocess
+    import sys
+    out = subprocess.run([sys.executable, "-m", "kernel_lib", "saga", "sweep", "--store", store, "--json",
+                          "--dir", str(tmp_path)], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    r = json.loads(out.stdout)
+    assert r["positions"] > 60 and r["compensators_repeated"] == 0 and r["effects_left_unlisted"] == 0 and r["ok"]
+    assert not list(tmp_path.iterdir())   # its temporary folder is gone
+
+
+def test_saga_sweep_refuses_what_it_cannot_do():
+    import subprocess
+    import sys
+    for argv in (["--store", "etcd"], ["--store", "sqlite", "--crash", "host"], ["--positions", "0"]):
+        out = subprocess.run([sys.executable, "-m", "kernel_lib", "saga", "sweep", *argv], capture_output=True,
+                             text=True, timeout=120)
+        assert out.returncode == 2 and "Traceback" not in out.stderr, (argv, out.stderr)

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kernel_lib.core.events import Event, TaskStarted
-from kernel_lib.errors import SagaPanicError
+from kernel_lib.errors import ConfigError, SagaPanicError
 from kernel_lib.gate.dispatch import AdmissionPolicy, DispatchGate
 from kernel_lib.log import MemoryStore, TrajectoryLog
 from kernel_lib.recovery.runner import RetryPolicy, SagaRunner
@@ -92,7 +92,7 @@ class _Run:
     trajectory_id: str
 
 
-def _runner(store: MemoryStore, fleet: TwinFleet, trajectory_id: str,
+def _runner(store: Any, fleet: TwinFleet, trajectory_id: str,
             on_position: Callable[[str, Any], None] | None = None) -> SagaRunner:
     reg = deployment_registry()
     log = TrajectoryLog(store, trajectory_id, must_survive="none")
@@ -110,31 +110,38 @@ def _judge(run: _Run) -> dict[str, Any]:
     return account(audits, resources, run.store.read(run.trajectory_id))
 
 
-def _fresh(k: int) -> _Run:
+def _fresh(k: int, open_store: Callable[[int, bool], Any] | None = None) -> _Run:
     fleet = TwinFleet()
     fleet.twins["dns"].logic.taken_name(TAKEN_DOMAIN)
-    return _Run(fleet, MemoryStore(), f"saga-sweep-{k:04d}")
+    return _Run(fleet, open_store(k, False) if open_store else MemoryStore(), f"saga-sweep-{k:04d}")
 
 
 def sweep_twins(*, crash: str = "process", positions: Iterable[int] | None = None,
-                progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
+                progress: Callable[[int, int], None] | None = None,
+                open_store: Callable[[int, bool], Any] | None = None, store_name: str = "memory") -> dict[str, Any]:
     """Crash the deployment saga on the twins at every position (or ``positions``) and recover.
 
     ``crash``: ``"process"`` (the worker dies; every written event survives) or ``"host"``
-    (only events a barrier covered survive: the log is cut at its durable head). Returns
+    (only events a barrier covered survive: the log is cut at its durable head; memory store
+    only). ``open_store(k, reopen)``: the store of run ``k`` (a real SQLite or segment log in a
+    directory of its own; ``reopen=True`` after the crash: opened again from its files, as a new
+    process would). Returns
     ``{positions, runs, compensators_repeated, effects_left_unlisted, forward_repeated, ok}``.
     """
     if crash not in ("process", "host"):
-        raise ValueError(f"crash must be 'process' or 'host', got {crash!r}")
+        raise ConfigError(f"crash must be 'process' or 'host', got {crash!r}")
+    if crash == "host" and open_store is not None:
+        raise ConfigError("a host crash is simulated on the memory store only (the log is cut at its durable head); "
+                          "on a real store file use crash='process'")
     names: list[str] = []
-    clean = _fresh(0)
+    clean = _fresh(0, open_store)
     run_deployment(_runner(clean.store, clean.fleet, clean.trajectory_id,
                            on_position=lambda name, ev: names.append(name)))
     total = len(names)
     todo = list(positions) if positions is not None else list(range(1, total + 1))
     rows = []
     for i, k in enumerate(todo):
-        run = _fresh(k)
+        run = _fresh(k, open_store)
         seen = [0]
         durable = [0]
 
@@ -151,6 +158,9 @@ def sweep_twins(*, crash: str = "process", positions: Iterable[int] | None = Non
         except _Crash as c:
             at = str(c)
         durable[0] = holder[0].gate.log.durable_head if holder else 0
+        if open_store is not None:   # the crashed worker's handle is gone; a new process opens the files
+            run.store.close()
+            run.store = open_store(k, True)
         if crash == "host":
             kept = list(run.store.read(run.trajectory_id))[:durable[0]]
             run.store = MemoryStore()
@@ -161,10 +171,15 @@ def sweep_twins(*, crash: str = "process", positions: Iterable[int] | None = Non
         except SagaPanicError as exc:
             outcome = f"PANIC: {exc}"
         verdict = _judge(run)
+        if open_store is not None:
+            run.store.close()
         rows.append({"position": k, "crashed_after": at, "outcome": outcome, **verdict})
         if progress:
             progress(i + 1, len(todo))
-    return {"store": "twins", "crash": crash, "positions": len(rows), "position_names": names,
+    if open_store is not None:
+        clean.store.close()
+    return {"store": store_name, "services": "simulated twins", "crash": crash, "positions": len(rows),
+            "position_names": names,
             "compensators_repeated": sum(r["compensators_repeated"] for r in rows),
             "effects_left_unlisted": sum(r["effects_left_unlisted"] for r in rows),
             "forward_repeated": sum(r["forward_repeated"] for r in rows),
