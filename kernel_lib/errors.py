@@ -103,6 +103,7 @@ that are retryable)::
                 SagaTransitionError
                 SagaPanicError
                 StepFailedError
+                ToolFailedError
                 ServiceError
                     ServiceFaultError
                     ServiceDownError  (also ConnectionRefusedError)
@@ -141,7 +142,7 @@ __all__ = [
     "LiveError", "SnapshotMismatchError", "PatchApplyError", "EvidenceSignatureError", "LiveProcessError",
     "OperationStillRunningError", "SessionStateError", "UnrecoveredRunError", "NoWorkerRunningError",
     "UnknownCrashPointError", "RecoveryError", "ToolContractError", "CompensatorBindError", "SagaTransitionError",
-    "SagaPanicError", "StepFailedError", "ServiceError", "ServiceFaultError",
+    "SagaPanicError", "StepFailedError", "ToolFailedError", "ServiceError", "ServiceFaultError",
     "ServiceDownError", "TrajectoryFrozenRefusal",
 ]
 
@@ -788,6 +789,16 @@ class StepFailedError(RecoveryError):
         self.step_id = step_id
         self.error = dict(error or {})
         super().__init__(message)
+
+
+class ToolFailedError(RecoveryError):
+    """Raised by a practitioner's tool function (:mod:`kernel_lib.recovery.agent`): the tool
+    answered no. ``retryable``: nothing was applied and the same request may succeed later;
+    ``partial_output``: what a partial effect left behind (bound to the step's own compensator)."""
+
+    def __init__(self, message: str, *, retryable: bool = False, partial_output: dict | None = None):
+        self.partial_output = partial_output
+        super().__init__(message, retryable=retryable)
 
 
 class ServiceError(RecoveryError):
