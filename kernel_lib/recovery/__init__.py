@@ -1,10 +1,18 @@
 """``recovery``: the Failure Recovery chapter (``../shared/chapters/003_b638c7bc18ddae49.txt``).
 
-Empty today; the mechanisms of that chapter will live here, each written as a pure decision from
-the fold plus a thin runner that applies it:
+The mechanisms of that chapter live here, each written as a pure decision from the fold plus a
+thin runner that applies it. Built so far:
 
-* ``saga`` — the trajectory saga: state machine, the compensation stack folded from the log,
-  crash-safe unwind, terminal escalation (ACB freeze);
+* ``contracts`` — tool declarations (table 5): reversibility tier, repeat contract, status
+  lookup, the registered compensator and how its arguments bind; refused when incomplete;
+* ``saga`` — the trajectory saga as a fold of the log: the table-2 state machine, the
+  compensation stack Σ (table 3), the unwind's next action;
+* ``runner`` — the thin runner: forward steps and compensators through the dispatch gate,
+  crash-safe unwind, PANIC and terminal escalation (the ACB freeze);
+* ``agent`` — the same declarations for a practitioner's plain Python functions.
+
+Still to come:
+
 * ``policy`` — the recovery policy D(Ω): error taxonomy, budget headroom, the economic
   break-even of forward repair against unwind and rerun; the anti-spin bound;
 * ``pivot`` — reversibility tiers, the pivot boundary and the verification gate;
