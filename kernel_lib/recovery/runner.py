@@ -115,7 +115,10 @@ class SagaRunner:
 
     # --- the fold ------------------------------------------------------------------------------------
     def _refold(self) -> SagaRecord:
-        self.saga = fold_saga(self.gate.log.events(), self.saga_id)
+        """Fold what was appended since the saga record's position (the log is the only source)."""
+        head = self.gate.log.head
+        if self.saga.last_sequence_number < head:
+            fold_saga(self.gate.log.events(self.saga.last_sequence_number + 1, head), self.saga_id, into=self.saga)
         return self.saga
 
     @property

@@ -158,17 +158,19 @@ class SagaRecord:
                 for i, s in enumerate(self.stack)]
 
 
-def fold_saga(events: Iterable[Event], saga_id: str) -> SagaRecord:
+def fold_saga(events: Iterable[Event], saga_id: str, into: SagaRecord | None = None) -> SagaRecord:
     """Fold the trajectory's events into the :class:`SagaRecord` of ``saga_id``.
 
     Reads ``SagaStepChanged``/``SagaChanged`` of that saga, ``TrajectoryFrozen``, and the
     ``ToolIntent`` of each pending step (PENDING -> EXECUTING). Other events are skipped.
+    ``into``: a record folded so far, continued in place with the events after it (the runner
+    folds each batch it appends this way).
 
     Raises:
         SagaTransitionError: the log holds a transition table 2 does not allow, or a record that
             contradicts the step's declaration (another tool, tier or index for the same step).
     """
-    rec = SagaRecord(saga_id)
+    rec = into if into is not None else SagaRecord(saga_id)
     for ev in events:
         p = ev.payload
         rec.last_sequence_number = ev.sequence_number
