@@ -207,6 +207,27 @@ def test_bad_input_is_one_error_line_and_exit_2(tmp_path, capsys):
     nb.cells = [c for c in nb.cells if "grading" not in c.metadata.get("tags", []) and c.get("id") != "check"]
     nbformat.write(nb, tmp_path / "no_answer_cell.ipynb")
     assert "no answer cell" in _one_error_line([str(tmp_path / "no_answer_cell.ipynb")], capsys)
+    bad = json.loads(Path(STUDENT).read_text())
+    bad["cells"][0]["source"] = 5          # valid JSON that nbformat reads with a logged warning only
+    (tmp_path / "int_source.ipynb").write_text(json.dumps(bad))
+    assert "not a Jupyter notebook" in _one_error_line([str(tmp_path / "int_source.ipynb")], capsys)
+
+
+def test_a_malformed_notebook_in_a_class_is_one_error_line_and_the_run_goes_on(tmp_path, capsys):
+    """Fault: one submission's cells hold a source that is not text (nbformat reads it, logging a
+    schema warning only); grading crashed the whole class run with a TypeError traceback and exit 1
+    (the "wrong answer" code). Invariant: that notebook is one ``error:`` line, the next notebook
+    is still looked at (here: one with no recorded answers), exit 2."""
+    bad = json.loads(Path(STUDENT).read_text())
+    for cell in bad["cells"]:
+        if cell["cell_type"] == "code":
+            cell["source"] = 7
+    (tmp_path / "int_source.ipynb").write_text(json.dumps(bad))
+    shutil.copy(STUDENT, tmp_path / "unrun.ipynb")
+    code = main(["exercise", "grade", str(tmp_path / "int_source.ipynb"), str(tmp_path / "unrun.ipynb"), "--no-execute"])
+    err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert code == 2 and len(err) == 2 and all(line.startswith("error:") for line in err), err
+    assert "int_source.ipynb" in err[0] and "not a Jupyter notebook" in err[0] and "unrun.ipynb" in err[1]
 
 
 def test_a_notebook_that_raises_is_one_error_line_naming_the_exception(tmp_path):

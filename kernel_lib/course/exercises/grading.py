@@ -58,6 +58,11 @@ def read_submission(path: str | Path) -> Any:
         raise ConfigError(f"{path}: not a Jupyter notebook ({_first_line(exc) or type(exc).__name__})") from None
     if not isinstance(cells, list):
         raise ConfigError(f"{path}: not a Jupyter notebook (no list of cells)")
+    for i, cell in enumerate(cells):   # nbformat.reads only logs a schema violation: check what grading reads
+        if not isinstance(cell, dict) or not isinstance(cell.get("source", ""), str):
+            raise ConfigError(f"{path}: not a Jupyter notebook (cell {i} is not a cell with a text source)")
+        if cell.get("cell_type") == "code" and not isinstance(cell.get("outputs", []), list):
+            raise ConfigError(f"{path}: not a Jupyter notebook (code cell {i} has no list of outputs)")
     return nb
 
 
