@@ -16,6 +16,7 @@ import pytest
 
 from kernel_lib.course.chapters import anchor_for, find_chapters, read_chapter, render_markdown, resolve_section
 from kernel_lib.course.lab import LabCopy, fresh, prepare
+from kernel_lib.errors import ConfigError
 from kernel_lib.course.notebook_links import CELL_TAG, link_notebook, sections_for
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -81,6 +82,20 @@ def _fake_project(root: Path) -> Path:
                        proj / "notebooks" / f"{name}.ipynb")
     (proj / "datasets" / "d.txt").write_text("data")
     return proj
+
+
+@pytest.mark.parametrize("dest", ["", "  "])
+def test_an_empty_destination_is_refused_and_nothing_is_written_into_the_checkout(tmp_path, dest):
+    """Fault: ``course prepare --dest ""`` (an unset shell variable) was read as "no --dest" and built
+    lab/ inside the checkout, exit 0. Invariant: ConfigError (the CLI's one error line, exit 2) for
+    prepare and fresh, and the project is left as it was."""
+    proj = _fake_project(tmp_path)
+    before = sorted(p.relative_to(proj).as_posix() for p in proj.rglob("*"))
+    with pytest.raises(ConfigError, match="destination is empty"):
+        prepare(project=proj, dest=dest, shared=tmp_path / "no-shared")
+    with pytest.raises(ConfigError, match="destination is empty"):
+        fresh("notebooks/a.ipynb", project=proj, dest=dest)
+    assert sorted(p.relative_to(proj).as_posix() for p in proj.rglob("*")) == before
 
 
 def test_prepare_keeps_a_changed_copy_follows_the_course_otherwise_and_fresh_restores_one(tmp_path):

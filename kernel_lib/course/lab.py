@@ -85,7 +85,10 @@ class LabCopy:
         proj = Path(project).resolve() if project else _project_root()
         if not (proj / "notebooks").is_dir():
             raise ConfigError(f"{proj} is not a course checkout (it has no notebooks/ folder)")
-        root = Path(dest).resolve() if dest else proj / "lab"
+        if isinstance(dest, str) and not dest.strip():   # `--dest ""`: not a request for the default lab/
+            raise ConfigError("the working copy's destination is empty: name a folder, or leave --dest out for "
+                              f"{proj / 'lab'}")
+        root = Path(dest).resolve() if dest is not None else proj / "lab"
         return cls(project=proj, root=root, shared=Path(shared).resolve() if shared else proj.parent / "shared")
 
     def copy_of(self, tracked: str | os.PathLike) -> Path:
