@@ -232,3 +232,79 @@ def test_a_format_2_checkpoint_of_an_older_build_restores_in_full_and_its_chain_
     new = ck.capture(fold(initial_record(TRAJECTORY), store.read(TRAJECTORY)), None, kind="full")
     assert CheckpointManifest.from_bytes(blobs.get(new.manifest_sha256)).record_format == S.RECORD_FORMAT
     assert restore(store, TRAJECTORY, blobs).record == fold(initial_record(TRAJECTORY), store.read(TRAJECTORY))
+
+
+def _v3_doc(n: int = 120):
+    rec = fold(initial_record(TRAJECTORY), make_events(n))
+    return rec, msgspec.msgpack.decode(S.encode_record_state(S.state_of(rec)))
+
+
+def _no_attempt_fields(doc):
+    t = doc["tables"]["operations"]
+    at = t["fields"].index("attempts")
+    t["attempt_fields"] = []
+    for row in t["rows"]:
+        row[at] = [[a[0]] for a in row[at]]
+
+
+def _twice(table):
+    def mutate(doc):
+        ids = doc["tables"][table]["ids"]
+        ids[1] = ids[0]
+    return mutate
+
+
+def _attempt_twice(doc):
+    t = doc["tables"]["operations"]
+    at = t["fields"].index("attempts")
+    row = next(r for r in t["rows"] if r[at])
+    row[at].append(list(row[at][0]))
+
+
+@pytest.mark.parametrize("mutate", [_no_attempt_fields, _twice("operations"), _twice("reservations"),
+                                    _twice("decisions"), _attempt_twice],
+                         ids=["attempts-without-fields", "operation-id-twice", "reservation-id-twice",
+                              "decision-id-twice", "attempt-key-twice"])
+def test_a_snapshot_whose_tables_do_not_add_up_is_refused_not_read_as_fewer_or_empty_rows(mutate):
+    """Fault: digest-valid bytes of a faulty writer: attempt rows holding only their key under an
+    empty ``attempt_fields`` (they built Attempt objects without a field, an AttributeError on first
+    use), or an id given twice in a table or in an operation's attempts (the later row silently
+    replaced the earlier one: an operation, reservation, decision or attempt gone). Invariant:
+    UnrecoverableStateError naming the snapshot, lazily (at the latest when the row is read) and
+    eagerly, and from decode_record_state; never a record with fewer rows."""
+    _rec, doc = _v3_doc()
+    mutate(doc)
+    data = msgspec.msgpack.Encoder(order="deterministic").encode(doc)
+    with pytest.raises(UnrecoverableStateError, match="snap-t"):
+        S.record_from_snapshot(data, name="snap-t", format=S.RECORD_FORMAT, lazy=False)
+    with pytest.raises(UnrecoverableStateError, match="snap-t"):
+        lazy = S.record_from_snapshot(data, name="snap-t", format=S.RECORD_FORMAT)
+        lazy.operations.materialize()
+    with pytest.raises(UnrecoverableStateError, match="snap-t"):
+        S.decode_record_state(data, name="snap-t", format=S.RECORD_FORMAT)
+
+
+def test_a_stored_row_that_is_not_messagepack_is_refused_when_read_naming_the_snapshot():
+    """Fault: a byte inside one operation row turned into invalid UTF-8 (the lazy decode skips over
+    the row, so only its first read decodes it). It reached the reader as a raw msgspec.DecodeError.
+    Invariant: UnrecoverableStateError naming the snapshot and the row; the other rows still read."""
+    rec, doc = _v3_doc()
+    data = S.encode_record_state(S.state_of(rec))
+    first = doc["tables"]["operations"]["ids"][0]
+    kind = rec.operations[first].kind.encode()
+    at = data.index(kind, data.index(b"rows"))
+    bad = data[:at] + b"\xff" + data[at + 1:]
+    lazy = S.record_from_snapshot(bad, name="snap-u", format=S.RECORD_FORMAT)
+    with pytest.raises(UnrecoverableStateError, match=r"snap-u.*operation") as info:
+        lazy.operations[first]
+    assert ("record snapshot", "snap-u") in info.value.missing
+    other = doc["tables"]["operations"]["ids"][1]
+    assert lazy.operations[other] == rec.operations[other]
+
+
+@pytest.mark.parametrize("reader", ["record_from_snapshot", "decode_record_state", "decode_record_delta"])
+def test_bytes_nested_past_the_decoders_depth_are_an_unrecoverable_state_error(reader):
+    """Fault: bytes nested deeper than msgspec decodes (a RecursionError escaped every reader).
+    Invariant: UnrecoverableStateError naming the object."""
+    with pytest.raises(UnrecoverableStateError, match="deep-x"):
+        getattr(S, reader)(b"\x91" * 100_000, name="deep-x")

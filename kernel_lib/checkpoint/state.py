@@ -144,16 +144,25 @@ def _pack(table: dict[str, Any]) -> dict[str, Any]:
     return {"ids": ids, "values": values}
 
 
+def _keyed(ids: list[Any], values: Any) -> dict[str, Any]:
+    """``dict(zip(ids, values))``; ValueError if an id is given twice (the later row would silently
+    replace the earlier one: a table entry lost)."""
+    out = dict(zip(ids, values))
+    if len(out) != len(ids):
+        raise ValueError(f"a packed table names {len(ids) - len(out)} id(s) twice")
+    return out
+
+
 def _unpack(packed: dict[str, Any]) -> dict[str, Any]:
     ids = packed["ids"]
     if "rows" in packed:
         fields, rows = packed["fields"], packed["rows"]
         if len(rows) != len(ids) or any(len(r) != len(fields) for r in rows):
             raise ValueError("a packed table's rows do not match its ids and fields")
-        return dict(zip(ids, map(dict, map(zip, repeat(fields), rows))))
+        return _keyed(ids, map(dict, map(zip, repeat(fields), rows)))
     if len(packed["values"]) != len(ids):
         raise ValueError("a packed table's values do not match its ids")
-    return dict(zip(ids, packed["values"]))
+    return _keyed(ids, packed["values"])
 
 
 def _uniform(values: list[Any]) -> list[str] | None:
@@ -194,26 +203,31 @@ def _unpack_operations_nested(packed: dict[str, Any]) -> dict[str, Any]:
     if "rows" not in packed:
         if len(packed["values"]) != len(ids):
             raise ValueError("a packed table's values do not match its ids")
-        return {k: {**v, "attempts": {a[0]: a[1] for a in v["attempts"]}} for k, v in zip(ids, packed["values"])}
+        return _keyed(ids, ({**v, "attempts": {a[0]: a[1] for a in v["attempts"]}} for v in packed["values"]))
     fields, a_fields, rows = packed["fields"], packed["attempt_fields"], packed["rows"]
     if len(rows) != len(ids) or any(len(r) != len(fields) for r in rows):
         raise ValueError("a packed table's rows do not match its ids and fields")
     if not rows:
         return {}
     at = fields.index("attempts")
-    out = {}
-    for k, row in zip(ids, rows):
+    out = []
+    for row in rows:
         d = dict(zip(fields, row))
         d["attempts"] = _attempts_of(row[at], a_fields)
-        out[k] = d
-    return out
+        out.append(d)
+    return _keyed(ids, out)
 
 
 def _attempts_of(cell: Any, a_fields: list[str]) -> dict[str, Any]:
     """The attempts dict of a format-3 operation row's ``attempts`` cell; ValueError if malformed."""
     if type(cell) is not list or any(type(r) is not list or len(r) != len(a_fields) + 1 for r in cell):
         raise ValueError(f"an operation's attempts must be rows of a key and {len(a_fields)} values")
-    return {r[0]: dict(zip(a_fields, r[1:])) for r in cell}
+    if cell and not a_fields:   # a writer stores attempt fields whenever any operation has an attempt
+        raise ValueError("an operation has attempts but the table names no attempt fields")
+    out = {r[0]: dict(zip(a_fields, r[1:])) for r in cell}
+    if len(out) != len(cell):
+        raise ValueError("an operation names one of its attempts twice")
+    return out
 
 
 def _pack_state(state: dict[str, Any], nested: bool = True) -> dict[str, Any]:
@@ -282,7 +296,7 @@ def decode_record_state(data: bytes, *, name: str = "record snapshot",
             if d.get("format") not in DELTA_FORMAT_OF or not isinstance(d.get("record"), dict):
                 raise ValueError(f"format is {d.get('format')!r}")
             return _unpack_state(d, nested=d["format"] == RECORD_FORMAT), int(d["reducer_version"])
-        except (ValueError, TypeError, KeyError, AttributeError, IndexError) as exc:
+        except (ValueError, TypeError, KeyError, AttributeError, IndexError, RecursionError) as exc:
             raise UnrecoverableStateError(f"{name} is not a record snapshot: {exc}",
                                           missing=[("record snapshot", name)]) from None
 
@@ -344,7 +358,8 @@ def record_from_snapshot(data: bytes, *, name: str = "record snapshot", format: 
             return _record_from_v2(data, name, format)
         except UnrecoverableStateError:
             raise
-        except (ValueError, TypeError, KeyError, AttributeError, IndexError, msgspec.DecodeError) as exc:
+        except (ValueError, TypeError, KeyError, AttributeError, IndexError, RecursionError,
+                msgspec.DecodeError) as exc:
             raise UnrecoverableStateError(f"{name} is not a record snapshot: {exc}",
                                           missing=[("record snapshot", name)]) from None
 
@@ -450,12 +465,24 @@ def _record_from_v3(data: bytes, name: str, lazy: bool) -> "TrajectoryRecord | N
             raise bad("decision", key, f"is not a list of {len(dec_f)} values")
         return dict(zip(dec_f, row))
 
-    built = ((op_t, op_of), (res_t, reservation_of), (dec_t, decision_of))
-    if lazy:
-        tables = [LazyTable(dict(zip(x.ids, x.rows)), msgspec.Raw, lambda k, raw, f=f: f(k, _UNPACK.decode(raw)))
-                  for x, f in built]
-    else:
-        tables = [dict(zip(x.ids, map(f, x.ids, x.rows))) for x, f in built]
+    built = ((op_t, op_of, "operation"), (res_t, reservation_of, "reservation"), (dec_t, decision_of, "decision"))
+
+    def stored(f: Any, what: str) -> Any:
+        def build(key: str, raw: msgspec.Raw) -> Any:
+            try:
+                row = _UNPACK.decode(raw)
+            except (msgspec.DecodeError, RecursionError) as exc:
+                raise bad(what, key, f"is not MessagePack ({exc})") from None
+            return f(key, row)
+        return build
+
+    tables = []
+    for x, f, what in built:
+        table = dict(zip(x.ids, x.rows)) if lazy else dict(zip(x.ids, map(f, x.ids, x.rows)))
+        if len(table) != len(x.ids):   # a later row would silently replace an earlier one
+            raise UnrecoverableStateError(f"{name}: the {what} table names {len(x.ids) - len(table)} id(s) twice",
+                                          missing=[("record snapshot", name)])
+        tables.append(LazyTable(table, msgspec.Raw, stored(f, what)) if lazy else table)
     rec.operations, rec.budget.reservations, rec.decisions = tables
     return rec
 
@@ -494,7 +521,7 @@ def _record_from_v2(data: bytes, name: str, format: str | None) -> "TrajectoryRe
     odicts = list(map(dict, map(zip, repeat(op_t.get("fields", [])), rows)))
     slots: list[dict[str, Attempt]] = [{} for _ in odicts]
     deque(map(setitem, odicts, repeat("attempts"), slots), maxlen=0)
-    ops = dict(zip(op_t["ids"], _instances(Operation, odicts)))
+    ops = _keyed(op_t["ids"], _instances(Operation, odicts))
     # attempts: rows name their operation (its position in the table) and their key there
     rows = _rows(att_t, "attempt")
     if rows:
@@ -513,15 +540,14 @@ def _record_from_v2(data: bytes, name: str, format: str | None) -> "TrajectoryRe
     if rows:
         fields = res_t["fields"]
         if "amount_usd" in fields:   # converted as the fold converts them
-            res = {k: Reservation.from_usd(rd["reservation_id"], rd["subject_id"], rd["amount_usd"],
-                                           rd["settled_usd"], rd["released"])
-                   for k, rd in zip(res_t["ids"], map(dict, map(zip, repeat(fields), rows)))}
+            res = _keyed(res_t["ids"], [Reservation.from_usd(rd["reservation_id"], rd["subject_id"], rd["amount_usd"],
+                                                             rd["settled_usd"], rd["released"])
+                                        for rd in map(dict, map(zip, repeat(fields), rows))])
         else:
             for f in ("amount_micro_usd", "settled_micro_usd"):
                 if set(map(type, map(itemgetter(fields.index(f)), rows))) != {int}:
                     raise ValueError(f"reservation {f} figures must be integers")
-            res = dict(zip(res_t["ids"], _instances(Reservation, list(map(dict, map(zip, repeat(fields),
-                                                                                      rows))))))
+            res = _keyed(res_t["ids"], _instances(Reservation, list(map(dict, map(zip, repeat(fields), rows)))))
     rec.operations = ops
     rec.budget.reservations = res
     return rec
@@ -645,7 +671,7 @@ def decode_record_delta(data: bytes, *, name: str = "record delta",
         if d.get("format") not in DELTA_FORMAT_OF.values() or not isinstance(d.get("ops"), list):
             raise ValueError("not a record delta object")
         return d["base_record_sha256"], d["result_record_sha256"], d["ops"]
-    except (ValueError, TypeError, KeyError) as exc:
+    except (ValueError, TypeError, KeyError, RecursionError) as exc:
         raise UnrecoverableStateError(f"{name} is not a record delta: {exc}",
                                       missing=[("record delta", name)]) from None
 
