@@ -224,7 +224,8 @@ def test_a_malformed_notebook_in_a_class_is_one_error_line_and_the_run_goes_on(t
             cell["source"] = 7
     (tmp_path / "int_source.ipynb").write_text(json.dumps(bad))
     shutil.copy(STUDENT, tmp_path / "unrun.ipynb")
-    code = main(["exercise", "grade", str(tmp_path / "int_source.ipynb"), str(tmp_path / "unrun.ipynb"), "--no-execute"])
+    code = main(["exercise", "grade", str(tmp_path / "int_source.ipynb"), str(tmp_path / "unrun.ipynb"),
+                 "--no-execute"])
     err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
     assert code == 2 and len(err) == 2 and all(line.startswith("error:") for line in err), err
     assert "int_source.ipynb" in err[0] and "not a Jupyter notebook" in err[0] and "unrun.ipynb" in err[1]
