@@ -83,8 +83,7 @@ def test_an_illegal_transition_raises_and_appends_nothing():
     head = runner.gate.log.head
     step = runner.saga.steps["deploy.T1"]
     with pytest.raises(SagaTransitionError):
-        runner._append_step(step, "EXECUTING", step_id=step.step_id, index=1, tool=step.tool, tier="II",
-                            deferred=False)
+        runner._append_step(step, "EXECUTING", deferred=False)
     assert runner.gate.log.head == head
 
 
@@ -128,6 +127,8 @@ def test_the_compensator_is_durable_before_control_returns_and_sigma_is_the_logs
     assert saga.stack_view()[0]["position"] == "TOP"
     committed = [ev for ev in store.read("traj-saga") if ev.event_type == "SagaStepChanged"
                  and ev.payload.state == "COMMITTED"]
+    assert len(committed) == 2
+    assert all(ev.sequence_number <= runner.gate.log.durable_head for ev in committed)   # a barrier covered C_i
     assert all(ev.payload.compensator["idempotency_key"].startswith("idem-") for ev in committed)
 
 

@@ -135,11 +135,11 @@ class SagaRunner:
                 f"{inc.get('incident_id')}); it waits for an operator and does nothing",
                 incident_id=inc.get("incident_id"))
 
-    def _append_step(self, step: SagaStep | None, state: str, *, step_id: str, index: int, tool: str, tier: str,
-                     deferred: bool, **fields: Any) -> None:
-        check_transition(step_id, step.state if step else None, state)   # before anything is appended
-        self.gate.append(SagaStepChanged(saga_id=self.saga_id, step_id=step_id, step_index=index, state=state,
-                                         tool=tool, tier=tier, **fields), deferred=deferred)
+    def _append_step(self, step: SagaStep, state: str, *, deferred: bool, **fields: Any) -> None:
+        """Append ``step``'s transition to ``state`` (table 2 is checked before anything is appended)."""
+        check_transition(step.step_id, step.state, state)
+        self.gate.append(SagaStepChanged(saga_id=self.saga_id, step_id=step.step_id, step_index=step.index,
+                                         state=state, tool=step.tool, tier=step.tier, **fields), deferred=deferred)
         self._refold()
 
     def _append_saga(self, state: str, *, deferred: bool, **fields: Any) -> None:
@@ -185,8 +185,12 @@ class SagaRunner:
         if step is not None and step.state in ("FAILED", "ABORTED", "HALTED", "COMPENSATING", "COMPENSATED", "PANIC"):
             raise StepFailedError(f"step {index} ({tool}) is {step.state}", step_id=step_id)
         if step is None:
-            self._append_step(None, "PENDING", step_id=step_id, index=index, tool=tool, tier=contract.tier,
-                              deferred=True, idempotency_key=idempotency_key(self.trajectory_id, step_id))
+            check_transition(step_id, None, "PENDING")
+            self.gate.append(SagaStepChanged(saga_id=self.saga_id, step_id=step_id, step_index=index, state="PENDING",
+                                             tool=tool, tier=contract.tier,
+                                             idempotency_key=idempotency_key(self.trajectory_id, step_id)),
+                             deferred=True)
+            self._refold()
         bound = contract.cost_bound_usd if cost_bound_usd is None else cost_bound_usd
         return self._drive_forward(step_id, index, tool, contract, dict(arguments), bound)
 
@@ -283,16 +287,14 @@ class SagaRunner:
                     except CompensatorBindError as exc:
                         # an effect exists that no compensator can be bound for: it is never reported
                         # committed; FAILED, then the trajectory is frozen with the effect as residue
-                        self._append_step(step, "FAILED", step_id=step_id, index=index, tool=tool,
-                                          tier=contract.tier, deferred=False, reason=str(exc)[:500])
+                        self._append_step(step, "FAILED", deferred=False, reason=str(exc)[:500])
                         incident = self.freeze("COMPENSATION_CORRUPTED", error={"error": str(exc)}, failing_tool=tool,
                                                residue=self._residue())
                         raise SagaPanicError(f"saga {self.saga_id}: {exc}; frozen as incident "
                                              f"{incident['incident_id']}", residue=incident["residue"],
                                              incident=incident) from exc
                     fields["compensator"] = self._bound_compensator(step_id, contract.compensator.tool, args)
-                self._append_step(step, "COMMITTED", step_id=step_id, index=index, tool=tool, tier=contract.tier,
-                                  deferred=False, **fields)
+                self._append_step(step, "COMMITTED", deferred=False, **fields)
                 return output
             # failed (the service's final answer; a retryable refusal leaves the operation open)
             return self._forward_failed(step_id, index, tool, contract, _output(outcome))
@@ -308,8 +310,7 @@ class SagaRunner:
         step = self.saga.steps[step_id]
         fields: dict[str, Any] = {"reason": str(error.get("error", "failed"))[:500]}
         if error.get("never_sent") and step.state == "PENDING":
-            self._append_step(step, "ABORTED", step_id=step_id, index=index, tool=tool, tier=contract.tier,
-                              deferred=False, **fields)
+            self._append_step(step, "ABORTED", deferred=False, **fields)
             raise StepFailedError(f"step {index} ({tool}) never left: {fields['reason']}", step_id=step_id, error=error)
         if error.get("partial") and contract.compensator is not None and isinstance(error.get("output"), dict):
             try:
@@ -318,11 +319,9 @@ class SagaRunner:
             except RecoveryError:
                 pass
         state = "HALTED" if self.saga.pivot_committed is not None and "compensator" not in fields else "FAILED"
-        self._append_step(step, "FAILED", step_id=step_id, index=index, tool=tool, tier=contract.tier,
-                          deferred=False, **fields)
+        self._append_step(step, "FAILED", deferred=False, **fields)
         if state == "HALTED":
-            self._append_step(self.saga.steps[step_id], "HALTED", step_id=step_id, index=index, tool=tool,
-                              tier=contract.tier, deferred=False, reason="past the pivot: no rollback")
+            self._append_step(self.saga.steps[step_id], "HALTED", deferred=False, reason="past the pivot: no rollback")
         raise StepFailedError(f"step {index} ({tool}) failed: {fields['reason']}", step_id=step_id, error=error)
 
     def complete(self) -> None:
@@ -361,8 +360,7 @@ class SagaRunner:
                 return "ABORT_CONSISTENT"
             comp = step.compensator
             if action.kind == "begin":
-                self._append_step(step, "COMPENSATING", step_id=step.step_id, index=step.index, tool=step.tool,
-                                  tier=step.tier, deferred=True)
+                self._append_step(step, "COMPENSATING", deferred=True)
             elif action.kind in ("dispatch", "resend"):
                 if self._attempts(comp["operation_id"]) >= self.retry.max_attempts:
                     return self._panic(step, "COMPENSATION_CORRUPTED",
@@ -385,8 +383,7 @@ class SagaRunner:
                         return self._panic(step, "COMPENSATION_CORRUPTED", {"error": why})
             elif action.kind == "record_compensated":
                 safe = comp.get("status_lookup") or comp.get("repeat_contract") in REPAIRABLE_CONTRACTS
-                self._append_step(step, "COMPENSATED", step_id=step.step_id, index=step.index, tool=step.tool,
-                                  tier=step.tier, deferred=bool(safe))
+                self._append_step(step, "COMPENSATED", deferred=bool(safe))
             elif action.kind == "failed":   # the service's final no: unrecoverable
                 outcome = self.gate.record.operations[comp["operation_id"]].outcome or {}
                 return self._panic(step, "COMPENSATION_CORRUPTED", _output(outcome))
@@ -407,8 +404,7 @@ class SagaRunner:
                failing_tool: str | None = None) -> Any:
         residue = self._residue()
         if step is not None:
-            self._append_step(step, "PANIC", step_id=step.step_id, index=step.index, tool=step.tool, tier=step.tier,
-                              deferred=True, reason=str(error.get("error", "compensator failed"))[:500],
+            self._append_step(step, "PANIC", deferred=True, reason=str(error.get("error", "compensator failed"))[:500],
                               residue=residue)
             failing_tool = step.compensator["tool"] if step.compensator else step.tool
         if self.saga.state in ("RUNNING", "COMPENSATING"):

@@ -152,10 +152,11 @@ class SagaRecord:
 
     def stack_view(self) -> list[dict[str, Any]]:
         """Σ as table 3 shows it, top first: compensator tool, bound arguments, κ_i^c."""
-        return [{"position": "TOP" if i == 0 else f"STACK[{len(self.stack) - 1 - i}]", "step": s.index,
+        stack = self.stack
+        return [{"position": "TOP" if i == 0 else f"STACK[{len(stack) - 1 - i}]", "step": s.index,
                  "compensator": s.compensator["tool"], "arguments": s.compensator["arguments"],
                  "idempotency_key": s.compensator.get("idempotency_key"), "state": s.state}
-                for i, s in enumerate(self.stack)]
+                for i, s in enumerate(stack)]
 
 
 def fold_saga(events: Iterable[Event], saga_id: str, into: SagaRecord | None = None) -> SagaRecord:

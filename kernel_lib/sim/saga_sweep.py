@@ -143,7 +143,6 @@ def sweep_twins(*, crash: str = "process", positions: Iterable[int] | None = Non
     for i, k in enumerate(todo):
         run = _fresh(k, open_store)
         seen = [0]
-        durable = [0]
 
         def hook(name: str, ev: Any, k: int = k, seen: list[int] = seen) -> None:
             seen[0] += 1
@@ -157,14 +156,15 @@ def sweep_twins(*, crash: str = "process", positions: Iterable[int] | None = Non
             run_deployment(holder[0])
         except _Crash as c:
             at = str(c)
-        durable[0] = holder[0].gate.log.durable_head if holder else 0
+        durable_head = holder[0].gate.log.durable_head if holder else 0
         if open_store is not None:   # the crashed worker's handle is gone; a new process opens the files
             run.store.close()
             run.store = open_store(k, True)
         if crash == "host":
-            kept = list(run.store.read(run.trajectory_id))[:durable[0]]
+            kept = list(run.store.read(run.trajectory_id))[:durable_head]
             run.store = MemoryStore()
-            run.store.append_batch(kept, "memory") if kept else None
+            if kept:
+                run.store.append_batch(kept, "memory")
         outcome = "ABORT_CONSISTENT"
         try:
             outcome = run_deployment(_runner(run.store, run.fleet, run.trajectory_id))["state"]

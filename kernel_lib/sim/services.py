@@ -49,7 +49,7 @@ from kernel_lib.core.proposals import ToolReply
 from kernel_lib.errors import ServiceDownError, ServiceError
 from kernel_lib.recovery.contracts import Compensator, ToolContract
 
-__all__ = ["FAULT_KINDS", "ACTIONS", "SERVICES", "ServiceLogic", "ServiceTwin", "BrokerLogic", "BrokerTwin",
+__all__ = ["FAULT_KINDS", "ACTIONS", "SERVICES", "ServiceLogic", "ServiceTwin", "BrokerLogic",
            "deployment_contracts", "reply_from_answer", "TwinFleet", "TwinEndpoints"]
 
 FAULT_KINDS = ("timeout_after", "timeout_before", "conflict", "rate_limited", "server_error", "crash", "slow",
@@ -166,8 +166,6 @@ class BrokerLogic:
                 out.append(lease["lease_id"])
         return out
 
-
-BrokerTwin = BrokerLogic
 
 
 # ------------------------------------------------------------------------------------------------
@@ -395,7 +393,6 @@ class ServiceTwin:
         self.logic = ServiceLogic(name, introspect=broker.introspect if broker else None,
                                   sleep=self.clock.advance, simulate_durations=simulate_durations)
         self.down = False
-        self.leases: dict[str, str] = {}   # trajectory id -> token the transport presents
 
     @property
     def name(self) -> str:
@@ -420,7 +417,7 @@ class ServiceTwin:
 
     def transport(self, intent: ToolIntent, lease: str | None = None) -> ToolReply:
         status, body = self.call(intent.tool, dict(intent.arguments), intent.operation_id, intent.idempotency_key,
-                                 lease if lease is not None else self.leases.get("*"))
+                                 lease)
         return reply_from_answer(status, body)
 
     def status_lookup(self, operation_id: str) -> dict[str, Any]:
