@@ -105,14 +105,12 @@ def _runner(store: Any, fleet: TwinFleet, trajectory_id: str,
 
 
 def _judge(run: _Run) -> dict[str, Any]:
-    audits = {n: list(t.logic.state["audit"]) for n, t in run.fleet.twins.items()}
-    resources = {n: t.logic.resources(live_only=False) for n, t in run.fleet.twins.items()}
-    return account(audits, resources, run.store.read(run.trajectory_id))
+    return account(run.fleet.audits(), run.fleet.resources(live_only=False), run.store.read(run.trajectory_id))
 
 
 def _fresh(k: int, open_store: Callable[[int, bool], Any] | None = None) -> _Run:
     fleet = TwinFleet()
-    fleet.twins["dns"].logic.taken_name(TAKEN_DOMAIN)
+    fleet.taken_name(TAKEN_DOMAIN)
     return _Run(fleet, open_store(k, False) if open_store else MemoryStore(), f"saga-sweep-{k:04d}")
 
 

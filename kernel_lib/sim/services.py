@@ -430,8 +430,12 @@ class TwinFleet:
     """Every service as a simulated twin on one virtual clock, with one twin broker: the
     :class:`~kernel_lib.recovery.runner.Endpoints` of a simulated saga.
 
-    ``lease(trajectory_id)`` issues the trajectory's capability lease (the transports present it;
-    it never enters the log). ``crash_all()``/``restart_all()`` act out a crash of every service.
+    ``client(trajectory_id)`` issues the trajectory's capability lease and returns its endpoints
+    (the transports present the lease; it never enters the log). The fleet facade (``services``,
+    ``inject``, ``clear_faults``, ``taken_name``, ``crash``/``restart``/``is_down``, ``resources``,
+    ``audits``, ``counts``, ``invariants``, ``revoke``, ``close``) is the same on the live fleet
+    (:class:`kernel_lib.live.services.LiveFleet`), so a test, notebook or widget written against it
+    runs on either.
     """
 
     def __init__(self, clock: ManualClock | None = None, *, simulate_durations: bool = False,
@@ -463,11 +467,73 @@ class TwinFleet:
                             "operation_id": r["operation_id"]})
         return out
 
+    # --- the fleet facade (the same methods on kernel_lib.live.services.LiveFleet) ------------------
+    @property
+    def services(self) -> tuple[str, ...]:
+        """The service names, in the order of :data:`SERVICES`."""
+        return tuple(self.twins)
+
+    def inject(self, action: str, kind: str, count: int = 1, **params: Any) -> dict[str, Any]:
+        """Queue fault ``kind`` (one of :data:`FAULT_KINDS`) for the next ``count`` calls of
+        ``action`` at the service that offers it; returns the spec. Raises :class:`ServiceError`
+        on an unknown action, fault kind, count or parameter."""
+        return self.twin_of(action).logic.inject(action, kind, count, **params)
+
+    def clear_faults(self, service: str | None = None) -> None:
+        """Drop every queued fault (of one service, or of all)."""
+        for name, twin in self.twins.items():
+            if service is None or name == service:
+                twin.logic.clear_faults()
+
+    def taken_name(self, name: str) -> None:
+        """Mark a DNS name as owned by another account: ``publish_dns`` of it answers 409."""
+        self.twins["dns"].logic.taken_name(name)
+
+    def crash(self, service: str) -> None:
+        """Take one service down (its state survives; calls raise :class:`ServiceDownError`)."""
+        self._twin(service).down = True
+
+    def restart(self, service: str) -> None:
+        """Bring a crashed service back with its state."""
+        self._twin(service).restart()
+
+    def is_down(self, service: str) -> bool:
+        return self._twin(service).down
+
+    def _twin(self, service: str) -> ServiceTwin:
+        if service not in self.twins:
+            raise ServiceError(f"unknown service {service!r} (known: {', '.join(self.twins)})")
+        return self.twins[service]
+
+    def resources(self, *, live_only: bool = True) -> dict[str, dict[str, dict[str, Any]]]:
+        """``{service: {resource_id: {kind, state, operation_id, arguments, pivot}}}``: what each
+        service really holds (``live_only=False``: released ones too)."""
+        return {name: twin.logic.resources(live_only=live_only) for name, twin in self.twins.items()}
+
+    def audits(self) -> dict[str, list[dict[str, Any]]]:
+        """``{service: [audit entry, ...]}``: every applied or refused request, in order."""
+        return {name: copy.deepcopy(twin.logic.state["audit"]) for name, twin in self.twins.items()}
+
     def counts(self) -> dict[str, dict[str, dict[str, int]]]:
+        """``{service: {received|applied|refused: {action: n}}}``, counted by the services."""
         return {name: twin.logic.counts() for name, twin in self.twins.items()}
 
     def invariants(self) -> dict[str, dict[str, Any]]:
+        """``{service: Φ}`` (definition 0.2; see :meth:`ServiceLogic.invariants`)."""
         return {name: twin.logic.invariants() for name, twin in self.twins.items()}
+
+    def revoke(self, trajectory_id: str) -> list[str]:
+        """Revoke every capability lease of the trajectory at the broker; the revoked lease ids."""
+        return self.broker.revoke_all(trajectory_id) if self.broker is not None else []
+
+    def close(self) -> None:
+        """Nothing to release for twins (the live fleet stops its processes)."""
+
+    def __enter__(self) -> "TwinFleet":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
 
 
 class TwinEndpoints:
@@ -487,4 +553,4 @@ class TwinEndpoints:
         return self.fleet.live_resources()
 
     def revoke(self, trajectory_id: str) -> list[str]:
-        return self.fleet.broker.revoke_all(trajectory_id) if self.fleet.broker is not None else []
+        return self.fleet.revoke(trajectory_id)
