@@ -79,11 +79,24 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     return ap
 
 
+def _leaf_parser(ap: argparse.ArgumentParser, argv: Sequence[str]) -> argparse.ArgumentParser:
+    """The deepest (sub)parser ``argv`` names: ``bench restore --bogus`` -> the ``bench restore`` parser."""
+    parser = ap
+    for word in argv:
+        subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+        if not subs or word not in subs[0].choices:
+            continue
+        parser = subs[0].choices[word]
+    return parser
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one command; returns its exit code (see the module docstring for the policy)."""
     argv = sys.argv[1:] if argv is None else list(argv)
     ap = build_parser(only=command_of(argv) or "")
-    args = ap.parse_args(argv)
+    args, extras = ap.parse_known_args(argv)
+    if extras:   # name the command that does not take them, with its own usage (argparse names the top level)
+        _leaf_parser(ap, argv).error(f"unrecognized arguments: {' '.join(extras)}")
     if not getattr(args, "func", None):
         ap.print_help(sys.stderr)
         return 2
