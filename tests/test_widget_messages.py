@@ -176,3 +176,18 @@ def test_tables_write_money_numbers_and_strings_for_people():
     assert long_text in page and '"intent"' not in page and "overflow-x:auto" in page
     assert "e-05" not in page and "e-09" not in str(t)
     assert money_text(0.1) == "$0.10" and money_text(-1234.5) == "-$1,234.50" and number_text(None) == "—"
+
+
+def test_a_wide_table_keeps_its_first_column_in_view():
+    """Newcomer report (issue 15): in 11.1's log tail the position column scrolled off-screen. A
+    table of five or more columns pins its first column (sticky, painted with the page's
+    background); a narrow one is left as it is."""
+    from widgets.tables import STICKY_FROM_COLUMNS, table
+
+    wide = table([{f"c{i}": i for i in range(STICKY_FROM_COLUMNS)}])._repr_html_()
+    narrow = table([{f"c{i}": i for i in range(STICKY_FROM_COLUMNS - 1)}])._repr_html_()
+    first_head, second_head = wide.split("<th ")[1:3]
+    assert "position:sticky;left:0" in first_head and "sticky" not in second_head
+    first_cell, second_cell = wide.split("<td ")[1:3]
+    assert "position:sticky" in first_cell and "sticky" not in second_cell
+    assert "sticky" not in narrow

@@ -167,6 +167,11 @@ _TABLE_STYLE = "table-layout:auto;border-collapse:collapse;margin:0;width:auto"
 _CELL_STYLE = ("padding:2px 10px;border-bottom:1px solid rgba(128,128,128,.3);vertical-align:top;"
                "white-space:normal;overflow-wrap:break-word;max-width:40em;text-overflow:clip;overflow:visible")
 _HEAD_STYLE = _CELL_STYLE + ";font-weight:600;border-bottom:1px solid rgba(128,128,128,.8)"
+#: the first column of a wide table stays in view while the reader scrolls right (its key: the
+#: position, the operation); painted with the page's own background so scrolled cells pass under it
+_STICKY_STYLE = ";position:sticky;left:0;z-index:1;background:var(--jp-layout-color0,Canvas)"
+#: tables with more columns than this keep their first column in view
+STICKY_FROM_COLUMNS = 5
 
 
 @dataclass(frozen=True)
@@ -185,14 +190,18 @@ class Table:
     def _repr_html_(self) -> str:
         esc = html.escape
 
-        def cell(tag: str, text: str, right: bool) -> str:
+        sticky = len(self.headers) >= STICKY_FROM_COLUMNS
+
+        def cell(tag: str, text: str, right: bool, first: bool) -> str:
             style = (_HEAD_STYLE if tag == "th" else _CELL_STYLE) + (";text-align:right" if right else
                                                                      ";text-align:left")
+            if sticky and first:
+                style += _STICKY_STYLE
             return f'<{tag} style="{style}">{esc(text)}</{tag}>'
 
-        head = "".join(cell("th", h, n) for h, n in zip(self.headers, self.numeric))
-        body = "".join("<tr>" + "".join(cell("td", t, n) for t, n in zip(r, self.numeric)) + "</tr>"
-                       for r in self.rows)
+        head = "".join(cell("th", h, n, i == 0) for i, (h, n) in enumerate(zip(self.headers, self.numeric)))
+        body = "".join("<tr>" + "".join(cell("td", t, n, i == 0) for i, (t, n) in enumerate(zip(r, self.numeric)))
+                       + "</tr>" for r in self.rows)
         caption = (f'<caption style="caption-side:top;text-align:left;padding:2px 0">{esc(self.caption)}</caption>'
                    if self.caption else "")
         more = (f'<div style="opacity:.7">… {self.hidden_rows:,} more row{"s" if self.hidden_rows != 1 else ""} '
