@@ -9,6 +9,7 @@ and bad input is a message, never a traceback.
 from __future__ import annotations
 
 import signal
+import time
 
 import pytest
 
@@ -322,3 +323,24 @@ def test_after_run_all_the_notebook_leaves_the_panel_ready_to_use(tmp_path, monk
     assert "reconciled by a replacement" in out["before"]["status"]
     assert out["after"]["error"] == "" and out["after"]["running"] and "running" in out["after"]["status"]
     assert out["closed"] == "closed"
+
+
+def test_the_status_line_follows_a_freely_running_worker_without_a_click(tmp_path):
+    """Situation: start (no crash), then nobody clicks. Invariant: the panel re-reads the session
+    while its worker runs (newcomer report, issue 15: the status stayed at "running" until a
+    refresh). Goal: the status line reaches "exited" and the log tail holds the worker's events,
+    with no command sent after start."""
+    s = WorksheetSession(store_kind="sqlite", seed=0, test_delay_s=DELAY_S, workdir=tmp_path)
+    try:
+        w = CrashPanel(s)
+        w.watch_interval_s = 0.1
+        w.command = {"action": "start", "n": 1}
+        assert w.error == ""
+        deadline = time.monotonic() + 90
+        while "exited" not in w.status and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert "exited with code" in w.status, w.status
+        assert w.status == s.status() and w.log_tail and w.log_tail[-1]["sequence"] == len(s.events())
+        assert w.completed == 1      # nothing else was sent
+    finally:
+        s.close()

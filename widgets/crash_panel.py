@@ -23,14 +23,18 @@ before any log exists, an unknown action or position) becomes a message in ``err
 raises into the notebook. So does a wrong value set on ``position`` from code (``panel.position = 99``
 or ``= 3.5``): the trait keeps its previous value and ``error`` says why, instead of a TraitError.
 
-The panel follows its session: when the session is closed (by code, or by the kernel's exit) the
-panel redraws as ``closed``. After a kill at log position 0 (nothing durable yet) ``recover`` says
-the surviving log is empty rather than refusing; a reconciliation's actions are written with
-:func:`kernel_lib.live.session.action_reading`, the same words as the CLI's ``worksheet`` report.
+While a worker started with ``start`` runs, a watcher thread re-reads the log every
+``watch_interval_s`` (0.5 s) and once more when the worker exits, so the status line and the log
+tail follow it without a click. The panel follows its session: when the session is closed (by code,
+or by the kernel's exit) the panel redraws as ``closed``. After a kill at log position 0 (nothing
+durable yet) ``recover`` says the surviving log is empty rather than refusing; a reconciliation's
+actions are written with :func:`kernel_lib.live.session.action_reading`, the same words as the CLI's
+``worksheet`` report.
 """
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import traitlets
@@ -109,8 +113,14 @@ class CrashPanel(CommandWidget, static="crash_panel"):
     last_result = traitlets.Dict().tag(sync=True)
     summary = traitlets.Unicode("").tag(sync=True)
 
+    #: while a started worker runs, the panel re-reads the log this often (seconds), so the status
+    #: line and the log tail follow the worker without a click; 0 turns the watcher off
+    watch_interval_s = 0.5
+
     def __init__(self, session: WorksheetSession, *, tail_n: int = 8, reconcile_timeout_s: float = 30.0, **kw: Any):
         self.session = session
+        self._watcher: threading.Thread | None = None
+        self._reading = threading.RLock()   # the watcher's re-reads and a command's never interleave
         self._confirm_discard: str | None = None
         self.tail_n = tail_n
         self.reconcile_timeout_s = reconcile_timeout_s
@@ -165,6 +175,7 @@ class CrashPanel(CommandWidget, static="crash_panel"):
             if action == "start":
                 r = s.start(discard_previous=discard)
                 self.last_result = {"action": "start", **r}
+                self._watch()
             elif action == "crash":
                 self.last_result = {"action": "crash", **s.crash()}
             elif action == "crash_at":
@@ -191,8 +202,31 @@ class CrashPanel(CommandWidget, static="crash_panel"):
             return f"{action}: {exc}. Click {action.replace('_', ' ')} again to discard it."
         return super().refusal(action, exc)
 
+    def _watch(self) -> None:
+        """Follow a freely running worker: re-read the log every :attr:`watch_interval_s` while it
+        runs (skipping a tick while a command is busy), and once more when it has exited, so the
+        status says "exited" or "killed" without a refresh click."""
+        if self.watch_interval_s <= 0 or (self._watcher is not None and self._watcher.is_alive()):
+            return
+
+        def follow() -> None:
+            while True:
+                running = self.session.status() != "closed" and self.session.worker_running()
+                if not self.busy:
+                    self.refresh(keep_error=True)
+                if not running:
+                    return
+                threading.Event().wait(self.watch_interval_s)
+
+        self._watcher = threading.Thread(target=follow, name="crash-panel-watch", daemon=True)
+        self._watcher.start()
+
     def refresh(self, keep_error: bool = False) -> None:
         """Re-read the surviving log (read-only) and fold it into the operation table."""
+        with self._reading:
+            self._refresh(keep_error)
+
+    def _refresh(self, keep_error: bool) -> None:
         if self.session.status() == "closed":
             self.status, self.log_tail, self.operations, self.in_doubt = "closed", [], [], []
             if not keep_error:
