@@ -327,6 +327,8 @@ def test_browser_slider_moves_the_optimum_and_bad_input_keeps_the_chart(lab, bro
         readout = widget.locator(".dal-readout li").first
         k0 = logged_stride_turns(r.pause_s, r.failure_rate_per_turn, r.reconstruction_s_per_turn)
         assert f"k* = sqrt(2C/(λR)) = {k0:.3g} turns" in readout.inner_text()
+        # the bullet (drawn outside the item's box) has room inside the widget: not cut at the left
+        assert readout.bounding_box()["x"] - widget.bounding_box()["x"] >= 12
         chart = widget.locator(".dal-chart-overhead svg")
         chart.wait_for(state="visible", timeout=30_000)
         svg0 = widget.locator(".dal-chart-overhead").inner_html()
