@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.browser_support import ROOT, Lab, kernels_shut_down_after, own_folder
+from tests.browser_support import _KERNEL_IDLE, ROOT, Lab, kernels_shut_down_after, own_folder
 
 pytestmark = pytest.mark.browser
 
@@ -120,5 +120,31 @@ def test_the_index_says_where_to_start_and_opens_a_failure_recovery_section(cour
                                        "failure_recovery.md", "Pivot-Action-Irreversibility",
                                        tmp_path / "index_failure_recovery.png")
         assert heading.startswith("Pivot Action Irreversibility")
+    finally:
+        page.close()
+
+
+_DIRTY = ("() => { const w = window.jupyterapp.shell.currentWidget; "
+          "return w && w.context ? w.context.model.dirty : null; }")
+
+
+def test_a_notebook_of_the_working_copy_opens_unmodified(course_lab, browser, tmp_path):
+    """Situation (newcomer report, issue 15): a notebook showed as modified as soon as its kernel
+    started, before the student did anything. Invariant: a working copy written by ``prepare``
+    carries the kernel's language_info, so nothing changes when the kernel reports it. The same
+    notebook copied raw (as tracked: language_info holds only a name) turns dirty, so the check can
+    see the difference. Goal: opening a notebook leaves it unmodified."""
+    import shutil
+
+    raw = course_lab.root / "notebooks" / "raw_11_2.ipynb"
+    shutil.copyfile(ROOT / "notebooks" / "11_2_trajectory_log.ipynb", raw)
+    page = browser.new_page(viewport={"width": 1400, "height": 900})
+    try:
+        for name, dirty in (("11_2_trajectory_log.ipynb", False), ("raw_11_2.ipynb", True)):
+            page.goto(course_lab.tree(f"notebooks/{name}", workspace=f"dirty-{dirty}"))
+            page.wait_for_function(_KERNEL_IDLE, timeout=120_000)
+            page.wait_for_timeout(1500)      # the kernel's info has reached the model by now
+            assert page.evaluate(_DIRTY) is dirty, name
+        page.screenshot(path=str(tmp_path / "opened_unmodified.png"))
     finally:
         page.close()

@@ -19,8 +19,11 @@ folders below the project's parent, so the relative paths the notebooks use (``.
 Copy policy (every :func:`prepare`):
 
 * a notebook missing from the working copy is copied from the tracked one;
-* a copy the student has not changed (its bytes are those copied last time, recorded in
+* a copy the student has not changed (its bytes are those written last time, recorded in
   ``lab/.copies.json``) follows the tracked notebook when that changed;
+* a copied notebook carries the lab kernel's ``language_info`` (:func:`kernel_language_info`) and
+  ``kernelspec`` as the installed kernel describes itself, so JupyterLab does not mark it modified
+  when its kernel starts;
 * a copy the student has changed (edited, or run and saved) is never overwritten; :func:`prepare`
   reports it as kept, and says when the tracked notebook has moved on since.
 
@@ -34,9 +37,11 @@ import hashlib
 import json
 import os
 import shutil
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from kernel_lib.course.chapters import render_views
 from kernel_lib.errors import ConfigError
@@ -165,11 +170,61 @@ def _link(link: Path, target: Path) -> None:
     link.symlink_to(rel, target_is_directory=True)
 
 
-def _copy(src: Path, dst: Path) -> None:
+def kernel_language_info() -> dict[str, Any]:
+    """The ``language_info`` the lab's Python kernel (ipykernel on this interpreter) reports. A
+    notebook whose metadata differs from it is marked modified by JupyterLab the moment its kernel
+    starts, before the student has done anything; the working copies carry it from the start."""
+    try:
+        from ipykernel.ipkernel import IPythonKernel
+        info = dict(IPythonKernel.language_info)
+    except Exception:   # pragma: no cover - ipykernel comes with the course extra
+        major = sys.version_info[0]
+        info = {"name": "python", "mimetype": "text/x-python", "codemirror_mode": {"name": "ipython", "version": major},
+                "pygments_lexer": f"ipython{major}", "nbconvert_exporter": "python", "file_extension": ".py"}
+    info["version"] = sys.version.split()[0]
+    return info
+
+
+def _kernelspec(given: Any) -> dict[str, str] | None:
+    """The notebook's ``kernelspec`` as the installed kernel of that name describes itself (its
+    ``display_name`` and ``language``), which JupyterLab writes into the open notebook too; None
+    when the notebook names no kernel or that kernel is not installed here (left as it is)."""
+    name = given.get("name") if isinstance(given, dict) else None
+    if not isinstance(name, str):
+        return None
+    try:
+        from jupyter_client.kernelspec import KernelSpecManager
+        spec = KernelSpecManager().get_kernel_spec(name)
+    except Exception:   # no such kernel here, or no jupyter_client: keep the notebook's own
+        return None
+    return {"display_name": spec.display_name, "language": spec.language, "name": name}
+
+
+def _copy(src: Path, dst: Path) -> str:
+    """Write the working copy of ``src`` at ``dst`` (atomically); returns the digest of what was
+    written. A notebook gets this interpreter's :func:`kernel_language_info` in its metadata (a
+    notebook that is not JSON is copied as it is); everything else is copied byte for byte."""
     dst.parent.mkdir(parents=True, exist_ok=True)
     tmp = dst.with_name(dst.name + ".tmp")
-    shutil.copyfile(src, tmp)
+    data = None
+    if src.suffix == ".ipynb":
+        try:
+            nb = json.loads(src.read_text(encoding="utf-8"))
+            if isinstance(nb, dict) and isinstance(nb.get("metadata", {}), dict):
+                meta = nb.setdefault("metadata", {})
+                meta["language_info"] = kernel_language_info()
+                spec = _kernelspec(meta.get("kernelspec"))
+                if spec is not None:
+                    meta["kernelspec"] = spec
+                data = (json.dumps(nb, indent=1, ensure_ascii=False) + "\n").encode("utf-8")
+        except (ValueError, UnicodeDecodeError):
+            data = None
+    if data is None:
+        shutil.copyfile(src, tmp)
+    else:
+        tmp.write_bytes(data)
     os.replace(tmp, dst)
+    return _digest(dst)
 
 
 def prepare(project: str | os.PathLike | None = None, dest: str | os.PathLike | None = None,
@@ -192,19 +247,22 @@ def prepare(project: str | os.PathLike | None = None, dest: str | os.PathLike | 
             tracked = _digest(src)
             seen = manifest.get(rel, {})
             if not dst.exists():
-                _copy(src, dst)
+                manifest[rel] = {"copied": tracked, "written": _copy(src, dst)}
                 report.added.append(rel)
-            elif _digest(dst) == tracked:
-                pass
-            elif seen.get("copied") == _digest(dst):
-                _copy(src, dst)          # the student never changed it: follow the course
-                report.updated.append(rel)
-            else:
+                continue
+            now = _digest(dst)
+            # the bytes last written here (an older manifest recorded only the tracked digest)
+            untouched = now == seen.get("written", seen.get("copied")) or ("written" not in seen and now == tracked)
+            if not untouched:
                 report.kept.append(rel)
                 if seen.get("copied") and seen.get("copied") != tracked:
                     report.kept_behind.append(rel)
                 continue
-            manifest[rel] = {"copied": tracked}
+            if seen.get("copied") == tracked and seen.get("written") == now:
+                continue                 # up to date
+            if seen.get("copied") not in (None, tracked):
+                report.updated.append(rel)   # the student never changed it: follow the course
+            manifest[rel] = {"copied": tracked, "written": _copy(src, dst)}
     for name in LINKED_FOLDERS:
         if (lab.project / name).is_dir():
             _link(lab.course / name, lab.project / name)
@@ -250,9 +308,9 @@ def fresh(tracked: str | os.PathLike, project: str | os.PathLike | None = None,
             n += 1
         backup.parent.mkdir(parents=True, exist_ok=True)
         os.replace(dst, backup)
-    _copy(src, dst)
+    written = _copy(src, dst)
     manifest = _load_manifest(lab)
-    manifest[rel.as_posix()] = {"copied": _digest(src)}
+    manifest[rel.as_posix()] = {"copied": _digest(src), "written": written}
     lab.root.mkdir(parents=True, exist_ok=True)
     _save_manifest(lab, manifest)
     return dst, backup
