@@ -26,15 +26,17 @@ import kernel_lib.course.exercises.ex11_6 as ex11_6
 import kernel_lib.course.exercises.ex11_7 as ex11_7
 import kernel_lib.course.exercises.ex11_8 as ex11_8
 import kernel_lib.course.exercises.ex11_9 as ex11_9
+import kernel_lib.course.exercises.nm0_1 as nm0_1
 from kernel_lib.course.exercises._common import accept_readings, format_report, redact, submit
 
 EXERCISES: dict[str, ModuleType] = {
     "11.1": ex11_1, "11.2": ex11_2, "11.3": ex11_3, "11.4": ex11_4, "11.5": ex11_5, "11.6": ex11_6, "11.7": ex11_7,
     "11.8": ex11_8, "11.9": ex11_9,
+    "nm0.1": nm0_1,
 }
 
 __all__ = ["EXERCISES", "get", "canonical_id", "notebook_name", "format_report", "submit", "redact", "accept_readings",
-           "ex11_1", "ex11_2", "ex11_3", "ex11_4", "ex11_5", "ex11_6", "ex11_7", "ex11_8", "ex11_9"]
+           "ex11_1", "ex11_2", "ex11_3", "ex11_4", "ex11_5", "ex11_6", "ex11_7", "ex11_8", "ex11_9", "nm0_1"]
 
 
 #: The id forms of the Failure Recovery chapter (a Napkin Math block or an exercise of chapter 0).
