@@ -19,7 +19,7 @@ import papermill as pm
 import pytest
 
 from kernel_lib.cli import main
-from kernel_lib.course.exercises import EXERCISES, get
+from kernel_lib.course.exercises import EXERCISES, get, notebook_name
 from kernel_lib.course.exercises._common import RECORD_MIME, _matches, alternative_values, plain_answers
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -39,7 +39,7 @@ def right_answers(mod=MOD, params=None) -> dict:
 
 def with_answers(answers: dict, extra_source: str = "", mod=MOD) -> nbformat.NotebookNode:
     """The student copy of ``mod`` with one answer cell (after the setup cell) that fills ``answers``."""
-    nb = nbformat.read(ROOT / "exercises" / f"ex{mod.EXERCISE.replace('.', '_')}.ipynb", as_version=4)
+    nb = nbformat.read(ROOT / "exercises" / notebook_name(mod.EXERCISE), as_version=4)
     at = next(i for i, c in enumerate(nb.cells) if c.get("id") == "setup") + 1
     src = f"answers.update(__import__('json').loads({json.dumps(answers)!r}))"
     nb.cells.insert(at, nbformat.v4.new_code_cell(src + ("\n" + extra_source if extra_source else "")))
@@ -253,7 +253,7 @@ def test_student_grading_cells_hold_no_answer_placeholder(ex):
     """Fault: the solution's own checks in the grading cell were stripped to '# your answer here',
     inviting students to write into the grading cell. Invariant: each student notebook has exactly
     one grading cell, it calls submit and holds no placeholder or solution code."""
-    nb = nbformat.read(ROOT / "exercises" / f"ex{ex.replace('.', '_')}.ipynb", as_version=4)
+    nb = nbformat.read(ROOT / "exercises" / notebook_name(ex), as_version=4)
     cells = [c for c in nb.cells if "grading" in c.metadata.get("tags", [])]
     assert len(cells) == 1
     src = cells[0].source
@@ -297,3 +297,49 @@ def test_numpy_and_sympy_answers_are_graded_as_numbers():
                  majority_satisfies_contract=np.bool_(right["majority_satisfies_contract"]))
     assert not MOD.check(None, typed)["all_ok"]
     assert MOD.check(None, plain_answers(typed))["all_ok"]
+
+
+# --- Failure Recovery, Napkin Math 0.1 ----------------------------------------------------------------
+
+NM = get("nm0.1")
+
+
+@pytest.fixture(scope="module")
+def nm_submissions(tmp_path_factory):
+    """Two students' copies of exercises/nm0_1.ipynb, run and saved: one answer wrong, and one answer of
+    the documented reading that does not charge the failing step's barriers."""
+    folder = tmp_path_factory.mktemp("nm0_1")
+    right = right_answers(NM)
+    reading = NM.solve()["alternative"]["committed_steps_only"]
+    cases = {"wrong": dict(right, unwind_ms=right["unwind_ms"] * 1.5),
+             "reading": dict(right, forward_fsyncs=reading["forward_fsyncs"])}
+    paths = {}
+    for name, answers in cases.items():
+        src = folder / f"{name}.src.ipynb"
+        nbformat.write(with_answers(answers, mod=NM), src)
+        paths[name] = folder / f"{name}.ipynb"
+        pm.execute_notebook(str(src), str(paths[name]), cwd=str(folder), kernel_name="python3", progress_bar=False)
+        src.unlink()
+    return paths
+
+
+def test_grading_the_nm0_1_solution_notebook_runs_it_and_finds_every_answer_right(capsys):
+    code, out = grade_json([str(SOLUTION.parent / "nm0_1.ipynb")], capsys)
+    assert code == 0, out
+    assert out["exercise"] == "nm0.1" and out["answers_from"] == "executed" and out["all_ok"]
+    assert out["score"] == out["max_score"] == len(NM.GRADED)
+
+
+def test_an_nm0_1_submission_is_graded_wrong_or_as_its_reading(nm_submissions, capsys):
+    code, out = grade_json([str(nm_submissions["wrong"]), str(nm_submissions["reading"])], capsys)
+    assert code == 1
+    by_name = {Path(s["notebook"]).stem: s for s in out["submissions"]}
+    wrong, reading = by_name["wrong"], by_name["reading"]
+    assert wrong["answers_from"] == "stored outputs" and wrong["quantities"]["unwind_ms"]["status"] == "wrong"
+    assert wrong["score"] == len(NM.GRADED) - 1 and "expected" not in wrong["quantities"]["unwind_ms"]
+    q = reading["quantities"]["forward_fsyncs"]
+    assert q["status"] == "alternative" and q["reading"] == "committed_steps_only" and not reading["all_ok"]
+    code, out = grade_json([str(nm_submissions["reading"]), "--accept-readings"], capsys)
+    assert code == 0 and out["all_ok"] and out["quantities"]["forward_fsyncs"]["status"] == "alternative"
+    assert main(["exercise", "grade", str(nm_submissions["reading"])]) == 1
+    assert "matches the reading 'committed_steps_only'" in capsys.readouterr().out

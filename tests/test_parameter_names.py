@@ -60,3 +60,24 @@ def test_notebook_11_1_checks_its_parameters_before_starting_anything():
     assert "check_worksheet_parameters(" in code[first_start]
     src = code[first_start]
     assert src.index("check_worksheet_parameters(seed=") < src.index("WorksheetSession(store_kind")
+
+
+@pytest.mark.parametrize("params, name", [
+    ({"forward_step_ms": "120,350"}, "forward_step_ms"), ({"forward_step_ms": [120, -1, 5]}, "forward_step_ms"),
+    ({"forward_step_ms": [120, 350]}, "forward_step_ms"), ({"compensator_ms": [45, 220, 15]}, "compensator_ms"),
+    ({"compensator_ms": [45, "x", 15, 10]}, "compensator_ms"), ({"fsync_ms": -1.2}, "fsync_ms"),
+    ({"fsync_ms": "1.2"}, "fsync_ms"), ({"fsyncs_per_forward_step": 1.5}, "fsyncs_per_forward_step"),
+    ({"fsyncs_per_compensator": True}, "fsyncs_per_compensator"), ({"input_tokens": -5}, "input_tokens"),
+    ({"output_tokens": 12.5}, "output_tokens"), ({"input_usd_per_mtok": float("nan")}, "input_usd_per_mtok"),
+    ({"output_usd_per_mtok": None}, "output_usd_per_mtok")])
+def test_napkin_math_0_1_names_the_parameter_the_user_gave(params, name):
+    """Failure Recovery nm0.1: each papermill/--param name is refused under its own name (a typed ConfigError)."""
+    from kernel_lib.course.exercises import get
+    with pytest.raises(ConfigError, match=f"^{name} "):
+        get("nm0.1").solve(params)
+
+
+def test_napkin_math_0_1_cli_names_the_parameter(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "kernel_lib", "exercise", "solve", "nm0.1", "--param", "fsync_ms=abc"],
+                          capture_output=True, text=True, cwd=tmp_path, timeout=120)
+    assert proc.returncode == 2 and proc.stderr.startswith("error: fsync_ms must be a number"), proc.stderr

@@ -1,4 +1,5 @@
-"""``python -m kernel_lib exercise``: solve, generate, check, grade and strip the §11.12 exercises.
+"""``python -m kernel_lib exercise``: solve, generate, check, grade and strip the seeded exercises
+(§11.12's ``11.N`` and the Failure Recovery chapter's ``nm0.N`` / ``ex0.N``).
 
 Bad input (an unknown exercise or parameter, a value of the wrong type or out of range, an
 unreadable answers file) raises :class:`kernel_lib.errors.ConfigError`, which the main CLI prints as
@@ -25,19 +26,33 @@ def _exercise_numbers_on_disk() -> list[str]:
     return sorted((n for n in numbers if n.isdigit()), key=int)
 
 
+def _chapter0_ids_on_disk() -> list[str]:
+    """The Failure Recovery exercise ids (``nm0.1``, ``ex0.2`` …) of the modules ``nm0_N.py`` and
+    ``ex0_N.py`` in ``course/exercises/``, read from the folder (no import)."""
+    folder = Path(__file__).resolve().parent.parent / "course" / "exercises"
+    ids = []
+    for prefix in ("nm0", "ex0"):
+        numbers = [f.stem.removeprefix(prefix + "_") for f in folder.glob(f"{prefix}_*.py")]
+        ids += [f"{prefix}.{n}" for n in sorted((n for n in numbers if n.isdigit()), key=int)]
+    return ids
+
+
 def _and_list(items: list[str]) -> str:
     return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
 
 
 #: the top-level command of this group and its one-line help (``python -m kernel_lib --help``)
 COMMANDS = {"exercise": "solve, generate, check, grade and strip the seeded §11.12 exercises "
-                        + _and_list(_exercise_numbers_on_disk() or ["(none found)"])}
+                        + _and_list(_exercise_numbers_on_disk() or ["(none found)"])
+                        + (" and Failure Recovery's " + _and_list(_chapter0_ids_on_disk())
+                           if _chapter0_ids_on_disk() else "")}
 
 _EPILOG_TAIL = """\
 examples:
   python -m kernel_lib exercise solve 11.4 --json
   python -m kernel_lib exercise solve 11.4 --param flush_ms=4 --param dispatch_budget_ms=10
   python -m kernel_lib exercise solve 11.1 --param replica_durable_ms=1.5,2.5,6.5
+  python -m kernel_lib exercise solve nm0.1 --json
   python -m kernel_lib exercise generate 11.8 --seed 7 > params.json
   python -m kernel_lib exercise check 11.8 --seed 7 --answers answers.json
   python -m kernel_lib exercise grade submissions/*.ipynb --seed 7 --json
@@ -117,7 +132,8 @@ def _cmd_solve(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({"params": params, **sol}))
         return 0
-    print(f"§11.12 exercise {mod.EXERCISE}: {mod.TITLE}")
+    from kernel_lib.course.exercises._common import exercise_label
+    print(f"{exercise_label(mod.EXERCISE)}: {mod.TITLE}")
     print("givens: " + ", ".join(f"{k}={v}" for k, v in params.items()))
     skip = {"exercise", "decision_text", "reading", "alternative", "violated_rules", "decision"}
     w = max(len(k) for k in sol if k not in skip)
@@ -239,12 +255,13 @@ def add_commands(subparsers) -> argparse.ArgumentParser:
     epilog = _epilog()
     top = subparsers.add_parser(
         "exercise", help=COMMANDS["exercise"],
-        description="The seeded exercises of §11.12: solve a variant, generate one from a seed, check a "
-                    "student's answers, grade students' notebooks, or derive the student notebooks from the "
-                    "solutions.",
+        description="The seeded exercises (§11.12's 11.N, Failure Recovery's nm0.N): solve a variant, generate one "
+                    "from a seed, check a student's answers, grade students' notebooks, or derive the student "
+                    "notebooks from the solutions.",
         epilog=epilog, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = top.add_subparsers(dest="exercise_command", metavar="SUBCOMMAND", required=True)
-    ex_help = f"exercise id: {', '.join(ids[:-1])} or {ids[-1]} (also 1, 2, …)"
+    ex_help = (f"exercise id: {', '.join(ids[:-1])} or {ids[-1]} (also 1, 2, … for 11.1, 11.2, …; "
+               "nm0_1 or NM0.1 for nm0.1)")
 
     p = sub.add_parser("list", help="the exercises, their parameters and graded quantities")
     p.add_argument("--json", action="store_true", help="one JSON object")

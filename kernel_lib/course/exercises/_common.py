@@ -236,6 +236,17 @@ def redact(report: Mapping[str, Any], reveal: bool = False) -> dict[str, Any]:
     return out
 
 
+def exercise_label(exercise: str) -> str:
+    """How reports name an exercise: ``§11.12 exercise 11.4``, ``Failure Recovery, Napkin Math 0.1
+    (nm0.1)`` or ``Failure Recovery, exercise 0.2 (ex0.2)``."""
+    exercise = str(exercise)
+    if exercise.startswith("nm0."):
+        return f"Failure Recovery, Napkin Math {exercise[2:]} ({exercise})"
+    if exercise.startswith("ex0."):
+        return f"Failure Recovery, exercise {exercise[2:]} ({exercise})"
+    return f"§11.12 exercise {exercise}"
+
+
 def format_report(report: Mapping[str, Any], reveal: bool = False) -> str:
     """A grading report as a small text table (what notebooks and the CLI print).
 
@@ -246,7 +257,7 @@ def format_report(report: Mapping[str, Any], reveal: bool = False) -> str:
     qs = report["quantities"]
     w = max(len(n) for n in qs)
     alt = sum(q["status"] == "alternative" for q in qs.values())
-    lines = [f"§11.12 exercise {report['exercise']}: {report['answered']} of {len(qs)} quantities answered, "
+    lines = [f"{exercise_label(report['exercise'])}: {report['answered']} of {len(qs)} quantities answered, "
              f"{sum(q['status'] == 'correct' for q in qs.values())} correct"
              + (f", {alt} of another reading" if alt else "")]
     for name, q in qs.items():

@@ -7,7 +7,7 @@ answers as a :data:`~kernel_lib.course.exercises._common.RECORD_MIME` output, so
 carries them. Grading a submission:
 
 1. read the notebook (bad input, :class:`~kernel_lib.errors.ConfigError`: no such file, not a
-   notebook, no grading cell, no §11.12 exercise named in it);
+   notebook, no grading cell, no exercise named in it);
 2. fix the givens: the seeded variant ``generate(seed)``, or the exercise's defaults;
 3. take the answers recorded in the grading cell's output when they were computed for exactly those
    givens; otherwise (or with ``execute=True``) run the notebook with papermill, the givens injected
@@ -19,7 +19,7 @@ carries them. Grading a submission:
 
 The report shape follows what nbgrader and otter-grader give an instructor (per-question results,
 points, a total per submission, a class summary) without their course database or containers: a
-§11.12 exercise is graded by recomputing its solution from the givens, not by hidden test cells.
+seeded exercise is graded by recomputing its solution from the givens, not by hidden test cells.
 """
 
 from __future__ import annotations
@@ -30,13 +30,14 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from kernel_lib.errors import ConfigError
-from kernel_lib.course.exercises import EXERCISES, accept_readings, get, redact
+from kernel_lib.course.exercises import EXERCISES, accept_readings, canonical_id, get, redact
 from kernel_lib.course.exercises._common import RECORD_MIME, jsonable
 
 GRADING_TAG = "grading"
 GRADING_CELL_ID = "check"
 COLLECT_TAG = "kernel-lib-collect"
-_EXERCISE_IMPORT = re.compile(r"\bex11_(\d+)\b")
+#: an exercise module named in a notebook's code: ``ex11_N`` (§11.12), ``nm0_N`` or ``ex0_N`` (Failure Recovery)
+_EXERCISE_IMPORT = re.compile(r"\b(ex11|nm0|ex0)_(\d+)\b")
 _COLLECT_SOURCE = ("from kernel_lib.course.exercises._common import collect_answers as _kernel_lib_collect\n"
                    "_kernel_lib_collect({exercise!r}, globals())")
 
@@ -81,13 +82,14 @@ def grading_cell(nb: Any, path: str | Path = "notebook") -> Any:
 
 
 def exercise_of(nb: Any, path: str | Path = "notebook") -> Any:
-    """The exercise module a notebook works on, from its ``import ... ex11_N`` line. ConfigError if
-    it names none, or several (a notebook is graded as one exercise)."""
-    named = list(dict.fromkeys(f"11.{m.group(1)}" for cell in nb.cells if cell.get("cell_type") == "code"
-                               for m in _EXERCISE_IMPORT.finditer(cell.get("source", ""))
-                               if f"11.{m.group(1)}" in EXERCISES))
+    """The exercise module a notebook works on, from its ``import ... ex11_N`` (or ``nm0_N``,
+    ``ex0_N``) line. ConfigError if it names none, or several (a notebook is graded as one exercise)."""
+    found = (canonical_id(f"{m.group(1)}_{m.group(2)}") for cell in nb.cells if cell.get("cell_type") == "code"
+             for m in _EXERCISE_IMPORT.finditer(cell.get("source", "")))
+    named = list(dict.fromkeys(k for k in found if k in EXERCISES))
     if not named:
-        raise ConfigError(f"{path}: names no §11.12 exercise (no `from kernel_lib.course.exercises import ex11_N`)")
+        raise ConfigError(f"{path}: names no exercise (no `from kernel_lib.course.exercises import ex11_N` "
+                          "or `... import nm0_N`)")
     if len(named) > 1:
         raise ConfigError(f"{path}: names several exercises ({', '.join(named)}); a notebook is graded as one "
                           "exercise, so keep the import of the one it answers")
