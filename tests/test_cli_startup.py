@@ -123,3 +123,21 @@ def test_startup_bench_reports_ratios_and_its_target(monkeypatch):
     rows = import_costs()
     assert rows and rows == sorted(rows, key=lambda r: -r["cumulative_us"])
     assert any(r["module"] == "kernel_lib.cli" for r in rows)
+
+
+def test_exercise_help_lists_every_exercise_without_importing_one(tmp_path):
+    """Newcomer report (issue 15): ``exercise --help`` took over a second, importing every exercise
+    module (and sympy, the checkpoint and resume layers) to print their titles. Invariant: the help
+    lists every registered id with its title, read from the module sources; no exercise module and
+    no heavy library is loaded."""
+    from kernel_lib.course.exercises import EXERCISES, MODULES
+
+    code, mods = _loaded("exercise", "--help", cwd=tmp_path)
+    assert code == 0
+    loaded = sorted(m for m in mods if m.removeprefix("kernel_lib.course.exercises.") in MODULES.values())
+    assert not loaded, loaded
+    assert not {m.split(".")[0] for m in mods} & {"sympy", "polars", "numpy", "scipy"}
+    listed = " ".join(subprocess.run([sys.executable, "-m", "kernel_lib", "exercise", "--help"], capture_output=True,
+                                     text=True, cwd=tmp_path).stdout.split())
+    for k, mod in EXERCISES.items():
+        assert f"{k} ({mod.TITLE[0].lower() + mod.TITLE[1:]}" in listed, k

@@ -65,14 +65,14 @@ Expected values are printed only with --reveal.
 
 def _exercise_ids() -> list[str]:
     """The registered exercise ids, in order (every list of exercises in the help is built from these)."""
-    from kernel_lib.course.exercises import EXERCISES
-    return list(EXERCISES)
+    from kernel_lib.course.exercises import MODULES
+    return list(MODULES)
 
 
 def _epilog() -> str:
     """The help's list of exercises, built from the registry so that none is left out, then the examples."""
-    from kernel_lib.course.exercises import EXERCISES
-    items = [f"{k} ({m.TITLE[0].lower() + m.TITLE[1:]})" for k, m in EXERCISES.items()]
+    from kernel_lib.course.exercises import MODULES, title
+    items = [f"{k} ({t[0].lower() + t[1:]})" for k, t in ((k, title(k)) for k in MODULES)]
     lines, line = [], "exercises: "
     for i, item in enumerate(items):
         piece = item + ("," if i < len(items) - 1 else "")

@@ -13,30 +13,64 @@ reads them back (or runs the notebook) to grade a class. The CLI is ``python -m 
 
 from __future__ import annotations
 
+import ast
+import importlib
 import re
+from collections.abc import Iterator, Mapping
+from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 from kernel_lib.errors import ConfigError
-import kernel_lib.course.exercises.ex11_1 as ex11_1
-import kernel_lib.course.exercises.ex11_2 as ex11_2
-import kernel_lib.course.exercises.ex11_3 as ex11_3
-import kernel_lib.course.exercises.ex11_4 as ex11_4
-import kernel_lib.course.exercises.ex11_5 as ex11_5
-import kernel_lib.course.exercises.ex11_6 as ex11_6
-import kernel_lib.course.exercises.ex11_7 as ex11_7
-import kernel_lib.course.exercises.ex11_8 as ex11_8
-import kernel_lib.course.exercises.ex11_9 as ex11_9
-import kernel_lib.course.exercises.nm0_1 as nm0_1
 from kernel_lib.course.exercises._common import accept_readings, format_report, redact, submit
 
-EXERCISES: dict[str, ModuleType] = {
-    "11.1": ex11_1, "11.2": ex11_2, "11.3": ex11_3, "11.4": ex11_4, "11.5": ex11_5, "11.6": ex11_6, "11.7": ex11_7,
-    "11.8": ex11_8, "11.9": ex11_9,
-    "nm0.1": nm0_1,
-}
+#: Exercise id -> its module's name in this package, in the order the course lists them.
+MODULES: dict[str, str] = {**{f"11.{n}": f"ex11_{n}" for n in range(1, 10)}, "nm0.1": "nm0_1"}
 
-__all__ = ["EXERCISES", "get", "canonical_id", "notebook_name", "format_report", "submit", "redact", "accept_readings",
-           "ex11_1", "ex11_2", "ex11_3", "ex11_4", "ex11_5", "ex11_6", "ex11_7", "ex11_8", "ex11_9", "nm0_1"]
+
+class _Registry(Mapping):
+    """``{id: module}`` whose modules are imported when first looked up (``exercise --help``, which
+    lists every id and title, imports none of them: :func:`title` reads a module's ``TITLE``
+    from its source)."""
+
+    def __getitem__(self, key: str) -> ModuleType:
+        return importlib.import_module(f"{__name__}.{MODULES[key]}")
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(MODULES)
+
+    def __len__(self) -> int:
+        return len(MODULES)
+
+    def __repr__(self) -> str:
+        return f"EXERCISES({', '.join(MODULES)})"
+
+
+EXERCISES: Mapping[str, ModuleType] = _Registry()
+
+__all__ = ["EXERCISES", "MODULES", "get", "canonical_id", "notebook_name", "title", "format_report", "submit",
+           "redact", "accept_readings", *MODULES.values()]
+
+
+def __getattr__(name: str) -> Any:
+    """``kernel_lib.course.exercises.ex11_4`` (and ``from ... import nm0_1``), imported on first use."""
+    if name in MODULES.values():
+        return importlib.import_module(f"{__name__}.{name}")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def title(exercise_id: str) -> str:
+    """An exercise's ``TITLE``, read from its module's source without importing the module (so a
+    help text listing them stays cheap). Raises ConfigError for an unknown id."""
+    key = canonical_id(exercise_id)
+    if key not in MODULES:
+        raise ConfigError(f"unknown exercise {exercise_id!r}; available: {', '.join(MODULES)}")
+    source = (Path(__file__).with_name(MODULES[key] + ".py")).read_text(encoding="utf-8")
+    for node in ast.parse(source).body:
+        if (isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "TITLE" for t in node.targets)
+                and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str)):
+            return node.value.value
+    return get(key).TITLE      # not a plain string constant: ask the module itself
 
 
 #: The id forms of the Failure Recovery chapter (a Napkin Math block or an exercise of chapter 0).
@@ -67,12 +101,15 @@ def get(exercise_id: str) -> ModuleType:
         ConfigError: the id names no registered exercise; the message lists the available ids.
     """
     key = canonical_id(exercise_id)
-    if key not in EXERCISES:
-        raise ConfigError(f"unknown exercise {exercise_id!r}; available: {', '.join(EXERCISES)}")
+    if key not in MODULES:
+        raise ConfigError(f"unknown exercise {exercise_id!r}; available: {', '.join(MODULES)}")
     return EXERCISES[key]
 
 
 def notebook_name(exercise_id: str) -> str:
     """The file name of an exercise's notebook in ``solutions/`` and ``exercises/`` (its module's
     name: ``ex11_4.ipynb``, ``nm0_1.ipynb``). Raises ConfigError for an unknown id."""
-    return get(exercise_id).__name__.rsplit(".", 1)[-1] + ".ipynb"
+    key = canonical_id(exercise_id)
+    if key not in MODULES:
+        raise ConfigError(f"unknown exercise {exercise_id!r}; available: {', '.join(MODULES)}")
+    return MODULES[key] + ".ipynb"
