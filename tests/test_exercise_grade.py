@@ -343,3 +343,18 @@ def test_an_nm0_1_submission_is_graded_wrong_or_as_its_reading(nm_submissions, c
     assert code == 0 and out["all_ok"] and out["quantities"]["forward_fsyncs"]["status"] == "alternative"
     assert main(["exercise", "grade", str(nm_submissions["reading"])]) == 1
     assert "matches the reading 'committed_steps_only'" in capsys.readouterr().out
+
+
+def test_a_dollar_quantity_reads_as_money_in_the_report():
+    """Newcomer report (issue 15): grading printed dollar answers as bare %g numbers. Invariant: a
+    quantity named ``*_usd`` shows the student's answer and (with reveal) the expected value as
+    money, without exponent notation; other quantities are unchanged."""
+    from kernel_lib.course.exercises import format_report, get
+
+    mod = get("nm0.1")
+    report = mod.check(mod.DEFAULTS, {"token_cost_usd": 0.07395, "input_cost_usd": 3.31e-05, "forward_fsyncs": 10})
+    text = format_report(report, reveal=True)
+    line = {ln.split()[1]: ln for ln in text.splitlines()[1:]}
+    assert "your answer $0.07395" in line["token_cost_usd"] and "expected $0.07395" in line["token_cost_usd"]
+    assert "your answer $0.0000331 " in line["input_cost_usd"] and "e-05" not in text
+    assert "your answer 10 " in line["forward_fsyncs"] and "$" not in line["forward_fsyncs"]

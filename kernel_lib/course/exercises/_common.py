@@ -263,8 +263,8 @@ def format_report(report: Mapping[str, Any], reveal: bool = False) -> str:
     for name, q in qs.items():
         status = q["status"]
         mark = {"correct": "ok ", "alternative": "~~ ", "unanswered": "-- "}.get(status, "NO ")
-        given = "(unanswered)" if q["given"] is None else _fmt(q["given"])
-        exp = f" expected {_fmt(q['expected']):<14}" if reveal and "expected" in q else ""
+        given = "(unanswered)" if q["given"] is None else _fmt(q["given"], name)
+        exp = f" expected {_fmt(q['expected'], name):<14}" if reveal and "expected" in q else ""
         if status == "alternative":
             hint = f"  matches the reading {q['reading']!r}, not the one graded" + (" (accepted)" if q["ok"] else "")
         else:
@@ -290,7 +290,14 @@ def _hint(expected: Any, given: Any) -> str:
     return ""
 
 
-def _fmt(v: Any) -> str:
+def _fmt(v: Any, name: str = "") -> str:
+    """An answer or expected value as the report shows it: a quantity named in dollars
+    (``*_usd``) as money (``$0.07395``, ``-$1.5``), other floats with six significant digits,
+    never in exponent form below 1e-4 of a dollar."""
+    if name.endswith("_usd") and isinstance(v, (int, float)) and not isinstance(v, bool):
+        x = float(v)
+        text = f"{abs(x):.6g}" if abs(x) >= 1e-4 or x == 0 else f"{abs(x):.10f}".rstrip("0")
+        return ("-$" if x < 0 else "$") + text
     if isinstance(v, float):
         return f"{v:.6g}"
     return json.dumps(v) if not isinstance(v, str) else v
