@@ -42,6 +42,9 @@ NOTEBOOK_SECTIONS: dict[str, tuple[str, ...]] = {
     "11_6_replay_divergence": ("11.6", "11.6.1", "11.6.2", "11.6.3", "11.7", "11.7.1", "11.7.2"),
     "11_8_retention": ("11.8", "11.8.1", "11.8.2", "11.8.3", "11.8.4"),
     "11_9_fallacies": ("11.9",),
+    "fr_1_sagas": ("The Transactional Boundary Collapse", "The Trajectory Saga Pattern",
+                   "Compensating action semantics", "Saga compensation stacks", "Terminal escalation"),
+    "fr_1b_agent_tools": ("Saga compensation stacks", "The tripartite action reversibility taxonomy"),
 }
 _MARK = ("<!-- chapter-links: written by `python -m kernel_lib course link-chapters`; "
          "the sections come from kernel_lib/course/notebook_links.py -->")

@@ -57,7 +57,8 @@ from kernel_lib.sim.saga_sweep import account
 from kernel_lib.sim.services import ACTIONS, FAULT_KINDS
 
 __all__ = ["DEMO_RETRY", "GRANT_ID", "DemoCrash", "IncidentChannel", "SagaDemo", "attempt_prepare",
-           "deployment_arguments", "undo_by_hand", "resource_rows", "invariant_rows", "count_rows", "saga_effects"]
+           "deployment_arguments", "undo_by_hand", "resource_rows", "invariant_rows", "count_rows", "count_delta",
+           "state_rows", "saga_effects"]
 
 GRANT_ID = "grant-deploy"
 #: Backoff for the demo: short real waits (the live fleet sleeps for real), four attempts.
@@ -142,6 +143,32 @@ def count_rows(counts: dict[str, dict[str, dict[str, int]]]) -> list[dict[str, A
         for a in actions:
             rows.append({"service": service, "action": a, "received": c.get("received", {}).get(a, 0),
                          "applied": c.get("applied", {}).get(a, 0), "refused": c.get("refused", {}).get(a, 0)})
+    return rows
+
+
+def state_rows(fleet: Any) -> list[dict[str, Any]]:
+    """One row per service of what S looks like from outside: ``service``, ``live resources``,
+    ``resources ever created`` (ids handed out, released ones included), ``audit entries``, and
+    ``Φ`` (its invariants as ``name=value`` text). S'_0 ≠ S_0 shows in the middle columns, semantic
+    equivalence in the last."""
+    everything, live, audits, phi = (fleet.resources(live_only=False), fleet.resources(live_only=True),
+                                     fleet.audits(), fleet.invariants())
+    return [{"service": s, "live resources": len(live.get(s, {})), "resources ever created": len(everything.get(s, {})),
+             "audit entries": len(audits.get(s, [])),
+             "Φ": ", ".join(f"{k}={v}" for k, v in phi.get(s, {}).items())} for s in fleet.services]
+
+
+def count_delta(before: dict[str, dict[str, dict[str, int]]],
+                after: dict[str, dict[str, dict[str, int]]]) -> list[dict[str, Any]]:
+    """:func:`count_rows` of what changed between two ``fleet.counts()`` readings (rows whose
+    counts all stayed the same are left out)."""
+    old = {(r["service"], r["action"]): r for r in count_rows(before)}
+    rows = []
+    for r in count_rows(after):
+        o = old.get((r["service"], r["action"]), {})
+        d = {k: r[k] - o.get(k, 0) for k in ("received", "applied", "refused")}
+        if any(d.values()):
+            rows.append({"service": r["service"], "action": r["action"], **d})
     return rows
 
 
@@ -236,8 +263,8 @@ class SagaDemo:
         saga_id: the saga's id; one per fleet (the services key status lookups by operation id,
             ``<saga_id>.T<i>``), so a second demo on the same fleet takes another.
         trajectory_id: the trajectory's id (default ``traj-<saga_id>``).
-        store_dir: a folder for the trajectory log as a real SQLite file (``log.sqlite``, every
-            barrier an fsync); None keeps the log in memory.
+        store_dir: a folder (made if missing) for the trajectory log as a real SQLite file
+            (``log.sqlite``, every barrier an fsync); None keeps the log in memory.
         domain: the name T5 publishes; the default is marked taken at the DNS service, so T5
             gets the chapter's 409 (``mark_taken=False`` leaves the fleet as it is).
         on_incident: the out-of-band channel the freeze emits on (e.g. :meth:`IncidentChannel.emit`).
@@ -263,6 +290,8 @@ class SagaDemo:
         self.store_path = Path(store_dir) / "log.sqlite" if store_dir is not None else None
         self.retry, self.sleep = retry, sleep
         self._emit = on_incident or (lambda incident: None)
+        if self.store_path is not None:
+            self.store_path.parent.mkdir(parents=True, exist_ok=True)
         self.registry = deployment_registry()
         if mark_taken and domain == TAKEN_DOMAIN:
             fleet.taken_name(domain)
