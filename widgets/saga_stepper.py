@@ -28,6 +28,7 @@ from typing import Any
 
 import traitlets
 
+from kernel_lib.errors import ConfigError, TrajectoryFrozenRefusal
 from kernel_lib.sim.deployment import DEPLOYMENT_STEPS
 from kernel_lib.sim.saga_demo import SagaDemo
 from kernel_lib.sim.services import FAULT_KINDS
@@ -188,6 +189,12 @@ class SagaStepper(CommandWidget, static="saga_stepper"):
                     return False
 
         def step() -> None:
+            try:
+                act()
+            except TrajectoryFrozenRefusal as exc:    # a refusal, not a fault: shown like any other reason
+                raise ConfigError(str(exc)) from None
+
+        def act() -> None:
             d = self.demo
             if action == "step":
                 result = d.step()
