@@ -297,6 +297,7 @@ class SagaDemo:
             fleet.taken_name(domain)
         self._store = open_store("sqlite", self.store_path, create=True) if self.store_path else MemoryStore()
         self._crash_plan: dict[str, Any] | None = None
+        self._counts_0 = fleet.counts()     # the services' counts when this saga began (its view shows the change)
         self.outputs: list[dict[str, Any]] = []
         self.runner: SagaRunner | None = self._new_runner()
         self.last: dict[str, Any] = {}
@@ -528,7 +529,8 @@ class SagaDemo:
         """Everything a stepper shows, as JSON data: ``saga_state``, ``frozen`` (the incident or
         None), ``crashed``, ``next_step``, ``log_head``, ``forward`` (L_fwd rows), ``stack`` (Σ
         rows, top first), ``in_doubt`` (operations the log cannot settle), and from the services:
-        ``resources`` (this saga's), ``invariants`` (Φ, every service), ``counts`` (per action),
+        ``resources`` (this saga's), ``invariants`` (Φ, every service), ``counts`` (per action, what
+        changed since this demo began: other sagas on the fleet are counted by the same services),
         ``effects`` (this saga's applied actions, from the audit trails)."""
         events = self.events()
         saga = fold_saga(events, self.saga_id)
@@ -539,7 +541,7 @@ class SagaDemo:
                 "in_doubt": [step_label(o, self.saga_id) for o in rec.in_doubt()],
                 "resources": resource_rows(self.fleet, self.saga_id),
                 "invariants": invariant_rows(self.fleet.invariants()),
-                "counts": count_rows(self.fleet.counts()),
+                "counts": count_delta(self._counts_0, self.fleet.counts()),
                 "effects": saga_effects(self.fleet.audits(), self.saga_id)}
 
     def step_operation(self, index: int) -> str:

@@ -40,7 +40,7 @@ function render({ model, el }) {
   left.append(dal.make("div", "dal-caption", "L_fwd, folded from the log"), fwd,
               dal.make("div", "dal-caption", "Σ, folded from the log (top first)"), stack);
   right.append(dal.make("div", "dal-caption", "what the services hold for this saga"), res,
-               dal.make("div", "dal-caption", "the services' own request counts"), counts,
+               dal.make("div", "dal-caption", "the services' own request counts since this saga began"), counts,
                dal.make("div", "dal-caption", "invariants Φ (non-zero only)"), inv);
   grid.append(left, right);
   el.append(bar1, bar2, bar3, status, summary, msg, grid);
