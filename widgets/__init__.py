@@ -20,6 +20,7 @@ _EXPORTS = {
     "ReplicationPanel": "widgets.replication",
     "ResumeTimelineView": "widgets.resume_timeline",
     "RetentionPlanner": "widgets.retention_planner",
+    "SagaStepper": "widgets.saga_stepper",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -8,6 +8,9 @@
   idempotency-key variant, a completion signer) and a worker that dies after sending.
 * :mod:`.rerun` — re-runs of a recording on a serving path that is not bit-stable (a flipped call
   answers from the nearest other seed), simulated many times (§11.9).
+* :mod:`.saga_demo` — the deployment saga one action at a time over a fleet facade (step, inject,
+  unwind, crash during the unwind, recover), the two-phase-commit fallacy run and an out-of-band
+  incident channel, for notebook FR.1 and the saga stepper widget.
 
 May import: every layer below it (``importers`` and down); never ``quorum``, ``live`` or a real
 process or socket.

@@ -1,0 +1,549 @@
+"""The deployment saga one step at a time, for notebook FR.1 and the saga stepper widget.
+
+Failure Recovery, "The Trajectory Saga Pattern" (definition 0.1, tables 2–3, the unwind listing)
+and "Terminal escalation" (the ACB freeze). :class:`SagaDemo` drives the chapter's deployment
+saga (T1 provision_sandbox … T5 publish_dns, :data:`~kernel_lib.sim.deployment.DEPLOYMENT_STEPS`)
+over a fleet of tool services through the fleet facade only (``services``, ``client``,
+``inject``, ``taken_name``, ``is_down``/``restart``, ``resources``, ``audits``, ``counts``,
+``invariants``), so the same calls run on :class:`~kernel_lib.sim.services.TwinFleet` and on
+the live fleet of real service processes.
+
+The demo keeps no saga state of its own: Σ, the step states and the incident are folded from
+the trajectory log (a real SQLite file when ``store_dir`` is given) every time they are shown,
+and what exists comes from the services. What it holds is handles: the fleet, the store, the
+current runner (or none after a crash), and the forward outputs the script passes from one step
+to the next (re-read from the log by :meth:`SagaDemo.recover`).
+
+Actions (each returns a small dict saying what happened; bad input raises
+:class:`~kernel_lib.errors.ConfigError` with the reason):
+
+* :meth:`SagaDemo.step` — the next forward step (a 409 or another final refusal records FAILED);
+* :meth:`SagaDemo.inject` — queue a fault (:data:`~kernel_lib.sim.services.FAULT_KINDS`) on T_k or C_k;
+* :meth:`SagaDemo.unwind` — pop Σ until it is empty, or until a compensator panics (PANIC, freeze);
+* :meth:`SagaDemo.crash_during_unwind` — unwind, and abandon the runner right after the k-th
+  compensator was dispatched (the service applied it, its answer is not in the log);
+* :meth:`SagaDemo.recover` — restart crashed services, open the log again in a new runner,
+  replay the committed forward steps from the log (an in-doubt one is settled by its status
+  lookup); a frozen trajectory is found frozen and nothing runs.
+
+:func:`attempt_prepare` is the two-phase-commit fallacy run: it asks the fleet for a prepare
+phase, then sends the "prepare" the only way the services accept a request, as a normal call.
+:class:`IncidentChannel` is an out-of-band channel for the freeze's incident record (a JSON-lines
+file, never the model's context).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from kernel_lib.core.events import TaskStarted, ToolIntent
+from kernel_lib.core.proposals import idempotency_key
+from kernel_lib.core.record import fold, initial_record
+from kernel_lib.errors import (
+    ConfigError, KernelError, SagaPanicError, StepFailedError, TrajectoryFrozenRefusal,
+)
+from kernel_lib.gate.dispatch import AdmissionPolicy, DispatchGate
+from kernel_lib.log import FailureDomain, MemoryStore, TrajectoryLog, open_store
+from kernel_lib.recovery.runner import RetryPolicy, SagaRunner
+from kernel_lib.recovery.saga import SagaRecord, fold_saga, step_operation_id
+from kernel_lib.recovery.views import forward_rows, stack_rows, step_label
+from kernel_lib.sim.deployment import DEPLOYMENT_STEPS, TAKEN_DOMAIN, deployment_registry
+from kernel_lib.sim.saga_sweep import account
+from kernel_lib.sim.services import ACTIONS, FAULT_KINDS
+
+__all__ = ["DEMO_RETRY", "GRANT_ID", "DemoCrash", "IncidentChannel", "SagaDemo", "attempt_prepare",
+           "deployment_arguments", "undo_by_hand", "resource_rows", "invariant_rows", "count_rows", "count_delta",
+           "state_rows", "saga_effects"]
+
+GRANT_ID = "grant-deploy"
+#: Backoff for the demo: short real waits (the live fleet sleeps for real), four attempts.
+DEMO_RETRY = RetryPolicy(max_attempts=4, base_s=0.01, cap_s=0.05)
+
+
+class DemoCrash(BaseException):
+    """The abandoned runner (a BaseException: no ``except Exception`` of the runner or the gate
+    catches it, as nothing catches a SIGKILL)."""
+
+
+def deployment_arguments(index: int, outputs: list[dict[str, Any]], domain: str = TAKEN_DOMAIN) -> dict[str, Any]:
+    """The arguments of forward step T_index of the deployment saga, from the outputs of T_1..T_{index-1}
+    (the same script as :func:`kernel_lib.sim.deployment.run_deployment`). Raises ConfigError for an
+    index outside 1..5 or when an earlier output is missing."""
+    if not 1 <= index <= len(DEPLOYMENT_STEPS):
+        raise ConfigError(f"the deployment saga has steps T1..T{len(DEPLOYMENT_STEPS)}, not T{index}")
+    if len(outputs) < index - 1:
+        raise ConfigError(f"T{index} needs the outputs of T1..T{index - 1}; {len(outputs)} are known")
+    if index == 1:
+        return {"image": "deploy-base", "vcpus": 2}
+    if index == 2:
+        return {"region": "eu-west-1"}
+    sandbox, ip = outputs[0]["sandbox_id"], outputs[1]["ip_id"]
+    if index == 3:
+        return {"sandbox_id": sandbox, "target": "api"}
+    if index == 4:
+        return {"sandbox_id": sandbox, "ip_id": ip, "ports": [443]}
+    return {"name": domain, "ip_id": ip}
+
+
+class IncidentChannel:
+    """An out-of-band channel for incident records: one JSON object per line in ``path``, written
+    with flush and fsync (another process can tail it). ``emit`` is the runner's ``on_incident``."""
+
+    def __init__(self, path: str | os.PathLike):
+        self.path = Path(path)
+
+    def emit(self, incident: dict[str, Any]) -> None:
+        with self.path.open("a", encoding="utf-8") as f:
+            f.write(json.dumps(incident, sort_keys=True) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+
+    def read(self) -> list[dict[str, Any]]:
+        """Every incident emitted so far, oldest first ([] when none)."""
+        if not self.path.exists():
+            return []
+        return [json.loads(line) for line in self.path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+# ------------------------------------------------------------------------------------------------
+# the services' real state, as rows (read through the fleet facade)
+# ------------------------------------------------------------------------------------------------
+
+
+def resource_rows(fleet: Any, saga_id: str | None = None, *, live_only: bool = False) -> list[dict[str, Any]]:
+    """What the services hold (``live_only=False``: released ones too): ``service``, ``resource``,
+    ``kind``, ``state``, ``created by`` (the step, e.g. ``T2``). ``saga_id``: only that saga's."""
+    rows = []
+    for service, held in fleet.resources(live_only=live_only).items():
+        for rid, r in held.items():
+            op = str(r.get("operation_id", ""))
+            if saga_id is not None and not op.startswith(saga_id + "."):
+                continue
+            rows.append({"service": service, "resource": rid, "kind": r.get("kind"), "state": r.get("state"),
+                         "created by": step_label(op, saga_id) if saga_id else op})
+    return rows
+
+
+def invariant_rows(invariants: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """Φ per service and invariant (definition 0.2): ``service``, ``invariant``, ``value``."""
+    return [{"service": s, "invariant": k, "value": v} for s, phi in invariants.items() for k, v in phi.items()]
+
+
+def count_rows(counts: dict[str, dict[str, dict[str, int]]]) -> list[dict[str, Any]]:
+    """The services' own request counts, one row per action that received anything:
+    ``service``, ``action``, ``received``, ``applied``, ``refused``."""
+    rows = []
+    for service, c in counts.items():
+        actions = sorted(set(c.get("received", {})) | set(c.get("applied", {})) | set(c.get("refused", {})))
+        for a in actions:
+            rows.append({"service": service, "action": a, "received": c.get("received", {}).get(a, 0),
+                         "applied": c.get("applied", {}).get(a, 0), "refused": c.get("refused", {}).get(a, 0)})
+    return rows
+
+
+def state_rows(fleet: Any) -> list[dict[str, Any]]:
+    """One row per service of what S looks like from outside: ``service``, ``live resources``,
+    ``resources ever created`` (ids handed out, released ones included), ``audit entries``, and
+    ``Φ`` (its invariants as ``name=value`` text). S'_0 ≠ S_0 shows in the middle columns, semantic
+    equivalence in the last."""
+    everything, live, audits, phi = (fleet.resources(live_only=False), fleet.resources(live_only=True),
+                                     fleet.audits(), fleet.invariants())
+    return [{"service": s, "live resources": len(live.get(s, {})), "resources ever created": len(everything.get(s, {})),
+             "audit entries": len(audits.get(s, [])),
+             "Φ": ", ".join(f"{k}={v}" for k, v in phi.get(s, {}).items())} for s in fleet.services]
+
+
+def count_delta(before: dict[str, dict[str, dict[str, int]]],
+                after: dict[str, dict[str, dict[str, int]]]) -> list[dict[str, Any]]:
+    """:func:`count_rows` of what changed between two ``fleet.counts()`` readings (rows whose
+    counts all stayed the same are left out)."""
+    old = {(r["service"], r["action"]): r for r in count_rows(before)}
+    rows = []
+    for r in count_rows(after):
+        o = old.get((r["service"], r["action"]), {})
+        d = {k: r[k] - o.get(k, 0) for k in ("received", "applied", "refused")}
+        if any(d.values()):
+            rows.append({"service": r["service"], "action": r["action"], **d})
+    return rows
+
+
+def saga_effects(audits: dict[str, list[dict[str, Any]]], saga_id: str) -> dict[str, int]:
+    """``{action: n}``: how many times each action was applied for ``saga_id``'s operations, from
+    the services' audit trails (refused requests are not counted)."""
+    out: dict[str, int] = {}
+    for trail in audits.values():
+        for a in trail:
+            if str(a.get("operation_id", "")).startswith(saga_id + ".") and not a.get("refused"):
+                out[a["action"]] = out.get(a["action"], 0) + 1
+    return out
+
+
+# ------------------------------------------------------------------------------------------------
+# the two-phase-commit fallacy
+# ------------------------------------------------------------------------------------------------
+
+
+def _raw_intent(trajectory_id: str, operation_id: str, tool: str, arguments: dict[str, Any]) -> ToolIntent:
+    return ToolIntent(operation_id=operation_id, attempt_id="a1", tool=tool, arguments=arguments,
+                      repeat_contract="idempotency_key", grant_id=GRANT_ID, authorization_ref="2pc-demo",
+                      reservation_ref="2pc-demo", idempotency_key=idempotency_key(trajectory_id, operation_id))
+
+
+def attempt_prepare(fleet: Any, trajectory_id: str, *, prefix: str = "prepare",
+                    domain: str = TAKEN_DOMAIN) -> list[dict[str, Any]]:
+    """Try phase one of a two-phase commit across the deployment's services.
+
+    For each forward step: ask the fleet for a ``prepare_<tool>`` action (no service declares
+    one: the fleet refuses to route it), then send the step's own action with
+    ``{"phase": "prepare"}`` added, the only request the service accepts. The service treats it as
+    the normal call it is and applies it. Returns one row per step: ``step``, ``prepare verb``
+    (the fleet's refusal), ``sent as`` (the call), ``service answered`` (HTTP status, or the
+    transport error), ``resource`` (what now exists). Operation ids are ``<prefix>.T<i>``.
+    """
+    client = fleet.client(trajectory_id)
+    rows = []
+    outputs: list[dict[str, Any]] = []
+    for i, tool in enumerate(DEPLOYMENT_STEPS, start=1):
+        op = f"{prefix}.T{i}"
+        try:
+            client.send(_raw_intent(trajectory_id, op + ".prepare", f"prepare_{tool}", {}))
+            verb = "accepted (unexpected)"
+        except (KernelError, OSError) as exc:
+            verb = f"refused: {exc}"
+        try:
+            args = {**deployment_arguments(i, outputs, domain), "phase": "prepare"}
+        except (ConfigError, KeyError):
+            args = {"phase": "prepare"}
+        try:
+            reply = client.send(_raw_intent(trajectory_id, op, tool, args))
+            outcome = dict(reply.outcome or {})
+            answered = f"{outcome.get('http_status')} {reply.status}"
+            made = next((v for k, v in outcome.items() if k.endswith("_id") and isinstance(v, str)), "")
+        except (KernelError, OSError) as exc:
+            answered, made, outcome = f"no answer: {exc}", "", {}
+        outputs.append({k: v for k, v in outcome.items() if k.endswith("_id")})
+        rows.append({"step": f"T{i}", "prepare verb": verb, "sent as": f"{tool}(..., phase=prepare)",
+                     "service answered": answered, "resource": made})
+    return rows
+
+
+def undo_by_hand(fleet: Any, trajectory_id: str, *, prefix: str = "prepare") -> list[dict[str, Any]]:
+    """Release, by the services' own releasing actions, every live resource ``attempt_prepare``
+    left (there is no abort verb either). Returns ``{resource, sent, service answered}`` rows."""
+    client = fleet.client(trajectory_id)
+    releasers = {a.releases: a for a in ACTIONS.values() if a.releases}
+    rows = []
+    for held in fleet.resources(live_only=True).values():
+        for rid, r in held.items():
+            op = str(r.get("operation_id", ""))
+            rel = releasers.get(r.get("kind"))
+            if not op.startswith(prefix + ".") or rel is None:
+                continue
+            reply = client.send(_raw_intent(trajectory_id, op + ".undo", rel.name, {rel.id_argument: rid}))
+            rows.append({"resource": rid, "sent": f"{rel.name}({rel.id_argument}={rid})",
+                         "service answered": f"{(reply.outcome or {}).get('http_status')} {reply.status}"})
+    return rows
+
+
+# ------------------------------------------------------------------------------------------------
+# the stepper
+# ------------------------------------------------------------------------------------------------
+
+
+class SagaDemo:
+    """The deployment saga over ``fleet``, one action at a time (see the module docstring).
+
+    Args:
+        fleet: a fleet with the facade of :class:`~kernel_lib.sim.services.TwinFleet`.
+        saga_id: the saga's id; one per fleet (the services key status lookups by operation id,
+            ``<saga_id>.T<i>``), so a second demo on the same fleet takes another.
+        trajectory_id: the trajectory's id (default ``traj-<saga_id>``).
+        store_dir: a folder (made if missing) for the trajectory log as a real SQLite file
+            (``log.sqlite``, every barrier an fsync); None keeps the log in memory.
+        domain: the name T5 publishes; the default is marked taken at the DNS service, so T5
+            gets the chapter's 409 (``mark_taken=False`` leaves the fleet as it is).
+        on_incident: the out-of-band channel the freeze emits on (e.g. :meth:`IncidentChannel.emit`).
+        retry, sleep: the runner's backoff and how it waits.
+
+    Raises:
+        ConfigError: ``saga_id`` was already used on this fleet.
+    """
+
+    def __init__(self, fleet: Any, *, saga_id: str = "deploy", trajectory_id: str | None = None,
+                 store_dir: str | os.PathLike | None = None, domain: str = TAKEN_DOMAIN, mark_taken: bool = True,
+                 on_incident: Callable[[dict[str, Any]], Any] | None = None, retry: RetryPolicy = DEMO_RETRY,
+                 sleep: Callable[[float], Any] = time.sleep):
+        if not isinstance(saga_id, str) or not saga_id or "." in saga_id:
+            raise ConfigError(f"saga_id must be a non-empty name without dots, got {saga_id!r}")
+        if resource_rows(fleet, saga_id):
+            raise ConfigError(f"saga id {saga_id!r} was already used on this fleet (its services hold its "
+                              "resources and answer its status lookups); choose another")
+        self.fleet = fleet
+        self.saga_id = saga_id
+        self.trajectory_id = trajectory_id or f"traj-{saga_id}"
+        self.domain = domain
+        self.store_path = Path(store_dir) / "log.sqlite" if store_dir is not None else None
+        self.retry, self.sleep = retry, sleep
+        self._emit = on_incident or (lambda incident: None)
+        if self.store_path is not None:
+            self.store_path.parent.mkdir(parents=True, exist_ok=True)
+        self.registry = deployment_registry()
+        if mark_taken and domain == TAKEN_DOMAIN:
+            fleet.taken_name(domain)
+        self._store = open_store("sqlite", self.store_path, create=True) if self.store_path else MemoryStore()
+        self._crash_plan: dict[str, Any] | None = None
+        self._counts_0 = fleet.counts()     # the services' counts when this saga began (its view shows the change)
+        self.outputs: list[dict[str, Any]] = []
+        self.runner: SagaRunner | None = self._new_runner()
+        self.last: dict[str, Any] = {}
+
+    # --- handles -----------------------------------------------------------------------------------
+    def _new_runner(self) -> SagaRunner:
+        domain = FailureDomain.HOST_CRASH if self.store_path else FailureDomain.NONE
+        log = TrajectoryLog(self._store, self.trajectory_id, must_survive=domain)
+        gate = DispatchGate(log, AdmissionPolicy({GRANT_ID: set(self.registry.names())}), coalesce_admission=True,
+                            on_position=self._position)
+        if gate.record.task is None:
+            gate.start(TaskStarted(task_id=self.trajectory_id, requester="fr1-notebook", objective="deploy the api",
+                                   grant_ids=[GRANT_ID], budget_ceiling_usd=100.0))
+        return SagaRunner(gate, self.registry, self.fleet.client(self.trajectory_id), saga_id=self.saga_id,
+                          grant_id=GRANT_ID, retry=self.retry, sleep=self.sleep, on_incident=self._emit)
+
+    def _position(self, name: str, ev: Any) -> None:
+        plan = self._crash_plan
+        if plan is None:
+            return
+        if name == "after:ToolIntent":
+            plan["last"] = ev.payload.operation_id
+        elif name == "after:dispatch" and str(plan.get("last") or "").endswith(".C"):
+            plan["seen"] += 1
+            if plan["seen"] == plan["k"]:
+                self._crash_plan = None
+                raise DemoCrash(plan["last"])
+
+    def _live(self) -> SagaRunner:
+        if self.runner is None:
+            raise ConfigError("the runner was abandoned at a crash; recover first (a new runner over the same log)")
+        return self.runner
+
+    def events(self) -> list[Any]:
+        """The trajectory log as stored (read from the store, not from any runner's memory)."""
+        return list(self._store.read(self.trajectory_id))
+
+    def saga(self) -> SagaRecord:
+        """The saga folded from the stored log."""
+        return fold_saga(self.events(), self.saga_id)
+
+    def close(self) -> None:
+        """Close the log store (the fleet is the caller's)."""
+        self.runner = None
+        self._store.close()
+
+    # --- actions -----------------------------------------------------------------------------------
+    def next_step(self) -> int:
+        """The index of the next forward step the script would run."""
+        return len(self.outputs) + 1
+
+    def step(self) -> dict[str, Any]:
+        """Run the next forward step. Returns ``{action, step, tool, state, output | error}``.
+
+        Raises:
+            ConfigError: every step already ran, a step failed (unwind now), the saga is unwinding
+                or ended, or the runner was abandoned at a crash.
+            TrajectoryFrozenRefusal: the trajectory is frozen.
+        """
+        runner = self._live()
+        saga = runner.saga
+        k = self.next_step()
+        failed = [s for s in saga.steps.values() if s.state in ("FAILED", "ABORTED", "HALTED")]
+        if saga.frozen is None:
+            if failed:
+                raise ConfigError(f"T{failed[0].index} ({failed[0].tool}) is {failed[0].state}: no forward step runs "
+                                  "after it; unwind")
+            if saga.state not in (None, "RUNNING"):
+                raise ConfigError(f"the saga is {saga.state}: no forward step runs")
+            if k > len(DEPLOYMENT_STEPS):
+                raise ConfigError(f"all {len(DEPLOYMENT_STEPS)} steps committed; the saga is complete")
+        tool = DEPLOYMENT_STEPS[k - 1]
+        args = deployment_arguments(k, self.outputs, self.domain)
+        try:
+            out = runner.step(tool, args)
+        except StepFailedError as exc:
+            reason = runner.saga.steps[exc.step_id].reason if exc.step_id in runner.saga.steps else str(exc)
+            self.last = {"action": "step", "step": f"T{k}", "tool": tool, "state": "FAILED", "error": reason}
+            return self.last
+        self.outputs.append(out)
+        if k == len(DEPLOYMENT_STEPS):
+            runner.complete()
+        self.last = {"action": "step", "step": f"T{k}", "tool": tool, "state": "COMMITTED", "output": out}
+        return self.last
+
+    def inject(self, kind: str, step: int, *, target: str = "forward", count: int = 1,
+               **params: Any) -> dict[str, Any]:
+        """Queue fault ``kind`` for the next ``count`` calls of T_step (``target="forward"``) or of its
+        compensator C_step (``target="compensator"``). Returns ``{action, fault, on, count}``.
+
+        Raises:
+            ConfigError: an unknown kind or target, a step outside 1..5, a forward step that already
+                ran (the fault would never be seen), C_5 (the failing step has no compensator here).
+            ServiceError: the fleet refused the specification.
+        """
+        if kind not in FAULT_KINDS:
+            raise ConfigError(f"unknown fault {kind!r}: choose one of {', '.join(FAULT_KINDS)}")
+        if target not in ("forward", "compensator"):
+            raise ConfigError(f"target must be 'forward' or 'compensator', got {target!r}")
+        if isinstance(step, bool) or not isinstance(step, int) or not 1 <= step <= len(DEPLOYMENT_STEPS):
+            raise ConfigError(f"step must be an integer 1..{len(DEPLOYMENT_STEPS)}, got {step!r}")
+        tool = DEPLOYMENT_STEPS[step - 1]
+        if target == "forward":
+            if step < self.next_step():
+                raise ConfigError(f"T{step} ({tool}) already ran: a fault on it would never be seen; "
+                                  f"choose T{self.next_step()} or later, or its compensator C{step}")
+            action = tool
+        else:
+            comp = self.registry.contract(tool).compensator
+            action = comp.tool if comp is not None else ""
+            if not action:
+                raise ConfigError(f"T{step} ({tool}) has no compensator")
+        spec = self.fleet.inject(action, kind, count, **params)
+        label = f"T{step}" if target == "forward" else f"C{step}"
+        self.last = {"action": "inject", "fault": kind, "on": f"{label} ({action})", "count": spec.get("count", count)}
+        return self.last
+
+    def _unwind(self, runner: SagaRunner) -> dict[str, Any]:
+        try:
+            state = runner.unwind("stepper: unwind")
+        except SagaPanicError as exc:
+            return {"state": "PANIC", "incident": exc.incident, "residue": exc.residue}
+        return {"state": state}
+
+    def unwind(self) -> dict[str, Any]:
+        """Pop Σ until it is empty. Returns ``{action, state}`` (``ABORT_CONSISTENT``), or on a panic
+        ``{action, state: "PANIC", incident, residue}`` (the trajectory is then frozen).
+
+        Raises:
+            ConfigError: the runner was abandoned at a crash (recover first).
+            TrajectoryFrozenRefusal: the trajectory is frozen.
+        """
+        self.last = {"action": "unwind", **self._unwind(self._live())}
+        return self.last
+
+    def crash_during_unwind(self, after_compensators: int = 1) -> dict[str, Any]:
+        """Unwind, and abandon the runner right after the ``after_compensators``-th compensator of this
+        unwind was dispatched and answered, before its evidence is in the log. Returns
+        ``{action, crashed_after, log_head, in_doubt}``, or the unwind's result when it ended first.
+
+        Raises:
+            ConfigError: ``after_compensators`` is not 1..len(Σ), or the runner is already abandoned.
+            TrajectoryFrozenRefusal: the trajectory is frozen.
+        """
+        runner = self._live()
+        depth = len(runner.saga.stack)
+        if isinstance(after_compensators, bool) or not isinstance(after_compensators, int) or not (
+                1 <= after_compensators <= max(depth, 1)):
+            raise ConfigError(f"Σ holds {depth} compensator{'s' * (depth != 1)}; a crash after compensator "
+                              f"{after_compensators!r} of this unwind cannot happen (choose 1..{max(depth, 1)})")
+        if depth == 0:
+            raise ConfigError("Σ is empty: nothing to unwind, so nothing to crash in")
+        self._crash_plan = {"k": after_compensators, "seen": 0, "last": None}
+        try:
+            result = self._unwind(runner)
+        except DemoCrash as crash:
+            self.runner = None
+            events = self.events()
+            rec = fold(initial_record(self.trajectory_id), events)
+            self.last = {"action": "crash_during_unwind", "crashed_after": f"{step_label(str(crash), self.saga_id)} "
+                         "dispatched, before its answer was logged", "log_head": len(events),
+                         "in_doubt": [step_label(o, self.saga_id) for o in rec.in_doubt()]}
+            return self.last
+        finally:
+            self._crash_plan = None
+        self.last = {"action": "crash_during_unwind", "crashed_after": None, **result}
+        return self.last
+
+    def recover(self) -> dict[str, Any]:
+        """A new runner over the same log, as a new process would start: restart any crashed
+        service, open the log again, replay the committed forward steps from it (nothing is sent
+        for them; an in-doubt step is settled by its status lookup). Returns ``{action,
+        restarted, state, replayed, stack, in_doubt}``; on a frozen trajectory ``{..., state:
+        "FROZEN", refused}`` and nothing runs."""
+        restarted = [s for s in self.fleet.services if self.fleet.is_down(s)]
+        for s in restarted:
+            self.fleet.restart(s)
+        self.runner = None
+        if self.store_path is not None:     # the old process's handle is gone; open the file again
+            self._store.close()
+            self._store = open_store("sqlite", self.store_path)
+        runner = self._new_runner()
+        self.runner = runner
+        saga = runner.saga
+        self.outputs = []
+        replayed: list[str] = []
+        result: dict[str, Any] = {"action": "recover", "restarted": restarted}
+        try:
+            if saga.frozen is not None:
+                runner.unwind("recover")       # raises TrajectoryFrozenRefusal: it does nothing
+            if saga.state in (None, "RUNNING"):
+                for s in sorted(saga.steps.values(), key=lambda s: s.index):
+                    if s.state not in ("COMMITTED", "EXECUTING", "PENDING"):
+                        break
+                    out = runner.step(s.tool, deployment_arguments(s.index, self.outputs, self.domain))
+                    self.outputs.append(out)
+                    replayed.append(f"T{s.index}")
+        except TrajectoryFrozenRefusal as exc:
+            result.update(state="FROZEN", refused=str(exc))
+        except StepFailedError as exc:
+            result.update(settled_failed=exc.step_id)
+        saga = runner.saga
+        rec = runner.gate.record
+        result.setdefault("state", saga.state)
+        result.update(replayed=replayed, stack=[r["compensator"] for r in stack_rows(saga)],
+                      in_doubt=[step_label(o, self.saga_id) for o in rec.in_doubt()])
+        self.last = result
+        return result
+
+    def probe_lease(self, tool: str = "reserve_ip", arguments: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Send one request straight to ``tool``'s service with the lease the current runner holds,
+        past the dispatch gate (what a leftover background thread of a frozen agent would do).
+        Returns ``{http_status, status, reason, error}`` as the service answered: after the
+        freeze the service itself refuses the revoked lease (401, ``lease_revoked``)."""
+        endpoints = self._live().endpoints
+        op = f"{self.saga_id}.probe"
+        reply = endpoints.send(_raw_intent(self.trajectory_id, op, tool, dict(arguments or {"region": "eu-west-1"})))
+        out = dict(reply.outcome or {})
+        return {"http_status": out.get("http_status"), "status": reply.status, "reason": out.get("reason"),
+                "error": out.get("error")}
+
+    # --- what to show ------------------------------------------------------------------------------
+    def judge(self) -> dict[str, Any]:
+        """The services' verdict on this saga (:func:`kernel_lib.sim.saga_sweep.account`):
+        ``compensators_repeated``, ``effects_left_unlisted``, ``forward_repeated``, …"""
+        return account(self.fleet.audits(), self.fleet.resources(live_only=False), self.events(), self.saga_id)
+
+    def view(self) -> dict[str, Any]:
+        """Everything a stepper shows, as JSON data: ``saga_state``, ``frozen`` (the incident or
+        None), ``crashed``, ``next_step``, ``log_head``, ``forward`` (L_fwd rows), ``stack`` (Σ
+        rows, top first), ``in_doubt`` (operations the log cannot settle), and from the services:
+        ``resources`` (this saga's), ``invariants`` (Φ, every service), ``counts`` (per action, what
+        changed since this demo began: other sagas on the fleet are counted by the same services),
+        ``effects`` (this saga's applied actions, from the audit trails)."""
+        events = self.events()
+        saga = fold_saga(events, self.saga_id)
+        rec = fold(initial_record(self.trajectory_id), events)
+        return {"saga_state": saga.state or "(not started)", "frozen": saga.frozen, "crashed": self.runner is None,
+                "next_step": self.next_step(), "log_head": len(events),
+                "forward": forward_rows(saga), "stack": stack_rows(saga),
+                "in_doubt": [step_label(o, self.saga_id) for o in rec.in_doubt()],
+                "resources": resource_rows(self.fleet, self.saga_id),
+                "invariants": invariant_rows(self.fleet.invariants()),
+                "counts": count_delta(self._counts_0, self.fleet.counts()),
+                "effects": saga_effects(self.fleet.audits(), self.saga_id)}
+
+    def step_operation(self, index: int) -> str:
+        """The operation id of T_index (its compensator's is this + ``.C``)."""
+        return step_operation_id(self.saga_id, index)

@@ -1,0 +1,162 @@
+"""The saga stepper widget (widgets/saga_stepper.py) and the demo it drives (kernel_lib.sim.saga_demo).
+
+Fault model: faults injected at T_k or C_k, the runner abandoned in the middle of the unwind, a
+compensator that fails unrecoverably, bad input from code and from the browser's command trait.
+Invariant: the widget shows what the stored log folds to and what the services report, and keeps
+no state of its own; effects are judged by the services' own counts and audit trails.
+Goal: a student can drive every path of the saga by hand without a traceback.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from kernel_lib.recovery.saga import fold_saga
+from kernel_lib.sim.deployment import DEPLOYMENT_STEPS
+from kernel_lib.sim.saga_demo import SagaDemo, attempt_prepare, count_delta, undo_by_hand
+from kernel_lib.sim.services import FAULT_KINDS, TwinFleet
+from widgets.saga_stepper import SagaStepper
+
+
+def click(w: SagaStepper, action: str, **fields) -> None:
+    w.command = {"action": action, **fields, "n": w.completed + 1}
+
+
+def applied(fleet: TwinFleet, action: str) -> int:
+    return sum(c["applied"].get(action, 0) for c in fleet.counts().values())
+
+
+def received(fleet: TwinFleet, action: str) -> int:
+    return sum(c["received"].get(action, 0) for c in fleet.counts().values())
+
+
+@pytest.fixture
+def stepper(tmp_path):
+    fleet = TwinFleet()
+    demo = SagaDemo(fleet, saga_id="w", store_dir=tmp_path)
+    w = SagaStepper(demo)
+    yield w
+    demo.close()
+
+
+def test_each_step_shows_the_folded_sigma_and_the_services_state(stepper):
+    w, fleet = stepper, stepper.demo.fleet
+    for k in range(1, 5):
+        click(w, "step")
+        assert w.error == "" and f"T{k}" in w.summary and "COMMITTED" in w.summary
+        saga = fold_saga(w.demo.events(), "w")           # the log, read again
+        assert [r["compensator"] for r in w.stack] == [f"C{s.index}" for s in saga.stack]
+        assert len(w.stack) == k and w.stack[0]["position"] == "TOP"
+        assert len([r for r in w.resources if r["state"] == "active"]) == k   # what the services hold
+    click(w, "step")
+    assert "T5 publish_dns FAILED" in w.summary and "owned by another account" in w.summary
+    assert w.forward[-1]["state"] == "FAILED" and len(w.stack) == 4
+    click(w, "unwind")
+    assert w.summary == "unwind ended ABORT_CONSISTENT" and w.stack == []
+    assert all(r["state"] == "released" for r in w.resources)
+    assert not [r for r in w.invariants if r["value"]]                 # Φ back at zero
+    for release in ("unbind_firewall", "clean_build", "release_ip", "teardown_sandbox"):
+        assert applied(fleet, release) == 1
+
+
+def test_a_crash_during_the_unwind_then_recover_runs_no_compensator_twice(stepper):
+    w, fleet = stepper, stepper.demo.fleet
+    for _ in DEPLOYMENT_STEPS:
+        click(w, "step")
+    click(w, "crash_unwind", after="2")
+    assert w.crashed and "C3 dispatched" in w.summary and w.in_doubt == ["C3"]
+    assert applied(fleet, "clean_build") == 1 and applied(fleet, "release_ip") == 0
+    click(w, "step")
+    assert "recover first" in w.error
+    click(w, "recover")
+    assert w.error == "" and not w.crashed and "in doubt: C3" in w.summary
+    before = fleet.counts()
+    click(w, "unwind")
+    assert w.summary == "unwind ended ABORT_CONSISTENT"
+    delta = {r["action"]: (r["received"], r["applied"]) for r in count_delta(before, fleet.counts())}
+    assert "clean_build" not in delta                     # settled by the status lookup, never re-sent
+    assert delta == {"release_ip": (1, 1), "teardown_sandbox": (1, 1)}
+    assert w.demo.judge()["compensators_repeated"] == 0
+
+
+def test_a_compensator_fault_from_the_widget_panics_and_freezes(stepper):
+    w, fleet = stepper, stepper.demo.fleet
+    click(w, "inject", kind="conflict", step="2", target="compensator")
+    assert w.error == "" and "C2 (release_ip)" in w.summary
+    for _ in DEPLOYMENT_STEPS:
+        click(w, "step")
+    click(w, "unwind")
+    assert w.summary.startswith("PANIC: COMPENSATION_CORRUPTED (release_ip)") and "sandbox-0001, ip-0001" in w.summary
+    assert "COMPENSATION_CORRUPTED" in w.frozen and w.forward[1]["state"] == "PANIC"
+    sent = received(fleet, "teardown_sandbox")
+    click(w, "recover")
+    assert "FROZEN; it does nothing" in w.summary
+    click(w, "unwind")
+    assert "FROZEN" in w.error and received(fleet, "teardown_sandbox") == sent == 0
+
+
+@pytest.mark.parametrize("kind", FAULT_KINDS)
+def test_every_fault_kind_at_a_forward_step_ends_in_a_consistent_state(tmp_path, kind):
+    fleet = TwinFleet()
+    demo = SagaDemo(fleet, saga_id="f", store_dir=tmp_path)
+    w = SagaStepper(demo)
+    click(w, "inject", kind=kind, step=2)
+    assert w.error == ""
+    click(w, "step")
+    click(w, "step")
+    if kind == "crash":              # the service process died; recover restarts it
+        assert fleet.is_down("egress_ip") or "COMMITTED" in w.summary
+        click(w, "recover")
+    click(w, "unwind")
+    assert w.error == "" and w.summary == "unwind ended ABORT_CONSISTENT", (kind, w.summary, w.error)
+    verdict = demo.judge()
+    assert verdict["compensators_repeated"] == verdict["effects_left_unlisted"] == verdict["forward_repeated"] == 0
+    assert not [r for r in w.invariants if r["value"]]
+    demo.close()
+
+
+def test_invalid_values_get_the_widgets_message_and_a_stale_one_clears(stepper):
+    w = stepper
+    w.fault_step = 9
+    assert "fault_step = 9 was refused" in w.error and w.fault_step == 5
+    w.fault_step = "three"
+    assert "whole number 1..5" in w.error and w.fault_step == 5
+    w.fault_step = 3
+    assert w.error == "" and w.fault_step == 3
+    click(w, "inject", kind="meteor")
+    assert "fault_kind = 'meteor' was refused" in w.error and w.fault_kind == "conflict"
+    assert received(w.demo.fleet, "compile_binary") == 0
+    click(w, "step")                                   # the next valid action clears the stale message
+    assert w.error == "" and "T1" in w.summary
+    click(w, "inject", kind="conflict", step=1, target="forward")
+    assert "T1 (provision_sandbox) already ran" in w.error and w.summary == ""
+    click(w, "crash_unwind", after=4)
+    assert "Σ holds 1 compensator" in w.error
+    click(w, "inject", target="sideways")
+    assert "fault_target = 'sideways' was refused" in w.error
+    click(w, "fly")
+    assert "unknown action 'fly'" in w.error
+    w.command = "junk"
+    assert "malformed command" in w.error
+    click(w, "refresh")
+    assert w.error == ""
+
+
+def test_the_stepper_refuses_what_is_not_a_demo():
+    with pytest.raises(TypeError, match="SagaDemo"):
+        SagaStepper(object())
+
+
+def test_the_prepare_attempt_is_a_normal_call_and_a_saga_id_is_one_per_fleet():
+    fleet = TwinFleet()
+    fleet.taken_name("api.example.test")
+    rows = attempt_prepare(fleet, "t2pc")
+    assert all(r["prepare verb"].startswith("refused") for r in rows)
+    assert [applied(fleet, a) for a in DEPLOYMENT_STEPS] == [1, 1, 1, 1, 0]      # applied at once
+    assert sum(v for phi in fleet.invariants().values() for v in phi.values()) == 4
+    undo_by_hand(fleet, "t2pc")
+    assert sum(v for phi in fleet.invariants().values() for v in phi.values()) == 0
+    demo = SagaDemo(fleet, saga_id="x")
+    demo.step()
+    with pytest.raises(Exception, match="already used"):
+        SagaDemo(fleet, saga_id="x")
