@@ -9,7 +9,9 @@ thin runner that applies it. Built so far:
   compensation stack Σ (table 3), the unwind's next action;
 * ``runner`` — the thin runner: forward steps and compensators through the dispatch gate,
   crash-safe unwind, PANIC and terminal escalation (the ACB freeze);
-* ``agent`` — the same declarations for a practitioner's plain Python functions.
+* ``agent`` — the same declarations for a practitioner's plain Python functions;
+* ``views`` — what a notebook or widget shows of a saga (L_fwd, Σ, the timeline of its records),
+  as rows computed from the fold.
 
 Still to come:
 
