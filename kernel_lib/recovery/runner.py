@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from kernel_lib.core.events import FROZEN, SagaChanged, SagaStepChanged, ToolIntent, TrajectoryFrozen
+from kernel_lib.core.events import FROZEN, Event, SagaChanged, SagaStepChanged, ToolIntent, TrajectoryFrozen
 from kernel_lib.core.proposals import ToolProposal, ToolReply, idempotency_key
 from kernel_lib.errors import (
     AdmissionDenied, CompensatorBindError, DispatchWithheld, RecoveryError, SagaPanicError, SagaTransitionError,
@@ -112,13 +112,34 @@ class SagaRunner:
         self._rng = random.Random(retry.seed)
         self._next_index = 1
         self.saga = fold_saga(gate.log.events(), saga_id)
+        # the events the gate appends, as the store acknowledged them (the gate reports each to its
+        # on_position hook after folding it): _refold folds these instead of reading them back
+        self._appended: list[Event] = []
+        outer = gate.on_position
+
+        def seen(name: str, ev: Event | None) -> None:
+            if ev is not None:
+                self._appended.append(ev)
+            outer(name, ev)
+
+        gate.on_position = seen
 
     # --- the fold ------------------------------------------------------------------------------------
     def _refold(self) -> SagaRecord:
-        """Fold what was appended since the saga record's position (the log is the only source)."""
+        """Fold what was appended since the saga record's position (the log is the only source).
+
+        The events come from the gate's appends when they are exactly the log's next positions
+        (the events the store acknowledged there); otherwise they are read back from the store.
+        """
         head = self.gate.log.head
-        if self.saga.last_sequence_number < head:
-            fold_saga(self.gate.log.events(self.saga.last_sequence_number + 1, head), self.saga_id, into=self.saga)
+        last = self.saga.last_sequence_number
+        if last < head:
+            tail = [ev for ev in self._appended if ev.sequence_number > last]
+            if len(tail) == head - last and all(ev.sequence_number == last + 1 + i for i, ev in enumerate(tail)):
+                fold_saga(tail, self.saga_id, into=self.saga)
+            else:
+                fold_saga(self.gate.log.events(last + 1, head), self.saga_id, into=self.saga)
+        self._appended.clear()
         return self.saga
 
     @property
