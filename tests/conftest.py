@@ -17,6 +17,10 @@ except ImportError:  # pragma: no cover
 
 # a shared, noisy 2-core machine: no per-example deadlines, no too_slow health check
 settings.register_profile("lab", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+# CI: the same, derandomized (one fixed sequence of examples per test, no example database), so a
+# red run is the same run on the next push; select it with `pytest --hypothesis-profile=ci`
+settings.register_profile("ci", parent=settings.get_profile("lab"), derandomize=True, database=None,
+                          print_blob=True)
 settings.load_profile("lab")
 
 @pytest.fixture(scope="session", autouse=True)

@@ -5,6 +5,8 @@
 * :mod:`.replay` — serving a recording through the replay adapter against a plain fold;
 * :mod:`.diverge` — locating the first divergence against a plain fold;
 * :mod:`.quorum` — etcd acknowledgment latency and group commit against local fdatasync;
+* :mod:`.saga` — a saga transition against a raw fdatasync, barriers per forward step and per
+  compensator pop, the unwind of a 100-step saga on the twins (Failure Recovery);
 * :mod:`.growth` — bytes written and restore time of full snapshots against delta chains on a
   growing trajectory (notebook 11.4).
 
@@ -27,4 +29,5 @@ __all__, __getattr__, __dir__ = lazy_exports(__name__, {
     "kernel_lib.bench.quorum": ("run_quorum_bench",),
     "kernel_lib.bench.growth": ("run_growth_bench",),
     "kernel_lib.bench.batching": ("measure_batch_caps",),
+    "kernel_lib.bench.saga": ("run_saga_bench",),
 })

@@ -1,5 +1,5 @@
 """``python -m kernel_lib bench ...``: the benchmarks' command line (append, restore, replay,
-diverge, quorum). Each benchmark lives in :mod:`kernel_lib.bench`; this module only parses
+diverge, quorum, startup, read, saga). Each benchmark lives in :mod:`kernel_lib.bench`; this module only parses
 arguments and prints."""
 
 from __future__ import annotations
@@ -90,7 +90,34 @@ def add_commands(subparsers: "argparse._SubParsersAction") -> argparse.ArgumentP
     _add_quorum_cli(sub)
     _add_startup_cli(sub)
     _add_read_cli(sub)
+    _add_saga_cli(sub)
     return bench
+
+
+# --- bench saga: the saga's log overhead, barriers, unwind time (kernel_lib.bench.saga) ----------
+
+
+def _add_saga_cli(sub: "argparse._SubParsersAction") -> None:
+
+    def cmd(args: argparse.Namespace) -> int:
+        import kernel_lib.bench.saga as saga_bench
+        result = saga_bench.run_saga_bench(dir=args.dir, quick=args.quick, rounds=args.rounds, steps=args.steps)
+        print(json.dumps(result, indent=2) if args.json else saga_bench.format_saga_bench(result))
+        return 0
+
+    import kernel_lib.bench.saga as saga_bench
+    p = sub.add_parser("saga", help="saga transition vs raw fdatasync, barriers per step and per pop, unwind of a "
+                                    "100-step saga, sqlite vs segment per saga",
+                       description=saga_bench.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--json", action="store_true", help="print one JSON object (with targets) instead of tables")
+    p.add_argument("--quick", action="store_true", help="few rounds: a smoke run of a few seconds")
+    p.add_argument("--rounds", type=int, metavar="N", help="interleaved rounds of figures 1 and 3 (default 8; "
+                                                           "--quick 3)")
+    p.add_argument("--steps", type=int, default=100, metavar="N", help="committed steps of the unwound saga, "
+                                                                       "figure 2 (default 100)")
+    p.add_argument("--dir", metavar="PATH", help="create the temporary directory under PATH (default: the current "
+                                                 "directory); use a directory on the disk you want measured")
+    p.set_defaults(func=cmd)
 
 
 # --- bench read: open + read + fold of a segment log vs a msgspec decode (kernel_lib.bench.read) ---

@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from kernel_lib.core.events import FROZEN, SagaChanged, SagaStepChanged, ToolIntent, TrajectoryFrozen
+from kernel_lib.core.events import FROZEN, Event, SagaChanged, SagaStepChanged, ToolIntent, TrajectoryFrozen
 from kernel_lib.core.proposals import ToolProposal, ToolReply, idempotency_key
 from kernel_lib.errors import (
     AdmissionDenied, CompensatorBindError, DispatchWithheld, RecoveryError, SagaPanicError, SagaTransitionError,
@@ -112,13 +112,34 @@ class SagaRunner:
         self._rng = random.Random(retry.seed)
         self._next_index = 1
         self.saga = fold_saga(gate.log.events(), saga_id)
+        # the events the gate appends, as the store acknowledged them (the gate reports each to its
+        # on_position hook after folding it): _refold folds these instead of reading them back
+        self._appended: list[Event] = []
+        outer = gate.on_position
+
+        def seen(name: str, ev: Event | None) -> None:
+            if ev is not None:
+                self._appended.append(ev)
+            outer(name, ev)
+
+        gate.on_position = seen
 
     # --- the fold ------------------------------------------------------------------------------------
     def _refold(self) -> SagaRecord:
-        """Fold what was appended since the saga record's position (the log is the only source)."""
+        """Fold what was appended since the saga record's position (the log is the only source).
+
+        The events come from the gate's appends when they are exactly the log's next positions
+        (the events the store acknowledged there); otherwise they are read back from the store.
+        """
         head = self.gate.log.head
-        if self.saga.last_sequence_number < head:
-            fold_saga(self.gate.log.events(self.saga.last_sequence_number + 1, head), self.saga_id, into=self.saga)
+        last = self.saga.last_sequence_number
+        if last < head:
+            tail = [ev for ev in self._appended if ev.sequence_number > last]
+            if len(tail) == head - last and all(ev.sequence_number == last + 1 + i for i, ev in enumerate(tail)):
+                fold_saga(tail, self.saga_id, into=self.saga)
+            else:
+                fold_saga(self.gate.log.events(last + 1, head), self.saga_id, into=self.saga)
+        self._appended.clear()
         return self.saga
 
     @property
@@ -335,6 +356,11 @@ class SagaRunner:
 
         Returns the saga's final state, ``ABORT_CONSISTENT``. After the pivot a failure is not
         unwound: the trajectory is frozen (POST_PIVOT_STALLED) and SagaPanicError is raised.
+        A forward step that failed in doubt is asked about first: completed after all, its C_i
+        is bound and it joins Σ; still unknowable (service unreachable), the unwind pops the rest
+        of Σ and then panics, listing it. A panic a crash cut short before its freeze is finished
+        (no compensator runs again). When the services cannot be read, the residue is what the
+        log says may still exist, marked unconfirmed.
 
         Raises:
             SagaPanicError: a compensator failed unrecoverably (PANIC recorded, trajectory frozen,
@@ -345,17 +371,33 @@ class SagaRunner:
         saga = self._refold()
         if saga.state in ("ABORT_CONSISTENT",):
             return saga.state
+        panicked = next((s for s in saga.steps.values() if s.state == "PANIC"), None)
+        if panicked is not None or saga.state == "PANIC":
+            # a crash cut a panic short before its freeze was durable: finish it (no compensator runs again)
+            mode = "COMPENSATION_CORRUPTED" if panicked is not None or saga.pivot_committed is None \
+                else "POST_PIVOT_STALLED"
+            return self._panic(None, mode, {"error": (panicked.reason if panicked else saga.reason) or "panic"},
+                               failing_tool=(panicked.compensator or {}).get("tool") if panicked else None)
         failed = next((s.step_id for s in sorted(saga.steps.values(), key=lambda s: -s.index)
                        if s.state in ("FAILED", "HALTED", "ABORTED")), None)
         if saga.pivot_committed is not None:
             return self._panic(None, "POST_PIVOT_STALLED", {"error": reason or "failure past the pivot"},
                                failing_tool=saga.steps[failed].tool if failed else None)
-        if saga.state != "COMPENSATING":
+        if saga.state is None:   # an unwind before the first step: the saga still starts, then ends
+            self._append_saga("RUNNING", deferred=True)
+        if self.saga.state != "COMPENSATING":
             self._append_saga("COMPENSATING", deferred=True, failed_step_id=failed, reason=reason[:500])
+        doubtful = self._settle_failed_in_doubt()
         while True:
             action = next_unwind(self.saga, self.gate.record)
             step = action.step
             if action.kind == "done":
+                if doubtful:
+                    names = ", ".join(f"T{s.index} ({s.tool})" for s in doubtful)
+                    return self._panic(None, "COMPENSATION_CORRUPTED",
+                                       {"error": f"{names} failed in doubt and its service cannot say whether it "
+                                                 "applied: the unwind cannot show the saga undone"},
+                                       failing_tool=doubtful[0].tool)
                 self._append_saga("ABORT_CONSISTENT", deferred=False)
                 return "ABORT_CONSISTENT"
             comp = step.compensator
@@ -397,8 +439,62 @@ class SagaRunner:
         try:
             held = self.endpoints.live_resources()
         except OSError as exc:
-            return [{"unknown": f"the services could not be read: {exc}"}]
+            return self._residue_from_log(f"the services could not be read: {exc}")
         return [r for r in held if r.get("operation_id") in ours]
+
+    def _residue_from_log(self, why: str) -> list[dict[str, Any]]:
+        """When the services cannot be read: every step whose effect may still exist, as the log
+        knows it (C_i recorded and not run to COMPENSATED, a committed pivot, or an operation
+        still in doubt), by operation id, marked unconfirmed. ``resource_id`` is given when C_i
+        has exactly one bound argument (the resource it releases)."""
+        out: list[dict[str, Any]] = []
+        for s in sorted(self.saga.steps.values(), key=lambda s: s.index):
+            op = self.gate.record.operations.get(s.step_id)
+            owed = s.compensator is not None and s.state != "COMPENSATED"
+            pivot = s.pivot and s.state == "COMMITTED"
+            doubtful = op is not None and op.status == "in_doubt"
+            if not (owed or pivot or doubtful):
+                continue
+            entry: dict[str, Any] = {"operation_id": s.step_id, "tool": s.tool, "step": s.index, "state": s.state,
+                                     "unconfirmed": why, "in_doubt": doubtful, "pivot": s.pivot}
+            if s.compensator is not None:
+                entry["compensator"] = {"tool": s.compensator["tool"], "arguments": s.compensator["arguments"]}
+                if len(s.compensator["arguments"]) == 1:
+                    entry["resource_id"] = str(next(iter(s.compensator["arguments"].values())))
+            out.append(entry)
+        return out or [{"unknown": why}]
+
+    def _in_doubt_without_compensator(self) -> list[SagaStep]:
+        """Forward steps that failed in doubt (their effect may exist) with no C_i recorded."""
+        out = []
+        for s in self.saga.steps.values():
+            op = self.gate.record.operations.get(s.step_id)
+            if s.compensator is None and not s.pivot and op is not None and op.status == "in_doubt":
+                out.append(s)
+        return out
+
+    def _settle_failed_in_doubt(self) -> list[SagaStep]:
+        """Before the unwind pops Σ: ask the services about every forward step that failed in
+        doubt. One that completed after all gets its C_i bound from the answer and recorded with
+        COMPENSATING (it joins Σ); one whose service answers ``unknown`` or ``failed`` left no
+        effect. Returns the steps still in doubt (their service is unreachable, or has no status
+        lookup): the unwind cannot show them undone and ends in PANIC listing them as residue."""
+        doubtful = []
+        for s in self._in_doubt_without_compensator():
+            contract = self.registry.contract(s.tool)
+            status = self._settle_by_lookup(s.step_id, s.tool) if contract.status_lookup else "no_lookup"
+            op = self.gate.record.operations[s.step_id]
+            if status == "completed" and contract.compensator is not None and s.state == "FAILED":
+                try:
+                    args = bind_compensator_arguments(contract.compensator, {}, _output(op.outcome))
+                except CompensatorBindError:
+                    doubtful.append(s)
+                    continue
+                self._append_step(s, "COMPENSATING", deferred=True,
+                                  compensator=self._bound_compensator(s.step_id, contract.compensator.tool, args))
+            elif status not in ("unknown", "failed", "completed"):
+                doubtful.append(s)
+        return doubtful
 
     def _panic(self, step: SagaStep | None, mode: str, error: dict[str, Any],
                failing_tool: str | None = None) -> Any:

@@ -12,7 +12,8 @@ The sub-transaction state machine (:data:`TRANSITIONS`, table 2)::
     PENDING      -> EXECUTING (derived: the step's first ToolIntent is in the log), ABORTED
     EXECUTING    -> COMMITTED (C_i bound and recorded with it), FAILED
     COMMITTED    -> COMPENSATING (only with a compensator: a pivot's C = ∅)
-    FAILED       -> COMPENSATING (only when the failure left a partial effect and recorded C_k), HALTED
+    FAILED       -> COMPENSATING (only with C_k recorded: a partial effect, or a step that failed in
+                    doubt and that its service's status lookup later shows completed), HALTED
     COMPENSATING -> COMPENSATED, PANIC
     PANIC        -> MANUAL_ESCALATION
 
@@ -214,12 +215,12 @@ def _fold_step_change(rec: SagaRecord, ev: Event, p: SagaStepChanged) -> None:
                                       f"{step.tier} step {step.index}", from_state=step.state, to_state=p.state)
         check_transition(p.step_id, step.state, p.state)
         step.state = p.state
+    if p.compensator is not None:   # with COMMITTED, or with COMPENSATING for a step that failed in doubt
+        step.compensator = dict(p.compensator)
     if p.state == "COMPENSATING" and step.compensator is None:
         raise SagaTransitionError(f"saga step {p.step_id} at #{ev.sequence_number}: COMPENSATING without a recorded "
                                   "compensator (a pivot has none; a failed step without a partial effect needs none)",
                                   from_state=step.history[-1][1] if step.history else None, to_state=p.state)
-    if p.compensator is not None:
-        step.compensator = dict(p.compensator)
     if p.idempotency_key:
         step.idempotency_key = p.idempotency_key
     step.reason = p.reason or step.reason

@@ -53,10 +53,13 @@ def account(audits: dict[str, list[dict[str, Any]]], resources: dict[str, dict[s
     """
     prefix = saga_id + "."
     listed: set[str] = set()
+    listed_ops: set[str] = set()   # residue the log listed by operation (the services could not be read)
     for ev in events:
         for r in getattr(ev.payload, "residue", None) or []:
             if isinstance(r, dict) and r.get("resource_id"):
                 listed.add(str(r["resource_id"]))
+            elif isinstance(r, dict) and r.get("operation_id"):
+                listed_ops.add(str(r["operation_id"]))
     created: dict[str, int] = {}
     releases: dict[str, int] = {}
     for trail in audits.values():
@@ -72,7 +75,8 @@ def account(audits: dict[str, list[dict[str, Any]]], resources: dict[str, dict[s
     for service, held in resources.items():
         for rid, r in held.items():
             if (str(r.get("operation_id", "")).startswith(prefix) and not r.get("pivot")
-                    and r.get("state") != "released" and rid not in listed):
+                    and r.get("state") != "released" and rid not in listed
+                    and str(r.get("operation_id")) not in listed_ops):
                 unlisted.append({"service": service, "resource_id": rid, "kind": r.get("kind")})
     return {"compensators_repeated": sum(max(0, n - 1) for n in releases.values()),
             "effects_left_unlisted": len(unlisted), "unlisted": unlisted,
