@@ -41,13 +41,15 @@ import copy
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kernel_lib._support.clock import ManualClock
-from kernel_lib.core.events import ToolIntent
-from kernel_lib.core.proposals import ToolReply
 from kernel_lib.errors import ServiceDownError, ServiceError
-from kernel_lib.recovery.contracts import Compensator, ToolContract
+
+if TYPE_CHECKING:   # imported where used: a live service process needs neither (start-up time)
+    from kernel_lib.core.events import ToolIntent
+    from kernel_lib.core.proposals import ToolReply
+    from kernel_lib.recovery.contracts import ToolContract
 
 __all__ = ["FAULT_KINDS", "ACTIONS", "SERVICES", "ServiceLogic", "ServiceTwin", "BrokerLogic",
            "deployment_contracts", "reply_from_answer", "TwinFleet", "TwinEndpoints"]
@@ -99,6 +101,8 @@ def deployment_contracts() -> list[ToolContract]:
     tier II (compensable) with the releasing action as compensator, bound from the created id;
     ``send_email`` and ``activate_route`` are tier III pivots; releasing actions are
     compensators. Every action honours an idempotency key and answers a status lookup."""
+    from kernel_lib.recovery.contracts import Compensator, ToolContract
+
     out = []
     releasers = {a.releases: a for a in ACTIONS.values() if a.releases}
     for a in ACTIONS.values():
@@ -372,6 +376,8 @@ def reply_from_answer(status: int, body: dict[str, Any]) -> ToolReply:
     (429, 503: nothing applied, try again) is recorded as ``failed`` with an *incomplete*
     observation: it must not settle the operation, whose next attempt under the same
     idempotency key may still complete it."""
+    from kernel_lib.core.proposals import ToolReply
+
     outcome = {"http_status": status, **{k: v for k, v in body.items()}}
     if 200 <= status < 300:
         return ToolReply("completed", outcome=outcome, observation_complete=True)
@@ -542,6 +548,12 @@ class TwinEndpoints:
 
     def __init__(self, fleet: TwinFleet, trajectory_id: str, token: str | None):
         self.fleet, self.trajectory_id, self.token = fleet, trajectory_id, token
+
+    def call(self, action: str, arguments: dict[str, Any], operation_id: str,
+             idempotency_key: str | None) -> tuple[int, dict[str, Any]]:
+        """One raw request: ``(http_status, body)`` (TimeoutError, ServiceDownError), as
+        :meth:`kernel_lib.live.services.LiveEndpoints.call`."""
+        return self.fleet.twin_of(action).call(action, arguments, operation_id, idempotency_key, self.token)
 
     def send(self, intent: ToolIntent) -> ToolReply:
         return self.fleet.twin_of(intent.tool).transport(intent, self.token)
