@@ -213,7 +213,8 @@ def build_service_app(name: str, state: ServiceState, broker_url: str | None, *,
 
     from kernel_lib.sim.services import ServiceLogic
 
-    broker = httpx.Client(timeout=5.0, trust_env=False) if broker_url else None
+    broker = (httpx.Client(timeout=5.0, trust_env=False, limits=httpx.Limits(max_keepalive_connections=0))
+              if broker_url else None)
 
     def introspect(token: str | None) -> dict[str, Any]:
         try:
@@ -417,7 +418,9 @@ class LiveFleet:
         self.simulate_durations = simulate_durations
         self._procs: dict[str, subprocess.Popen] = {}
         self._ready: dict[str, dict[str, Any]] = {}
-        self._http = httpx.Client(timeout=10.0, trust_env=False)
+        # no kept-alive connections: a connection pooled to a process that was killed and restarted
+        # would fail the next request as if the new process were down (a loopback connect is cheap)
+        self._http = httpx.Client(timeout=10.0, trust_env=False, limits=httpx.Limits(max_keepalive_connections=0))
         self.owner = not _attach
         self.start_s: float | None = None
         if _attach:

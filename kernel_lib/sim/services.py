@@ -439,7 +439,8 @@ class TwinFleet:
     ``client(trajectory_id)`` issues the trajectory's capability lease and returns its endpoints
     (the transports present the lease; it never enters the log). The fleet facade (``services``,
     ``inject``, ``clear_faults``, ``taken_name``, ``crash``/``restart``/``is_down``, ``resources``,
-    ``audits``, ``counts``, ``invariants``, ``revoke``, ``close``) is the same on the live fleet
+    ``audits``, ``counts``, ``invariants``, ``revoke``, ``close``; the reads raise
+    :class:`ServiceDownError` while a service is crashed) is the same on the live fleet
     (:class:`kernel_lib.live.services.LiveFleet`), so a test, notebook or widget written against it
     runs on either.
     """
@@ -506,6 +507,13 @@ class TwinFleet:
     def is_down(self, service: str) -> bool:
         return self._twin(service).down
 
+    def _up(self, service: str) -> ServiceTwin:
+        """The twin, or ServiceDownError while it is crashed (a dead process answers no reads either)."""
+        twin = self.twins[service]
+        if twin.down:
+            raise ServiceDownError(f"service {service} is down")
+        return twin
+
     def _twin(self, service: str) -> ServiceTwin:
         if service not in self.twins:
             raise ServiceError(f"unknown service {service!r} (known: {', '.join(self.twins)})")
@@ -514,19 +522,19 @@ class TwinFleet:
     def resources(self, *, live_only: bool = True) -> dict[str, dict[str, dict[str, Any]]]:
         """``{service: {resource_id: {kind, state, operation_id, arguments, pivot}}}``: what each
         service really holds (``live_only=False``: released ones too)."""
-        return {name: twin.logic.resources(live_only=live_only) for name, twin in self.twins.items()}
+        return {name: self._up(name).logic.resources(live_only=live_only) for name in self.twins}
 
     def audits(self) -> dict[str, list[dict[str, Any]]]:
         """``{service: [audit entry, ...]}``: every applied or refused request, in order."""
-        return {name: copy.deepcopy(twin.logic.state["audit"]) for name, twin in self.twins.items()}
+        return {name: copy.deepcopy(self._up(name).logic.state["audit"]) for name in self.twins}
 
     def counts(self) -> dict[str, dict[str, dict[str, int]]]:
         """``{service: {received|applied|refused: {action: n}}}``, counted by the services."""
-        return {name: twin.logic.counts() for name, twin in self.twins.items()}
+        return {name: self._up(name).logic.counts() for name in self.twins}
 
     def invariants(self) -> dict[str, dict[str, Any]]:
         """``{service: Φ}`` (definition 0.2; see :meth:`ServiceLogic.invariants`)."""
-        return {name: twin.logic.invariants() for name, twin in self.twins.items()}
+        return {name: self._up(name).logic.invariants() for name in self.twins}
 
     def revoke(self, trajectory_id: str) -> list[str]:
         """Revoke every capability lease of the trajectory at the broker; the revoked lease ids."""
