@@ -350,6 +350,13 @@ class SagaRunner:
         if saga.pivot_committed is not None:
             return self._panic(None, "POST_PIVOT_STALLED", {"error": reason or "failure past the pivot"},
                                failing_tool=saga.steps[failed].tool if failed else None)
+        stuck = next((s for s in sorted(saga.steps.values(), key=lambda s: -s.index) if s.state == "PANIC"), None)
+        if stuck is not None or saga.state == "PANIC":
+            # a compensator already failed unrecoverably and the worker died before the freeze was
+            # durable: the unwind stays stopped there; the freeze is finished, never the unwind
+            return self._panic(stuck, "COMPENSATION_CORRUPTED",
+                               {"error": (stuck.reason if stuck is not None else "") or
+                                "the saga panicked before this run; its freeze had not been recorded"})
         if saga.state != "COMPENSATING":
             self._append_saga("COMPENSATING", deferred=True, failed_step_id=failed, reason=reason[:500])
         while True:
@@ -404,8 +411,9 @@ class SagaRunner:
                failing_tool: str | None = None) -> Any:
         residue = self._residue()
         if step is not None:
-            self._append_step(step, "PANIC", deferred=True, reason=str(error.get("error", "compensator failed"))[:500],
-                              residue=residue)
+            if step.state != "PANIC":   # PANIC already recorded by a run that died before its freeze
+                self._append_step(step, "PANIC", deferred=True,
+                                  reason=str(error.get("error", "compensator failed"))[:500], residue=residue)
             failing_tool = step.compensator["tool"] if step.compensator else step.tool
         if self.saga.state in ("RUNNING", "COMPENSATING"):
             self._append_saga("PANIC", deferred=True, reason=str(error.get("error", ""))[:500])
