@@ -309,6 +309,44 @@ def test_a_compensator_that_fails_unrecoverably_panics_freezes_and_lists_the_res
     assert judge(fleet, store)["effects_left_unlisted"] == 0   # the residue is listed, not lost
 
 
+class _Killed(BaseException):
+    pass
+
+
+@pytest.mark.parametrize("after", ["SagaStepChanged", "SagaChanged"])
+def test_a_crash_between_a_compensators_panic_and_the_freeze_finishes_the_freeze_not_the_unwind(after):
+    """Fault: C2 answers 409 (PANIC) and the worker dies right after PANIC is written (of the step,
+    or of the saga), before the freeze. Invariant: the recovery never goes past the panicked
+    compensator (C1 does not run, the saga is not declared ABORT_CONSISTENT with the IP still held).
+    Goal: the recovery finishes the freeze (found by the live SIGKILL sweep, kernel_lib.live.saga_worker)."""
+    fleet = TwinFleet()
+    fleet.taken_name(TAKEN_DOMAIN)
+    fleet.inject("release_ip", "conflict")
+    store = MemoryStore()
+
+    def hook(name, ev):
+        if ev is not None and name == f"after:{after}" and getattr(ev.payload, "state", None) == "PANIC":
+            raise _Killed(name)
+
+    reg = deployment_registry()
+    gate = DispatchGate(TrajectoryLog(store, "traj-saga", must_survive="none"),
+                        AdmissionPolicy({GRANT_ID: set(reg.names())}), coalesce_admission=True, on_position=hook)
+    start_task(gate, "traj-saga")
+    first = SagaRunner(gate, reg, fleet.client("traj-saga"), saga_id=SAGA_ID, grant_id=GRANT_ID,
+                       retry=RetryPolicy(max_attempts=4), sleep=fleet.clock.advance)
+    with pytest.raises(_Killed):
+        run_deployment(first)
+    incidents = []
+    _, _, again = make(fleet, store, incidents=incidents)
+    with pytest.raises(SagaPanicError):
+        run_deployment(again)
+    assert applied(fleet, "teardown_sandbox") == 0 and applied(fleet, "release_ip") == 0
+    assert again.saga.state == "PANIC" and again.gate.record.control_state == "FROZEN"
+    assert incidents and incidents[0]["failing_tool"] == "release_ip"
+    assert sorted(r["kind"] for r in incidents[0]["residue"]) == ["ip", "sandbox"]
+    assert judge(fleet, store)["effects_left_unlisted"] == 0
+
+
 def test_a_failure_after_the_pivot_is_not_rolled_back():
     incidents = []
     fleet, store, runner = make(incidents=incidents)

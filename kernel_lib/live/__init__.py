@@ -17,6 +17,11 @@
   job submission, a bounded wait for a running job) for notebooks and widgets.
 * :mod:`.checks` — where an executor job's seconds go: pytest's reported time and a timed
   start-up probe of the executor's check command.
+* :mod:`.services` — the Failure Recovery chapter's tool services and credential broker, each its
+  own process on loopback with its state in an SQLite file of its own; ``LiveFleet`` starts them
+  and offers the fleet facade of the simulated twins (``kernel_lib.sim.services.TwinFleet``).
+* :mod:`.saga_worker` — the deployment saga in a worker process paused at a position and killed
+  with a real ``SIGKILL``, a recovery process that finishes the unwind, and the live crash sweep.
 * :mod:`.payload_order` — the §11.8.2 write-order experiment: a worker process writing a payload
   and the event naming it is SIGKILLed between the two writes.
 
@@ -39,6 +44,7 @@ __all__, __getattr__, __dir__ = lazy_exports(__name__, {
     "kernel_lib.live.sweep": ("allowed_invocations", "find_violations", "run_sweep"),
     "kernel_lib.live.session": ("WorksheetSession",),
     "kernel_lib.live.client": ("ExecutorClient", "JobAnswer"),
+    "kernel_lib.live.services": ("LiveFleet", "LiveEndpoints"),
     "kernel_lib.live.workspace": (
         "BASE_DIR", "DATASET_DIR", "PATCH_FILE", "SNAPSHOT_NAME", "Snapshot", "apply_patch", "build_snapshot",
         "copy_verified", "manifest_digest", "manifest_of", "verify"),

@@ -500,8 +500,9 @@ class SagaRunner:
                failing_tool: str | None = None) -> Any:
         residue = self._residue()
         if step is not None:
-            self._append_step(step, "PANIC", deferred=True, reason=str(error.get("error", "compensator failed"))[:500],
-                              residue=residue)
+            if step.state != "PANIC":   # PANIC already recorded by a run that died before its freeze
+                self._append_step(step, "PANIC", deferred=True,
+                                  reason=str(error.get("error", "compensator failed"))[:500], residue=residue)
             failing_tool = step.compensator["tool"] if step.compensator else step.tool
         if self.saga.state in ("RUNNING", "COMPENSATING"):
             self._append_saga("PANIC", deferred=True, reason=str(error.get("error", ""))[:500])

@@ -247,7 +247,9 @@ class UnwindAction:
       safe (κ_i^c dedups it);
     * ``"record_compensated"`` — C_i's evidence says it completed: record COMPENSATED;
     * ``"failed"`` — C_i's evidence says it failed: the runner retries (retryable) or panics;
-    * ``"escalate"`` — in doubt, no lookup, not safe to re-send: nothing automatic may decide;
+    * ``"escalate"`` — in doubt, no lookup, not safe to re-send: nothing automatic may decide; or
+      a step is already PANIC (a run died between that record and its freeze): the unwind never
+      goes past it;
     * ``"done"`` — Σ is empty: the unwind ends ABORT_CONSISTENT.
     """
 
@@ -264,6 +266,9 @@ def _compensation_op(record: TrajectoryRecord, step: SagaStep) -> Operation | No
 def next_unwind(saga: SagaRecord, record: TrajectoryRecord) -> UnwindAction:
     """The unwind's next action for the top of Σ (Failure Recovery, the unwind listing), from the
     saga fold and the trajectory record (pure; see :class:`UnwindAction`)."""
+    stuck = next((s for s in sorted(saga.steps.values(), key=lambda s: -s.index) if s.state == "PANIC"), None)
+    if stuck is not None:   # the unwind stopped at a compensator that failed unrecoverably: never past it
+        return UnwindAction("escalate", stuck, reason=f"C{stuck.index} is PANIC: {stuck.reason or 'failed'}")
     stack = saga.stack
     if not stack:
         return UnwindAction("done", reason="the compensation stack is empty")

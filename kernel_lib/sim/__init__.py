@@ -16,13 +16,14 @@ May import: every layer below it (``importers`` and down); never ``quorum``, ``l
 process or socket.
 """
 
-from kernel_lib.sim.worksheet import (
-    WORKSHEET_TRAJECTORY, WS_R18_REF, worksheet_policy, worksheet_task, worksheet_events
-)
-from kernel_lib.sim.model import MODEL_NAME, StochasticModel, repair_prompt
-from kernel_lib.sim.events import EventMaker, sample_intent, sample_intent_events
+from kernel_lib._support.lazy import lazy_exports
 
-__all__ = [
-    "WORKSHEET_TRAJECTORY", "WS_R18_REF", "worksheet_policy", "worksheet_task", "worksheet_events",
-    "MODEL_NAME", "StochasticModel", "repair_prompt", "EventMaker", "sample_intent", "sample_intent_events",
-]
+# The names load on first use: the live tool services import kernel_lib.sim.services in each of
+# their processes, and an eager import of the worksheet here (the dispatch gate, the log) would add
+# about half a second to every service's start-up.
+__all__, __getattr__, __dir__ = lazy_exports(__name__, {
+    "kernel_lib.sim.worksheet": ("WORKSHEET_TRAJECTORY", "WS_R18_REF", "worksheet_policy", "worksheet_task",
+                                 "worksheet_events"),
+    "kernel_lib.sim.model": ("MODEL_NAME", "StochasticModel", "repair_prompt"),
+    "kernel_lib.sim.events": ("EventMaker", "sample_intent", "sample_intent_events"),
+})

@@ -41,13 +41,15 @@ import copy
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kernel_lib._support.clock import ManualClock
-from kernel_lib.core.events import ToolIntent
-from kernel_lib.core.proposals import ToolReply
 from kernel_lib.errors import ServiceDownError, ServiceError
-from kernel_lib.recovery.contracts import Compensator, ToolContract
+
+if TYPE_CHECKING:   # imported where used: a live service process needs neither (start-up time)
+    from kernel_lib.core.events import ToolIntent
+    from kernel_lib.core.proposals import ToolReply
+    from kernel_lib.recovery.contracts import ToolContract
 
 __all__ = ["FAULT_KINDS", "ACTIONS", "SERVICES", "ServiceLogic", "ServiceTwin", "BrokerLogic",
            "deployment_contracts", "reply_from_answer", "TwinFleet", "TwinEndpoints"]
@@ -99,6 +101,8 @@ def deployment_contracts() -> list[ToolContract]:
     tier II (compensable) with the releasing action as compensator, bound from the created id;
     ``send_email`` and ``activate_route`` are tier III pivots; releasing actions are
     compensators. Every action honours an idempotency key and answers a status lookup."""
+    from kernel_lib.recovery.contracts import Compensator, ToolContract
+
     out = []
     releasers = {a.releases: a for a in ACTIONS.values() if a.releases}
     for a in ACTIONS.values():
@@ -372,6 +376,8 @@ def reply_from_answer(status: int, body: dict[str, Any]) -> ToolReply:
     (429, 503: nothing applied, try again) is recorded as ``failed`` with an *incomplete*
     observation: it must not settle the operation, whose next attempt under the same
     idempotency key may still complete it."""
+    from kernel_lib.core.proposals import ToolReply
+
     outcome = {"http_status": status, **{k: v for k, v in body.items()}}
     if 200 <= status < 300:
         return ToolReply("completed", outcome=outcome, observation_complete=True)
@@ -433,7 +439,8 @@ class TwinFleet:
     ``client(trajectory_id)`` issues the trajectory's capability lease and returns its endpoints
     (the transports present the lease; it never enters the log). The fleet facade (``services``,
     ``inject``, ``clear_faults``, ``taken_name``, ``crash``/``restart``/``is_down``, ``resources``,
-    ``audits``, ``counts``, ``invariants``, ``revoke``, ``close``) is the same on the live fleet
+    ``audits``, ``counts``, ``invariants``, ``revoke``, ``close``; the reads raise
+    :class:`ServiceDownError` while a service is crashed) is the same on the live fleet
     (:class:`kernel_lib.live.services.LiveFleet`), so a test, notebook or widget written against it
     runs on either.
     """
@@ -500,6 +507,13 @@ class TwinFleet:
     def is_down(self, service: str) -> bool:
         return self._twin(service).down
 
+    def _up(self, service: str) -> ServiceTwin:
+        """The twin, or ServiceDownError while it is crashed (a dead process answers no reads either)."""
+        twin = self.twins[service]
+        if twin.down:
+            raise ServiceDownError(f"service {service} is down")
+        return twin
+
     def _twin(self, service: str) -> ServiceTwin:
         if service not in self.twins:
             raise ServiceError(f"unknown service {service!r} (known: {', '.join(self.twins)})")
@@ -508,19 +522,19 @@ class TwinFleet:
     def resources(self, *, live_only: bool = True) -> dict[str, dict[str, dict[str, Any]]]:
         """``{service: {resource_id: {kind, state, operation_id, arguments, pivot}}}``: what each
         service really holds (``live_only=False``: released ones too)."""
-        return {name: twin.logic.resources(live_only=live_only) for name, twin in self.twins.items()}
+        return {name: self._up(name).logic.resources(live_only=live_only) for name in self.twins}
 
     def audits(self) -> dict[str, list[dict[str, Any]]]:
         """``{service: [audit entry, ...]}``: every applied or refused request, in order."""
-        return {name: copy.deepcopy(twin.logic.state["audit"]) for name, twin in self.twins.items()}
+        return {name: copy.deepcopy(self._up(name).logic.state["audit"]) for name in self.twins}
 
     def counts(self) -> dict[str, dict[str, dict[str, int]]]:
         """``{service: {received|applied|refused: {action: n}}}``, counted by the services."""
-        return {name: twin.logic.counts() for name, twin in self.twins.items()}
+        return {name: self._up(name).logic.counts() for name in self.twins}
 
     def invariants(self) -> dict[str, dict[str, Any]]:
         """``{service: Φ}`` (definition 0.2; see :meth:`ServiceLogic.invariants`)."""
-        return {name: twin.logic.invariants() for name, twin in self.twins.items()}
+        return {name: self._up(name).logic.invariants() for name in self.twins}
 
     def revoke(self, trajectory_id: str) -> list[str]:
         """Revoke every capability lease of the trajectory at the broker; the revoked lease ids."""
@@ -542,6 +556,12 @@ class TwinEndpoints:
 
     def __init__(self, fleet: TwinFleet, trajectory_id: str, token: str | None):
         self.fleet, self.trajectory_id, self.token = fleet, trajectory_id, token
+
+    def call(self, action: str, arguments: dict[str, Any], operation_id: str,
+             idempotency_key: str | None) -> tuple[int, dict[str, Any]]:
+        """One raw request: ``(http_status, body)`` (TimeoutError, ServiceDownError), as
+        :meth:`kernel_lib.live.services.LiveEndpoints.call`."""
+        return self.fleet.twin_of(action).call(action, arguments, operation_id, idempotency_key, self.token)
 
     def send(self, intent: ToolIntent) -> ToolReply:
         return self.fleet.twin_of(intent.tool).transport(intent, self.token)
