@@ -11,10 +11,13 @@ from __future__ import annotations
 import argparse
 import json
 
+import pytest
+
 import kernel_lib.cli.verify as verify_commands
 import kernel_lib.verify.log_workload as crashcheck
 from kernel_lib.verify.log_workload import CrashState, crash_states, materialize, run
 from kernel_lib.log.fs import MemoryFileSystem, RecordingFileSystem
+from kernel_lib.errors import CorruptLogError
 from kernel_lib.log.segment import SegmentStore
 
 
@@ -68,6 +71,31 @@ def test_checker_finds_a_roll_that_skips_its_barriers():
     report = run(workloads=["roll-fence-reopen"], store_cls=RollsWithoutSyncingTheOldSegment)
     assert report.violations > 0
     assert any(d["state"] in ("host", "subset", "torn") for d in report.violation_details)
+
+
+class RollKeepsItsZeros(SegmentStore):
+    """Broken on purpose: a roll leaves the old segment's preallocated zeros in place."""
+
+    def _roll(self):
+        self._allocated = self._size   # the roll then sees nothing to cut
+        super()._roll()
+
+
+def test_preallocated_workloads_extend_roll_and_cut_their_zeros():
+    for name in ("preallocated-steps", "preallocated-crash-tail"):
+        ops = crashcheck.record(crashcheck.WORKLOADS[name]).ops
+        fills = [o for o in ops if o.kind == "write" and o.data and not o.data.strip(b"\0")]
+        cuts = [o for o in ops if o.kind == "truncate"]
+        creates = [o for o in ops if o.kind == "create" and o.path.endswith(".seg")]
+        assert len(fills) >= 5 and len(cuts) >= 5 and len(creates) >= 5, name
+    report = run(workloads=["preallocated-steps", "preallocated-crash-tail"])
+    assert report.violations == 0 and all(w["reopen_trimmed"] > 0 for w in report.workloads.values())
+
+
+def test_zeros_left_in_a_rolled_segment_are_refused_as_corruption():
+    """The rule that makes a zero tail the log's end holds for the last segment only."""
+    with pytest.raises(CorruptLogError, match="damage to durable data"):
+        run(workloads=["preallocated-steps"], store_cls=RollKeepsItsZeros)
 
 
 def test_crash_state_model_on_a_tiny_recording():

@@ -25,6 +25,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
 from kernel_lib.errors import (
+    ConfigError,
     ConflictingDuplicateError,
     CorruptLogError,
     SequenceGapError,
@@ -41,6 +42,7 @@ from kernel_lib.log.segment import (
     HEADER_BYTES,
     KIND_EVENT,
     MAGIC,
+    ZERO_RUN_NOT_COPIED_BYTES,
     SegmentStore,
     encode_frame,
     segment_name,
@@ -530,11 +532,13 @@ TRAJS = ("t-a", "t-b", "t-c")
 class SegmentStoreMachine(RuleBasedStateMachine):
     """Model: per trajectory, the list of acknowledged canonical bytes, and the fence."""
 
-    @initialize(segment_bytes=st.sampled_from([512, 2048, 1 << 20]))
-    def setup(self, segment_bytes):
+    @initialize(segment_bytes=st.sampled_from([512, 2048, 1 << 20]), preallocate=st.sampled_from([None, 256, 4096]))
+    def setup(self, segment_bytes, preallocate):
         self.mem = MemoryFileSystem()
         self.segment_bytes = segment_bytes
-        self.store = SegmentStore.open(LOG, fs=self.mem, segment_bytes=segment_bytes, create=True)
+        # None: the store's defaults (these short logs are never preallocated); else zeros ahead from the start
+        self.kw = {} if preallocate is None else {"preallocate_bytes": preallocate, "preallocate_from_bytes": 0}
+        self.store = SegmentStore.open(LOG, fs=self.mem, segment_bytes=segment_bytes, create=True, **self.kw)
         self.model: dict[str, list[Event]] = {t: [] for t in TRAJS}
         self.fences = {t: 0 for t in TRAJS}
         self.counter = 0
@@ -585,8 +589,9 @@ class SegmentStoreMachine(RuleBasedStateMachine):
     @rule()
     def reopen(self):
         self.store.close()
-        self.store = SegmentStore.open(LOG, fs=self.mem, segment_bytes=self.segment_bytes, create=True)
+        self.store = SegmentStore.open(LOG, fs=self.mem, segment_bytes=self.segment_bytes, create=True, **self.kw)
         assert not self.store.recovery.torn_tail_trimmed
+        assert self.store.recovery.zero_tail_bytes == 0       # a clean close cut the preallocated zeros
 
     @rule()
     def process_crash(self):
@@ -594,7 +599,8 @@ class SegmentStoreMachine(RuleBasedStateMachine):
         files = self.mem.snapshot()
         self.store._release_files()
         self.mem = MemoryFileSystem(files=files)
-        self.store = SegmentStore.open(LOG, fs=self.mem, segment_bytes=self.segment_bytes, create=True)
+        self.store = SegmentStore.open(LOG, fs=self.mem, segment_bytes=self.segment_bytes, create=True, **self.kw)
+        assert not self.store.recovery.torn_tail_found       # everything written survived: zeros are no torn tail
 
     @invariant()
     def read_back_equals_acknowledged(self):
@@ -643,3 +649,151 @@ def test_os_pwrite_writes_at_the_offset_and_raises_the_os_error(tmp_path, monkey
         assert info.value.errno == errno.EBADF
     finally:
         os.close(fd)
+
+
+# ------------------------------------------------------------------------------------------------
+# preallocation: zeros written ahead of the log's end (module docstring, "Preallocation")
+# ------------------------------------------------------------------------------------------------
+
+SMALL = {"preallocate_bytes": 1024, "preallocate_from_bytes": 0}
+
+
+def _file_size(path) -> int:
+    return os.stat(path).st_size
+
+
+def test_a_long_log_is_preallocated_and_a_barrier_then_leaves_the_file_size_alone(tmp_path):
+    """The file system's own size and block counts: past 64 KiB the segment is preallocated with
+    written zeros, so the fdatasync of the appends that follow does not have to commit a new size."""
+    with SegmentStore.open(tmp_path, create=True) as s:
+        path = s.segment_paths()[-1]
+        seq = 0
+        while True:
+            seq += 1
+            s.append(ev("t", seq), F)
+            if s.end_position[1] >= 64 * 1024:         # the first append reaching 64 KiB preallocates
+                break
+            assert _file_size(path) == s.end_position[1]   # below the threshold: the file is the log
+        size, end = _file_size(path), s.end_position[1]
+        assert size > end and size % 4096 == 0 and size - end >= 64 * 1024 - 4096
+        assert os.stat(path).st_blocks * 512 >= size   # allocated and written, not a sparse hole
+        with open(path, "rb") as f:
+            data = f.read()
+        assert data[end:] == bytes(size - end)
+        for _ in range(20):                            # appends inside the zeros: same size
+            seq += 1
+            s.append(ev("t", seq), F)
+            assert _file_size(path) == size
+        end = s.end_position[1]
+    assert _file_size(path) == end                     # a clean close cuts the zeros off
+    with SegmentStore.open(tmp_path) as s:
+        assert s.head("t") == seq and s.recovery.zero_tail_bytes == 0 and not s.recovery.details
+
+
+def test_a_crash_leaves_zeros_that_reopen_reads_as_the_end_of_the_log(tmp_path):
+    s = SegmentStore.open(tmp_path, create=True, **SMALL)
+    evs = [ev("t", i) for i in range(1, 9)]
+    for e in evs:
+        s.append(e, F if e.sequence_number % 2 else W)
+    path, end = s.segment_paths()[-1], s.end_position
+    size = _file_size(path)
+    assert size > end[1]
+    s._release_files()                                  # killed: no close, the zeros stay
+    with SegmentStore.open(tmp_path, **SMALL) as s2:
+        rep = s2.recovery
+        assert not rep.torn_tail_found and not rep.torn_tail_trimmed and rep.moved_aside == []
+        assert rep.zero_tail_bytes == size - end[1] and "preallocated" in rep.details[0]
+        assert s2.end_position == end and _file_size(path) == size   # kept, not trimmed
+        assert [e.canonical for e in s2.read("t")] == [e.canonical for e in evs]
+        s2.append(ev("t", 9), F)                        # written where the log ends, over the zeros
+        assert s2.end_position[1] > end[1] and _file_size(path) == size
+    assert not [n for n in os.listdir(tmp_path) if "trimmed-at" in n]
+    with SegmentStore.open(tmp_path) as s3:
+        assert s3.head("t") == 9
+
+
+def test_read_only_open_beside_a_preallocating_writer_reads_to_the_end_of_the_log(tmp_path):
+    with SegmentStore.open(tmp_path, create=True, **SMALL) as w:
+        for i in range(1, 6):
+            w.append(ev("t", i), F)
+        path = w.segment_paths()[-1]
+        assert _file_size(path) > w.end_position[1]
+        before = open(path, "rb").read()
+        with SegmentStore.open(tmp_path, read_only=True) as r:
+            assert r.head("t") == 5 and r.end_position == w.end_position and not r.recovery.torn_tail_found
+            assert r.recovery.zero_tail_bytes == _file_size(path) - w.end_position[1]
+        assert open(path, "rb").read() == before
+
+
+def _crashed_log(**kw) -> tuple[MemoryFileSystem, list[Event], tuple[int, int]]:
+    mem = MemoryFileSystem()
+    s = SegmentStore.open(LOG, fs=mem, create=True, **(kw or SMALL))
+    evs = [ev("t", i) for i in range(1, 6)]
+    for e in evs:
+        s.append(e, F)
+    end = s.end_position
+    s._release_files()
+    return mem, evs, end
+
+
+def test_a_record_cut_short_in_the_zeros_is_a_torn_tail_and_only_its_bytes_are_moved_aside():
+    mem, evs, (seg, end) = _crashed_log(preallocate_bytes=64 * 1024, preallocate_from_bytes=0)
+    path = f"{LOG}/{segment_name(seg)}"
+    frame = encode_frame(KIND_EVENT, ev("t", 6).canonical, (seg, end))
+    size = len(mem.files[path])
+    mem.files[path][end:end + len(frame) // 2] = frame[: len(frame) // 2]   # half of it reached the disk
+    assert len(mem.files[path]) == size and size - end - len(frame) // 2 >= ZERO_RUN_NOT_COPIED_BYTES
+    with SegmentStore.open(LOG, fs=mem, **SMALL) as s:
+        rep = s.recovery
+        assert rep.torn_tail_trimmed and rep.tail_damage == "torn" and "unwritten zeros" in rep.torn_tail_reason
+        assert rep.bytes_trimmed == size - end and rep.trimmed_at == f"{segment_name(seg)}:{end}"
+        assert rep.moved_aside == [f"{path}.trimmed-at-{end}"]
+        assert mem.read_all(rep.moved_aside[0]) == frame[: len(frame) // 2]   # the non-zero bytes, all of them
+        assert rep.zero_tail_bytes == size - end - len(frame) // 2
+        assert [e.canonical for e in s.read("t")] == [e.canonical for e in evs]
+
+
+def test_a_garbage_sector_after_the_zeros_is_a_torn_tail_not_the_end_of_the_log():
+    mem, evs, (seg, end) = _crashed_log()
+    path = f"{LOG}/{segment_name(seg)}"
+    buf = mem.files[path]
+    assert len(buf) - end >= 64
+    buf[len(buf) - 16:] = b"\x17" * 16                  # an unsynced write that survived out of order
+    with SegmentStore.open(LOG, fs=mem, **SMALL) as s:
+        assert s.recovery.torn_tail_trimmed and s.recovery.trimmed_at == f"{segment_name(seg)}:{end}"
+        assert mem.read_all(s.recovery.moved_aside[0]).endswith(b"\x17" * 16)
+        assert [e.canonical for e in s.read("t")] == [e.canonical for e in evs]
+
+
+def test_zeros_over_synced_records_followed_by_a_synced_record_are_corruption():
+    mem, evs, (seg, end) = _crashed_log()
+    path = f"{LOG}/{segment_name(seg)}"
+    second = HEADER_BYTES + len(evs[0].canonical)
+    third = second + HEADER_BYTES + len(evs[1].canonical)
+    mem.files[path][second:third] = bytes(third - second)   # durable record 2 reads as zeros now
+    before = mem.snapshot()
+    with pytest.raises(CorruptLogError, match=f"offset {second}"):
+        SegmentStore.open(LOG, fs=mem, **SMALL)
+    assert mem.snapshot() == before
+
+
+def test_only_the_last_segment_may_end_in_zeros():
+    mem = MemoryFileSystem()
+    with SegmentStore.open(LOG, fs=mem, segment_bytes=2048, create=True, **SMALL) as s:
+        for i in range(1, 12):
+            s.append(ev("t", i), F)
+        n = s.end_position[0]
+        assert n >= 3
+        sizes = {k: len(mem.files[f"{LOG}/{segment_name(k)}"]) for k in range(1, n)}
+    # every rolled segment was cut back to its last record (a frame never ends in a zero byte)
+    assert all(mem.files[f"{LOG}/{segment_name(k)}"][-1] != 0 for k in sizes)
+    mem.files[f"{LOG}/{segment_name(1)}"].extend(bytes(512))     # zeros appended to a rolled segment
+    with pytest.raises(CorruptLogError, match=f"{segment_name(1)} offset {sizes[1]}"):
+        SegmentStore.open(LOG, fs=mem, segment_bytes=2048, **SMALL)
+
+
+@pytest.mark.parametrize("bad", [-1, 1.5, True, "4096"])
+def test_preallocation_sizes_must_be_ints_of_zero_or_more(tmp_path, bad):
+    for name in ("preallocate_bytes", "preallocate_from_bytes"):
+        with pytest.raises(ConfigError, match=name):
+            SegmentStore.open(tmp_path, create=True, **{name: bad})

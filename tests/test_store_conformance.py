@@ -23,13 +23,17 @@ from kernel_lib.errors import ConfigError, ConflictingDuplicateError, SequenceGa
 from kernel_lib.log import AckTier, LogStore, MemoryStore, SegmentStore, SQLiteStore, parse_tier
 from kernel_lib.log.conformance import CHECKS, StoreCapabilities, check_names, run_check, run_conformance
 
-LOCAL_KINDS = ("memory", "sqlite", "segment")
+LOCAL_KINDS = ("memory", "sqlite", "segment", "segment_preallocated")
 #: What each local store offers beyond what it declares itself (how its log can be opened).
 HARNESS = {
     "memory": {},
     "sqlite": {"read_only_open": True, "concurrent_handles": True, "multi_process": True},
     "segment": {"read_only_open": True},      # one writer per directory: no second handle
+    "segment_preallocated": {"read_only_open": True},
 }
+#: ``segment_preallocated``: the segment store preallocating from its first record, 512 bytes
+#: at most at a time, so that every check's short log runs over zeros written ahead of its end.
+SMALL_PREALLOCATION = {"preallocate_bytes": 512, "preallocate_from_bytes": 0}
 
 
 def _memory_opener():
@@ -48,6 +52,8 @@ def local_opener(kind: str, root: Path):
         return _memory_opener()
     if kind == "sqlite":
         return functools.partial(SQLiteStore.open, str(root / "log.sqlite"), create=True)
+    if kind == "segment_preallocated":
+        return functools.partial(SegmentStore.open, str(root / "seglog"), create=True, **SMALL_PREALLOCATION)
     return functools.partial(SegmentStore.open, str(root / "seglog"), create=True)
 
 

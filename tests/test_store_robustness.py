@@ -445,6 +445,56 @@ def test_segment_interrupt_fails_the_store_so_a_retry_cannot_store_twice(tmp_pat
         assert [e.sequence_number for e in s2.read("t")] == [1, 2, 3]
 
 
+class FailingPreallocation(ForwardingFileSystem):
+    """Raises ``exc`` from the write of a run of zeros ahead of the log (``where="pwrite"``) or
+    from the fdatasync right after it (``where="fdatasync"``), once armed."""
+
+    def __init__(self, inner, where: str, exc: BaseException):
+        super().__init__(inner)
+        self.where, self.exc, self.armed, self.fired, self._after_fill = where, exc, False, False, False
+
+    def pwrite(self, handle, offset_bytes, data):
+        if self.armed and len(data) >= 1024 and not data.strip(b"\0"):
+            if self.where == "pwrite":
+                self.armed, self.fired = False, True
+                raise self.exc
+            self._after_fill = True
+        super().pwrite(handle, offset_bytes, data)
+
+    def fdatasync(self, handle):
+        if self._after_fill:
+            self._after_fill, self.armed, self.fired = False, False, True
+            raise self.exc
+        super().fdatasync(handle)
+
+
+@pytest.mark.parametrize("where", ["pwrite", "fdatasync"])
+@pytest.mark.parametrize("exc", [KeyboardInterrupt("ctrl-c"), OSError(28, "No space left on device")])
+def test_segment_fault_while_preallocating_fails_the_store_and_reopen_keeps_what_was_acknowledged(
+        tmp_path, where, exc):
+    """The zeros written ahead of the log's end are a write and a barrier like any other: a fault
+    there fails the store (the append that needed them is not acknowledged, nor any after it),
+    and a reopen finds every acknowledged event and no damage."""
+    fs = FailingPreallocation(OsFileSystem(), where, exc)
+    kw = {"preallocate_bytes": 4096, "preallocate_from_bytes": 0}
+    s = SegmentStore.open(tmp_path, fs=fs, create=True, **kw)
+    s.append(ev(1), F)                                   # preallocates 4 KiB ahead
+    fs.armed = True
+    seq = 1
+    with pytest.raises(StoreFailedError if isinstance(exc, OSError) else type(exc)):
+        while seq < 200:                                 # until the zeros run out and are extended
+            seq += 1
+            s.append(ev(seq), W if seq % 2 else F)
+    assert fs.fired, "the injected fault did not fire"
+    with pytest.raises(StoreFailedError):
+        s.append(ev(seq), F)
+    s.close()
+    with SegmentStore.open(tmp_path, create=True, **kw) as s2:
+        assert s2.head("t") == seq - 1 and not s2.recovery.torn_tail_found
+        s2.append(ev(seq), F)
+        assert [e.sequence_number for e in s2.read("t")] == list(range(1, seq + 1))
+
+
 def test_segment_interrupt_during_install_fence_fails_the_store(tmp_path):
     fs = Interrupting(OsFileSystem())
     s = SegmentStore.open(tmp_path, fs=fs, create=True)

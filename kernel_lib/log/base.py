@@ -140,6 +140,11 @@ class RecoveryReport:
         moved_aside: paths of the files beside the segments that hold, byte for byte, what a
             read-write open cut off (``<segment-file>.trimmed-at-<byte offset>``, with ``.2``,
             ``.3`` ... appended if that name is taken); stored bytes are never deleted.
+        zero_tail_bytes: zeros found after the log's last byte that are not log content: the
+            preallocated, never written space at the end of a segment log's last segment (kept,
+            and reused by the next appends), plus any trailing run of at least
+            :data:`~kernel_lib.log.segment.ZERO_RUN_NOT_COPIED_BYTES` zeros of a piece that was cut
+            (counted here instead of copied into ``moved_aside``). 0 for the other stores.
         details: one human-readable line per finding or repair (empty when the log was clean);
             :meth:`notes` returns them.
     """
@@ -159,6 +164,7 @@ class RecoveryReport:
     torn_tail_reason: str | None = None
     tail_damage: str | None = None   # "torn" | "corrupt"
     moved_aside: list[str] = field(default_factory=list)
+    zero_tail_bytes: int = 0
 
     def notes(self) -> list[str]:
         """Human-readable findings a reader of the log should see (empty when it was clean)."""
@@ -172,7 +178,8 @@ class RecoveryReport:
             "torn_tail_bytes": self.torn_tail_bytes, "torn_tail_reason": self.torn_tail_reason,
             "torn_tail_trimmed": self.torn_tail_trimmed, "bytes_trimmed": self.bytes_trimmed,
             "trimmed_at": self.trimmed_at, "tail_damage": self.tail_damage,
-            "moved_aside": list(self.moved_aside), "details": list(self.details),
+            "moved_aside": list(self.moved_aside), "zero_tail_bytes": self.zero_tail_bytes,
+            "details": list(self.details),
         }
 
 

@@ -26,7 +26,7 @@ Entry points: :func:`run` and the ``crashcheck`` command (:mod:`kernel_lib.cli.v
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable, Iterable, Mapping, Sequence
 
 from kernel_lib.errors import ConfigError, CorruptLogError, KernelError
@@ -69,8 +69,10 @@ class Session:
     ``by_id[event_id]`` the bytes acknowledged under an id.
     """
 
-    def __init__(self, rec: RecordingFileSystem, store_cls: type[SegmentStore], segment_bytes: int, seed: int):
+    def __init__(self, rec: RecordingFileSystem, store_cls: type[SegmentStore], segment_bytes: int, seed: int,
+                 preallocation: "Mapping[str, int] | None" = None):
         self.rec, self.store_cls, self.segment_bytes = rec, store_cls, segment_bytes
+        self.preallocation = dict(preallocation or {})
         self.rng = random.Random(seed)
         self.store: SegmentStore | None = None
         self.written: dict[str, list[bytes]] = {}
@@ -78,7 +80,8 @@ class Session:
         self.makers: dict[str, EventMaker] = {}
 
     def open(self) -> SegmentStore:
-        self.store = self.store_cls.open(DIRECTORY, fs=self.rec, segment_bytes=self.segment_bytes, create=True)
+        self.store = self.store_cls.open(DIRECTORY, fs=self.rec, segment_bytes=self.segment_bytes, create=True,
+                                         **self.preallocation)
         return self.store
 
     def close(self) -> None:
@@ -120,12 +123,16 @@ class Session:
 
 @dataclass(frozen=True)
 class Workload:
-    """A named, recorded scenario. ``body(session)`` drives the store; ``segment_bytes`` sizes it."""
+    """A named, recorded scenario. ``body(session)`` drives the store; ``segment_bytes`` sizes it;
+    ``preallocation`` holds the store's ``preallocate_bytes`` / ``preallocate_from_bytes`` when the
+    workload sets them (default: the store's defaults, under which its short logs are never
+    preallocated)."""
 
     name: str
     description: str
     segment_bytes: int
     body: Callable[[Session], None]
+    preallocation: Mapping[str, int] = field(default_factory=dict)
 
 
 def _wl_fdatasync_appends(s: Session) -> None:
@@ -213,6 +220,73 @@ def _wl_roll_fence_reopen(s: Session) -> None:
     s.close()
 
 
+def _step(s: Session, t: str, i: int) -> None:
+    """One durable step of a trajectory as the dispatch gate writes it (one barrier per step): the
+    admission and intent batch at FDATASYNC, then the evidence of a reconcilable endpoint at WRITE,
+    which the next step's barrier covers."""
+    s.append(s.new(t, 3), AckTier.FDATASYNC)
+    s.append(s.new(t, 1 + i % 2), AckTier.WRITE)
+
+
+#: Preallocation of the ``preallocated-*`` workloads: 1 KiB of zeros ahead at most, from the first
+#: record on, so that short recordings extend, roll and close preallocated segments many times.
+_SMALL_PREALLOCATION = {"preallocate_bytes": 1024, "preallocate_from_bytes": 0}
+
+
+def _wl_preallocated_steps(s: Session) -> None:
+    s.open()
+    a, b = "traj-repair", "traj-support"
+    for i in range(8):
+        _step(s, a if i % 3 else b, i)
+    s.close()   # a clean close cuts the zeros off the last segment
+    s.open()
+    for i in range(4):
+        _step(s, b if i % 2 else a, i)
+    s.close()
+
+
+def _crash(s: Session) -> None:
+    """Abandon the session's store as a killed process does: no close (so its preallocated zeros
+    stay), only the handle and the directory lock go, as the kernel drops them."""
+    assert s.store is not None
+    s.store._release_files()
+    s.store = None
+
+
+def _wl_preallocated_crash_tail(s: Session) -> None:
+    s.open()
+    a = "traj-repair"
+    for i in range(5):
+        _step(s, a, i)
+    assert s.store is not None
+    seg, end = s.store.end_position
+    # a crash (no close): the last segment ends in its preallocated zeros; into them went half of a
+    # record that was never acknowledged, and a garbage sector further on
+    path = f"{DIRECTORY}/{segment_name(seg)}"
+    ghost = encode_frame(KIND_EVENT, s.maker(a).make().canonical, (seg, end))
+    _crash(s)
+    h = s.rec.open_file(path)
+    s.rec.pwrite(h, end, ghost[: len(ghost) // 2])
+    s.rec.close(h)
+    store = s.store_cls.open(DIRECTORY, fs=s.rec, segment_bytes=s.segment_bytes, create=True, **s.preallocation)
+    s.store = store
+    if not store.recovery.torn_tail_trimmed or store.recovery.tail_damage != "torn":
+        raise AssertionError(f"workload preallocated-crash-tail: the record cut short in preallocated zeros was not "
+                             f"trimmed as torn: {store.recovery.details}")
+    for i in range(4):
+        _step(s, a, i)
+    seg, end = store.end_position
+    _crash(s)   # again, this time with nothing after the log's end but zeros
+    reopened = s.store_cls.open(DIRECTORY, fs=s.rec, segment_bytes=s.segment_bytes, create=True, **s.preallocation)
+    s.store = reopened
+    if reopened.recovery.torn_tail_found or reopened.end_position != (seg, end):
+        raise AssertionError(f"workload preallocated-crash-tail: an all-zero tail was not read as the log's end: "
+                             f"{reopened.recovery.details}")
+    for i in range(3):
+        _step(s, a, i)
+    s.close()
+
+
 WORKLOADS: dict[str, Workload] = {w.name: w for w in (
     Workload("fdatasync-appends",
              "single-writer appends acknowledged at FDATASYNC across two trajectories, with an "
@@ -229,6 +303,14 @@ WORKLOADS: dict[str, Workload] = {w.name: w for w in (
              "4 KiB segments rolling across several files, install_fence, then a close, an injected "
              "torn tail (half a record plus a zero-filled next segment), a reopen that trims it, and "
              "more appends and fences", 4096, _wl_roll_fence_reopen),
+    Workload("preallocated-steps",
+             "durable steps as the gate writes them (intent batch at FDATASYNC, evidence at WRITE) in 2 KiB "
+             "segments preallocated 1 KiB at a time: extensions, rolls that cut the zeros, a clean close and a "
+             "reopen", 2048, _wl_preallocated_steps, _SMALL_PREALLOCATION),
+    Workload("preallocated-crash-tail",
+             "steps in 4 KiB preallocated segments, then two crashes without close: half a record written into "
+             "the preallocated zeros (trimmed as torn), and a bare zero tail (read as the log's end)", 4096,
+             _wl_preallocated_crash_tail, _SMALL_PREALLOCATION),
 )}
 
 
@@ -259,9 +341,9 @@ def _check(workload: Workload, written: Mapping[str, list[bytes]], by_id: Mappin
            store_cls: type[SegmentStore]) -> tuple[list[str], bool]:
     """Reopen on ``mem``; return descriptions of every violated check (empty if none) and whether
     the reopen trimmed a torn tail."""
-    seg = workload.segment_bytes
+    seg, pre = workload.segment_bytes, dict(workload.preallocation)
     try:   # create: a crash before the first op leaves no directory yet (an empty log, as before)
-        store = store_cls.open(DIRECTORY, fs=mem, segment_bytes=seg, create=True)
+        store = store_cls.open(DIRECTORY, fs=mem, segment_bytes=seg, create=True, **pre)
     except CorruptLogError as exc:
         return [f"(1) open reported corruption after a crash: {exc}"], False
     except Exception as exc:  # noqa: BLE001 - any failure to reopen is a finding
@@ -299,7 +381,7 @@ def _check(workload: Workload, written: Mapping[str, list[bytes]], by_id: Mappin
             return problems, trimmed
         store.close()
         try:
-            store = store_cls.open(DIRECTORY, fs=mem, segment_bytes=seg)
+            store = store_cls.open(DIRECTORY, fs=mem, segment_bytes=seg, **pre)
         except Exception as exc:  # noqa: BLE001
             problems.append(f"(4) clean reopen after the probe append raised {type(exc).__name__}: {exc}")
             return problems, trimmed
@@ -332,7 +414,7 @@ class SegmentLogWorkload(CrashWorkload):
         self.by_id: dict[str, bytes] = {}
 
     def record(self, fs: RecordingFileSystem, seed: int) -> dict[str, int]:
-        session = Session(fs, self.store_cls, self.workload.segment_bytes, seed)
+        session = Session(fs, self.store_cls, self.workload.segment_bytes, seed, self.workload.preallocation)
         try:
             self.workload.body(session)
         finally:
