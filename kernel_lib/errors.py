@@ -107,6 +107,7 @@ that are retryable)::
                 ServiceError
                     ServiceFaultError
                     ServiceDownError  (also ConnectionRefusedError)
+                    BrokerUnreachableError
         Refusal
             AdmissionDenied
             DispatchWithheld
@@ -143,7 +144,7 @@ __all__ = [
     "OperationStillRunningError", "SessionStateError", "UnrecoveredRunError", "NoWorkerRunningError",
     "UnknownCrashPointError", "RecoveryError", "ToolContractError", "CompensatorBindError", "SagaTransitionError",
     "SagaPanicError", "StepFailedError", "ToolFailedError", "ServiceError", "ServiceFaultError",
-    "ServiceDownError", "TrajectoryFrozenRefusal",
+    "ServiceDownError", "BrokerUnreachableError", "TrajectoryFrozenRefusal",
 ]
 
 # --- the roots: faults and refusals ---------------------------------------------------------------
@@ -829,3 +830,9 @@ class TrajectoryFrozenRefusal(Refusal):
 class ServiceDownError(ServiceError, ConnectionRefusedError):
     """A simulated twin service crashed (an injected ``crash``) and was not restarted; an
     ``OSError`` too, as a refused connection to a real one is."""
+
+
+class BrokerUnreachableError(ServiceError):
+    """A live tool service could not reach the credential broker to introspect a request's lease
+    (Failure Recovery, "Terminal escalation"); the service answers 503 (retryable) and applies
+    nothing."""

@@ -421,7 +421,8 @@ def test_saga_sweep_command_on_real_store_files(store, tmp_path):
 def test_saga_sweep_refuses_what_it_cannot_do():
     import subprocess
     import sys
-    for argv in (["--store", "etcd"], ["--store", "sqlite", "--crash", "host"], ["--positions", "0"]):
+    for argv in (["--store", "memory", "--crash", "sigkill"], ["--store", "sqlite", "--crash", "host"],
+                 ["--positions", "0"]):
         out = subprocess.run([sys.executable, "-m", "kernel_lib", "saga", "sweep", *argv], capture_output=True,
                              text=True, timeout=120)
         assert out.returncode == 2 and "Traceback" not in out.stderr, (argv, out.stderr)

@@ -56,6 +56,17 @@ COMPENSATORS = sorted(n for n in REGISTRY.names() if REGISTRY.contract(n).is_com
 STEP_STATES = [s for s in TRANSITIONS if s is not None]
 
 
+def _held(fleet, *, live_only: bool) -> dict:
+    """What each service holds, read from its durable state even while it is crashed (the
+    oracle's view: the facade answers no reads of a dead service, as a dead process would not)."""
+    return {n: t.logic.resources(live_only=live_only) for n, t in fleet.twins.items()}
+
+
+def _audits(fleet) -> dict:
+    """Every service's audit trail, read the same way as :func:`_held`."""
+    return {n: list(t.logic.state["audit"]) for n, t in fleet.twins.items()}
+
+
 class _Crash(BaseException):
     """The worker process dies (a BaseException: no ``except Exception`` in the runner catches it)."""
 
@@ -268,7 +279,7 @@ class SagaMachine(RuleBasedStateMachine):
         """``{resource_id: kind}`` the services still hold (not released) for this saga's
         compensable steps, read from the services' own state."""
         prefix = self.saga_id + "."
-        return {rid: r["kind"] for held in self.fleet.resources(live_only=True).values() for rid, r in held.items()
+        return {rid: r["kind"] for held in _held(self.fleet, live_only=True).values() for rid, r in held.items()
                 if str(r["operation_id"]).startswith(prefix) and not r.get("pivot")}
 
     def _log_uncompensated(self) -> set[str]:
@@ -284,7 +295,7 @@ class SagaMachine(RuleBasedStateMachine):
 
     def _finish(self, state: str) -> None:
         self.crash_after = None   # the judgement and the next saga's start are not crashed
-        verdict = account(self.fleet.audits(), self.fleet.resources(live_only=False),
+        verdict = account(_audits(self.fleet), _held(self.fleet, live_only=False),
                           self.store.read(self.trajectory_id), saga_id=self.saga_id)
         detail = (state, verdict, self.script)
         assert verdict["compensators_repeated"] == 0, detail
@@ -299,7 +310,7 @@ class SagaMachine(RuleBasedStateMachine):
             residue = saga.frozen.get("residue") or []
             ids = {r.get("resource_id") for r in residue if r.get("resource_id")}
             ops = {r.get("operation_id") for r in residue if not r.get("resource_id")}
-            held = self.fleet.resources(live_only=True)
+            held = _held(self.fleet, live_only=True)
             for rid in self._saga_resources():
                 op = next(r["operation_id"] for h in held.values() for k, r in h.items() if k == rid)
                 assert rid in ids or op in ops, (rid, op, detail)

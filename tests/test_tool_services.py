@@ -177,6 +177,9 @@ def test_a_crash_kills_the_service_and_a_restart_keeps_its_state(fleet, uid):
     fleet.inject("compile_binary", "crash")
     with pytest.raises(ServiceDownError):
         c.call("compile_binary", {"target": "api"}, f"{uid}-op", f"{uid}-key")
+    deadline = time.monotonic() + 10      # the dying process may still be on its way out
+    while not fleet.is_down("build") and time.monotonic() < deadline:
+        time.sleep(0.05)
     assert fleet.is_down("build") and not fleet.is_down("sandbox")
     with pytest.raises(ServiceDownError):
         fleet.counts()

@@ -61,7 +61,7 @@ from typing import Any
 
 from kernel_lib._support.procs import free_port, kill_group, pid_alive
 from kernel_lib._support.sqlite import Layout, close_quietly, open_database, statements, write_transaction
-from kernel_lib.errors import ConfigError, ServiceDownError, ServiceError
+from kernel_lib.errors import BrokerUnreachableError, ConfigError, ServiceDownError, ServiceError
 from kernel_lib.live.orphan import parent_env, watch_parent
 
 __all__ = ["BROKER", "LiveFleet", "LiveEndpoints", "ServiceState", "WallClock", "READY_FILE", "STATE_FILE",
@@ -198,10 +198,6 @@ def build_broker_app(state: ServiceState) -> Any:
                              Route("/health", health, methods=["GET"])])
 
 
-class _BrokerUnreachable(Exception):
-    pass
-
-
 def build_service_app(name: str, state: ServiceState, broker_url: str | None, *, hold_s: float = 30.0,
                       simulate_durations: bool = False) -> Any:
     """One service's Starlette app over :class:`~kernel_lib.sim.services.ServiceLogic` (module
@@ -221,7 +217,7 @@ def build_service_app(name: str, state: ServiceState, broker_url: str | None, *,
             r = broker.post(f"{broker_url}/introspect", json={"token": token})
             return r.json()
         except (httpx.HTTPError, ValueError) as exc:
-            raise _BrokerUnreachable(f"{type(exc).__name__}: {exc}") from None
+            raise BrokerUnreachableError(f"{type(exc).__name__}: {exc}") from None
 
     logic = ServiceLogic(name, state=state.load(), introspect=introspect if broker else None,
                          sleep=time.sleep, simulate_durations=simulate_durations)
@@ -237,7 +233,7 @@ def build_service_app(name: str, state: ServiceState, broker_url: str | None, *,
         try:
             status, answer, effect = logic.call(body["action"], body.get("arguments", {}), body["operation_id"],
                                                 key if isinstance(key, str) and key else None, _bearer(request))
-        except _BrokerUnreachable as exc:
+        except BrokerUnreachableError as exc:
             state.save(logic.state)   # the request was counted
             return JSONResponse({"error": f"the credential broker did not answer: {exc}", "retryable": True},
                                 status_code=503)
