@@ -34,6 +34,7 @@ WIDGETS = {   # module -> (class, static name, root CSS class)
     "widgets.cadence_explorer": ("CadenceExplorer", "cadence_explorer", "dal-cadence"),
     "widgets.resume_timeline": ("ResumeTimelineView", "resume_timeline", "dal-resume"),
     "widgets.retention_planner": ("RetentionPlanner", "retention_planner", "dal-retention"),
+    "widgets.saga_stepper": ("SagaStepper", "saga_stepper", "dal-saga-stepper"),
 }
 
 
