@@ -418,6 +418,38 @@ def test_saga_sweep_command_on_real_store_files(store, tmp_path):
     assert not list(tmp_path.iterdir())   # its temporary folder is gone
 
 
+def test_live_sweep_workers_are_real_processes_killed_by_sigkill_and_the_control_fails(tmp_path):
+    """Fault model: the live sweep forks its workers from a preloaded server (to skip the imports).
+    Invariant: each worker is still a process of its own (its own pid, not ours), dies by a real
+    SIGKILL (exit -9), and the recovery is another process; the control that skips the recovery
+    must leave committed effects unlisted, judged by the services. Goal: the speed-up changes
+    nothing the sweep proves, and the sweep can still fail."""
+    from kernel_lib.live.saga_worker import sweep_live
+    from kernel_lib.live.services import LiveFleet
+
+    fleet = LiveFleet(tmp_path / "fleet", client_timeout_s=5.0)
+    try:
+        _live_sweep_checks(sweep_live, fleet, tmp_path)
+    finally:
+        fleet.close()
+
+
+def _live_sweep_checks(sweep_live, fleet, tmp_path):
+    import os
+
+    result = sweep_live("segment", positions=[12, 40], workdir=tmp_path, fleet=fleet)
+    assert result["ok"] and result["timings"]["worker_start"] == "forked from a preloaded server"
+    pids = {r["paused"]["pid"] for r in result["runs"]}
+    assert len(pids) == 2 and os.getpid() not in pids
+    assert all(r["signal"] == "SIGKILL" and r["worker_exit"] == -9 for r in result["runs"])
+    control = sweep_live("segment", positions=[12], workdir=tmp_path, recover=False, fleet=fleet)
+    assert not control["ok"] and control["effects_left_unlisted"] > 0
+    panic = sweep_live("sqlite", positions=[30], scenario="compensator_panic", workdir=tmp_path, fleet=fleet)
+    assert panic["ok"] and panic["runs"][0]["outcome"] in ("PANIC", "FROZEN")
+    unforked = sweep_live("sqlite", positions=[12], workdir=tmp_path, fork=False, fleet=fleet)
+    assert unforked["ok"] and unforked["timings"]["worker_start"] == "python -m per process"
+
+
 def test_saga_sweep_refuses_what_it_cannot_do():
     import subprocess
     import sys

@@ -162,37 +162,57 @@ def _env() -> dict[str, str]:
     return {**os.environ, "PYTHONDONTWRITEBYTECODE": "1", "PYTHONUNBUFFERED": "1", **parent_env()}
 
 
-def _worker_cmd(store_kind: str, store_path: str, fleet_dir: Path, trajectory_id: str, saga_id: str,
-                pause_at: int | None = None, marker: Path | None = None) -> list[str]:
-    cmd = [sys.executable, "-m", "kernel_lib.live.saga_worker", "--store", store_kind, "--store-path", store_path,
-           "--fleet", str(fleet_dir), "--trajectory", trajectory_id, "--saga-id", saga_id]
+def _worker_argv(store_kind: str, store_path: str, fleet_dir: Path, trajectory_id: str, saga_id: str,
+                 pause_at: int | None = None, marker: Path | None = None) -> list[str]:
+    argv = ["--store", store_kind, "--store-path", store_path, "--fleet", str(fleet_dir), "--trajectory",
+            trajectory_id, "--saga-id", saga_id]
     if pause_at is not None:
-        cmd += ["--pause-at", str(pause_at), "--marker", str(marker)]
-    return cmd
+        argv += ["--pause-at", str(pause_at), "--marker", str(marker)]
+    return argv
 
 
-def _run_to_end(cmd: list[str], log: Path, timeout_s: float) -> dict[str, Any]:
+#: What the fork server imports once, so that each worker and recovery process starts in
+#: milliseconds instead of paying the imports again (kernel_lib._support.prefork).
+PRELOAD = ("kernel_lib.live.saga_worker", "kernel_lib.live.services", "kernel_lib.recovery.runner",
+           "kernel_lib.gate.dispatch", "kernel_lib.log", "kernel_lib.log.sqlite", "kernel_lib.log.segment",
+           "kernel_lib.sim.deployment", "kernel_lib.sim.saga_sweep", "httpx")
+
+
+def launcher(use_fork: bool = True) -> Any:
+    """The process launcher the live sweep starts its workers with (forked from a server that
+    imported :data:`PRELOAD`; ``use_fork=False``: a fresh ``python -m`` interpreter each)."""
+    from kernel_lib._support.prefork import PreforkLauncher
+
+    return PreforkLauncher(PRELOAD, use_fork=use_fork)
+
+
+_MODULE = "kernel_lib.live.saga_worker"
+
+
+def _run_to_end(launch: Any, argv: list[str], log: Path, timeout_s: float) -> dict[str, Any]:
     """Run a worker process to its end and parse its JSON line. Raises LiveProcessError."""
-    with open(log, "ab") as err:
+    out = log.with_name(f"{log.stem}-{uuid.uuid4().hex[:8]}.out")
+    try:
         try:
-            p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=err, stdin=subprocess.DEVNULL, env=_env(),
-                               timeout=timeout_s, start_new_session=True)
+            code = launch.run(_MODULE, argv, stdout=out, stderr=log, env=_env(), timeout_s=timeout_s)
         except subprocess.TimeoutExpired:
             raise LiveProcessError(f"the saga worker did not finish within {timeout_s:g} s") from None
-    lines = [ln for ln in p.stdout.decode(errors="replace").splitlines() if ln.startswith("{")]
-    if p.returncode != 0 or not lines:
-        tail = log.read_text(errors="replace")[-800:].strip()
-        raise LiveProcessError(f"the saga worker exited with code {p.returncode}: {tail or '(no output)'}")
+        text = out.read_text(errors="replace") if out.exists() else ""
+    finally:
+        with contextlib.suppress(OSError):
+            out.unlink()
+    lines = [ln for ln in text.splitlines() if ln.startswith("{")]
+    if code != 0 or not lines:
+        tail = log.read_text(errors="replace")[-800:].strip() if log.exists() else ""
+        raise LiveProcessError(f"the saga worker exited with code {code}: {tail or '(no output)'}")
     return json.loads(lines[-1])
 
 
-def _kill_at(cmd: list[str], marker: Path, log: Path, timeout_s: float) -> dict[str, Any]:
+def _kill_at(launch: Any, argv: list[str], marker: Path, log: Path, timeout_s: float) -> dict[str, Any]:
     """Start a worker paused at a position, wait for its marker, SIGKILL it for real, reap it.
     Returns ``{marker, signal, worker_exit, worker_pid}``; ``marker`` None when the worker ended
     before reaching the position."""
-    with open(log, "ab") as err:
-        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, stdin=subprocess.DEVNULL, env=_env(),
-                                start_new_session=True)
+    proc = launch.popen(_MODULE, argv, stdout=Path(os.devnull), stderr=log, env=_env())
     try:
         deadline = time.monotonic() + timeout_s
         seen = None
@@ -203,7 +223,7 @@ def _kill_at(cmd: list[str], marker: Path, log: Path, timeout_s: float) -> dict[
                     break
             if proc.poll() is not None:
                 break
-            time.sleep(0.005)
+            time.sleep(0.002)
         if seen is None and proc.poll() is None:
             raise LiveProcessError(f"the saga worker did not reach its position within {timeout_s:g} s")
         if seen is not None:
@@ -224,16 +244,17 @@ def _read_events(store_kind: str, store_path: str, trajectory_id: str) -> list[A
         return list(st.read(trajectory_id))
 
 
-def _one_run(store_kind: str, path: str, fleet: Any, tid: str, sid: str, k: int, marker: Path, log: Path,
-             timeout_s: float, recover: bool) -> tuple[dict[str, Any], dict[str, Any]]:
+def _one_run(launch: Any, store_kind: str, path: str, fleet: Any, tid: str, sid: str, k: int, marker: Path,
+             log: Path, timeout_s: float, recover: bool) -> tuple[dict[str, Any], dict[str, Any]]:
     """Kill a worker at position ``k``, recover in a new process (unless ``recover`` is False: the
     control), judge by the services. Returns the run's record and the kill's."""
     from kernel_lib.sim.saga_sweep import account
 
     t_run = time.monotonic()
-    kill = _kill_at(_worker_cmd(store_kind, path, fleet.state_dir, tid, sid, k, marker), marker, log, timeout_s)
+    kill = _kill_at(launch, _worker_argv(store_kind, path, fleet.state_dir, tid, sid, k, marker), marker, log,
+                    timeout_s)
     t_kill = time.monotonic()
-    rec = (_run_to_end(_worker_cmd(store_kind, path, fleet.state_dir, tid, sid), log, timeout_s) if recover
+    rec = (_run_to_end(launch, _worker_argv(store_kind, path, fleet.state_dir, tid, sid), log, timeout_s) if recover
            else {"outcome": "NOT RECOVERED (control)", "positions": []})
     t_rec = time.monotonic()
     verdict = account(fleet.audits(), fleet.resources(live_only=False), _read_events(store_kind, path, tid), sid)
@@ -255,7 +276,7 @@ def _prepare(fleet: Any, scenario: str) -> None:
 def sweep_live(store_kind: str = "sqlite", *, positions: Iterable[int] | None = None, scenario: str = "deployment",
                fleet: Any = None, workdir: str | os.PathLike | None = None, progress: bool = False,
                step_timeout_s: float = 60.0, on_run: Callable[[dict[str, Any]], None] | None = None,
-               recover: bool = True) -> dict[str, Any]:
+               recover: bool = True, fork: bool = True) -> dict[str, Any]:
     """Kill the deployment saga's worker with a real SIGKILL at every position (or ``positions``)
     and recover in a new process, judged by the live services' audit trails.
 
@@ -272,6 +293,9 @@ def sweep_live(store_kind: str = "sqlite", *, positions: Iterable[int] | None = 
         on_run: called with each run's record.
         recover: False skips the recovery process (a control: the killed worker's committed
             effects are then left unlisted, and the judgement must say so).
+        fork: True (default) forks each worker and recovery process from a server that imported
+            the saga's modules once (:func:`launcher`; each is still its own process, killed by a
+            real SIGKILL); False starts a fresh ``python -m`` interpreter for each (slower).
 
     Returns:
         ``{store, services: "live", crash: "sigkill", scenario, positions, position_names,
@@ -301,6 +325,7 @@ def sweep_live(store_kind: str = "sqlite", *, positions: Iterable[int] | None = 
                                                          for k in todo_given)):
         raise ConfigError(f"positions are integers >= 1, got {todo_given!r:.80}")
     t_start = time.monotonic()
+    launch = launcher(fork)
     work = Path(tempfile.mkdtemp(prefix="kl-saga-live-", dir=workdir))
     own_fleet = fleet is None
     cluster = None
@@ -329,8 +354,8 @@ def sweep_live(store_kind: str = "sqlite", *, positions: Iterable[int] | None = 
         t0 = time.monotonic()
         _prepare(fleet, scenario)
         tid, sid = ids(0)
-        clean = _run_to_end(_worker_cmd(store_kind, location(0), fleet.state_dir, tid, sid), work / "worker.log",
-                            step_timeout_s)
+        clean = _run_to_end(launch, _worker_argv(store_kind, location(0), fleet.state_dir, tid, sid),
+                            work / "worker.log", step_timeout_s)
         timings["clean_run_s"] = round(time.monotonic() - t0, 3)
         names = clean["positions"]
         todo = todo_given if todo_given is not None else list(range(1, len(names) + 1))
@@ -349,7 +374,7 @@ def sweep_live(store_kind: str = "sqlite", *, positions: Iterable[int] | None = 
                 marker = work / f"paused-{k:04d}.json"
                 _prepare(fleet, scenario)
                 try:
-                    row, kill = _one_run(store_kind, path, fleet, tid, sid, k, marker, work / "worker.log",
+                    row, kill = _one_run(launch, store_kind, path, fleet, tid, sid, k, marker, work / "worker.log",
                                          step_timeout_s, recover)
                 except LiveProcessError as exc:
                     errors.append({"position": k, "error": str(exc)[:800]})
@@ -370,6 +395,7 @@ def sweep_live(store_kind: str = "sqlite", *, positions: Iterable[int] | None = 
         sweep_s = round(time.monotonic() - t_start, 3)
         timings.update(sweep_s=sweep_s, per_run_s=round(sum(r["timings"]["worker_to_kill_s"] + r["timings"]
                                                             ["recovery_s"] for r in rows) / max(1, len(rows)), 3))
+        timings["worker_start"] = "forked from a preloaded server" if launch.forks else "python -m per process"
         return {"store": store_kind, "services": "live", "crash": "sigkill", "scenario": scenario,
                 "positions": len(rows), "position_names": names, "clean_outcome": clean["outcome"],
                 "compensators_repeated": sum(r["compensators_repeated"] for r in rows),
