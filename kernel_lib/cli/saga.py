@@ -33,7 +33,9 @@ has its own trajectory id, saga id and capability leases and is judged on its ow
 (the services are not reset between runs). A worker process runs the saga over the store (an
 SQLite file or segment directory per run; --store etcd: one three-member etcd cluster on loopback
 for the sweep, which `make quorum` installs), pauses right after position k, and is killed with a
-real SIGKILL; a recovery process opens the log and finishes the unwind.
+real SIGKILL; a recovery process opens the log and finishes the unwind. Both are forked from a
+server process that imported the saga's modules once (about 0.3 s a position instead of 1.6 s);
+each is still a process of its own, with its own pid and session.
 
 Fast and exhaustive: --services twins --crash process|host (the default for --store memory). The
 services are simulated twins in process and the crash is simulated (the worker's handle is
