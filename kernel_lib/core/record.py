@@ -32,6 +32,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import hashlib
+import itertools
 from dataclasses import asdict, dataclass, field
 from typing import Any, Iterable, Literal, Sequence
 
@@ -187,6 +188,11 @@ class Reservation:
                 "settled_usd": self.settled_usd, "released": self.released}
 
 
+#: Budget's private cache of the reservations still holding a liability (not a field: never
+#: compared, stored or snapshotted; see Budget.outstanding_reservations_micro_usd).
+_OPEN_CACHE = "_open_cache"
+
+
 @dataclass
 class Budget:
     """Budgets as §11.5.3 rebuilds them, not a remaining-balance scalar: integer micro-dollar
@@ -216,7 +222,34 @@ class Budget:
 
     @property
     def outstanding_reservations_micro_usd(self) -> int:
-        return sum(r.outstanding_micro_usd for r in self.reservations.values())
+        """Sum of every reservation's liability still held, in micro-dollars.
+
+        Admission asks for it at every step, so it must not walk every reservation the
+        trajectory ever made (that made a run of n steps cost O(n²)). A reservation's liability
+        only ever falls (its bound is fixed, settlements only add, release is final) and
+        reservations are only ever added, so a reservation found holding nothing is dropped for
+        good and only reservations added since the last call are scanned. The cache is tied to
+        the reservations dict itself: a new dict (a fork, a restore) or any other mapping type
+        is summed in full."""
+        res = self.reservations
+        if type(res) is not dict:
+            return sum(r.outstanding_micro_usd for r in res.values())
+        cache = self.__dict__.get(_OPEN_CACHE)
+        if cache is None or cache[0] is not res or cache[1] > len(res):
+            cache = (res, 0, [])
+        _src, seen, open_ids = cache
+        if len(res) > seen:
+            for rid in itertools.islice(res, seen, None):
+                open_ids.append(rid)
+        total, still_open = 0, []
+        for rid in open_ids:
+            r = res.get(rid)
+            m = r.outstanding_micro_usd if r is not None else 0
+            if m > 0:
+                total += m
+                still_open.append(rid)
+        self.__dict__[_OPEN_CACHE] = (res, len(res), still_open)
+        return total
 
     @property
     def outstanding_reservations_usd(self) -> float:
@@ -396,7 +429,7 @@ class TrajectoryRecord:
         d = dict(self.__dict__)
         d["operations"] = {k: {**op.__dict__, "attempts": {a: dict(att.__dict__) for a, att in op.attempts.items()}}
                            for k, op in self.operations.items()}
-        budget = dict(self.budget.__dict__)
+        budget = {k: v for k, v in self.budget.__dict__.items() if k != _OPEN_CACHE}   # fields only
         budget["reservations"] = {k: dict(r.__dict__) for k, r in self.budget.reservations.items()}
         d["budget"] = budget
         d["approvals"] = {k: dict(a.__dict__) for k, a in self.approvals.items()}
