@@ -597,8 +597,9 @@ class SQLiteStore(LogStore):
         transaction path: another shape (several trajectories, a gap, a new owner epoch whose
         fence must be raised), a check that failed (then the transaction path names the error),
         an event id already stored (a retry or a conflict), or a busy database (the transaction
-        path waits for the lock). Refreshes the writer's cached head and fence of the trajectory
-        when it holds them (both are facts of the database at this commit)."""
+        path waits for the lock). Sets the writer's cached head and fence of the trajectory (both
+        are facts of the database at this commit), valid while ``PRAGMA data_version`` stays as
+        it was read just before the statement."""
         first = events[0]
         t, epoch, seq0 = first.trajectory_id, first.owner_epoch, first.sequence_number
         n = len(events)
@@ -610,6 +611,13 @@ class SQLiteStore(LogStore):
                 return None
             params += (t, ev.sequence_number, ev.event_id, ev.digest, ev.canonical)
         params += (t, seq0 - 1, t, epoch)
+        # read PRAGMA data_version before the statement (dropping caches another connection's commit
+        # made stale): after a successful insert this connection's head and fence of ``t`` are facts
+        # as of a commit no later than that version, so fence() can answer the gate's dispatch-time
+        # recheck from the cache until another connection commits (was a read through a second
+        # connection at every step); a commit by another connection in between changes the version,
+        # so the cache is then dropped at the next look, never trusted
+        self._refresh_cache()
         sql = ("INSERT INTO events (trajectory_id, sequence_number, event_id, digest, body) "
                "SELECT column1, column2, column3, column4, column5 FROM (VALUES "
                + ",".join(["(?,?,?,?,?)"] * n) + ") "
@@ -625,9 +633,8 @@ class SQLiteStore(LogStore):
             raise
         if inserted != n:   # 0: a check failed and nothing was written (the statement is atomic)
             return None
-        if t in self._heads:
-            self._heads[t] = events[-1].sequence_number
-            self._fences[t] = epoch
+        self._heads[t] = events[-1].sequence_number   # what the statement's WHERE checked, plus the insert
+        self._fences[t] = epoch
         return [AppendOutcome(ev.event_id, t, ev.sequence_number, tier) for ev in events]
 
     def _append_in_transaction(self, events: Sequence[Event], tier: AckTier,
