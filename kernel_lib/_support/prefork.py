@@ -20,6 +20,7 @@ from __future__ import annotations
 import importlib
 import multiprocessing
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -65,6 +66,13 @@ class ForkedProcess:
         if self.returncode is None:
             self.returncode = self._proc.exitcode
         return self.returncode
+
+    def send_signal(self, sig: int) -> None:
+        if self.poll() is None:
+            os.kill(self.pid, sig)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
 
     def wait(self, timeout: float | None = None) -> int:
         """Wait for the exit; raises :class:`subprocess.TimeoutExpired` after ``timeout`` seconds."""

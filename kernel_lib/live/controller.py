@@ -26,6 +26,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any, Sequence
@@ -142,20 +143,18 @@ def live_env() -> dict[str, str]:
 
 
 def spawn_executor(work: Path, snap: Any, *, usd_per_s: float, test_delay_s: float, env: dict[str, str],
-                   timeout_s: float) -> tuple[subprocess.Popen, dict[str, Any]]:
+                   timeout_s: float, launch: Any = None) -> tuple[subprocess.Popen, dict[str, Any]]:
     """Start the executor service in its own session, on loopback, and wait for its ready file.
 
     Returns the process and its ready record ``{port, url, public_key_path, pid, inbox_path}``; the
     executor deposits every signed completion record in the durable result inbox ``work/inbox.sqlite``.
-    Raises LiveProcessError if it exits or does not report within ``timeout_s``.
+    Raises LiveProcessError if it exits or does not report within ``timeout_s``. ``launch``: a
+    :class:`~kernel_lib._support.prefork.PreforkLauncher` to fork it from (default: a new interpreter).
     """
     state, log = work / "executor", work / "executor.log"
-    with open(log, "wb") as fh:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "kernel_lib.live.executor", "--snapshot", str(snap.path), "--digest", snap.digest,
-             "--state-dir", str(state), "--usd-per-s", str(usd_per_s), "--test-delay-s", str(test_delay_s),
-             "--inbox", str(work / "inbox.sqlite")],
-            stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True, env=env)
+    argv = ["--snapshot", str(snap.path), "--digest", snap.digest, "--state-dir", str(state),
+            "--usd-per-s", str(usd_per_s), "--test-delay-s", str(test_delay_s), "--inbox", str(work / "inbox.sqlite")]
+    proc = _start("kernel_lib.live.executor", argv, log, env, launch)
     try:
         return proc, _wait_for_file(state / "ready.json", proc, timeout_s, "the executor", log)
     except BaseException:
@@ -165,23 +164,20 @@ def spawn_executor(work: Path, snap: Any, *, usd_per_s: float, test_delay_s: flo
 
 def spawn_worker(work: Path, *, store_kind: str, store_path: Path, ready: dict[str, Any], digest: str, seed: int,
                  pause_at: str | None, env: dict[str, str], timeout_s: float, extra_args: Sequence[str] = (),
-                 wait_for_marker: bool = False) -> tuple[subprocess.Popen, dict | None]:
+                 wait_for_marker: bool = False, launch: Any = None) -> tuple[subprocess.Popen, dict | None]:
     """Start a worker running the trajectory; with ``pause_at`` (or ``wait_for_marker``, for a
     worker whose ``extra_args`` make it write its marker, e.g. ``--stall-after-dispatch``), wait
     until it has written its marker (``work/paused.json``) and return the marker too. Its output
     goes to ``work/worker.log``."""
     marker, log = work / "paused.json", work / "worker.log"
-    cmd = [sys.executable, "-m", "kernel_lib.live.worker", "--store", store_kind, "--store-path", str(store_path),
-           "--executor-url", ready["url"], "--public-key", ready["public_key_path"], "--snapshot-digest", digest,
-           "--seed", str(seed)]
+    argv = ["--store", store_kind, "--store-path", str(store_path), "--executor-url", ready["url"],
+            "--public-key", ready["public_key_path"], "--snapshot-digest", digest, "--seed", str(seed)]
     if pause_at:
-        cmd += ["--pause-at", pause_at]
+        argv += ["--pause-at", pause_at]
     if pause_at or wait_for_marker:
-        cmd += ["--marker", str(marker)]
-    cmd += list(extra_args)
-    with open(log, "wb") as fh:
-        proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                start_new_session=True, env=env)
+        argv += ["--marker", str(marker)]
+    argv += list(extra_args)
+    proc = _start("kernel_lib.live.worker", argv, log, env, launch)
     try:
         return proc, (_wait_for_file(marker, proc, timeout_s, "the worker", log)
                       if pause_at or wait_for_marker else None)
@@ -193,7 +189,7 @@ def spawn_worker(work: Path, *, store_kind: str, store_path: Path, ready: dict[s
 def run_replacement(*, store_kind: str, store_path: Path, ready: dict[str, Any], seed: int, reconcile: bool,
                     reconcile_timeout_s: float, step_timeout_s: float, env: dict[str, str],
                     extra_args: Sequence[str] = (), snapshot: Any = None,
-                    prefill: Any = None, restore_root: Path | None = None) -> dict[str, Any]:
+                    prefill: Any = None, restore_root: Path | None = None, launch: Any = None) -> dict[str, Any]:
     """Run a replacement worker in a new process: fold the surviving log (and, with ``reconcile``,
     take ownership and reconcile by operation id). ``extra_args`` go to the worker (e.g.
     ``--coordinator FILE --owner-id ID``). ``snapshot`` (the run's ``ws_r18``
@@ -203,7 +199,7 @@ def run_replacement(*, store_kind: str, store_path: Path, ready: dict[str, Any],
     Returns its JSON report ``{recovered, reconciled?, model, availability, ownership?,
     resume_timeline}``. Raises LiveProcessError if it fails (an unavailable log exits 3, with the
     reasons) or times out."""
-    cmd = [sys.executable, "-m", "kernel_lib.live.worker", "--recover", "--store", store_kind,
+    cmd = ["--recover", "--store", store_kind,
            "--store-path", str(store_path), "--executor-url", ready["url"], "--public-key", ready["public_key_path"],
            "--seed", str(seed), "--fresh-seed", str(seed + 1), "--reconcile-timeout-s", str(reconcile_timeout_s),
            *extra_args]
@@ -219,14 +215,49 @@ def run_replacement(*, store_kind: str, store_path: Path, ready: dict[str, Any],
             cmd += ["--prefill-tokens-per-s", repr(prefill.prefill_tokens_per_s)]
     if reconcile:
         cmd.append("--reconcile")
-    try:
-        rp = subprocess.run(cmd, capture_output=True, text=True, stdin=subprocess.DEVNULL, env=env,
-                            start_new_session=True, timeout=reconcile_timeout_s + step_timeout_s)
-    except subprocess.TimeoutExpired as exc:
-        raise LiveProcessError(f"the replacement worker did not finish within {exc.timeout:g} s") from None
-    if rp.returncode != 0:
-        raise LiveProcessError(f"the replacement worker failed (exit {rp.returncode}): {rp.stderr.strip()[-600:]}")
-    return json.loads(rp.stdout.strip().splitlines()[-1])
+    timeout_s = reconcile_timeout_s + step_timeout_s
+    if launch is None:
+        try:
+            rp = subprocess.run([sys.executable, "-m", "kernel_lib.live.worker", *cmd], capture_output=True, text=True,
+                                stdin=subprocess.DEVNULL, env=env, start_new_session=True, timeout=timeout_s)
+        except subprocess.TimeoutExpired as exc:
+            raise LiveProcessError(f"the replacement worker did not finish within {exc.timeout:g} s") from None
+        code, stdout, stderr = rp.returncode, rp.stdout, rp.stderr
+    else:
+        with tempfile.TemporaryDirectory(prefix="kl-replacement-") as tmp:
+            out, err = Path(tmp) / "stdout", Path(tmp) / "stderr"
+            try:
+                code = launch.run("kernel_lib.live.worker", cmd, stdout=out, stderr=err, env=env, timeout_s=timeout_s)
+            except subprocess.TimeoutExpired:
+                raise LiveProcessError(f"the replacement worker did not finish within {timeout_s:g} s") from None
+            stdout = out.read_text(errors="replace") if out.exists() else ""
+            stderr = err.read_text(errors="replace") if err.exists() else ""
+    if code != 0:
+        raise LiveProcessError(f"the replacement worker failed (exit {code}): {stderr.strip()[-600:]}")
+    return json.loads(stdout.strip().splitlines()[-1])
+
+
+def _start(module: str, argv: list[str], log: Path, env: dict[str, str], launch: Any) -> Any:
+    """Start ``python -m module argv`` in its own session, output to ``log``: forked from ``launch``
+    (a :class:`~kernel_lib._support.prefork.PreforkLauncher`) when given, else a new interpreter."""
+    if launch is not None:
+        log.write_bytes(b"")
+        return launch.popen(module, argv, stdout=log, stderr=log, env=env)
+    with open(log, "wb") as fh:
+        return subprocess.Popen([sys.executable, "-m", module, *argv], stdout=fh, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, start_new_session=True, env=env)
+
+
+#: What the fork server of a worksheet sweep imports once (kernel_lib._support.prefork).
+WORKSHEET_PRELOAD = ("kernel_lib.live.worker", "kernel_lib.live.executor", "kernel_lib.log", "kernel_lib.log.sqlite",
+                     "kernel_lib.log.segment", "kernel_lib.gate.dispatch", "kernel_lib.resume.stages", "httpx")
+
+
+def worksheet_launcher() -> Any:
+    """The launcher a sweep forks its executor, worker and replacement processes from."""
+    from kernel_lib._support.prefork import PreforkLauncher
+
+    return PreforkLauncher(WORKSHEET_PRELOAD)
 
 
 def stop_executor(proc: subprocess.Popen | None) -> None:
@@ -280,7 +311,7 @@ def run_worksheet(crash_after: str | int = "ToolResult", store_kind: str = "sqli
                   workdir: str | os.PathLike | None = None, seed: int = 0, test_delay_s: float = 2.0, *,
                   usd_per_s: float = 0.01,
                   reconcile_timeout_s: float = 60.0, step_timeout_s: float = 60.0,
-                  keep: str | os.PathLike | None = None) -> dict[str, Any]:
+                  keep: str | os.PathLike | None = None, launch: Any = None) -> dict[str, Any]:
     """Run the crash worksheet once with real processes and a real SIGKILL.
 
     Args:
@@ -298,6 +329,8 @@ def run_worksheet(crash_after: str | int = "ToolResult", store_kind: str = "sqli
         reconcile_timeout_s: how long reconciliation waits for a running job to finish.
         step_timeout_s: timeout for each process to report (ready, paused, recovered).
         keep: copy the surviving log (after reconciliation) into this directory.
+        launch: a :func:`worksheet_launcher` to fork the executor, worker and replacement from
+            (a sweep: each is still its own process); default a new interpreter for each.
 
     Returns:
         ``{crash: {signal, log_position, worker_pid, point, ...}, executor: {job_running_at_crash, ...},
@@ -330,11 +363,11 @@ def run_worksheet(crash_after: str | int = "ToolResult", store_kind: str = "sqli
         snap = build_snapshot(work / "snapshots")
         cluster, store_path = _log_location(work, store_kind, result)
         executor, ready = spawn_executor(work, snap, usd_per_s=usd_per_s, test_delay_s=test_delay_s, env=env,
-                                         timeout_s=step_timeout_s)
+                                         timeout_s=step_timeout_s, launch=launch)
         port, url = ready["port"], ready["url"]
         worker, paused = spawn_worker(work, store_kind=store_kind, store_path=store_path, ready=ready,
                                       digest=snap.digest, seed=seed, pause_at=str(crash_after), env=env,
-                                      timeout_s=step_timeout_s)
+                                      timeout_s=step_timeout_s, launch=launch)
         if paused["log_position"] != point.durable_at:   # the worker resolved the point as we did
             raise LiveProcessError(f"the worker paused at log position {paused['log_position']}, not at "
                                    f"{point.describe()}")
@@ -354,7 +387,7 @@ def run_worksheet(crash_after: str | int = "ToolResult", store_kind: str = "sqli
 
         out = run_replacement(store_kind=store_kind, store_path=store_path, ready=ready, seed=seed, reconcile=True,
                               reconcile_timeout_s=reconcile_timeout_s, step_timeout_s=step_timeout_s, env=env,
-                              snapshot=snap, restore_root=work)
+                              snapshot=snap, restore_root=work, launch=launch)
         result["recovered"], result["reconciled"], result["model"] = out["recovered"], out["reconciled"], out["model"]
         result["resume_timeline"] = out.get("resume_timeline")
         result["invocations"] = executor_invocations(url, store_kind, store_path)

@@ -32,9 +32,19 @@ def watch_parent(on_orphan: Callable[[], None], interval_s: float = 0.5) -> thre
     if not raw.isdigit():
         return None
     parent = int(raw)
+    # started directly by the controller, the helper's parent is the controller; forked through a
+    # fork server (kernel_lib._support.prefork), its parent is the server, a child of the
+    # controller that exits with it: then the helper leaves once that server is gone or the
+    # controller no longer runs
+    first = os.getppid()
+
+    def gone() -> bool:
+        if first == parent:
+            return os.getppid() != parent
+        return os.getppid() != first or not pid_alive(parent)
 
     def loop() -> None:
-        while os.getppid() == parent:
+        while not gone():
             time.sleep(interval_s)
         on_orphan()
 

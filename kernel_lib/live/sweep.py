@@ -36,7 +36,7 @@ from typing import Any, Callable, Iterable, Sequence
 
 from kernel_lib.core.proposals import REPEAT_SAFE_CONTRACTS
 from kernel_lib.errors import ConfigError, KernelError
-from kernel_lib.live.controller import crash_points, run_worksheet
+from kernel_lib.live.controller import crash_points, run_worksheet, worksheet_launcher
 from kernel_lib.live.crash_points import CrashPoint, kill_positions
 from kernel_lib.live.worker import OPERATION, reference_events, resolve_crash_point
 
@@ -136,7 +136,7 @@ def _kills(points: Sequence[Any] | None, seed: int) -> list[tuple[CrashPoint, li
 def run_sweep(store_kind: str = "sqlite", *, seed: int = 0, points: Sequence[Any] | None = None,
               workdir: str | os.PathLike | None = None, test_delay_s: float = 0.0, usd_per_s: float = 0.01,
               reconcile_timeout_s: float = 60.0, step_timeout_s: float = 60.0, progress: bool = False,
-              on_run: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
+              on_run: Callable[[dict[str, Any]], None] | None = None, fork: bool = True) -> dict[str, Any]:
     """Kill the worker at every kill position in turn, recover each time, and count invocations.
 
     The kill positions are the batch ends of the chosen points
@@ -153,6 +153,9 @@ def run_sweep(store_kind: str = "sqlite", *, seed: int = 0, points: Sequence[Any
             here: the sweep kills at log positions, not mid-test).
         progress: show a tqdm bar on stderr (only when stderr is a terminal).
         on_run: called with each position's run record as it finishes.
+        fork: True (default) forks each position's executor, worker and replacement from one server
+            that imported kernel_lib once (:func:`~kernel_lib.live.controller.worksheet_launcher`);
+            False starts a new interpreter for each, as a single worksheet run does.
 
     Returns:
         ``{store, seed, positions: [N, ...] (the kill positions), events_covered: {"event position":
@@ -172,6 +175,9 @@ def run_sweep(store_kind: str = "sqlite", *, seed: int = 0, points: Sequence[Any
     kills = _kills(points, seed)
     all_points = crash_points(seed)
     t0 = time.monotonic()
+    # one fork server for the sweep: the executor, worker and replacement of each position are
+    # forked from it instead of importing kernel_lib again (each is still its own process)
+    launch = worksheet_launcher() if fork else None
     runs: list[dict[str, Any]] = []
     errors: list[dict[str, Any]] = []
     from tqdm import tqdm
@@ -183,7 +189,8 @@ def run_sweep(store_kind: str = "sqlite", *, seed: int = 0, points: Sequence[Any
             bar.set_postfix_str(point.describe())
             try:
                 r = run_worksheet(point.position, store_kind, workdir, seed, test_delay_s, usd_per_s=usd_per_s,
-                                  reconcile_timeout_s=reconcile_timeout_s, step_timeout_s=step_timeout_s)
+                                  reconcile_timeout_s=reconcile_timeout_s, step_timeout_s=step_timeout_s,
+                                  launch=launch)
             except ConfigError:
                 raise
             except KernelError as exc:
