@@ -308,7 +308,9 @@ def sweep_live(store_kind: str = "sqlite", *, positions: Iterable[int] | None = 
         committed effect left unlisted.
 
     Raises:
-        ConfigError: a bad store kind, scenario or position (before anything starts).
+        ConfigError: a bad store kind, scenario, position or repeated position, or ``workdir`` not an
+            existing directory (before anything starts); a position past the clean run's last one
+            (after the clean run, which counts them).
         LiveProcessError / ServiceError / QuorumSetupError: the fleet, the cluster or the clean run failed.
     """
     from tqdm import tqdm
@@ -324,6 +326,10 @@ def sweep_live(store_kind: str = "sqlite", *, positions: Iterable[int] | None = 
     if todo_given is not None and (not todo_given or any(isinstance(k, bool) or not isinstance(k, int) or k < 1
                                                          for k in todo_given)):
         raise ConfigError(f"positions are integers >= 1, got {todo_given!r:.80}")
+    if todo_given is not None and len(set(todo_given)) != len(todo_given):
+        raise ConfigError(f"positions are each named once, got {todo_given!r:.80}")
+    if workdir is not None and not Path(workdir).is_dir():
+        raise ConfigError(f"--dir {str(workdir)!r} is not an existing directory")
     t_start = time.monotonic()
     launch = launcher(fork)
     work = Path(tempfile.mkdtemp(prefix="kl-saga-live-", dir=workdir))
