@@ -36,7 +36,9 @@ def test_the_quick_bench_prints_every_figure_with_ratios_against_its_own_baselin
         assert fig["steps"] == 100 and all(s["pops"] == 100 for s in fig["samples"])
         assert fig["unwind_s"] > 0 and math.isclose(fig["unwind_per_pop_ms"], fig["unwind_s"] / 100 * 1e3)
     gap = r["store_gap"]["ms_per_saga"]
-    assert set(gap) == {"none", "host_crash"} and all(set(p) == {"appended", "read_back"} for p in gap.values())
+    assert set(gap) == {"write", "fdatasync"} and all(set(p) == {"appended", "read_back"} for p in gap.values())
+    assert {k: f["tier"] for k, f in r["unwind"].items()} == {"memory": "memory", "sqlite": "fdatasync",
+                                                             "segment": "fdatasync"}
     names = [x["name"] for x in r["targets"]]
     assert len(names) == 3 * len(DURABLE_STORES) and all(set(x) == {"name", "measured", "limit", "passed"}
                                                          for x in r["targets"])
@@ -63,3 +65,47 @@ def test_bad_arguments_are_refused(tmp_path):
     out = subprocess.run([sys.executable, "-m", "kernel_lib", "bench", "saga", "--help"], capture_output=True,
                          text=True, timeout=60)
     assert out.returncode == 0 and "raw write+fdatasync" in out.stdout and "100-step" in out.stdout
+
+
+def test_the_tables_name_the_tiers_as_the_help_does(quick):
+    """Newcomer report: the help spoke of the write and fdatasync tiers while the tables said none and
+    host_crash. Both now use kernel_lib.log.AckTier's labels."""
+    from kernel_lib.bench.saga import format_saga_bench
+    from kernel_lib.cli import build_parser
+    from kernel_lib.log import AckTier
+
+    r, _ = quick
+    text = format_saga_bench(r)
+    fig2, fig3 = text.split("\n2. ")[1].split("\ntargets:")[0].split("\n3. ")
+    assert "(fdatasync)" in fig2 and "(memory" in fig2
+    rows = [line.split()[0] for line in fig3.splitlines()[1:] if line.startswith("  ")]
+    assert set(rows) == {AckTier.WRITE.label, AckTier.FDATASYNC.label}
+    assert "host_crash" not in text and " none " not in text
+    bench = build_parser("bench")._subparsers._group_actions[0].choices["bench"]
+    help_text = bench._subparsers._group_actions[0].choices["saga"].format_help()
+    for tier in AckTier:
+        if tier is not AckTier.QUORUM:
+            assert tier.label in help_text
+
+
+def test_saga_help_is_plain_text_and_gives_the_exit_status():
+    out = subprocess.run([sys.executable, "-m", "kernel_lib", "bench", "saga", "--help"], capture_output=True,
+                         text=True, timeout=60)
+    assert out.returncode == 0
+    for markup in ("``", "**", ":attr:", ":func:", ":class:", ":mod:"):
+        assert markup not in out.stdout, markup
+    assert "exit status:" in out.stdout and "whether its targets passed or not" in out.stdout
+
+
+def test_a_missed_target_is_reported_not_an_exit_status(monkeypatch, capsys):
+    """As bench append: the command exits 0 once the benchmark ran; a target that fails is in the output."""
+    import kernel_lib.bench.saga as saga_bench
+    from kernel_lib.cli import main
+
+    missed = {"benchmark": "saga", "targets": [{"name": "x", "measured": 9.0, "limit": "<= 1.5", "passed": False}]}
+    monkeypatch.setattr(saga_bench, "run_saga_bench", lambda **kw: missed)
+    assert main(["bench", "saga", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["targets"][0]["passed"] is False
+    monkeypatch.undo()
+    assert main(["bench", "saga", "--rounds", "0"]) == 2
+    assert capsys.readouterr().err == "error: rounds must be an integer >= 1, got 0\n"

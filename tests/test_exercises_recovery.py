@@ -116,6 +116,30 @@ def test_money_is_formatted_as_money():
 # --- CLI -----------------------------------------------------------------------------------------
 
 
+def test_cli_solve_prints_money_shares_and_readings_for_a_reader(capsys):
+    """Newcomer report: the human output showed token_cost_usd 0.07395, a share as a bare fraction
+    and the alternative readings as one JSON dump. Money and shares now print as the grading
+    report prints them, one reading a line; --json keeps the plain numbers."""
+    sol = nm0_1.solve()
+    assert main(["exercise", "solve", "nm0.1"]) == 0
+    out = capsys.readouterr().out
+    rows = {line.split()[0]: line.split(None, 1)[1] for line in out.splitlines()
+            if line.startswith("  ") and len(line.split()) == 2}
+    assert rows["token_cost_usd"] == "$0.07395" and rows["input_cost_usd"] == "$0.0552"
+    assert rows["log_share_of_total"] == f"{sol['log_share_of_total'] * 100:.6g}%" == "0.305077%"
+    assert rows["forward_fsyncs"] == "10" and rows["chapter_share_claim_holds"] == "false"
+    readings = out.split("answers under the alternative readings:\n", 1)[1].splitlines()
+    assert [line.split(":")[0].strip() for line in readings] == list(sol["alternative"])
+    share = sol["alternative"]["share_of_forward_time"]["log_share_of_total"]
+    assert (f"  share_of_forward_time: log_share_of_total {share * 100:.6g}%, chapter_share_claim_holds false"
+            in readings)
+    assert "{" not in out.split("answers under the alternative readings:")[1]
+    assert main(["exercise", "solve", "nm0.1", "--json"]) == 0
+    raw = json.loads(capsys.readouterr().out)
+    assert raw["token_cost_usd"] == sol["token_cost_usd"]
+    assert raw["alternative"] == json.loads(json.dumps(sol["alternative"]))
+
+
 def test_cli_solve_generate_and_check(tmp_path, capsys):
     assert main(["exercise", "solve", "nm0.1", "--json"]) == 0
     sol = json.loads(capsys.readouterr().out)

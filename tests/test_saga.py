@@ -458,3 +458,71 @@ def test_saga_sweep_refuses_what_it_cannot_do():
         out = subprocess.run([sys.executable, "-m", "kernel_lib", "saga", "sweep", *argv], capture_output=True,
                              text=True, timeout=120)
         assert out.returncode == 2 and "Traceback" not in out.stderr, (argv, out.stderr)
+
+
+def test_saga_sweep_refuses_a_missing_dir_before_starting_anything(tmp_path, capsys):
+    """Newcomer report: --dir /nonexistent/x surfaced the sweep's internal temporary name after the
+    fleet had started. The folder is checked first, in text and in --json."""
+    import json
+    import time
+
+    from kernel_lib.cli import main
+    from kernel_lib.errors import ConfigError
+    from kernel_lib.live.saga_worker import sweep_live
+
+    missing = tmp_path / "nonexistent" / "x"
+    t0 = time.monotonic()
+    assert main(["saga", "sweep", "--dir", str(missing)]) == 2
+    err = capsys.readouterr().err
+    assert err == f"error: --dir {str(missing)!r} is not an existing directory\n"
+    assert main(["saga", "sweep", "--dir", str(missing), "--json"]) == 2
+    out = capsys.readouterr()
+    assert json.loads(out.out) == {"error": f"--dir {str(missing)!r} is not an existing directory"}
+    assert out.err.startswith("error: --dir") and "kl-saga-live" not in out.err
+    assert time.monotonic() - t0 < 5   # no fleet of services was started (that alone takes seconds)
+    with pytest.raises(ConfigError, match="not an existing directory"):
+        sweep_live("sqlite", workdir=missing)
+
+
+def test_saga_sweep_json_errors_are_one_json_object(capsys):
+    """With --json an error is one JSON object {"error": ...} on stdout, exit 2, and still one error:
+    line on stderr (as exercise grade --json), whether it is found before the run (a contradictory
+    choice) or only after the clean run has counted the positions (a position past the last)."""
+    import json
+
+    from kernel_lib.cli import main
+
+    assert main(["saga", "sweep", "--store", "memory", "--positions", "999", "--json"]) == 2
+    out = capsys.readouterr()
+    (line,) = out.out.splitlines()
+    msg = json.loads(line)["error"]
+    assert "999" in msg and "past the clean run's last position" in msg
+    assert out.err == f"error: {msg}\n"
+    assert main(["saga", "sweep", "--store", "memory", "--services", "live", "--json"]) == 2
+    out = capsys.readouterr()
+    assert list(json.loads(out.out)) == ["error"] and out.err.startswith("error: --services live")
+    assert main(["saga", "sweep", "--store", "memory", "--positions", "999"]) == 2   # text: the error line only
+    out = capsys.readouterr()
+    assert out.out == "" and out.err.startswith("error: positions [999] are past")
+
+
+@pytest.mark.parametrize("positions, says", [
+    ("5,5", "names position 5 more than once"),
+    ("3,5,3,5", "names positions 3, 5 more than once"),
+    ("5,,6", "has an empty item"),
+    (",5", "has an empty item"),
+    ("5,", "has an empty item"),
+])
+def test_saga_sweep_refuses_repeated_and_empty_positions(positions, says, capsys):
+    from kernel_lib.cli import main
+    from kernel_lib.errors import ConfigError
+    from kernel_lib.live.saga_worker import sweep_live
+
+    with pytest.raises(SystemExit) as exc:
+        main(["saga", "sweep", "--store", "memory", "--positions", positions])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert f"error: argument --positions: {positions!r} {says}" in err and "Traceback" not in err
+    if "more than once" in says:   # the library refuses them too, before any process starts
+        with pytest.raises(ConfigError, match="each named once"):
+            sweep_live("sqlite", positions=[int(x) for x in positions.split(",")])

@@ -18,7 +18,8 @@ runtime's cost alone):
    forward run and the unwind timed apart, in seconds and per pop, on the memory store (no
    durability), SQLite and the segment log (fdatasync tier), in rounds that rotate the stores.
 3. **The store gap**: the whole deployment saga (5 steps, 4 pops) per store at the write tier
-   (what ``saga sweep`` uses) and at the fdatasync tier, with the runner as built (it folds the
+   (what ``saga sweep --services twins`` uses on a file store) and at the fdatasync tier (the live
+   sweep's workers), with the runner as built (it folds the
    events the gate appended) and with the path before (every append read back from the store
    and folded), in the same rounds: ms per saga, and sqlite / segment for each.
 
@@ -206,13 +207,15 @@ def _long_saga(store: Any, trajectory_id: str, must_survive: str, steps: int) ->
         ("firewall", "unbind_firewall"), ("git", "delete_branch")))
     if state != "ABORT_CONSISTENT" or pops != steps:
         raise AssertionError(f"the {steps}-step saga ended {state} with {pops} compensators applied")   # a bug
-    return {"forward_s": t1 - t0, "unwind_s": t2 - t1, "pops": pops}
+    return {"forward_s": t1 - t0, "unwind_s": t2 - t1, "pops": pops, "tier": runner.gate.log.tier.label}
 
 
 def _figure_unwind(root: Path, plan: _Plan, tick: Callable[[], None]) -> dict[str, Any]:
     from kernel_lib.log import FailureDomain
     kinds = ("memory", *DURABLE_STORES)
-    tiers = {"memory": "none", "sqlite": FailureDomain.HOST_CRASH.label, "segment": FailureDomain.HOST_CRASH.label}
+    # what each store's log declares it must survive; the tier it acknowledges at is read back from the log
+    tiers = {"memory": FailureDomain.NONE.label, "sqlite": FailureDomain.HOST_CRASH.label,
+             "segment": FailureDomain.HOST_CRASH.label}
     runs: dict[str, list[dict[str, float]]] = {k: [] for k in kinds}
     for r in range(plan.unwind_rounds):
         for i in round_order(len(kinds), r):
@@ -226,7 +229,8 @@ def _figure_unwind(root: Path, plan: _Plan, tick: Callable[[], None]) -> dict[st
     out = {}
     for kind, rows in runs.items():
         unwind_s, forward_s = median([x["unwind_s"] for x in rows]), median([x["forward_s"] for x in rows])
-        out[kind] = {"must_survive": tiers[kind], "steps": plan.steps, "rounds": len(rows), "unwind_s": unwind_s,
+        out[kind] = {"must_survive": tiers[kind], "tier": rows[0]["tier"],
+                     "steps": plan.steps, "rounds": len(rows), "unwind_s": unwind_s,
                      "unwind_per_pop_ms": unwind_s / plan.steps * 1e3, "forward_s": forward_s,
                      "forward_per_step_ms": forward_s / plan.steps * 1e3,
                      "unwind_over_forward": ratio(unwind_s, forward_s), "samples": rows}
@@ -234,16 +238,20 @@ def _figure_unwind(root: Path, plan: _Plan, tick: Callable[[], None]) -> dict[st
 
 
 def _figure_store_gap(root: Path, plan: _Plan, tick: Callable[[], None]) -> dict[str, Any]:
-    from kernel_lib.log import FailureDomain
+    from kernel_lib.log import AckTier
     from kernel_lib.sim.deployment import run_deployment
-    cells = [(kind, tier, path) for tier in ("none", FailureDomain.HOST_CRASH.label)
+    # the two acknowledgment tiers (kernel_lib.log.AckTier): each log declares the failure its tier survives
+    cells = [(kind, tier.label, path) for tier in (AckTier.WRITE, AckTier.FDATASYNC)
              for kind in DURABLE_STORES for path in ("appended", "read_back")]
     stores = {c: _open(c[0], root, f"gap-{c[0]}-{c[1]}-{c[2]}") for c in cells}
     count = [0]
 
     def one(cell: tuple[str, str, str]) -> None:
         count[0] += 1
-        runner, _ = _runner(stores[cell], f"bench-saga-gap-{count[0]}", cell[1], read_back=cell[2] == "read_back")
+        runner, _ = _runner(stores[cell], f"bench-saga-gap-{count[0]}", AckTier.parse(cell[1]).survives_up_to.label,
+                            read_back=cell[2] == "read_back")
+        if runner.gate.log.tier.label != cell[1]:   # the figure is labelled with the tier the log really used
+            raise AssertionError(f"{cell[0]} acknowledged at {runner.gate.log.tier.label}, not {cell[1]}")   # a bug
         if run_deployment(runner)["state"] != "ABORT_CONSISTENT":
             raise AssertionError("the deployment saga did not unwind")   # a bug
     try:
@@ -282,7 +290,8 @@ def run_saga_bench(*, dir: "str | os.PathLike[str] | None" = None, quick: bool =
         ``{"benchmark": "saga", "quick", "machine", "transition": {"baseline", "stores": {kind:
         {median_us, p99_us, ..., ratio_median, ratio_p99}}}, "barriers": {kind: {per_forward_step,
         per_pop, ...}}, "documented_barriers", "unwind": {kind: {unwind_s, unwind_per_pop_ms,
-        forward_s, ...}}, "store_gap": {"ms_per_saga": {tier: {path: {kind: ms}}},
+        forward_s, tier, must_survive, ...}}, "store_gap": {"ms_per_saga": {tier ("write" |
+        "fdatasync"): {path: {kind: ms}}},
         "sqlite_over_segment", "read_back_over_appended"}, "targets": [{"name", "measured", "limit",
         "passed"}], "temp_dir_removed", "seconds"}``.
 
@@ -353,14 +362,15 @@ def format_saga_bench(r: dict[str, Any]) -> str:
                      f"(failed step {x['failed_step']}, unwind {x['unwind_barriers']} for {x['pops']} pops)")
     lines += ["", "2. unwind of a long saga on the twins (median of rounds):"]
     for kind, x in r["unwind"].items():
-        lines.append(f"  {kind:<8} ({x['must_survive']:<10}) {x['steps']} steps: unwind {x['unwind_s']:7.3f} s "
+        lines.append(f"  {kind:<8} ({x['tier']:<9}) {x['steps']} steps: unwind {x['unwind_s']:7.3f} s "
                      f"({x['unwind_per_pop_ms']:6.2f} ms/pop), forward {x['forward_s']:7.3f} s "
                      f"({x['forward_per_step_ms']:6.2f} ms/step), unwind/forward {x['unwind_over_forward']:.2f}")
     g = r["store_gap"]
-    lines += ["", f"3. the deployment saga (5 steps, 4 pops), ms per saga, {g['sagas_per_cell']} each:"]
+    lines += ["", f"3. the deployment saga (5 steps, 4 pops), ms per saga, {g['sagas_per_cell']} each, per "
+                  "acknowledgment tier and runner path:"]
     for tier, paths in g["ms_per_saga"].items():
         for path, kinds in paths.items():
-            lines.append(f"  {tier:<10} {path:<9} sqlite {kinds['sqlite']:7.1f}  segment {kinds['segment']:7.1f}  "
+            lines.append(f"  {tier:<9} {path:<9} sqlite {kinds['sqlite']:7.1f}  segment {kinds['segment']:7.1f}  "
                          f"sqlite/segment {g['sqlite_over_segment'][tier][path]:.2f}")
     lines += ["", "targets:"]
     for x in r["targets"]:

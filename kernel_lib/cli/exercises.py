@@ -132,14 +132,14 @@ def _cmd_solve(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({"params": params, **sol}))
         return 0
-    from kernel_lib.course.exercises._common import exercise_label
+    from kernel_lib.course.exercises._common import display_value, exercise_label
     print(f"{exercise_label(mod.EXERCISE)}: {mod.TITLE}")
-    print("givens: " + ", ".join(f"{k}={v}" for k, v in params.items()))
+    print("givens: " + ", ".join(f"{k}={v}" for k, v in params.items()))   # as --param takes them
     skip = {"exercise", "decision_text", "reading", "alternative", "violated_rules", "decision"}
     w = max(len(k) for k in sol if k not in skip)
     for k, v in sol.items():
-        if k not in skip:
-            print(f"  {k:<{w}}  {v:.6g}" if isinstance(v, float) else f"  {k:<{w}}  {json.dumps(v)}")
+        if k not in skip:   # money and shares as the grading report shows them (course.exercises._common)
+            print(f"  {k:<{w}}  {display_value(v, k)}")
     if "violated_rules" in sol:
         print("rules the recovery procedure violates:")
         for r in sol["violated_rules"]:
@@ -148,7 +148,11 @@ def _cmd_solve(args: argparse.Namespace) -> int:
     print("reading (where the statement is ambiguous):")
     for k, v in sol["reading"].items():
         print(f"  {k}: {v}")
-    print("alternative reading's answers: " + json.dumps(sol["alternative"]))
+    alternative = sol["alternative"]
+    if alternative:
+        print("answers under the alternative readings:")
+        for k, v in alternative.items():   # {reading: {quantity: value}}, or {quantity: value} (11.1, 11.8)
+            print(f"  {k}: {display_value(v, k)}")
     return 0
 
 

@@ -42,7 +42,10 @@ services are simulated twins in process and the crash is simulated (the worker's
 dropped; --crash host cuts the memory log at its durable head)."""
 
 _EPILOG = """\
-exit status: 0 every position recovered clean (ok), 1 some did not, 2 error.
+exit status: 0 every position recovered clean (ok), 1 some did not, 2 error. An error is one
+`error:` line on stderr; with --json it is also one JSON object {"error": ...} on stdout (as
+`exercise grade --json`). A position past the clean run's last one is refused after the clean run
+(the number of positions is known only then).
 
 examples:
   python -m kernel_lib saga sweep --store sqlite --json
@@ -52,12 +55,20 @@ examples:
 
 
 def _positions(text: str) -> list[int]:
+    """argparse type of --positions: distinct integers >= 1, comma-separated, no empty item."""
+    items = [x.strip() for x in text.split(",")]
+    if any(not x for x in items):
+        raise argparse.ArgumentTypeError(f"{text!r} has an empty item; give positions as K,K,... (e.g. 24,49)")
     try:
-        out = [int(x) for x in text.split(",") if x.strip()]
+        out = [int(x) for x in items]
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of positions") from None
-    if not out or any(k < 1 for k in out):
+    if any(k < 1 for k in out):
         raise argparse.ArgumentTypeError("positions are integers >= 1")
+    repeated = sorted({k for k in out if out.count(k) > 1})
+    if repeated:
+        raise argparse.ArgumentTypeError(f"{text!r} names position{'s' if len(repeated) > 1 else ''} "
+                                         f"{', '.join(map(str, repeated))} more than once")
     return out
 
 
@@ -80,7 +91,7 @@ def add_commands(subparsers: "argparse._SubParsersAction") -> argparse.ArgumentP
                    help="live services: deployment (T5 fails, the unwind succeeds) or compensator_panic (C4 answers "
                         "a final 409: PANIC and the ACB freeze; residue listed) (default: deployment)")
     s.add_argument("--positions", type=_positions, default=None, metavar="K,K,...",
-                   help="only these positions (default: every position)")
+                   help="only these positions, each named once (default: every position)")
     s.add_argument("--dir", type=Path, default=None, help="where the store files go (default: a temporary folder)")
     s.add_argument("--json", action="store_true", help="one JSON object")
     s.set_defaults(func=_sweep)
@@ -108,9 +119,26 @@ def _choose(args: argparse.Namespace) -> tuple[str, str]:
 
 
 def _sweep(args: argparse.Namespace) -> int:
+    from kernel_lib.errors import KernelError
+
+    try:
+        return _run_sweep(args)
+    except KernelError as exc:
+        if not args.json:
+            raise   # the main CLI prints it as one error: line, exit 2
+        print(f"error: {exc}", file=sys.stderr)
+        print(json.dumps({"error": str(exc)}))
+        return 2
+
+
+def _run_sweep(args: argparse.Namespace) -> int:
     import time
 
+    from kernel_lib.errors import ConfigError
+
     services, crash = _choose(args)
+    if args.dir is not None and not args.dir.is_dir():   # before any fleet or store starts
+        raise ConfigError(f"--dir {str(args.dir)!r} is not an existing directory")
     progress_on = not args.json and sys.stderr.isatty()
     t0 = time.monotonic()
     if services == "live":

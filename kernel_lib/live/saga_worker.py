@@ -273,6 +273,24 @@ def _prepare(fleet: Any, scenario: str) -> None:
         fleet.inject("unbind_firewall", "conflict")
 
 
+def _checked_arguments(store_kind: str, scenario: str, positions: Iterable[int] | None,
+                       workdir: str | os.PathLike | None) -> list[int] | None:
+    """:func:`sweep_live`'s arguments checked before anything starts; the positions asked for, or None."""
+    if store_kind not in ("sqlite", "segment", "etcd"):
+        raise ConfigError(f"the live sweep runs on sqlite, segment or etcd, not {store_kind!r}")
+    if scenario not in SCENARIOS:
+        raise ConfigError(f"scenario must be one of {', '.join(SCENARIOS)}, got {scenario!r}")
+    todo_given = list(positions) if positions is not None else None
+    if todo_given is not None and (not todo_given or any(isinstance(k, bool) or not isinstance(k, int) or k < 1
+                                                         for k in todo_given)):
+        raise ConfigError(f"positions are integers >= 1, got {todo_given!r:.80}")
+    if todo_given is not None and len(set(todo_given)) != len(todo_given):
+        raise ConfigError(f"positions are each named once, got {todo_given!r:.80}")
+    if workdir is not None and not Path(workdir).is_dir():
+        raise ConfigError(f"--dir {str(workdir)!r} is not an existing directory")
+    return todo_given
+
+
 def sweep_live(store_kind: str = "sqlite", *, positions: Iterable[int] | None = None, scenario: str = "deployment",
                fleet: Any = None, workdir: str | os.PathLike | None = None, progress: bool = False,
                step_timeout_s: float = 60.0, on_run: Callable[[dict[str, Any]], None] | None = None,
@@ -308,7 +326,9 @@ def sweep_live(store_kind: str = "sqlite", *, positions: Iterable[int] | None = 
         committed effect left unlisted.
 
     Raises:
-        ConfigError: a bad store kind, scenario or position (before anything starts).
+        ConfigError: a bad store kind, scenario, position or repeated position, or ``workdir`` not an
+            existing directory (before anything starts); a position past the clean run's last one
+            (after the clean run, which counts them).
         LiveProcessError / ServiceError / QuorumSetupError: the fleet, the cluster or the clean run failed.
     """
     from tqdm import tqdm
@@ -316,14 +336,7 @@ def sweep_live(store_kind: str = "sqlite", *, positions: Iterable[int] | None = 
     from kernel_lib.live.services import LiveFleet
     from kernel_lib.live.workspace import remove_tree
     from kernel_lib.sim.deployment import TAKEN_DOMAIN
-    if store_kind not in ("sqlite", "segment", "etcd"):
-        raise ConfigError(f"the live sweep runs on sqlite, segment or etcd, not {store_kind!r}")
-    if scenario not in SCENARIOS:
-        raise ConfigError(f"scenario must be one of {', '.join(SCENARIOS)}, got {scenario!r}")
-    todo_given = list(positions) if positions is not None else None
-    if todo_given is not None and (not todo_given or any(isinstance(k, bool) or not isinstance(k, int) or k < 1
-                                                         for k in todo_given)):
-        raise ConfigError(f"positions are integers >= 1, got {todo_given!r:.80}")
+    todo_given = _checked_arguments(store_kind, scenario, positions, workdir)
     t_start = time.monotonic()
     launch = launcher(fork)
     work = Path(tempfile.mkdtemp(prefix="kl-saga-live-", dir=workdir))

@@ -129,6 +129,7 @@ def sweep_twins(*, crash: str = "process", positions: Iterable[int] | None = Non
     directory of its own; ``reopen=True`` after the crash: opened again from its files, as a new
     process would). Returns
     ``{positions, runs, compensators_repeated, effects_left_unlisted, forward_repeated, ok}``.
+    Raises :class:`ConfigError` for a position past the clean run's last one.
     """
     if crash not in ("process", "host"):
         raise ConfigError(f"crash must be 'process' or 'host', got {crash!r}")
@@ -141,6 +142,9 @@ def sweep_twins(*, crash: str = "process", positions: Iterable[int] | None = Non
                            on_position=lambda name, ev: names.append(name)))
     total = len(names)
     todo = list(positions) if positions is not None else list(range(1, total + 1))
+    bad = [k for k in todo if k > total]
+    if bad:   # as the live sweep: the clean run is what counts the positions
+        raise ConfigError(f"positions {bad} are past the clean run's last position {total}")
     rows = []
     for i, k in enumerate(todo):
         run = _fresh(k, open_store)

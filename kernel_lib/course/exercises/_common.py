@@ -290,17 +290,44 @@ def _hint(expected: Any, given: Any) -> str:
     return ""
 
 
+def _is_number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def is_money(name: str) -> bool:
+    """A quantity priced in dollars: ``usd`` is one of its name's words (``token_cost_usd``,
+    ``policy_usd_per_trajectory``)."""
+    return "usd" in name.split("_")
+
+
+def is_share(name: str) -> bool:
+    """A quantity that is a fraction of a whole (``log_share_of_total``, ``current_pause_share``,
+    ``fleet_saving_fraction``); not one with a unit after it (``optimal_restore_share_s``)."""
+    return name.endswith(("_share", "_fraction")) or "_share_of_" in name or "_fraction_of_" in name
+
+
 def _fmt(v: Any, name: str = "") -> str:
     """An answer or expected value as the report shows it: a quantity named in dollars
-    (``*_usd``) as money (``$0.07395``, ``-$1.5``), other floats with six significant digits,
+    (:func:`is_money`) as money (``$0.07395``, ``-$1.5``), other floats with six significant digits,
     never in exponent form below 1e-4 of a dollar."""
-    if name.endswith("_usd") and isinstance(v, (int, float)) and not isinstance(v, bool):
+    if is_money(name) and _is_number(v):
         x = float(v)
         text = f"{abs(x):.6g}" if abs(x) >= 1e-4 or x == 0 else f"{abs(x):.10f}".rstrip("0")
         return ("-$" if x < 0 else "$") + text
     if isinstance(v, float):
         return f"{v:.6g}"
     return json.dumps(v) if not isinstance(v, str) else v
+
+
+def display_value(v: Any, name: str = "") -> str:
+    """A computed quantity as ``exercise solve`` prints it for a reader: money as the grading report
+    shows it (:func:`_fmt`), a share (:func:`is_share`) as a percentage with six significant digits
+    (``0.305077%``), a mapping as ``name value`` pairs, everything else as :func:`_fmt`."""
+    if is_share(name) and _is_number(v):
+        return f"{float(v) * 100:.6g}%"
+    if isinstance(v, Mapping):
+        return ", ".join(f"{k} {display_value(x, str(k))}" for k, x in v.items())
+    return _fmt(v, name)
 
 
 def jsonable(x: Any) -> Any:
