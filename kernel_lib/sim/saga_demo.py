@@ -37,7 +37,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -56,9 +56,10 @@ from kernel_lib.sim.deployment import DEPLOYMENT_STEPS, TAKEN_DOMAIN, deployment
 from kernel_lib.sim.saga_sweep import account
 from kernel_lib.sim.services import ACTIONS, FAULT_KINDS
 
-__all__ = ["DEMO_RETRY", "GRANT_ID", "LEASE_REFUSED", "DemoCrash", "IncidentChannel", "SagaDemo", "attempt_prepare",
-           "deployment_arguments", "undo_by_hand", "resource_rows", "invariant_rows", "invariant_delta", "count_rows",
-           "count_delta", "state_rows", "saga_effects"]
+__all__ = ["DEMO_RETRY", "GRANT_ID", "LEASE_REFUSED", "VERDICT_LABELS", "DemoCrash", "IncidentChannel", "SagaDemo",
+           "attempt_prepare", "deployment_arguments", "undo_by_hand", "resource_rows", "invariant_rows",
+           "invariant_delta", "count_rows", "count_delta", "state_rows", "saga_effects", "verdict_rows",
+           "answer_text", "incident_rows"]
 
 GRANT_ID = "grant-deploy"
 #: Backoff for the demo: short real waits (the live fleet sleeps for real), four attempts.
@@ -196,6 +197,64 @@ def count_delta(before: dict[str, dict[str, dict[str, int]]],
         if any(d.values()):
             rows.append({"service": r["service"], "action": r["action"], **d})
     return rows
+
+
+#: What each count of the services' verdict (:meth:`SagaDemo.judge`) means, in a reader's words.
+VERDICT_LABELS = {
+    "effects_committed": "forward effects the services applied",
+    "compensations_applied": "compensations the services applied",
+    "compensators_repeated": "compensations applied more than once",
+    "forward_repeated": "forward effects applied more than once",
+    "effects_left_unlisted": "resources still live and listed nowhere (not in a PANIC record)",
+}
+
+
+def verdict_rows(verdict: dict[str, Any], keys: Iterable[str] | None = None) -> list[dict[str, Any]]:
+    """The services' verdict on a saga as ``{"the services' records show", "count"}`` rows, one per
+    count in ``keys`` (default: every count of :data:`VERDICT_LABELS`, in that order)."""
+    return [{"the services' records show": VERDICT_LABELS[k], "count": verdict[k]}
+            for k in (keys if keys is not None else VERDICT_LABELS)]
+
+
+def answer_text(answer: dict[str, Any]) -> str:
+    """A service's answer as a sentence: ``401 failed: lease_revoked (capability lease refused: revoked)``."""
+    head = " ".join(str(answer[k]) for k in ("http_status", "status") if answer.get(k) is not None)
+    why = answer.get("reason") or ""
+    err = answer.get("error") or ""
+    tail = f"{why} ({err})" if why and err else (why or err)
+    return f"{head}: {tail}" if tail else head
+
+
+def _resource_text(r: dict[str, Any], saga_id: str) -> str:
+    made_by = step_label(str(r.get("operation_id", "")), saga_id)
+    return f"{r.get('resource_id')} ({r.get('kind')}, {r.get('state')}, made by {made_by})"
+
+
+def incident_rows(incident: dict[str, Any], saga_id: str,
+                  fields: Iterable[str] | None = None) -> list[dict[str, Any]]:
+    """An incident record as ``{field, value}`` rows of readable text (``fields``: these, in this
+    order; default every field): the error as its message, its reason and whether a retry could
+    help; each residue resource with its kind, state and the step that made it; the incomplete
+    operations as the saga's step labels (T2, C3); other lists joined with commas."""
+    err = incident.get("error")
+    if isinstance(err, dict):
+        err_text = (f"{err.get('error')} (reason {err.get('reason')}, "
+                    f"{'retryable' if err.get('retryable') else 'final: no retry can change it'})")
+    else:
+        err_text = str(err or "")
+    out = []
+    for field in (fields if fields is not None else incident):
+        value = incident.get(field)
+        if field == "error":
+            value = err_text
+        elif field == "residue":
+            value = "; ".join(_resource_text(r, saga_id) for r in value or []) or "none"
+        elif field == "incomplete_steps":
+            value = ", ".join(step_label(str(o), saga_id) for o in value or []) or "none"
+        elif isinstance(value, (list, tuple)):
+            value = ", ".join(str(v) for v in value) or "none"
+        out.append({"field": field, "value": value if isinstance(value, (str, int)) else str(value)})
+    return out
 
 
 def saga_effects(audits: dict[str, list[dict[str, Any]]], saga_id: str) -> dict[str, int]:
