@@ -295,3 +295,38 @@ def test_the_count_header_says_only_lease_refusals_are_counted_there(stepper):
     assert all(set(r) == {"service", "action", "received", "applied", LEASE_REFUSED} for r in w.counts)
     js = (Path(__file__).resolve().parents[1] / "widgets" / "static" / "saga_stepper.js").read_text()
     assert f'const LEASE_REFUSED = "{LEASE_REFUSED}";' in js         # the widget's header is the kernel's key
+
+
+# --- the notebook's readable forms (no raw dict or list reprs) ---------------------------------------
+
+
+def test_contracts_incident_verdict_and_answers_read_as_text():
+    from kernel_lib.recovery.views import contract_rows
+    from kernel_lib.sim.deployment import deployment_registry
+    from kernel_lib.sim.saga_demo import answer_text, incident_rows, verdict_rows
+
+    rows = {r["tool"]: r for r in contract_rows(deployment_registry().schemas())}
+    assert rows["provision_sandbox"]["compensator (bound from the step)"] == \
+        "teardown_sandbox(sandbox_id ← output.sandbox_id)"
+    assert rows["teardown_sandbox"]["compensator (bound from the step)"] == "—, it is one"
+    assert rows["send_email"]["compensator (bound from the step)"] == "∅ (pivot)"
+    assert rows["provision_sandbox"]["tier"] == "II (compensable)"
+
+    fleet = TwinFleet()
+    demo = SagaDemo(fleet, saga_id="p")
+    demo.inject("conflict", 2, target="compensator")
+    while demo.step()["state"] == "COMMITTED":
+        pass
+    incident = demo.unwind()["incident"]
+    table = {r["field"]: r["value"] for r in incident_rows(incident, "p", ("error", "residue", "incomplete_steps",
+                                                                           "revoked_leases", "log_offset"))}
+    assert list(table) == ["error", "residue", "incomplete_steps", "revoked_leases", "log_offset"]
+    assert table["error"] == "conflict (injected) (reason conflict, final: no retry can change it)"
+    assert table["residue"] == "sandbox-0001 (sandbox, active, made by T1); ip-0001 (ip, active, made by T2)"
+    assert table["incomplete_steps"] == "T2, T5"
+    assert not any(ch in str(v) for v in table.values() for ch in "{}[]'")
+    assert answer_text(demo.probe_lease()) == "401 failed: lease_revoked (capability lease refused: revoked)"
+    verdict = verdict_rows(demo.judge())
+    assert [r["count"] for r in verdict] == [4, 2, 0, 0, 0]
+    assert verdict[-1]["the services' records show"].startswith("resources still live and listed nowhere")
+    demo.close()
