@@ -1,12 +1,15 @@
 """Notebook FR.1 in JupyterLab the way a student meets it: Run All Cells, then drive the saga stepper.
 
 Fault model: a fault queued on a compensator from the widget's controls, the runner abandoned in the
-middle of the unwind by the "crash during unwind" button, a refused value typed into the k box.
+middle of the unwind by the "crash during unwind" button, a refused value typed into the k box, a
+fault asked for on a step that already ran.
 Invariant: after Run All the stepper is ready (no error output, no stale message); each click's
-result is what the kernel computed (Σ folded from the log, the services' resources and counts);
-a refused value shows the widget's own message and the next valid click clears it. Goal: Run All,
-then step, crash, recover and unwind with nothing to work around. Screenshots go to the test's
-tmp folder (and to ``DAL_SCREENSHOT_DIR`` when set).
+result is what the kernel computed (Σ folded from the log, the services' resources and counts, Φ's
+change since the saga began); a refused value shows the widget's own message and the next valid
+click clears it; at a 1400 px window with the file browser open every table fits its column (no
+sideways scrolling hides Σ's state or L_fwd's compensator). Goal: Run All, then step, crash,
+recover and unwind with nothing to work around. Screenshots go to the test's tmp folder (and to
+``DAL_SCREENSHOT_DIR`` when set).
 """
 
 from __future__ import annotations
@@ -44,6 +47,11 @@ def _shot(page, tmp_path: Path, name: str) -> Path:
     return path
 
 
+# every column of the stepper whose content is wider than its box (it would scroll sideways)
+_OVERFLOWING = """(el) => Array.from(el.querySelectorAll('.dal-col')).filter(
+  c => c.scrollWidth > c.clientWidth + 1).map(c => [c.scrollWidth, c.clientWidth])"""
+
+
 def test_run_all_then_drive_the_saga_stepper(lab, browser, tmp_path):
     page = browser.new_page(viewport={"width": 1400, "height": 1000})
     try:
@@ -52,6 +60,9 @@ def test_run_all_then_drive_the_saga_stepper(lab, browser, tmp_path):
                                f" return !!w && !!w.context && w.context.path.endsWith('{NOTEBOOK}'); }}",
                                timeout=120_000)
         page.wait_for_function(_KERNEL_IDLE, timeout=120_000)
+        # the layout a student has: the file browser open beside the notebook
+        page.evaluate("() => window.jupyterapp.shell.activateById('filebrowser')")
+        assert page.evaluate("() => !window.jupyterapp.shell.leftCollapsed")
         page.evaluate("async () => { await window.jupyterapp.commands.execute('notebook:run-all-cells'); }")
         widget = page.locator(".dal-saga-stepper").first
         widget.wait_for(state="visible", timeout=300_000)
@@ -81,6 +92,18 @@ def test_run_all_then_drive_the_saga_stepper(lab, browser, tmp_path):
         assert "T5 publish_dns FAILED" in summary.inner_text()
         assert widget.locator("table.dal-stack tr").count() == 1 + 4          # header + C4..C1
         assert widget.locator("table.dal-resources td", has_text="active").count() == 4
+        assert widget.locator("table.dal-invariants tr").count() == 1 + 4     # Φ moved: four live kinds
+        widget.scroll_into_view_if_needed()
+        _shot(page, tmp_path, "saga_stepper_after_t5")
+        assert widget.evaluate(_OVERFLOWING) == []                            # the tables fit their columns
+        assert widget.locator("table.dal-stack th", has_text="state").is_visible()
+
+        # T5 ran (and failed): a fault on it is refused, naming the first step that has not run
+        widget.locator("select.dal-target").select_option("forward")
+        box.fill("5")
+        _click_and_wait(page, widget, "inject")
+        assert "T5 (publish_dns) already ran" in error.inner_text(), error.inner_text()
+        assert "the first step that has not run is C4 (unbind_firewall)" in error.inner_text()
 
         widget.locator("input.dal-number[data-name=crash_after]").fill("2")
         _click_and_wait(page, widget, "crash_unwind")
@@ -99,6 +122,11 @@ def test_run_all_then_drive_the_saga_stepper(lab, browser, tmp_path):
         assert widget.locator("table.dal-resources td", has_text="active").count() == 0
         rows = widget.locator("table.dal-counts tr", has_text="clean_build")
         assert rows.count() == 1 and rows.first.locator("td").nth(2).inner_text() == "1"   # received once
+        assert widget.locator("table.dal-counts th", has_text="lease refused (401)").count() == 1
+        # Φ is back where it was when the saga began: no row, the baseline line instead
+        assert not widget.locator("table.dal-invariants").is_visible()
+        assert widget.locator(".dal-baseline").is_visible()
+        assert widget.evaluate(_OVERFLOWING) == []
         _shot(page, tmp_path, "saga_stepper_unwound")
         assert page.evaluate(_ERROR_OUTPUTS) == []
     finally:

@@ -9,11 +9,15 @@ Goal: a student can drive every path of the saga by hand without a traceback.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from kernel_lib.recovery.saga import fold_saga
 from kernel_lib.sim.deployment import DEPLOYMENT_STEPS
-from kernel_lib.sim.saga_demo import SagaDemo, attempt_prepare, count_delta, undo_by_hand
+from kernel_lib.sim.saga_demo import (
+    LEASE_REFUSED, SagaDemo, attempt_prepare, count_delta, count_rows, invariant_delta, undo_by_hand,
+)
 from kernel_lib.sim.services import FAULT_KINDS, TwinFleet
 from widgets.saga_stepper import SagaStepper
 
@@ -54,7 +58,7 @@ def test_each_step_shows_the_folded_sigma_and_the_services_state(stepper):
     click(w, "unwind")
     assert w.summary == "unwind ended ABORT_CONSISTENT" and w.stack == []
     assert all(r["state"] == "released" for r in w.resources)
-    assert not [r for r in w.invariants if r["value"]]                 # Φ back at zero
+    assert w.invariants == []                                          # Φ back where it was
     for release in ("unbind_firewall", "clean_build", "release_ip", "teardown_sandbox"):
         assert applied(fleet, release) == 1
 
@@ -111,7 +115,7 @@ def test_every_fault_kind_at_a_forward_step_ends_in_a_consistent_state(tmp_path,
     assert w.error == "" and w.summary == "unwind ended ABORT_CONSISTENT", (kind, w.summary, w.error)
     verdict = demo.judge()
     assert verdict["compensators_repeated"] == verdict["effects_left_unlisted"] == verdict["forward_repeated"] == 0
-    assert not [r for r in w.invariants if r["value"]]
+    assert w.invariants == []
     demo.close()
 
 
@@ -130,6 +134,7 @@ def test_invalid_values_get_the_widgets_message_and_a_stale_one_clears(stepper):
     assert w.error == "" and "T1" in w.summary
     click(w, "inject", kind="conflict", step=1, target="forward")
     assert "T1 (provision_sandbox) already ran" in w.error and w.summary == ""
+    assert "the first step that has not run is T2 (reserve_ip)" in w.error
     click(w, "crash_unwind", after=4)
     assert "Σ holds 1 compensator" in w.error
     click(w, "inject", target="sideways")
@@ -160,3 +165,168 @@ def test_the_prepare_attempt_is_a_normal_call_and_a_saga_id_is_one_per_fleet():
     demo.step()
     with pytest.raises(Exception, match="already used"):
         SagaDemo(fleet, saga_id="x")
+
+
+# --- Φ is this saga's: its change since the saga began -----------------------------------------------
+
+
+def test_phi_shows_this_sagas_change_not_another_sagas_leftovers(tmp_path):
+    """A frozen saga leaves a live sandbox and IP on the fleet; a second stepper on the same fleet
+    shows Φ's change since its own saga began: up while its steps hold resources, none after its
+    clean unwind, although the fleet's Φ is not zero."""
+    fleet = TwinFleet()
+    frozen = SagaDemo(fleet, saga_id="d")
+    frozen.inject("conflict", 2, target="compensator")
+    while frozen.step()["state"] == "COMMITTED":
+        pass
+    assert frozen.unwind()["state"] == "PANIC"
+    leftovers = invariant_delta({}, fleet.invariants())
+    assert {(r["service"], r["invariant"], r["now"]) for r in leftovers} == {
+        ("sandbox", "live_sandbox_count", 1), ("egress_ip", "live_ip_count", 1)}
+
+    w = SagaStepper(SagaDemo(fleet, saga_id="s"))
+    assert w.invariants == []                                 # nothing changed yet
+    click(w, "step")
+    click(w, "step")
+    assert {(r["service"], r["invariant"], r["before"], r["now"], r["change"]) for r in w.invariants} == {
+        ("sandbox", "live_sandbox_count", 1, 2, 1), ("egress_ip", "live_ip_count", 1, 2, 1)}
+    while "COMMITTED" in w.summary:
+        click(w, "step")
+    click(w, "unwind")
+    assert w.summary == "unwind ended ABORT_CONSISTENT"
+    assert w.invariants == []                                 # back to baseline: the stepper's own saga
+    # the frozen saga's sandbox and IP are still live on the fleet
+    assert sum(v for phi in fleet.invariants().values() for v in phi.values()) == 2
+    frozen.close()
+    w.demo.close()
+
+
+def test_invariant_delta_lists_only_what_changed():
+    before = {"a": {"x": 1, "y": 0, "tag": "p"}}
+    after = {"a": {"x": 1, "y": 2, "tag": "q"}, "b": {"z": 3}}
+    assert invariant_delta(before, after) == [
+        {"service": "a", "invariant": "y", "before": 0, "now": 2, "change": 2},
+        {"service": "a", "invariant": "tag", "before": "p", "now": "q", "change": "changed"},
+        {"service": "b", "invariant": "z", "before": 0, "now": 3, "change": 3}]
+    assert invariant_delta(after, after) == []
+
+
+# --- a fault on a step that already ran (or never will) is refused, naming the first that has not ---
+
+
+def _queued(fleet: TwinFleet) -> dict[str, list]:
+    return {f"{s}.{a}": list(q) for s in fleet.services for a, q in fleet.twins[s].logic.state["faults"].items() if q}
+
+
+def _refused(w: SagaStepper, fleet: TwinFleet, **fields) -> str:
+    """Click inject; it must be refused with a message, and no fault may be queued at any service."""
+    before = _queued(fleet)
+    click(w, "inject", **fields)
+    assert w.error and w.summary == "", (fields, w.error, w.summary)
+    assert _queued(fleet) == before, "a refused fault was queued anyway"
+    return w.error
+
+
+def test_a_fault_on_a_step_that_already_ran_is_refused_naming_the_first_that_has_not(stepper):
+    w, fleet = stepper, stepper.demo.fleet
+    for _ in DEPLOYMENT_STEPS:
+        click(w, "step")
+    assert "T5 publish_dns FAILED" in w.summary
+    # T5 was sent and answered 409: a fault on it would never be seen (it used to be queued silently)
+    err = _refused(w, fleet, kind="conflict", step=5, target="forward")
+    assert "T5 (publish_dns) already ran" in err and "the first step that has not run is C4 (unbind_firewall)" in err
+    err = _refused(w, fleet, kind="conflict", step=1, target="forward")
+    assert "T1 (provision_sandbox) already ran" in err and "C4 (unbind_firewall)" in err
+    assert "T5 or later" not in err
+    # the unwind runs C4, C3, ...: after a crash right after C3 was sent, C4 and C3 have run, C2 has not
+    click(w, "crash_unwind", after=2)
+    assert w.crashed
+    for k, tool in ((4, "unbind_firewall"), (3, "clean_build")):
+        err = _refused(w, fleet, kind="server_error", step=k, target="compensator")
+        assert f"C{k} ({tool}) already ran" in err and "the first step that has not run is C2 (release_ip)" in err
+    click(w, "inject", kind="server_error", step=2, target="compensator")      # C2 has not run: queued
+    assert w.error == "" and "queued server_error on C2 (release_ip)" in w.summary
+    click(w, "recover")
+    click(w, "unwind")
+    assert w.summary == "unwind ended ABORT_CONSISTENT", w.summary
+    err = _refused(w, fleet, kind="conflict", step=1, target="compensator")
+    assert "C1 (teardown_sandbox) already ran" in err and "nothing is left to run" in err
+    assert w.demo.judge()["compensators_repeated"] == 0
+
+
+def test_a_forward_fault_after_the_saga_stopped_going_forward_is_refused(stepper):
+    w, fleet = stepper, stepper.demo.fleet
+    click(w, "inject", kind="conflict", step=3)               # T3 will fail with a final 409
+    assert w.error == ""
+    for _ in range(3):
+        click(w, "step")
+    assert "T3 compile_binary FAILED" in w.summary
+    err = _refused(w, fleet, kind="conflict", step=4)
+    assert "T4 (bind_firewall) will never run (no forward step runs after T3 FAILED)" in err
+    assert "the first step that has not run is C2 (release_ip)" in err
+    err = _refused(w, fleet, kind="conflict", step=4, target="compensator")
+    assert "C4 (unbind_firewall) will never run" in err
+    click(w, "inject", kind="server_error", step=1, target="compensator")      # still ahead: accepted
+    assert w.error == ""
+    assert w.demo.first_not_run() == "C2 (release_ip)"
+
+
+def test_a_fault_ahead_of_the_saga_is_accepted_and_first_not_run_follows_the_log(stepper):
+    w = stepper
+    assert w.demo.first_not_run() == "T1 (provision_sandbox)"
+    click(w, "step")
+    click(w, "inject", kind="server_error", step=2)
+    assert w.error == "" and "queued server_error on T2 (reserve_ip)" in w.summary
+    click(w, "inject", kind="server_error", step=1, target="compensator")
+    assert w.error == ""
+    assert w.demo.first_not_run() == "T2 (reserve_ip)"
+
+
+# --- what "refused" counts ----------------------------------------------------------------------------
+
+
+def test_the_count_header_says_only_lease_refusals_are_counted_there(stepper):
+    w, fleet = stepper, stepper.demo.fleet
+    for _ in DEPLOYMENT_STEPS:
+        click(w, "step")
+    dns = next(r for r in count_rows(fleet.counts()) if r["action"] == "publish_dns")
+    assert (dns["received"], dns["applied"], dns[LEASE_REFUSED]) == (1, 0, 0)    # a 409: not a lease refusal
+    assert "refused" not in dns and LEASE_REFUSED == "lease refused (401)"
+    assert all(set(r) == {"service", "action", "received", "applied", LEASE_REFUSED} for r in w.counts)
+    js = (Path(__file__).resolve().parents[1] / "widgets" / "static" / "saga_stepper.js").read_text()
+    assert f'const LEASE_REFUSED = "{LEASE_REFUSED}";' in js         # the widget's header is the kernel's key
+
+
+# --- the notebook's readable forms (no raw dict or list reprs) ---------------------------------------
+
+
+def test_contracts_incident_verdict_and_answers_read_as_text():
+    from kernel_lib.recovery.views import contract_rows
+    from kernel_lib.sim.deployment import deployment_registry
+    from kernel_lib.sim.saga_demo import answer_text, incident_rows, verdict_rows
+
+    rows = {r["tool"]: r for r in contract_rows(deployment_registry().schemas())}
+    assert rows["provision_sandbox"]["compensator (bound from the step)"] == \
+        "teardown_sandbox(sandbox_id ← output.sandbox_id)"
+    assert rows["teardown_sandbox"]["compensator (bound from the step)"] == "—, it is one"
+    assert rows["send_email"]["compensator (bound from the step)"] == "∅ (pivot)"
+    assert rows["provision_sandbox"]["tier"] == "II (compensable)"
+
+    fleet = TwinFleet()
+    demo = SagaDemo(fleet, saga_id="p")
+    demo.inject("conflict", 2, target="compensator")
+    while demo.step()["state"] == "COMMITTED":
+        pass
+    incident = demo.unwind()["incident"]
+    table = {r["field"]: r["value"] for r in incident_rows(incident, "p", ("error", "residue", "incomplete_steps",
+                                                                           "revoked_leases", "log_offset"))}
+    assert list(table) == ["error", "residue", "incomplete_steps", "revoked_leases", "log_offset"]
+    assert table["error"] == "conflict (injected) (reason conflict, final: no retry can change it)"
+    assert table["residue"] == "sandbox-0001 (sandbox, active, made by T1); ip-0001 (ip, active, made by T2)"
+    assert table["incomplete_steps"] == "T2, T5"
+    assert not any(ch in str(v) for v in table.values() for ch in "{}[]'")
+    assert answer_text(demo.probe_lease()) == "401 failed: lease_revoked (capability lease refused: revoked)"
+    verdict = verdict_rows(demo.judge())
+    assert [r["count"] for r in verdict] == [4, 2, 0, 0, 0]
+    assert verdict[-1]["the services' records show"].startswith("resources still live and listed nowhere")
+    demo.close()

@@ -6,9 +6,13 @@ and "Terminal escalation". An anywidget (JupyterLab, VS Code, marimo) over a
 writes ``command = {"action", "kind"?, "step"?, "target"?, "after"?, "n"}`` (the protocol of
 :class:`widgets._base.CommandWidget`), the Python side calls the demo, and then publishes what the
 kernel computes: ``forward`` (L_fwd) and ``stack`` (Σ, top first), both folded from the stored
-log by :mod:`kernel_lib.recovery.views`; ``resources``, ``counts`` and ``invariants`` (Φ), read
-from the services through the fleet facade; ``in_doubt``, ``saga_state``, ``frozen``, ``summary``
-(one line on what the last action did) and ``error``.
+log by :mod:`kernel_lib.recovery.views`; ``resources`` (this saga's), ``counts`` and
+``invariants``, read from the services through the fleet facade. ``counts`` and ``invariants``
+are changes since this stepper's saga began (:func:`~kernel_lib.sim.saga_demo.count_delta`,
+:func:`~kernel_lib.sim.saga_demo.invariant_delta`: only the invariants of Φ that moved), so
+another saga's leftovers on the same fleet do not show and a clean unwind shows no change. Then
+``in_doubt``, ``saga_state``, ``frozen``, ``summary`` (one line on what the last action did) and
+``error``.
 
 Actions: ``step`` (the next forward step), ``inject`` (queue fault ``fault_kind``, one of
 :data:`kernel_lib.sim.services.FAULT_KINDS`, on T_k or C_k: ``fault_step``, ``fault_target``),
@@ -16,10 +20,11 @@ Actions: ``step`` (the next forward step), ``inject`` (queue fault ``fault_kind`
 ``recover`` (a new runner over the same log), ``unwind``, ``refresh``.
 
 Bad input never raises into the notebook. A value the demo refuses (a fault on a step that
-already ran, a crash after more compensators than Σ holds, a step after a failure) becomes the
-demo's reason in ``error``. So does a value of the wrong kind set on a control trait, from code or
-from the browser (``stepper.fault_step = 9``, ``stepper.fault_kind = "meteor"``): the trait keeps
-its previous value. The next action that succeeds clears the message.
+already ran or never will, named with the first step that has not run; a crash after more
+compensators than Σ holds; a step after a failure) becomes the demo's reason in ``error``. So
+does a value of the wrong kind set on a control trait, from code or from the browser
+(``stepper.fault_step = 9``, ``stepper.fault_kind = "meteor"``): the trait keeps its previous
+value. The next action that succeeds clears the message.
 """
 
 from __future__ import annotations
@@ -75,7 +80,7 @@ def summarize(result: dict[str, Any]) -> str:
 
 
 class SagaStepper(CommandWidget, static="saga_stepper"):
-    """Buttons for the saga's actions; L_fwd and Σ beside the services' resources, counts and Φ.
+    """Buttons for the saga's actions; L_fwd and Σ beside the services' resources, counts and Φ's change.
 
     Args:
         demo: the :class:`SagaDemo` to drive (the caller closes it).

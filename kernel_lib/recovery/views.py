@@ -15,13 +15,36 @@ from typing import Any
 from kernel_lib.core.events import Event, SagaChanged, SagaStepChanged, ToolIntent, ToolResult, TrajectoryFrozen
 from kernel_lib.recovery.saga import SagaRecord
 
-__all__ = ["call_text", "forward_rows", "stack_rows", "timeline_rows", "step_label"]
+__all__ = ["call_text", "binding_text", "contract_rows", "forward_rows", "stack_rows", "timeline_rows", "step_label"]
 
 
 def call_text(tool: str, arguments: Mapping[str, Any] | None) -> str:
     """``tool(k=v, ...)``: one call as a reader writes it (keys sorted, values as JSON-ish text)."""
     args = ", ".join(f"{k}={_value(v)}" for k, v in sorted((arguments or {}).items()))
     return f"{tool}({args})"
+
+
+def binding_text(compensator: Mapping[str, Any] | None) -> str:
+    """A declared compensator with how its arguments bind from the step:
+    ``teardown_sandbox(sandbox_id ← output.sandbox_id)``; ``""`` for None."""
+    if not compensator:
+        return ""
+    bind = compensator.get("bind") or {}
+    return f"{compensator['tool']}(" + ", ".join(f"{k} ← {v}" for k, v in bind.items()) + ")"
+
+
+def contract_rows(schemas: Iterable[Mapping[str, Any]], *, tier_names: bool = True) -> list[dict[str, Any]]:
+    """The tools' declared contracts (table 5), one row per registered tool, from a registry's
+    ``schemas()``: ``tool``, ``tier`` (``II (compensable)``; the bare tier with ``tier_names=False``),
+    ``repeat contract``, ``status lookup``, ``compensator (bound from the step)`` (:func:`binding_text`;
+    ``—, it is one`` for a compensator, ``∅ (pivot)`` for a tool without one)."""
+    rows = []
+    for s in schemas:
+        tier = f'{s["tier"]} ({s["tier_name"]})' if tier_names and s.get("tier_name") else s["tier"]
+        comp = binding_text(s.get("compensator")) or ("—, it is one" if s.get("is_compensator") else "∅ (pivot)")
+        rows.append({"tool": s["name"], "tier": tier, "repeat contract": s["repeat_contract"],
+                     "status lookup": s["status_lookup"], "compensator (bound from the step)": comp})
+    return rows
 
 
 def _value(v: Any) -> str:

@@ -37,7 +37,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -50,15 +50,16 @@ from kernel_lib.errors import (
 from kernel_lib.gate.dispatch import AdmissionPolicy, DispatchGate
 from kernel_lib.log import FailureDomain, MemoryStore, TrajectoryLog, open_store
 from kernel_lib.recovery.runner import RetryPolicy, SagaRunner
-from kernel_lib.recovery.saga import SagaRecord, fold_saga, step_operation_id
+from kernel_lib.recovery.saga import SagaRecord, compensation_operation_id, fold_saga, step_operation_id
 from kernel_lib.recovery.views import forward_rows, stack_rows, step_label
 from kernel_lib.sim.deployment import DEPLOYMENT_STEPS, TAKEN_DOMAIN, deployment_registry
 from kernel_lib.sim.saga_sweep import account
 from kernel_lib.sim.services import ACTIONS, FAULT_KINDS
 
-__all__ = ["DEMO_RETRY", "GRANT_ID", "DemoCrash", "IncidentChannel", "SagaDemo", "attempt_prepare",
-           "deployment_arguments", "undo_by_hand", "resource_rows", "invariant_rows", "count_rows", "count_delta",
-           "state_rows", "saga_effects"]
+__all__ = ["DEMO_RETRY", "GRANT_ID", "LEASE_REFUSED", "VERDICT_LABELS", "DemoCrash", "IncidentChannel", "SagaDemo",
+           "attempt_prepare", "deployment_arguments", "undo_by_hand", "resource_rows", "invariant_rows",
+           "invariant_delta", "count_rows", "count_delta", "state_rows", "saga_effects", "verdict_rows",
+           "answer_text", "incident_rows"]
 
 GRANT_ID = "grant-deploy"
 #: Backoff for the demo: short real waits (the live fleet sleeps for real), four attempts.
@@ -134,15 +135,41 @@ def invariant_rows(invariants: dict[str, dict[str, Any]]) -> list[dict[str, Any]
     return [{"service": s, "invariant": k, "value": v} for s, phi in invariants.items() for k, v in phi.items()]
 
 
+def invariant_delta(before: dict[str, dict[str, Any]], after: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """Φ's change between two ``fleet.invariants()`` readings, one row per invariant that changed:
+    ``service``, ``invariant``, ``before``, ``now``, ``change`` (``now - before`` for numbers, else
+    ``"changed"``). An empty list means Φ is where it was at the first reading (back to baseline)."""
+    rows = []
+    for s, phi in after.items():
+        old = before.get(s, {})
+        for k, v in phi.items():
+            b = old.get(k, 0)
+            if v == b:
+                continue
+            numeric = all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in (v, b))
+            rows.append({"service": s, "invariant": k, "before": b, "now": v,
+                         "change": v - b if numeric else "changed"})
+    return rows
+
+
+#: The header of the count the services keep of requests they turned away at the lease check (401:
+#: a revoked, expired or unknown capability lease) before looking at them. Only those: a request
+#: answered with an error of the service's own (the 409 of a taken name, an injected 409 or 503) is
+#: received and not applied, and not counted here.
+LEASE_REFUSED = "lease refused (401)"
+
+
 def count_rows(counts: dict[str, dict[str, dict[str, int]]]) -> list[dict[str, Any]]:
     """The services' own request counts, one row per action that received anything:
-    ``service``, ``action``, ``received``, ``applied``, ``refused``."""
+    ``service``, ``action``, ``received`` (every request that reached the service), ``applied``
+    (its effect was carried out), and :data:`LEASE_REFUSED` (turned away at the lease check, 401;
+    a request refused for any other reason shows as received and not applied)."""
     rows = []
     for service, c in counts.items():
         actions = sorted(set(c.get("received", {})) | set(c.get("applied", {})) | set(c.get("refused", {})))
         for a in actions:
             rows.append({"service": service, "action": a, "received": c.get("received", {}).get(a, 0),
-                         "applied": c.get("applied", {}).get(a, 0), "refused": c.get("refused", {}).get(a, 0)})
+                         "applied": c.get("applied", {}).get(a, 0), LEASE_REFUSED: c.get("refused", {}).get(a, 0)})
     return rows
 
 
@@ -166,10 +193,68 @@ def count_delta(before: dict[str, dict[str, dict[str, int]]],
     rows = []
     for r in count_rows(after):
         o = old.get((r["service"], r["action"]), {})
-        d = {k: r[k] - o.get(k, 0) for k in ("received", "applied", "refused")}
+        d = {k: r[k] - o.get(k, 0) for k in ("received", "applied", LEASE_REFUSED)}
         if any(d.values()):
             rows.append({"service": r["service"], "action": r["action"], **d})
     return rows
+
+
+#: What each count of the services' verdict (:meth:`SagaDemo.judge`) means, in a reader's words.
+VERDICT_LABELS = {
+    "effects_committed": "forward effects the services applied",
+    "compensations_applied": "compensations the services applied",
+    "compensators_repeated": "compensations applied more than once",
+    "forward_repeated": "forward effects applied more than once",
+    "effects_left_unlisted": "resources still live and listed nowhere (not in a PANIC record)",
+}
+
+
+def verdict_rows(verdict: dict[str, Any], keys: Iterable[str] | None = None) -> list[dict[str, Any]]:
+    """The services' verdict on a saga as ``{"the services' records show", "count"}`` rows, one per
+    count in ``keys`` (default: every count of :data:`VERDICT_LABELS`, in that order)."""
+    return [{"the services' records show": VERDICT_LABELS[k], "count": verdict[k]}
+            for k in (keys if keys is not None else VERDICT_LABELS)]
+
+
+def answer_text(answer: dict[str, Any]) -> str:
+    """A service's answer as a sentence: ``401 failed: lease_revoked (capability lease refused: revoked)``."""
+    head = " ".join(str(answer[k]) for k in ("http_status", "status") if answer.get(k) is not None)
+    why = answer.get("reason") or ""
+    err = answer.get("error") or ""
+    tail = f"{why} ({err})" if why and err else (why or err)
+    return f"{head}: {tail}" if tail else head
+
+
+def _resource_text(r: dict[str, Any], saga_id: str) -> str:
+    made_by = step_label(str(r.get("operation_id", "")), saga_id)
+    return f"{r.get('resource_id')} ({r.get('kind')}, {r.get('state')}, made by {made_by})"
+
+
+def incident_rows(incident: dict[str, Any], saga_id: str,
+                  fields: Iterable[str] | None = None) -> list[dict[str, Any]]:
+    """An incident record as ``{field, value}`` rows of readable text (``fields``: these, in this
+    order; default every field): the error as its message, its reason and whether a retry could
+    help; each residue resource with its kind, state and the step that made it; the incomplete
+    operations as the saga's step labels (T2, C3); other lists joined with commas."""
+    err = incident.get("error")
+    if isinstance(err, dict):
+        err_text = (f"{err.get('error')} (reason {err.get('reason')}, "
+                    f"{'retryable' if err.get('retryable') else 'final: no retry can change it'})")
+    else:
+        err_text = str(err or "")
+    out = []
+    for field in (fields if fields is not None else incident):
+        value = incident.get(field)
+        if field == "error":
+            value = err_text
+        elif field == "residue":
+            value = "; ".join(_resource_text(r, saga_id) for r in value or []) or "none"
+        elif field == "incomplete_steps":
+            value = ", ".join(step_label(str(o), saga_id) for o in value or []) or "none"
+        elif isinstance(value, (list, tuple)):
+            value = ", ".join(str(v) for v in value) or "none"
+        out.append({"field": field, "value": value if isinstance(value, (str, int)) else str(value)})
+    return out
 
 
 def saga_effects(audits: dict[str, list[dict[str, Any]]], saga_id: str) -> dict[str, int]:
@@ -298,6 +383,7 @@ class SagaDemo:
         self._store = open_store("sqlite", self.store_path, create=True) if self.store_path else MemoryStore()
         self._crash_plan: dict[str, Any] | None = None
         self._counts_0 = fleet.counts()     # the services' counts when this saga began (its view shows the change)
+        self._phi_0 = fleet.invariants()    # Φ when this saga began (likewise: other sagas' leftovers are not its own)
         self.outputs: list[dict[str, Any]] = []
         self.runner: SagaRunner | None = self._new_runner()
         self.last: dict[str, Any] = {}
@@ -344,6 +430,72 @@ class SagaDemo:
         self.runner = None
         self._store.close()
 
+    # --- which steps have run (folded from the stored log) -------------------------------------------
+    def _ran(self) -> tuple[SagaRecord, set[int], set[int]]:
+        """The saga, the forward steps that were sent (any state but PENDING) and the compensators
+        that were sent (an intent for C_i is in the log, or its step ended COMPENSATED or PANIC)."""
+        events = self.events()
+        saga = fold_saga(events, self.saga_id)
+        forward = {s.index for s in saga.steps.values() if s.state != "PENDING"}
+        forward |= set(range(1, self.next_step()))
+        comp_ops = {compensation_operation_id(step_operation_id(self.saga_id, i)): i
+                    for i in range(1, len(DEPLOYMENT_STEPS) + 1)}
+        sent = {comp_ops[e.payload.operation_id] for e in events
+                if isinstance(e.payload, ToolIntent) and e.payload.operation_id in comp_ops}
+        sent |= {s.index for s in saga.steps.values() if s.state in ("COMPENSATED", "PANIC", "MANUAL_ESCALATION")}
+        return saga, forward, sent
+
+    def first_not_run(self) -> str | None:
+        """The first step of this saga that has not run yet, in the order the script and the
+        unwind would run it (``"T3 (compile_binary)"``, ``"C4 (unbind_firewall)"``), folded from the
+        stored log; None when nothing is left to run (every step ran, or the trajectory is frozen)."""
+        saga, forward, sent = self._ran()
+        return self._first_not_run(saga, forward, sent)
+
+    def _first_not_run(self, saga: SagaRecord, forward: set[int], sent: set[int]) -> str | None:
+        if saga.frozen is not None:
+            return None
+        k = max(forward, default=0) + 1
+        if self._going_forward(saga) is None and k <= len(DEPLOYMENT_STEPS):
+            return f"T{k} ({DEPLOYMENT_STEPS[k - 1]})"
+        top = next((s for s in saga.stack if s.index not in sent), None)     # Σ, top first
+        return f"C{top.index} ({top.compensator['tool']})" if top is not None else None
+
+    @staticmethod
+    def _going_forward(saga: SagaRecord) -> str | None:
+        """None while forward steps may still run; else why none will."""
+        stopped = next((s for s in sorted(saga.steps.values(), key=lambda s: s.index)
+                        if s.state in ("FAILED", "ABORTED", "HALTED")), None)
+        if saga.frozen is not None:
+            return "the trajectory is frozen"
+        if stopped is not None:
+            return f"no forward step runs after T{stopped.index} {stopped.state}"
+        if saga.state not in (None, "RUNNING"):
+            return f"the saga is {saga.state}"
+        return None
+
+    def _refuse_fault(self, target: str, step: int, action: str) -> None:
+        """Raise ConfigError when a fault on T_step (``target="forward"``) or C_step would never be
+        seen: that step already ran, or it never will. The message names the first step that has not run."""
+        saga, forward, sent = self._ran()
+        label = f"{'T' if target == 'forward' else 'C'}{step} ({action})"
+        first = self._first_not_run(saga, forward, sent)
+        nxt = (f"the first step that has not run is {first}" if first is not None else
+               "nothing is left to run" + (" (the trajectory is frozen)" if saga.frozen is not None else ""))
+        if step in (forward if target == "forward" else sent):
+            raise ConfigError(f"{label} already ran: a fault on it would never be seen; {nxt}")
+        stopped = self._going_forward(saga)
+        if target == "forward":
+            why = stopped
+        elif saga.frozen is not None:
+            why = "the trajectory is frozen"
+        elif stopped is not None and step not in {s.index for s in saga.stack}:
+            why = f"T{step} left nothing on Σ to compensate and {stopped}"
+        else:
+            why = None
+        if why is not None:
+            raise ConfigError(f"{label} will never run ({why}): a fault on it would never be seen; {nxt}")
+
     # --- actions -----------------------------------------------------------------------------------
     def next_step(self) -> int:
         """The index of the next forward step the script would run."""
@@ -388,9 +540,14 @@ class SagaDemo:
         """Queue fault ``kind`` for the next ``count`` calls of T_step (``target="forward"``) or of its
         compensator C_step (``target="compensator"``). Returns ``{action, fault, on, count}``.
 
+        A fault is refused on a step that has already run, since no later call would meet it: a
+        forward step that was sent (whatever its answer, FAILED included), any forward step once
+        the saga stopped going forward (a step failed, the unwind began, the trajectory is frozen),
+        and a compensator that was sent. The message names the first step that has not run.
+
         Raises:
-            ConfigError: an unknown kind or target, a step outside 1..5, a forward step that already
-                ran (the fault would never be seen), C_5 (the failing step has no compensator here).
+            ConfigError: an unknown kind or target, a step outside 1..5, a step that already ran
+                (see above), a step without a compensator.
             ServiceError: the fleet refused the specification.
         """
         if kind not in FAULT_KINDS:
@@ -401,15 +558,14 @@ class SagaDemo:
             raise ConfigError(f"step must be an integer 1..{len(DEPLOYMENT_STEPS)}, got {step!r}")
         tool = DEPLOYMENT_STEPS[step - 1]
         if target == "forward":
-            if step < self.next_step():
-                raise ConfigError(f"T{step} ({tool}) already ran: a fault on it would never be seen; "
-                                  f"choose T{self.next_step()} or later, or its compensator C{step}")
+            self._refuse_fault(target, step, tool)
             action = tool
         else:
             comp = self.registry.contract(tool).compensator
             action = comp.tool if comp is not None else ""
             if not action:
                 raise ConfigError(f"T{step} ({tool}) has no compensator")
+            self._refuse_fault(target, step, action)
         spec = self.fleet.inject(action, kind, count, **params)
         label = f"T{step}" if target == "forward" else f"C{step}"
         self.last = {"action": "inject", "fault": kind, "on": f"{label} ({action})", "count": spec.get("count", count)}
@@ -529,9 +685,10 @@ class SagaDemo:
         """Everything a stepper shows, as JSON data: ``saga_state``, ``frozen`` (the incident or
         None), ``crashed``, ``next_step``, ``log_head``, ``forward`` (L_fwd rows), ``stack`` (Σ
         rows, top first), ``in_doubt`` (operations the log cannot settle), and from the services:
-        ``resources`` (this saga's), ``invariants`` (Φ, every service), ``counts`` (per action, what
-        changed since this demo began: other sagas on the fleet are counted by the same services),
-        ``effects`` (this saga's applied actions, from the audit trails)."""
+        ``resources`` (this saga's), ``invariants`` (Φ's change since this demo began, :func:`invariant_delta`:
+        only what changed, so a clean unwind shows none, whatever other sagas left on the fleet),
+        ``counts`` (per action, what changed since this demo began: other sagas on the fleet are
+        counted by the same services), ``effects`` (this saga's applied actions, from the audit trails)."""
         events = self.events()
         saga = fold_saga(events, self.saga_id)
         rec = fold(initial_record(self.trajectory_id), events)
@@ -540,7 +697,7 @@ class SagaDemo:
                 "forward": forward_rows(saga), "stack": stack_rows(saga),
                 "in_doubt": [step_label(o, self.saga_id) for o in rec.in_doubt()],
                 "resources": resource_rows(self.fleet, self.saga_id),
-                "invariants": invariant_rows(self.fleet.invariants()),
+                "invariants": invariant_delta(self._phi_0, self.fleet.invariants()),
                 "counts": count_delta(self._counts_0, self.fleet.counts()),
                 "effects": saga_effects(self.fleet.audits(), self.saga_id)}
 

@@ -1,6 +1,21 @@
 // Saga stepper (widgets/saga_stepper.py): buttons for the deployment saga's actions, then L_fwd and Σ
-// (folded from the log by the kernel) beside the services' resources, counts and invariants.
+// (folded from the log by the kernel) beside the services' resources, counts and Φ's change since the
+// saga began.
 // `dal` is widgets/static/_shared.js, bundled in front of this file. Nothing here computes a value.
+// The count header the kernel uses for lease refusals (kernel_lib.sim.saga_demo.LEASE_REFUSED).
+const LEASE_REFUSED = "lease refused (401)";
+
+// A bound call such as teardown_sandbox(sandbox_id=sandbox-0002) may break after "(" and ", " (and
+// nowhere inside an id), so a narrow column wraps it instead of scrolling.
+function callCell(td, row, key) {
+  const text = dal.text(row[key]);
+  if (key !== "call" && key !== "compensator") { td.textContent = text; return; }
+  text.split(/(?<=\(|, )/).forEach((part, i) => {
+    if (i) td.appendChild(document.createElement("wbr"));
+    td.appendChild(document.createTextNode(part));
+  });
+}
+
 function render({ model, el }) {
   dal.isolateKeys(el, "dal-saga-stepper");
   const kind = dal.make("select", "dal-kind");
@@ -39,9 +54,15 @@ function render({ model, el }) {
   const inv = dal.make("table", "dal-invariants");
   left.append(dal.make("div", "dal-caption", "L_fwd, folded from the log"), fwd,
               dal.make("div", "dal-caption", "Σ, folded from the log (top first)"), stack);
+  const baseline = dal.make("div", "dal-note dal-baseline",
+                            "none changed: Φ is where it was when this saga began (back to baseline)");
   right.append(dal.make("div", "dal-caption", "what the services hold for this saga"), res,
                dal.make("div", "dal-caption", "the services' own request counts since this saga began"), counts,
-               dal.make("div", "dal-caption", "invariants Φ (non-zero only)"), inv);
+               dal.make("div", "dal-note", `${LEASE_REFUSED} counts only requests the service turned away at its ` +
+                        "lease check; one it answered with an error of its own (a 409, a 503) is received and " +
+                        "not applied"),
+               dal.make("div", "dal-caption", "invariants Φ: change since this saga began (those that changed)"), inv,
+               baseline);
   grid.append(left, right);
   el.append(bar1, bar2, bar3, status, summary, msg, grid);
   const controls = [[kind, "fault_kind"], [target, "fault_target"], [k, "fault_step"], [after, "crash_after"]];
@@ -59,13 +80,17 @@ function render({ model, el }) {
     el.dataset.frozen = model.get("frozen") ? "true" : "false";
     const doubt = new Set(model.get("in_doubt") || []);
     dal.fillTable(fwd, ["step", "tool", "tier", "state", "compensator"], model.get("forward") || [],
-                  { rowClass: (r) => (r.state === "PANIC" ? "dal-panic" : r.state === "FAILED" ? "dal-failed" : "") });
+                  { rowClass: (r) => (r.state === "PANIC" ? "dal-panic" : r.state === "FAILED" ? "dal-failed" : ""),
+                    cell: callCell });
     dal.fillTable(stack, ["position", "compensator", "call", "state"], model.get("stack") || [],
-                  { rowClass: (r) => (doubt.has(r.compensator) ? "dal-in-doubt" : "") });
+                  { rowClass: (r) => (doubt.has(r.compensator) ? "dal-in-doubt" : ""), cell: callCell });
     dal.fillTable(res, ["service", "resource", "kind", "state", "created by"], model.get("resources") || [],
                   { rowClass: (r) => (r.state === "released" ? "dal-released" : "") });
-    dal.fillTable(counts, ["service", "action", "received", "applied", "refused"], model.get("counts") || []);
-    dal.fillTable(inv, ["service", "invariant", "value"], (model.get("invariants") || []).filter((r) => r.value));
+    dal.fillTable(counts, ["service", "action", "received", "applied", LEASE_REFUSED], model.get("counts") || []);
+    const phi = model.get("invariants") || [];     // only the invariants that changed (the kernel's delta)
+    dal.fillTable(inv, ["service", "invariant", "before", "now", "change"], phi);
+    inv.hidden = phi.length === 0;
+    baseline.hidden = phi.length !== 0;
     syncControls();
   }
   dal.redrawOn(model, [...dal.COMMAND_TRAITS, "summary", "forward", "stack", "resources", "counts", "invariants",
