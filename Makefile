@@ -38,6 +38,14 @@ LAB_INDEX   := --LabApp.default_url=/lab/tree/notebooks/index.ipynb
 # On Linux with no display (a server, a container) there is no browser to open: print the URL instead.
 NO_DISPLAY  := $(if $(and $(filter Linux,$(shell uname -s)),$(if $(DISPLAY)$(WAYLAND_DISPLAY),,none)),--no-browser)
 
+# rfc3987-syntax comes in through jupyter-events (jsonschema[format-nongpl]). jsonschema imports it,
+# when present, only to check the "iri" string format, which nothing here validates; but importing
+# it builds a Lark grammar: about 2.8 s of CPU in every Python process that imports jsonschema
+# (each notebook kernel, through altair; each CLI call and pytest process, through nbformat; each
+# Jupyter server). Without it jsonschema simply has no "iri" checker (jsonschema issue #1428).
+# tests/test_environment_drift.py checks that the environment `make` builds does not have it.
+DROP_SLOW_IMPORTS := $(PIP) uninstall -y -q rfc3987-syntax
+
 .PHONY: help lab lab-copy fresh test peers setup browser quorum
 
 help:
@@ -118,8 +126,10 @@ $(PY):
 
 $(STAMP): pyproject.toml | $(PY)
 	$(PIP) install -e '.[test]'
+	$(DROP_SLOW_IMPORTS)
 	@touch $@
 
 $(PEERS_STAMP): pyproject.toml $(STAMP)
 	$(PIP) install -e '.[test,peers]'
+	$(DROP_SLOW_IMPORTS)
 	@touch $@

@@ -295,34 +295,9 @@ def test_a_wrong_position_set_from_code_is_the_widgets_message(tmp_path, bad, sa
         s.close()
 
 
-def test_after_run_all_the_notebook_leaves_the_panel_ready_to_use(tmp_path, monkeypatch):
-    """Situation: a student runs every cell of notebook 11.1 and then uses the panel.
-    Invariant: the scripted demo leaves no message in the panel, the session is still open, and
-    a click on start starts a worker (today's last cell closed the session, so start said so).
-    Goal: Run All, then play."""
-    import json
-    from pathlib import Path
-
-    import nbformat
-    from nbclient import NotebookClient
-
-    monkeypatch.setenv("TMPDIR", str(tmp_path))           # the session's work directory goes here
-    nb_path = Path(__file__).resolve().parents[1] / "notebooks" / "11_1_worker_failure.ipynb"
-    nb = nbformat.read(nb_path, as_version=4)
-    nb.cells.append(nbformat.v4.new_code_cell(
-        "import json as _j\n"
-        "_before = {'error': panel.error, 'status': panel.status, 'session': session.status()}\n"
-        "panel.command = {'action': 'start', 'n': 100}\n"
-        "_after = {'error': panel.error, 'status': panel.status, 'running': session.worker_running()}\n"
-        "session.close()\n"
-        "print(_j.dumps({'before': _before, 'after': _after, 'closed': panel.status}))"))
-    NotebookClient(nb, timeout=600, kernel_name="python3",
-                   resources={"metadata": {"path": str(nb_path.parent)}}).execute()
-    out = json.loads("".join(o.get("text", "") for o in nb.cells[-1].outputs if o.output_type == "stream"))
-    assert out["before"]["error"] == "" and out["before"]["session"] != "closed"
-    assert "reconciled by a replacement" in out["before"]["status"]
-    assert out["after"]["error"] == "" and out["after"]["running"] and "running" in out["after"]["status"]
-    assert out["closed"] == "closed"
+# Run All of notebook 11.1, then the panel in use (no stale message, the session open, start
+# starts a worker): tests/test_browser_crash_panel.py drives exactly that in JupyterLab (a kernel
+# run of the same notebook here repeated it; issue 15: suite time).
 
 
 def test_the_status_line_follows_a_freely_running_worker_without_a_click(tmp_path):

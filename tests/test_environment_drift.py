@@ -161,3 +161,25 @@ def test_drift_accepts_names_that_differ_only_by_pep503_normalization():
 def test_drift_is_reported(drifted, expected_fragment):
     problems = dependency_drift(BASE, drifted)
     assert any(expected_fragment in p for p in problems), problems
+
+
+def test_the_make_environment_leaves_out_the_slow_iri_grammar():
+    """Fault model: rfc3987-syntax, pulled in by jupyter-events, builds a Lark grammar when imported
+    (about 2.8 s of CPU here), and jsonschema imports it whenever it is installed, so every kernel,
+    CLI call and pytest process paid that. Invariant: the environment ``make`` builds does not have
+    it, and jsonschema (hence nbformat's validation and altair) still works without it. Goal: a
+    notebook kernel and a CLI call start without the grammar (Makefile, DROP_SLOW_IMPORTS)."""
+    import importlib.util
+    import subprocess
+    import sys
+
+    makefile = (ROOT / "Makefile").read_text()
+    assert "uninstall -y -q rfc3987-syntax" in makefile and makefile.count("$(DROP_SLOW_IMPORTS)") == 2
+    if Path(sys.prefix).resolve() != (ROOT / ".venv").resolve():
+        pytest.skip("not running in the environment `make` builds (.venv)")
+    assert importlib.util.find_spec("rfc3987_syntax") is None, "make's environment still has rfc3987-syntax"
+    code = ("import sys, jsonschema, nbformat; nb = nbformat.v4.new_notebook(); nbformat.validate(nb); "
+            "jsonschema.validate({'a': 1}, {'type': 'object', 'properties': {'a': {'type': 'integer'}}}); "
+            "print('rfc3987_syntax' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"

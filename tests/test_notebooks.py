@@ -33,13 +33,14 @@ def _is_stable(cell) -> bool:
     return STABLE_TAG in cell.get("metadata", {}).get("tags", [])
 
 
-def _nbval(path: Path, cwd: Path) -> subprocess.CompletedProcess:
+def _nbval(path: "Path | list[Path]", cwd: Path) -> subprocess.CompletedProcess:
     # nbval starts the kernel in the notebook's own folder, so relative dataset paths resolve as in
     # JupyterLab; --nbval-current-env runs that kernel on this interpreter (the project's .venv);
     # tests.nbval_offline fails a cell whose outputs would load scripts from the internet.
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
     return subprocess.run([sys.executable, "-m", "pytest", "--nbval-lax", "--nbval-current-env", "--color=no",
-                           "-p", "no:cacheprovider", "-p", "tests.nbval_offline", "-q", str(path)],
+                           "-p", "no:cacheprovider", "-p", "tests.nbval_offline", "-q", "-rf",
+                           *map(str, path if isinstance(path, list) else [path])],
                           cwd=cwd, env=env, capture_output=True, text=True, timeout=1200)
 
 
@@ -80,33 +81,33 @@ def test_stable_outputs_reproduce_under_nbval(path, tmp_path):
     assert not left, f"nbval's run of {path.name} left files in notebooks/: {sorted(left)}"
 
 
-def test_the_nbval_run_fails_a_cell_that_raises_or_needs_the_internet(tmp_path):
-    """The run above can fail for the two reasons papermill's run used to check: an untagged cell
-    that raises, and an untagged cell that shows a chart loading Vega from a CDN."""
+def test_the_nbval_run_fails_a_raising_cell_an_online_chart_and_an_altered_stable_output(tmp_path):
+    """The run above can fail for each of its three reasons, and only the offending cell fails: an
+    untagged cell that raises, an untagged cell that shows a chart loading Vega from a CDN, and a
+    copy of index.ipynb whose stored table is altered. One nbval run holds all three notebooks
+    (one pytest start instead of three; issue 15: suite time)."""
     cdn = ('from IPython.display import HTML, display\n'
            'display(HTML(\'<script src="https://cdn.jsdelivr.net/npm/vega@5"></script><div>chart</div>\'))')
-    for name, source, expect in [("raises.ipynb", "raise RuntimeError('a broken cell')", "a broken cell"),
-                                 ("cdn.ipynb", cdn, "would need the internet")]:
+    paths = []
+    for name, source in [("raises.ipynb", "raise RuntimeError('a broken cell')"), ("cdn.ipynb", cdn)]:
         nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("x = 1"), nbformat.v4.new_code_cell(source)])
         nbformat.write(nb, tmp_path / name)
-        proc = _nbval(tmp_path / name, tmp_path)
-        assert proc.returncode != 0 and expect in proc.stdout, f"{name}:\n{proc.stdout}\n{proc.stderr}"
-        assert "1 failed, 1 passed" in proc.stdout, proc.stdout
-
-
-def test_nbval_check_fails_on_an_altered_stable_output(tmp_path):
-    """The check above can fail: a copy of index.ipynb whose stored table is altered is refused."""
+        paths.append(tmp_path / name)
     (tmp_path / "datasets").symlink_to(ROOT / "datasets", target_is_directory=True)
     (tmp_path / "notebooks").mkdir()
     nb = nbformat.read(ROOT / "notebooks" / "index.ipynb", as_version=4)
     cell = next(c for c in _code_cells(nb) if _is_stable(c) and "established" in json.dumps(c.outputs))
     out = next(o for o in cell.outputs if "text/plain" in o.get("data", {}))
     out.data["text/plain"] = out.data["text/plain"].replace("established", "in_doubt   ", 1)
-    altered = tmp_path / "notebooks" / "index.ipynb"
-    nbformat.write(nb, altered)
-    proc = _nbval(altered, tmp_path)
-    assert proc.returncode != 0, f"nbval accepted an altered stored output:\n{proc.stdout}"
-    assert "Cell outputs differ" in proc.stdout, proc.stdout
+    nbformat.write(nb, tmp_path / "notebooks" / "index.ipynb")
+    paths.append(tmp_path / "notebooks" / "index.ipynb")
+    proc = _nbval(paths, tmp_path)
+    assert proc.returncode != 0, proc.stdout
+    for says in ("a broken cell", "would need the internet", "Cell outputs differ"):
+        assert says in proc.stdout, f"{says!r} not in:\n{proc.stdout}\n{proc.stderr}"
+    failed = sorted({line[7:].split("::")[0].rsplit("/", 1)[-1] for line in proc.stdout.splitlines()
+                     if line.startswith("FAILED ")})
+    assert failed == ["cdn.ipynb", "index.ipynb", "raises.ipynb"] and "3 failed, " in proc.stdout, proc.stdout
 
 
 def _load_stable_outputs_tool():

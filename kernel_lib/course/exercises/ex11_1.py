@@ -26,7 +26,7 @@ from typing import Any, Mapping
 
 import sympy as sp
 
-from kernel_lib.course.exercises._common import Param, Tol, grade, jsonable, validate
+from kernel_lib.course.exercises._common import Param, Tol, exact, grade, jsonable, validate
 
 EXERCISE = "11.1"
 TITLE = "Pricing the durable acknowledgment"
@@ -115,8 +115,8 @@ def solve(params: Mapping[str, Any] | None = None) -> dict[str, Any]:
 
     f = formulas()
     N, w, a, m = sp.symbols("N w_turn a_ack a_majority", positive=True)
-    subs = {N: p["dispatch_count"], w: sp.nsimplify(p["work_per_turn_s"]) * 1000,
-            a: sp.nsimplify(placement_ack), m: sp.nsimplify(majority_ack)}
+    subs = {N: p["dispatch_count"], w: sp.Rational(exact(p["work_per_turn_s"])) * 1000,
+            a: sp.Rational(exact(placement_ack)), m: sp.Rational(exact(majority_ack))}
     val = {name: float(expr.subs(subs)) for name, expr in f.items()}
 
     satisfies = majority_off >= k

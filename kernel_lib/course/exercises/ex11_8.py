@@ -26,7 +26,7 @@ from typing import Any, Mapping
 
 import sympy as sp
 
-from kernel_lib.course.exercises._common import Param, Tol, grade, jsonable, validate
+from kernel_lib.course.exercises._common import Param, Tol, exact, grade, jsonable, validate
 
 EXERCISE = "11.8"
 TITLE = "An asynchronous replica behind an irreversible actor"
@@ -101,8 +101,8 @@ def formulas() -> dict[str, sp.Expr]:
 
 def _window(p: Mapping[str, Any], lag_s: float) -> dict[str, float]:
     f = formulas()
-    s = {_W: p["worker_count"], _r: sp.nsimplify(p["dispatches_per_worker_hour"]), _L: sp.nsimplify(lag_s),
-         _f: sp.nsimplify(p["volume_failures_per_worker_year"]), _C: sp.nsimplify(p["duplicate_cost_usd"])}
+    s = {_W: p["worker_count"], _r: sp.Rational(exact(p["dispatches_per_worker_hour"])), _L: sp.Rational(exact(lag_s)),
+         _f: sp.Rational(exact(p["volume_failures_per_worker_year"])), _C: sp.Rational(exact(p["duplicate_cost_usd"]))}
     P = float(f["probability"].subs(s).evalf(30))
     fails = float(f["failures_per_year"].subs(s).evalf(30))
     dup = float(f["expected_duplicates"].subs(s).evalf(30))
@@ -118,8 +118,8 @@ def solve(params: Mapping[str, Any] | None = None) -> dict[str, Any]:
     lag = _window(p, p["replica_lag_ms"] / 1000)
     part = _window(p, p["partition_lag_s"])
     f = formulas()
-    s = {_q: sp.nsimplify(p["quorum_ack_ms"]), _r: sp.nsimplify(p["dispatches_per_worker_hour"]),
-         _A: sp.nsimplify(p["approval_wait_s"])}
+    s = {_q: sp.Rational(exact(p["quorum_ack_ms"])), _r: sp.Rational(exact(p["dispatches_per_worker_hour"])),
+         _A: sp.Rational(exact(p["approval_wait_s"]))}
     per_day = float(f["quorum_per_worker_day_ms"].subs(s))
     frac = float(f["quorum_fraction_of_approval"].subs(s))
     out: dict[str, Any] = {
