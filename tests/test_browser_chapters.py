@@ -76,7 +76,13 @@ def _open_link_and_check(page, lab: Lab, notebook: str, workspace: str, link_tex
     return box["text"]
 
 
-def test_a_section_link_in_a_notebook_opens_chapter_11_at_that_section(course_lab, browser, tmp_path):
+def test_section_links_open_each_chapter_at_that_section_and_the_index_says_where_to_start(
+        course_lab, browser, tmp_path):
+    """One page, three links (one JupyterLab load and one working copy; issue 15: suite time): a
+    section link in 11.4 opens chapter 11 at §11.4.3 as rendered Markdown, with the chapters under
+    readable names in the file browser; a link in a notebook teaching a Failure Recovery section
+    opens that chapter at it; and the committed index, as the working copy holds it, shows its
+    "Where to start" list, and a section name in its Failure Recovery table opens that section."""
     page = browser.new_page(viewport={"width": 1400, "height": 900})
     try:
         heading = _open_link_and_check(page, course_lab, "11_4_checkpoints.ipynb", "ch11",
@@ -90,27 +96,13 @@ def test_a_section_link_in_a_notebook_opens_chapter_11_at_that_section(course_la
             "async (p) => JSON.stringify((await window.jupyterapp.serviceManager.contents.get(p))"
             ".content.map(f => f.name))", f"{course_lab.prefix}/chapters"))
         assert {"11_durable_execution.md", "failure_recovery.md"} <= set(names)
-    finally:
-        page.close()
 
-
-def test_a_section_link_opens_the_failure_recovery_chapter_at_that_section(course_lab, browser, tmp_path):
-    page = browser.new_page(viewport={"width": 1400, "height": 900})
-    try:
         heading = _open_link_and_check(page, course_lab, "fr_probe.ipynb", "fr", "Forward Recovery",
                                        "failure_recovery.md", "Forward-Recovery",
                                        tmp_path / "failure_recovery_link.png")
         assert heading.startswith("Forward Recovery")
-    finally:
-        page.close()
 
-
-def test_the_index_says_where_to_start_and_opens_a_failure_recovery_section(course_lab, browser, tmp_path):
-    """The committed index, as the working copy holds it: its "Where to start" list is on the page and
-    a section name in its Failure Recovery table opens that chapter at that section."""
-    page = browser.new_page(viewport={"width": 1400, "height": 900})
-    try:
-        page.goto(course_lab.tree("notebooks/index.ipynb"))
+        page.goto(course_lab.tree("notebooks/index.ipynb", workspace="index"))
         start = page.locator(".jp-RenderedMarkdown h2", has_text="Where to start").first
         start.wait_for(state="visible", timeout=120_000)
         first_step = page.locator(".jp-RenderedMarkdown ol li").first

@@ -21,6 +21,7 @@ share of it is ``a / (w + a)``.
 
 from __future__ import annotations
 
+import functools
 import random
 from typing import Any, Mapping
 
@@ -83,6 +84,12 @@ def validate_params(params: Mapping[str, Any] | None = None) -> dict[str, Any]:
 
 def formulas() -> dict[str, sp.Expr]:
     """The closed forms used: per-trajectory acknowledgment time, elapsed time, and shares."""
+    return dict(_formulas())
+
+
+@functools.cache
+def _formulas() -> dict[str, sp.Expr]:
+    # derived once per process (sympy's simplify is most of a solve's time)
     N, w, a, m = sp.symbols("N w_turn a_ack a_majority", positive=True)
     elapsed = N * (w + a)
     return {
