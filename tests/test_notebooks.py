@@ -33,14 +33,14 @@ def _is_stable(cell) -> bool:
     return STABLE_TAG in cell.get("metadata", {}).get("tags", [])
 
 
-def _nbval(path: "Path | list[Path]", cwd: Path) -> subprocess.CompletedProcess:
+def _nbval(cwd: Path, *paths: Path) -> subprocess.CompletedProcess:
     # nbval starts the kernel in the notebook's own folder, so relative dataset paths resolve as in
     # JupyterLab; --nbval-current-env runs that kernel on this interpreter (the project's .venv);
     # tests.nbval_offline fails a cell whose outputs would load scripts from the internet.
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
     return subprocess.run([sys.executable, "-m", "pytest", "--nbval-lax", "--nbval-current-env", "--color=no",
                            "-p", "no:cacheprovider", "-p", "tests.nbval_offline", "-q", "-rf",
-                           *map(str, path if isinstance(path, list) else [path])],
+                           *map(str, paths)],
                           cwd=cwd, env=env, capture_output=True, text=True, timeout=1200)
 
 
@@ -75,7 +75,7 @@ def test_stable_outputs_reproduce_under_nbval(path, tmp_path):
     """nbval (lax mode) runs every cell and compares the tagged ones with the committed outputs;
     the run leaves nothing behind in notebooks/."""
     before = {p.name for p in path.parent.iterdir()}
-    proc = _nbval(path, tmp_path)
+    proc = _nbval(tmp_path, path)
     assert proc.returncode == 0, f"nbval failed on {path.name}:\n{proc.stdout}\n{proc.stderr}"
     left = {p.name for p in path.parent.iterdir()} - before
     assert not left, f"nbval's run of {path.name} left files in notebooks/: {sorted(left)}"
@@ -101,11 +101,11 @@ def test_the_nbval_run_fails_a_raising_cell_an_online_chart_and_an_altered_stabl
     out.data["text/plain"] = out.data["text/plain"].replace("established", "in_doubt   ", 1)
     nbformat.write(nb, tmp_path / "notebooks" / "index.ipynb")
     paths.append(tmp_path / "notebooks" / "index.ipynb")
-    proc = _nbval(paths, tmp_path)
+    proc = _nbval(tmp_path, *paths)
     assert proc.returncode != 0, proc.stdout
     for says in ("a broken cell", "would need the internet", "Cell outputs differ"):
         assert says in proc.stdout, f"{says!r} not in:\n{proc.stdout}\n{proc.stderr}"
-    failed = sorted({line[7:].split("::")[0].rsplit("/", 1)[-1] for line in proc.stdout.splitlines()
+    failed = sorted({line.removeprefix("FAILED ").split("::")[0].rsplit("/", 1)[-1] for line in proc.stdout.splitlines()
                      if line.startswith("FAILED ")})
     assert failed == ["cdn.ipynb", "index.ipynb", "raises.ipynb"] and "3 failed, " in proc.stdout, proc.stdout
 
