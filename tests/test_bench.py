@@ -184,6 +184,25 @@ def test_floor_and_overhead_targets_from_the_reported_figures():
     assert "fleet" in fleet_row["name"] and "detail" not in fleet_row
 
 
+def test_the_sqlite_engine_floor_is_no_peer_and_is_printed_beside_ours_sqlite():
+    """engine/sqlite (SQLite alone, no code of ours) never stands in as the faster peer, and its
+    overhead ratio appears on the ours/sqlite row only."""
+    steps = {"systems": {
+        "ours/sqlite": {"durable_step_us": 900.0, "durability_overhead_us": 500.0, "barriers_per_step": 1.0},
+        "ours/segment": {"durable_step_us": 800.0, "durability_overhead_us": 300.0, "barriers_per_step": 1.0},
+        bench.ENGINE_FLOOR: {"durable_step_us": 320.0, "durability_overhead_us": 320.0},
+        "langgraph": {"durable_step_us": 1200.0, "durability_overhead_us": 1000.0}}}
+    cmp_ = bench._compare_to_peers(steps, raw_fdatasync_us=200.0)
+    over = cmp_["durability_overhead_us"]
+    assert over["faster_peer"] == "langgraph" and bench.ENGINE_FLOOR not in over["ours_over_faster_peer"]
+    assert over["floor"]["sqlite_engine"] == pytest.approx({"overhead_us": 320.0, "ratio": 0.32})
+    rows = {r["name"].split()[0]: r for r in bench._overhead_targets(3, False, cmp_)}
+    assert set(rows) == {"ours/sqlite", "ours/segment"}
+    assert rows["ours/sqlite"]["engine_floor_ratio"] == pytest.approx(0.32)
+    assert "adds 0.18" in rows["ours/sqlite"]["detail"]
+    assert "engine_floor_ratio" not in rows["ours/segment"]
+
+
 def test_the_bench_runs_from_inside_a_running_event_loop(tmp_path):
     """Notebooks and marimo call it from a running loop; figure 2's asyncio writers need their own."""
     import asyncio

@@ -56,6 +56,12 @@ round; :mod:`kernel_lib.bench.harness`), so machine noise falls on all of them a
    raw write+fdatasync median (figure 1) / LangGraph's overhead; when it is above the target, no
    step waiting for that many barriers can meet the target for a single trajectory on this disk,
    and the report says so next to the pass/fail row.
+
+   *The SQLite engine's floor* (``engine/sqlite``, measured in the same rounds): SQLite by itself
+   doing what our SQLite store asks of it per step (the log's schema; one autocommit INSERT of
+   one row, then a three-row transaction and an fdatasync of the ``-wal`` file), with no code of
+   ours. Its overhead / LangGraph's is printed beside the ``ours/sqlite`` row: the part of that
+   row below it is SQLite's B-tree commits and WAL I/O, the part above it is our store and gate.
 4. **Fleet per-step time**, the figure §11.3.4 is about (throughput across many concurrent
    trajectories, where one barrier can serve many of them): 16 threads, each running its own
    trajectory of 1 and of 1 + S steps, timed from a common start until all end; per-step time =
@@ -142,6 +148,8 @@ TARGET_OVERHEAD_RATIO = 0.35     # one trajectory: our per-step durability overh
 TARGET_FLEET_OVERHEAD_RATIO = 0.15   # fleet of 16: ours ≤ 0.15 × LangGraph's fleet overhead
 #: The peer the overhead targets compare with (issue 15: LangGraph, SqliteSaver, durability="sync").
 TARGET_PEER = "langgraph"
+#: the name of the SQLite engine floor in figure 3 (:func:`_sqlite_engine_system`)
+ENGINE_FLOOR = "engine/sqlite"
 TARGET_GROUP_SPEEDUP = 5.0       # group commit ≥ 5 × single flush at 16 writers
 #: Default flush timer of the group committers in figures 2 and 4 (s): of 0.5, 1 and 2 ms, the
 #: one that did best for both writer models on the reference VM (the timer mostly bounds the
@@ -548,6 +556,61 @@ def _our_step_system(kind: str, stores: _Stores,
                        group_commit=(lambda: _committer_summary(committer.stats)) if committer is not None else None)
 
 
+def _sqlite_engine_system(tmp: Path) -> _StepSystem:
+    """SQLite alone doing what ``ours/sqlite`` asks of it per step, with none of our Python: the
+    log's own schema (:data:`kernel_lib.log.sqlite._SCHEMA`, WAL, ``synchronous=NORMAL``), one
+    autocommit INSERT of one ~700-byte row (the previous step's evidence, write tier), then one
+    transaction of three rows (the intent batch) and an ``fdatasync`` of the ``-wal`` file (the
+    barrier). Non-durable: the same loop writing nothing. Its overhead is the floor that the
+    SQLite engine sets for our SQLite store on this disk, measured in the same rounds."""
+    from kernel_lib.log.sqlite import _SCHEMA
+
+    path = tmp / "engine-floor.sqlite"
+    conn = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("PRAGMA synchronous=NORMAL")
+    conn.executescript(_SCHEMA)
+    body = _events("engine-floor", 1)[0].canonical
+    digest_hex = "0" * 64
+    insert = "INSERT INTO events (trajectory_id, sequence_number, event_id, digest, body) VALUES (?,?,?,?,?)"
+    fds: list[int] = []
+
+    def run(durable: bool, n: int, run_id: str) -> None:
+        if not durable:
+            for _i in range(n):
+                pass
+            return
+        if not fds:
+            conn.execute(insert, ("engine-open", 1, "engine-open", digest_hex, body))   # the -wal exists now
+            fds.append(os.open(f"{path}-wal", os.O_RDONLY | getattr(os, "O_CLOEXEC", 0)))
+        seq = 0
+        for _i in range(n):
+            seq += 1
+            conn.execute(insert, (run_id, seq, f"{run_id}/{seq}", digest_hex, body))
+            conn.execute("BEGIN IMMEDIATE")
+            conn.executemany(insert, [(run_id, seq + k, f"{run_id}/{seq + k}", digest_hex, body) for k in (1, 2, 3)])
+            conn.execute("COMMIT")
+            seq += 3
+            os.fdatasync(fds[0])
+
+    def close() -> None:
+        for fd in fds:
+            os.close(fd)
+        conn.close()
+
+    def durability() -> dict[str, Any]:
+        out = _pragmas(conn)
+        out.update(synchronous_name=out["synchronous_name"] + "+fdatasync(WAL)", fsync_durable=True,
+                   why="each step ends with an fdatasync of the WAL, as our fdatasync tier does")
+        return out
+
+    return _StepSystem(ENGINE_FLOOR, run, durability, close=close, notes=[
+                           "the SQLite engine alone, no kernel_lib code: the log's schema, per step one autocommit "
+                           "INSERT of one row then a BEGIN IMMEDIATE transaction of three rows and an fdatasync of "
+                           "the -wal file (what ours/sqlite asks of SQLite per step)",
+                           "non-durable: the same loop, writing nothing"])
+
+
 def _langgraph_system(tmp: Path) -> _StepSystem:
     from typing import TypedDict
 
@@ -747,7 +810,7 @@ def _compare_to_peers(steps: dict[str, Any], raw_fdatasync_us: float | None = No
     measured). With ``raw_fdatasync_us`` (one trajectory, figure 3), also the floor of the
     overhead ratio: barriers per step x raw fdatasync / the target peer's overhead."""
     systems = steps["systems"]
-    peers = {k: v for k, v in systems.items() if not k.startswith("ours/")}
+    peers = {k: v for k, v in systems.items() if not k.startswith("ours/") and k != ENGINE_FLOOR}
     ours = {k: v for k, v in systems.items() if k.startswith("ours/")}
     out: dict[str, Any] = {}
     for metric in ("durable_step_us", "durability_overhead_us"):
@@ -771,6 +834,11 @@ def _compare_to_peers(steps: dict[str, Any], raw_fdatasync_us: float | None = No
                          "floor_us": v["barriers_per_step"] * raw_fdatasync_us,
                          "floor_ratio": ratio(v["barriers_per_step"] * raw_fdatasync_us, peer_us)}
                      for k, v in ours.items() if v.get("barriers_per_step") is not None}}
+    engine = systems.get(ENGINE_FLOOR)
+    if over and engine:   # what SQLite itself costs per step: the floor of ours/sqlite on this disk
+        over.setdefault("floor", {})["sqlite_engine"] = {
+            "overhead_us": engine["durability_overhead_us"],
+            "ratio": ratio(engine["durability_overhead_us"], over["target_peer_us"])}
     return out
 
 
@@ -808,6 +876,13 @@ def _overhead_targets(figure: int, fleet: bool, comparison: dict[str, Any]) -> l
                              f"{over['target_peer_us']:.0f} µs: " + ("the target is above the floor" if reachable else
                                                                   "unreachable for one trajectory on this disk; see "
                                                                   "the fleet row"))
+        engine = floor.get("sqlite_engine")
+        if engine and ours == "ours/sqlite":
+            row["engine_floor_ratio"] = engine["ratio"]
+            row["detail"] = row.get("detail", "") + (
+                f"; SQLite alone doing this step's two commits and one WAL fdatasync ({ENGINE_FLOOR}, no code of "
+                f"ours) costs {engine['overhead_us']:.0f} µs = {engine['ratio']:.2f} of {over['target_peer']}'s "
+                f"overhead, so ours/sqlite's own code adds {row['measured'] - engine['ratio']:.2f}")
         out.append(row)
     return out
 
@@ -910,6 +985,8 @@ def run_append_bench(*, dir: str | os.PathLike | None = None, iterations: int | 
                     skipped_peers[name] = f"could not start: {type(exc).__name__}: {exc}"
             systems += peer_systems
             single = [_our_step_system(k, stores) for k in durable_kinds]
+            if "sqlite" in durable_kinds and peer_systems:   # the floor beside the peers' comparison
+                single.append(_sqlite_engine_system(tmp))
             fleet = [_our_step_system(k, stores, lambda store, tier: GroupCommitter(
                 store, tier, flush_timer_s=flush_timer_s, batch_cap=batch_cap)) for k in durable_kinds]
             systems += single + fleet
@@ -1000,6 +1077,11 @@ def _format_steps(ps: dict[str, Any], title: str) -> list[str]:
             out.append(f"  floor {name}: {f['barriers_per_step']:g} barriers/step (probe-counted) × "
                        f"{_fmt(floor['raw_fdatasync_median_us'])} µs = {_fmt(f['floor_us'])} µs = floor ratio "
                        f"{f['floor_ratio']:.2f}; {verdict}")
+        engine = floor.get("sqlite_engine")
+        if engine:
+            out.append(f"  floor of the SQLite engine ({ENGINE_FLOOR}: the same schema, two commits and one WAL "
+                       f"fdatasync per step, no code of ours): {_fmt(engine['overhead_us'])} µs = "
+                       f"{engine['ratio']:.2f}× {peer}'s overhead")
     return out
 
 

@@ -36,6 +36,8 @@ figures:
      durability="sync"). The SQLite journal_mode and synchronous of every system's connection
      are read back: is its step fsync-durable? The floor: barriers per step (probe-counted) x
      the raw write+fdatasync median of figure 1, as a ratio of the faster peer's overhead.
+     With the peers, engine/sqlite: SQLite alone doing our SQLite step's two commits and one
+     WAL fdatasync (the log's schema, no code of ours), the engine's floor for ours/sqlite.
   4  the same per-step figures for a fleet of 16 concurrent trajectories (threads) started
      together: wall time / (16 x steps), slope between runs of 1 and 1+S steps. Ours: one
      dispatch gate per trajectory, all on one store through one GroupCommitter; LangGraph: the
