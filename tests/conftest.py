@@ -102,6 +102,24 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.xdist_group("quorum-etcd"))
         elif _shared_scope_fixtures(item):
             item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::", 1)[0]))
+    items[:] = sorted(items, key=_long_first)   # stable: the order within each class is kept
+
+
+#: Test-name fragments of the long runs (each 5-50 s on a quiet 2-core machine: a notebook under
+#: nbval or papermill, a crash sweep, a real SIGKILL, JupyterLab): see :func:`_long_first`.
+LONG_RUN_NAME_FRAGMENTS = ("nbval", "notebook_runs", "sweep", "sigkill", "jupyterlab", "run_all")
+
+
+def _long_first(item) -> int:
+    """0 for a long run, 1 for everything else. pytest-xdist hands work out in collection order,
+    one test (or one ``xdist_group``) at a time to whichever worker runs low, so a long run that is
+    collected last leaves the other core idle until it ends; collected first, the short tests fill
+    in around it. Long: every ``browser`` and ``quorum`` test (the etcd group runs serially on one
+    worker) and every test whose name holds a fragment of :data:`LONG_RUN_NAME_FRAGMENTS`."""
+    if any(True for _ in item.iter_markers("browser")) or any(True for _ in item.iter_markers("quorum")):
+        return 0
+    name = getattr(item, "originalname", None) or item.name
+    return 0 if any(f in name for f in LONG_RUN_NAME_FRAGMENTS) else 1
 
 
 def _suffix_group_ids(config, items) -> None:
