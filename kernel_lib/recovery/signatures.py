@@ -151,9 +151,10 @@ def error_signature(type_: str, source: str, signature: str) -> str:
 # --- extracting (type, source, signature) -----------------------------------------------------------
 
 #: A Python exception line, optionally behind a pytest ``E`` marker, a flake8 ``- E999`` code, a
-#: ``FAILED path::test - `` summary or a label ending in ``: `` (``Iteration 4: ImportError: ...``).
+#: ``FAILED path::test - `` summary or a label ending in ``: `` (``Iteration 4: ImportError: ...``). Warnings
+#: (``UserWarning: ...``) are not errors and never decide.
 _EXC_LINE = re.compile(
-    r"(?:^|[\s:(\-])((?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Exit|Interrupt|Warning|Failure|Fault)):"
+    r"(?:^|[\s:(\-])((?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Exit|Interrupt|Failure|Fault)):"
     r"(?:\s+(.*?))?\s*$")
 _LISTING_LINE = re.compile(r"^\s*\d+:")        # a numbered source line in a file view (swe-agent)
 _FRAME = re.compile(r'^\s*File "([^"]+)", line \d+(?:, in (\S+))?')
