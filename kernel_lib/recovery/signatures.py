@@ -326,6 +326,18 @@ class SpinGuard:
     def __post_init__(self) -> None:
         check_k_repair(self.k_repair, self.window)
 
+    @classmethod
+    def for_step(cls, step_id: str, repairs_done: int, prior_signatures: Iterable[str], *,
+                 k_repair: int = K_REPAIR_DEFAULT, window: int = WINDOW_DEFAULT) -> "SpinGuard":
+        """A guard holding one step's state as recorded: k_i = ``repairs_done`` and its earlier
+        errors' signatures, oldest first (numbered 1, 2, ...; only the last ``window`` kept).
+        Raises :class:`RecoveryPolicyError` for a negative count."""
+        if type(repairs_done) is not int or repairs_done < 0:
+            raise RecoveryPolicyError(f"repairs_done must be an integer >= 0, got {repairs_done!r}")
+        sigmas = list(prior_signatures)
+        numbered = tuple((i + 1, s) for i, s in enumerate(sigmas))[-window:] if window >= 1 else ()
+        return cls(k_repair, window, {step_id: _StepSpin(repairs_done, len(sigmas), numbered)})
+
     def verdict(self, step_id: str, sigma: str) -> SpinVerdict:
         """Whether T_``step_id`` may be repaired after an error of signature ``sigma`` (see the
         module docstring for the order of the checks). Pure: the guard does not change."""
