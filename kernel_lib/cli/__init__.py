@@ -42,7 +42,7 @@ __all__ = ["build_parser", "main"]
 #: ``COMMANDS`` (top-level command -> one-line help) and imports what a command needs only inside
 #: ``add_commands`` and the command itself, so ``--help`` and each command load only what they use.
 COMMAND_GROUPS = ("log", "verify", "bench", "exercises", "live", "cadence", "diverge", "quorum", "importers",
-                  "course", "saga")
+                  "course", "saga", "recovery")
 
 
 def _group(name: str):
