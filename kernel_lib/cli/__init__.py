@@ -15,6 +15,7 @@ module                      commands
 :mod:`.saga`                ``saga sweep``
 :mod:`.quorum`              ``quorum-cluster``, ``quorum-demo``, ``quorum-placement``
 :mod:`.importers`           ``import``
+:mod:`.recovery`            ``recovery decide``
 ==========================  =====================================================================
 
 Every command has ``--help``. One exit-code policy, in :func:`main`: 0 success; 1 the command ran
