@@ -170,7 +170,7 @@ TEXT_RULES: tuple[tuple[str, ErrorClass, re.Pattern[str], str], ...] = (
      "the shell does not know the command: another command or an install step can fix it"),
     ("not_found", "semantic", _rx(
         r"FileNotFoundError|No such file or directory|\bENOENT\b|NotADirectoryError|IsADirectoryError|"
-        r"\bnot found\b|does not exist|\b404\b|NotFoundError"),
+        r"\bnot found\b|does not exist|\b404\b|\bNotFoundError"),
      "something named in the request does not exist: the text names it"),
     ("code_error", "semantic", _rx(
         r"\b(?:ImportError|ModuleNotFoundError|AttributeError|TypeError|NameError|UnboundLocalError|KeyError|"
@@ -256,6 +256,10 @@ def classify_error(error: Any) -> ErrorClassification:
     err: Mapping[str, Any] = error if isinstance(error, Mapping) else {}
     raw_status = err.get("http_status", err.get("status"))
     status = raw_status if isinstance(raw_status, int) and not isinstance(raw_status, bool) else None
+    if isinstance(error, Mapping) and status is None and not any(
+            isinstance(error.get(k), str) for k in ("error", "message", "detail", "observation")):
+        raise RecoveryPolicyError("an error object needs an integer http_status/status, or an error, message, "
+                                  "detail or observation text")
     text = _text_of(error)
     if status is not None and 200 <= status < 300:
         return ErrorClassification("unclassified", "not_an_error", f"http_status {status}",
