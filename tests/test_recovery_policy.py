@@ -175,6 +175,11 @@ def test_after_the_pivot_a_fitting_repair_completes_forward_whatever_the_economi
     assert (d.directive, d.gate, d.remedy) == ("FORWARD_REPAIR", "pivot", "error_feedback")
 
 
+def test_after_the_pivot_a_hopeless_repair_escalates():
+    d = decide(omega(pivot=True), config(p=0.0))
+    assert (d.directive, d.gate, d.remedy) == ("OPERATOR_ESCALATE", "pivot", None)
+
+
 def test_a_repeated_signature_stops_repair_and_names_the_earlier_iteration():
     sigma = signature_of(SCHEMA_ERROR)
     other = signature_of("SyntaxError: unmatched ')'")

@@ -22,8 +22,8 @@ The cascade of :func:`decide`:
    E[$_repair] + $_reserve and H_rem ≥ its steps. None fits → BACKWARD_ROLLBACK (escalate after the
    pivot).
 4. **After the pivot** rollback does not exist: the cheapest fitting remedy per expected success
-   (c_r/p) is chosen, FORWARD_REPAIR, gate ``"pivot"``. Gate 3 is not consulted (its alternative,
-   unwind and rerun, is not available).
+   (c_r/p) is chosen, FORWARD_REPAIR, gate ``"pivot"`` (OPERATOR_ESCALATE if every fitting remedy
+   has p = 0). Gate 3 is not consulted (its alternative, unwind and rerun, is not available).
 5. **Gate 3, economics**, before the pivot. U = Σ compensation costs, R = Σ forward (rerun) costs,
    both in s and in USD. For a remedy with cost c_r and success probability p,
    E[forward] = c_r + (1 − p)(U + R) against backward = U + R, so repair pays when p > p* = c_r/(U +
@@ -68,6 +68,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from kernel_lib.errors import OmegaError, RecoveryPolicyError
+from kernel_lib.limits import JSON_NUMBER_MAX
 from kernel_lib.recovery.repair_stats import RepairStats, fold_repair_stats
 from kernel_lib.recovery.signatures import (
     K_REPAIR_DEFAULT, WINDOW_DEFAULT, SpinGuard, check_k_repair, signature_of,
@@ -430,6 +431,9 @@ def _post_pivot(fitting: list[tuple[RemedyOption, float, dict[str, Any]]], confi
     best = min(fitting, key=per_success)
     cost = per_success(best)
     numbers["chosen_cost_per_success"] = [x if math.isfinite(x) else "inf" for x in cost]
+    if best[1] <= 0:
+        return ("OPERATOR_ESCALATE", "pivot", "past the pivot rollback does not exist, and no fitting remedy has "
+                "any chance of success (p = 0): an operator takes over", None, None)
     why = ("past the pivot rollback does not exist and the repair fits the budget: complete forward "
            f"with {best[0].name}, the least expected cost per success (c_r/p) among the fitting remedies")
     return "FORWARD_REPAIR", "pivot", why, best[0].name, f"least c_r/p after the pivot (p = {best[1]:.3g})"
@@ -641,8 +645,12 @@ def decision_event(decision: RecoveryDecision) -> Any:
 
 
 def _json_safe(v: Any) -> Any:
+    """Numbers as the log can hold them: an infinity, or a magnitude beyond canonical JSON's exact
+    range (:data:`~kernel_lib.limits.JSON_NUMBER_MAX`), becomes a string."""
     if isinstance(v, float) and not math.isfinite(v):
         return "inf" if v > 0 else "-inf"
+    if isinstance(v, (int, float)) and not isinstance(v, bool) and abs(v) > JSON_NUMBER_MAX:
+        return f"{v:.6g}"
     if isinstance(v, Mapping):
         return {str(k): _json_safe(x) for k, x in v.items()}
     if isinstance(v, (list, tuple)):
