@@ -108,6 +108,8 @@ that are retryable)::
                     ServiceFaultError
                     ServiceDownError  (also ConnectionRefusedError)
                     BrokerUnreachableError
+                RecoveryPolicyError  (also ConfigError)
+                    OmegaError  (also ValueError)
         Refusal
             AdmissionDenied
             DispatchWithheld
@@ -836,3 +838,20 @@ class BrokerUnreachableError(ServiceError):
     """A live tool service could not reach the credential broker to introspect a request's lease
     (Failure Recovery, "Terminal escalation"); the service answers 503 (retryable) and applies
     nothing."""
+
+
+class RecoveryPolicyError(RecoveryError, ConfigError):
+    """The recovery policy D(Ω) refuses its configuration or an input it cannot judge (Failure
+    Recovery, figure 2 and the anti-spin invariant): K_repair outside 1..3, a sliding window
+    shorter than one, a negative cost or reserve, a success probability outside [0, 1], an error
+    that is neither a service's error object, a text nor an exception."""
+
+
+class OmegaError(RecoveryPolicyError, ValueError):
+    """An Ω document (the failure state handed to D(Ω), e.g. ``recovery decide OMEGA.json``) is
+    malformed: not JSON, a missing or extra field, a value of the wrong type or out of range.
+    ``field`` names the offending field as a dotted path (``budget.tokens_rem``)."""
+
+    def __init__(self, message: str, *, field: str | None = None):
+        self.field = field
+        super().__init__(message)

@@ -94,7 +94,22 @@ NOT_USED = {
                "kernel_lib.cadence", "kernel_lib.course", "kernel_lib.verify"),
     "schema": ("sympy", "polars", "httpx", "cryptography", "kernel_lib.log", "kernel_lib.live", "kernel_lib.bench",
                "kernel_lib.sim", "kernel_lib.gate"),
+    # D(Ω) is pure: no event models (pydantic) until a decision is logged, no store, no services
+    "recovery": ("pydantic", "sympy", "polars", "numpy", "scipy", "httpx", "kernel_lib.core", "kernel_lib.log",
+                 "kernel_lib.live", "kernel_lib.sim", "kernel_lib.importers", "kernel_lib.bench",
+                 "kernel_lib.course"),
 }
+
+
+def _omega_file(folder: Path) -> Path:
+    path = folder / "omega.json"
+    path.write_text(json.dumps({
+        "failed_step": {"step_id": "T6", "tool": "apply_routes", "tier": "II", "pivot_crossed": False},
+        "error": "SyntaxError: invalid syntax", "budget": {"tokens_rem": 10000, "steps_rem": 5, "usd_rem": 1.0},
+        "history": [{"step_id": "T1", "compensation_s": 40.6, "compensation_usd": 0.0, "forward_s": 46.0,
+                     "forward_usd": 0.162}],
+        "remedies": [{"name": "error_feedback", "tokens": 2570, "usd": 0.00987, "s": 4.1}]}))
+    return path
 
 
 @pytest.mark.parametrize("command", sorted(NOT_USED))
@@ -103,7 +118,8 @@ def test_a_command_loads_only_what_it_uses(command, example_log, tmp_path):
             "diverge": ["diverge", str(example_log), str(example_log)],
             "cadence": ["cadence", "young", "--pause-s", "30", "--mtbf-s", "3600"],
             "import": ["import", "--help"],
-            "schema": ["schema"]}[command]
+            "schema": ["schema"],
+            "recovery": ["recovery", "decide", str(_omega_file(tmp_path)), "--json"]}[command]
     code, mods = _loaded(*argv, cwd=tmp_path)
     assert code == 0
     wrong = sorted(m for m in _top(mods) if m in NOT_USED[command])

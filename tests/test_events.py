@@ -25,7 +25,8 @@ json_values = st.recursive(json_scalars, lambda c: st.one_of(
 
 def test_every_table_1_family_and_recovery_records_are_registered():
     known = E.registered_types()
-    for t in TABLE_1 + ["CompensationIssued", "QuarantineChanged", "WatchdogIntervened"]:
+    for t in TABLE_1 + ["CompensationIssued", "QuarantineChanged", "WatchdogIntervened", "RecoveryDecided",
+                        "RepairOutcome"]:
         assert 1 in known[t], t
 
 

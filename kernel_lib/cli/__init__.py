@@ -15,6 +15,7 @@ module                      commands
 :mod:`.saga`                ``saga sweep``
 :mod:`.quorum`              ``quorum-cluster``, ``quorum-demo``, ``quorum-placement``
 :mod:`.importers`           ``import``
+:mod:`.recovery`            ``recovery decide``
 ==========================  =====================================================================
 
 Every command has ``--help``. One exit-code policy, in :func:`main`: 0 success; 1 the command ran
@@ -42,7 +43,7 @@ __all__ = ["build_parser", "main"]
 #: ``COMMANDS`` (top-level command -> one-line help) and imports what a command needs only inside
 #: ``add_commands`` and the command itself, so ``--help`` and each command load only what they use.
 COMMAND_GROUPS = ("log", "verify", "bench", "exercises", "live", "cadence", "diverge", "quorum", "importers",
-                  "course", "saga")
+                  "course", "saga", "recovery")
 
 
 def _group(name: str):

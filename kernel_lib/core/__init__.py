@@ -24,7 +24,8 @@ from kernel_lib.core.events import (
     BudgetReserved, BudgetSettled, ToolIntent, ToolResult, ControlChanged, PlanChanged, ApprovalRequested,
     ApprovalResolved, Compacted, RuntimeInput, Checkpoint, CheckpointV2, WorkspaceChanged,
     CompensationIssued, QuarantineChanged, WatchdogIntervened, SagaStepChanged, SagaChanged, TrajectoryFrozen,
-    SAGA_STEP_STATES, FROZEN, Provenance, Event, encode, digest, decode, from_dict, decode_stored
+    RecoveryDecided, RepairOutcome, SAGA_STEP_STATES, FROZEN, Provenance, Event, encode, digest, decode, from_dict,
+    decode_stored
 )
 from kernel_lib.core.record import (
     SUPPORTED_REDUCER_VERSIONS, SETTLING_STATUSES, Attempt, Operation, Reservation, Budget, Approval,
@@ -52,7 +53,8 @@ __all__ = [
     "ControlChanged", "PlanChanged", "ApprovalRequested", "ApprovalResolved", "Compacted", "RuntimeInput",
     "Checkpoint", "CheckpointV2", "WorkspaceChanged", "CompensationIssued", "QuarantineChanged",
     "WatchdogIntervened",
-    "SagaStepChanged", "SagaChanged", "TrajectoryFrozen", "SAGA_STEP_STATES", "FROZEN",
+    "SagaStepChanged", "SagaChanged", "TrajectoryFrozen", "RecoveryDecided", "RepairOutcome", "SAGA_STEP_STATES",
+    "FROZEN",
     "Provenance", "Event", "encode", "digest", "decode", "from_dict", "decode_stored",
     "SUPPORTED_REDUCER_VERSIONS", "SETTLING_STATUSES", "Attempt", "Operation", "Reservation", "Budget",
     "Approval", "TrajectoryRecord", "initial_record", "fold", "apply", "fold_into", "fold_step", "fork",

@@ -837,6 +837,53 @@ class WatchdogIntervened(Payload):
     action: str
 
 
+#: The directives of the recovery policy D(Ω) (Failure Recovery, figure 2).
+RecoveryDirective = Literal["TRANSIENT_RETRY", "FORWARD_REPAIR", "BACKWARD_ROLLBACK", "OPERATOR_ESCALATE"]
+#: The remedies a decision may name: retry unchanged (transient), and the three forward repairs.
+RecoveryRemedy = Literal["retry_unchanged", "error_feedback", "resample", "model_fallback"]
+
+
+@register
+class RecoveryDecided(Payload):
+    """What the recovery policy D(Ω) decided for a failed sub-transaction, and why (Failure
+    Recovery, figure 2's three gates and the anti-spin invariant; computed by
+    :func:`kernel_lib.recovery.policy.decide`).
+
+    ``step_id``: the failed T_t's operation id. ``gate``: the gate that decided (1 taxonomy, 2
+    budget headroom, 3 economics; ``"anti-spin"`` the repair bound; ``"pivot"`` a forward repair
+    chosen after the pivot, where rollback is not available). ``numbers``: every number that
+    decided it (costs in s and USD, p and its estimate, break-evens, budgets). ``remedy``: with
+    TRANSIENT_RETRY or FORWARD_REPAIR, the remedy chosen (None otherwise). ``error_signature``: σ
+    of the error (SHA-256 hex). ``error_class`` and ``failure_class`` (``"<class>.<rule>"``) are
+    gate 1's reading of the error."""
+    event_type: ClassVar[str] = "RecoveryDecided"
+    schema_version: ClassVar[int] = 1
+    step_id: str = Field(min_length=1)
+    directive: RecoveryDirective
+    gate: Literal[1, 2, 3, "anti-spin", "pivot"]
+    reason: str = Field(min_length=1)
+    numbers: dict[str, JSONValue] = {}
+    remedy: RecoveryRemedy | None = None
+    error_signature: str = Field(pattern=_SHA256_HEX)
+    error_class: Literal["transient", "semantic", "fatal", "unclassified"]
+    failure_class: str = Field(min_length=1)
+
+
+@register
+class RepairOutcome(Payload):
+    """Whether one forward repair of ``step_id`` worked: the trial that
+    :func:`kernel_lib.recovery.repair_stats.fold_repair_stats` counts into the per-failure-class
+    estimate of p (Failure Recovery, Napkin Math 0.2: p is measured). ``failure_class`` is gate 1's
+    ``"<class>.<rule>"``; ``error_signature`` the σ of the error the repair answered."""
+    event_type: ClassVar[str] = "RepairOutcome"
+    schema_version: ClassVar[int] = 1
+    step_id: str = Field(min_length=1)
+    failure_class: str = Field(min_length=1)
+    remedy: Literal["error_feedback", "resample", "model_fallback"]
+    success: bool
+    error_signature: str | None = Field(default=None, pattern=_SHA256_HEX)
+
+
 # ------------------------------------------------------------------------------------------------
 # the envelope
 # ------------------------------------------------------------------------------------------------

@@ -53,6 +53,8 @@ from kernel_lib.core.events import (
     CompensationIssued,
     SagaChanged,
     SagaStepChanged,
+    RecoveryDecided,
+    RepairOutcome,
     TrajectoryFrozen,
     FROZEN,
     ContextBuilt,
@@ -992,6 +994,7 @@ _HANDLERS = {
     ToolIntentV2: _tool_intent,   # schema 2 of ToolIntent (no status_lookup) folds the same way
     AttemptWithheld: _attempt_withheld,
     SagaStepChanged: _recovery, SagaChanged: _recovery, TrajectoryFrozen: _frozen,
+    RecoveryDecided: _recovery, RepairOutcome: _recovery,
 }
 
 #: Payload types whose handlers :func:`fork` was checked against: they change only the record's
@@ -1003,5 +1006,5 @@ _FORK_REVIEWED = frozenset({
     TaskStarted, ContextBuilt, ModelReplied, Authorized, BudgetReserved, BudgetSettled, ToolIntent, ToolResult,
     ControlChanged, PlanChanged, ApprovalRequested, ApprovalResolved, Compacted, RuntimeInput, Checkpoint,
     CompensationIssued, QuarantineChanged, WatchdogIntervened, CheckpointV2, WorkspaceChanged, ToolIntentV1,
-    AttemptWithheld, ToolIntentV2, SagaStepChanged, SagaChanged, TrajectoryFrozen,
+    AttemptWithheld, ToolIntentV2, SagaStepChanged, SagaChanged, TrajectoryFrozen, RecoveryDecided, RepairOutcome,
 })

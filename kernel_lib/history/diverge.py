@@ -193,6 +193,11 @@ _BOUNDARY_SPECS: dict[str, _Spec] = {
     "SagaChanged": _Spec(HARNESS_DECISION, (("saga", "saga_id"),), ("state", "failed_step_id")),
     "TrajectoryFrozen": _Spec(HARNESS_DECISION, (("incident", "incident_id"),),
                               ("failure_mode", "log_offset", "failing_tool", "residue", "incomplete_steps")),
+    "RecoveryDecided": _Spec(HARNESS_DECISION, ((_SUBJ, "step_id"),),
+                             ("directive", "gate", "remedy", "error_class", "failure_class", "error_signature",
+                              "numbers")),
+    "RepairOutcome": _Spec(TOOL_OBSERVATION, ((_SUBJ, "step_id"),),
+                           ("failure_class", "remedy", "success", "error_signature")),
 }
 
 # supporting evidence: compared, reported, never a boundary; the category says what it bears on

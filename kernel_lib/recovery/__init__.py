@@ -11,12 +11,18 @@ thin runner that applies it. Built so far:
   crash-safe unwind, PANIC and terminal escalation (the ACB freeze);
 * ``agent`` — the same declarations for a practitioner's plain Python functions;
 * ``views`` — what a notebook or widget shows of a saga (L_fwd, Σ, the timeline of its records),
-  as rows computed from the fold.
+  as rows computed from the fold;
+* ``taxonomy`` — gate 1: transient / semantic / fatal / unclassified, for the services' error
+  objects and imported logs' text;
+* ``signatures`` — error signatures σ (normalization documented) and the anti-spin bound
+  (``SpinGuard``: k_i ≤ K_repair, repeated σ in a FIFO window);
+* ``repair_stats`` — the per-failure-class repair success estimate p (Beta(1, 1) prior), folded
+  from ``RepairOutcome`` records;
+* ``policy`` — the recovery policy D(Ω): gate 1, anti-spin, gate 2 budget headroom, gate 3 the
+  break-even of forward repair against unwind and rerun; remedies chosen by expected cost.
 
 Still to come:
 
-* ``policy`` — the recovery policy D(Ω): error taxonomy, budget headroom, the economic
-  break-even of forward repair against unwind and rerun; the anti-spin bound;
 * ``pivot`` — reversibility tiers, the pivot boundary and the verification gate;
 * ``watchdog`` — semantic watchdogs (state-hash cycles, metric stagnation, action repetition,
   entropy collapse) and their three-tier interventions;
