@@ -94,6 +94,9 @@ NOT_USED = {
                "kernel_lib.cadence", "kernel_lib.course", "kernel_lib.verify"),
     "schema": ("sympy", "polars", "httpx", "cryptography", "kernel_lib.log", "kernel_lib.live", "kernel_lib.bench",
                "kernel_lib.sim", "kernel_lib.gate"),
+    "plan": ("sympy", "polars", "numpy", "httpx", "cryptography", "kernel_lib.log", "kernel_lib.live",
+             "kernel_lib.quorum", "kernel_lib.bench", "kernel_lib.cadence", "kernel_lib.course", "kernel_lib.verify",
+             "kernel_lib.importers", "kernel_lib.sim", "kernel_lib.gate"),
 }
 
 
@@ -103,7 +106,8 @@ def test_a_command_loads_only_what_it_uses(command, example_log, tmp_path):
             "diverge": ["diverge", str(example_log), str(example_log)],
             "cadence": ["cadence", "young", "--pause-s", "30", "--mtbf-s", "3600"],
             "import": ["import", "--help"],
-            "schema": ["schema"]}[command]
+            "schema": ["schema"],
+            "plan": ["plan", "example", "ex0.1"]}[command]
     code, mods = _loaded(*argv, cwd=tmp_path)
     assert code == 0
     wrong = sorted(m for m in _top(mods) if m in NOT_USED[command])

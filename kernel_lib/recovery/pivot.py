@@ -60,7 +60,8 @@ phase. The rules, each reported with the steps that break it:
 
 The reorderer (:func:`propose_order`)
 -------------------------------------
-Given the dependencies, it looks for an order that satisfies the invariant, allowed to stage
+A plan that is already valid is returned as it is. Otherwise, given the dependencies, it looks
+for an order that satisfies the invariant, allowed to stage
 stageable tier III steps. One tier III step stays the pivot; every other one must be stageable
 and is split into a staging step (``<id>.stage``, tier I, ``idempotent``, with the original's
 dependencies) placed before the pivot and an outbox entry on the pivot. The finalization phase is
@@ -588,16 +589,20 @@ def propose_order(plan: Plan) -> Proposal:
     where a second tier III step needs them, or why none exists (Failure Recovery, Example 0.1
     and Systems Perspective 0.1; the method is in the module docstring).
 
-    The returned :attr:`Proposal.plan` passes :func:`check_plan`. Raises TypeError when ``plan``
-    is not a :class:`Plan`.
+    The returned :attr:`Proposal.plan` passes :func:`check_plan`; a plan that already passes is
+    returned unchanged (a transformed plan that does not is not reworked: reason ``escrow``).
+    Raises TypeError when ``plan`` is not a :class:`Plan`.
     """
     if not isinstance(plan, Plan):
         raise TypeError(f"propose_order takes a Plan (see plan_from_json), got {type(plan).__name__}")
+    check = check_plan(plan)
+    if check.valid:   # already valid: the plan's own order is kept (pivot and phases as written)
+        return Proposal(plan.ids, plan, (), (), check.pivot, ())
     if any(s.stage_of is not None or s.outbox for s in plan.steps):
         return Proposal(None, None, (Reason("escrow", tuple(s.id for s in plan.steps if s.stage_of or s.outbox),
-                                            "the plan is already transformed (stage_of/outbox); propose_order "
-                                            "takes the plan as written, with stageable steps"),), ())
-    check = check_plan(plan)
+                                            "the plan is already transformed (stage_of, outbox) and not "
+                                            "valid; the reorderer takes a plan as written, with stageable "
+                                            "steps"),), ())
     blocking = tuple(r for r in check.reasons if r.rule in ("unknown_dependency", "dependency_cycle"))
     if blocking:
         return Proposal(None, None, blocking, ())
