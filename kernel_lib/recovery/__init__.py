@@ -11,13 +11,15 @@ thin runner that applies it. Built so far:
   crash-safe unwind, PANIC and terminal escalation (the ACB freeze);
 * ``agent`` — the same declarations for a practitioner's plain Python functions;
 * ``views`` — what a notebook or widget shows of a saga (L_fwd, Σ, the timeline of its records),
-  as rows computed from the fold.
+  as rows computed from the fold;
+* ``pivot`` — the pivot action boundary (table 5, Example 0.1): a plan checker for the invariant
+  and a reorderer that stages irreversible payloads in escrow for the pivot's atomic outbox.
 
 Still to come:
 
 * ``policy`` — the recovery policy D(Ω): error taxonomy, budget headroom, the economic
   break-even of forward repair against unwind and rerun; the anti-spin bound;
-* ``pivot`` — reversibility tiers, the pivot boundary and the verification gate;
+* the pre-pivot verification gate and the PREPARING -> COMMITTED crossing;
 * ``watchdog`` — semantic watchdogs (state-hash cycles, metric stagnation, action repetition,
   entropy collapse) and their three-tier interventions;
 * ``gateway`` — the tool gateway: circuit breakers (closed, open, half-open), backoff, bulkheads;
