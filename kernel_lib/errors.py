@@ -99,6 +99,7 @@ that are retryable)::
                 UnknownCrashPointError  (also ConfigError)
             RecoveryError
                 ToolContractError  (also ConfigError)
+                PlanError  (also ConfigError)
                 CompensatorBindError
                 SagaTransitionError
                 SagaPanicError
@@ -144,8 +145,8 @@ __all__ = [
     "LiveCallDuringReplayError", "ImportFormatError", "UnknownImportFormatError",
     "LiveError", "SnapshotMismatchError", "PatchApplyError", "EvidenceSignatureError", "LiveProcessError",
     "OperationStillRunningError", "SessionStateError", "UnrecoveredRunError", "NoWorkerRunningError",
-    "UnknownCrashPointError", "RecoveryError", "ToolContractError", "CompensatorBindError", "SagaTransitionError",
-    "SagaPanicError", "StepFailedError", "ToolFailedError", "ServiceError", "ServiceFaultError",
+    "UnknownCrashPointError", "RecoveryError", "ToolContractError", "PlanError", "CompensatorBindError",
+    "SagaTransitionError", "SagaPanicError", "StepFailedError", "ToolFailedError", "ServiceError", "ServiceFaultError",
     "ServiceDownError", "BrokerUnreachableError", "TrajectoryFrozenRefusal",
 ]
 
@@ -752,6 +753,18 @@ class ToolContractError(RecoveryError, ConfigError):
 
     def __init__(self, message: str, *, tool: str | None = None):
         self.tool = tool
+        super().__init__(message)
+
+
+class PlanError(RecoveryError, ConfigError):
+    """A plan given to the pivot-boundary checker cannot be read (Failure Recovery, "The pivot
+    action boundary"; :mod:`kernel_lib.recovery.pivot`): not a JSON object or list of steps, a step
+    without an id or a reversibility tier, an id used twice, an unknown repeat contract or key, a
+    ``stageable`` flag on a step that is not a pivot. A readable plan that breaks the invariant is
+    not an error: the checker answers it with reasons. ``step`` names the step when there is one."""
+
+    def __init__(self, message: str, *, step: str | None = None):
+        self.step = step
         super().__init__(message)
 
 

@@ -98,6 +98,9 @@ NOT_USED = {
     "recovery": ("pydantic", "sympy", "polars", "numpy", "scipy", "httpx", "kernel_lib.core", "kernel_lib.log",
                  "kernel_lib.live", "kernel_lib.sim", "kernel_lib.importers", "kernel_lib.bench",
                  "kernel_lib.course"),
+    "plan": ("sympy", "polars", "numpy", "httpx", "cryptography", "kernel_lib.log", "kernel_lib.live",
+             "kernel_lib.quorum", "kernel_lib.bench", "kernel_lib.cadence", "kernel_lib.course", "kernel_lib.verify",
+             "kernel_lib.importers", "kernel_lib.sim", "kernel_lib.gate"),
 }
 
 
@@ -119,7 +122,8 @@ def test_a_command_loads_only_what_it_uses(command, example_log, tmp_path):
             "cadence": ["cadence", "young", "--pause-s", "30", "--mtbf-s", "3600"],
             "import": ["import", "--help"],
             "schema": ["schema"],
-            "recovery": ["recovery", "decide", str(_omega_file(tmp_path)), "--json"]}[command]
+            "recovery": ["recovery", "decide", str(_omega_file(tmp_path)), "--json"],
+            "plan": ["plan", "example", "ex0.1"]}[command]
     code, mods = _loaded(*argv, cwd=tmp_path)
     assert code == 0
     wrong = sorted(m for m in _top(mods) if m in NOT_USED[command])

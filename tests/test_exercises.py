@@ -26,7 +26,8 @@ ROOT = Path(__file__).resolve().parents[1]
 IDS = list(EXERCISES)
 NB_NAME = {k: notebook_name(k) for k in IDS}
 #: What the first cell of each solution names as its source.
-SOURCE_MARK = {k: "Napkin Math 0." + k[4:] if k.startswith("nm0.") else "§11.12" for k in IDS}
+SOURCE_MARK = {k: "Napkin Math 0." + k[4:] if k.startswith("nm0.") else "Example 0." + k[4:] if k.startswith("ex0.")
+               else "§11.12" for k in IDS}
 #: The seeded variants each solution notebook is also run with under papermill (besides its defaults).
 #: One is enough to show a generated variant flows through the parameters cell into every answer;
 #: many seeds are checked at the Python level (test_check_of_the_solution_is_all_ok_for_many_seeds),
@@ -182,7 +183,7 @@ def test_unknown_exercise():
             get(bad)
     assert get("4") is get("11.4") is get("ex11_4")
     assert get("nm0.1") is get("NM0.1") is get("nm0_1")
-    for bad in ("nm0.9", "ex0.1"):   # Failure Recovery ids not built (yet) are unknown, not guessed
+    for bad in ("nm0.9", "ex0.9"):   # Failure Recovery ids not built (yet) are unknown, not guessed
         with pytest.raises(ConfigError, match="available: 11.1, "):
             get(bad)
 

@@ -13,6 +13,7 @@ module                      commands
 :mod:`.cadence`             ``cadence ...``
 :mod:`.diverge`             ``diverge``
 :mod:`.saga`                ``saga sweep``
+:mod:`.plan`                ``plan check|example``
 :mod:`.quorum`              ``quorum-cluster``, ``quorum-demo``, ``quorum-placement``
 :mod:`.importers`           ``import``
 :mod:`.recovery`            ``recovery decide``
@@ -43,7 +44,7 @@ __all__ = ["build_parser", "main"]
 #: ``COMMANDS`` (top-level command -> one-line help) and imports what a command needs only inside
 #: ``add_commands`` and the command itself, so ``--help`` and each command load only what they use.
 COMMAND_GROUPS = ("log", "verify", "bench", "exercises", "live", "cadence", "diverge", "quorum", "importers",
-                  "course", "saga", "recovery")
+                  "course", "saga", "recovery", "plan")
 
 
 def _group(name: str):

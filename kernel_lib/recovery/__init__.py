@@ -19,11 +19,13 @@ thin runner that applies it. Built so far:
 * ``repair_stats`` — the per-failure-class repair success estimate p (Beta(1, 1) prior), folded
   from ``RepairOutcome`` records;
 * ``policy`` — the recovery policy D(Ω): gate 1, anti-spin, gate 2 budget headroom, gate 3 the
-  break-even of forward repair against unwind and rerun; remedies chosen by expected cost.
+  break-even of forward repair against unwind and rerun; remedies chosen by expected cost;
+* ``pivot`` — the pivot action boundary (table 5, Example 0.1): a plan checker for the invariant
+  and a reorderer that stages irreversible payloads in escrow for the pivot's atomic outbox.
 
 Still to come:
 
-* ``pivot`` — reversibility tiers, the pivot boundary and the verification gate;
+* the pre-pivot verification gate and the PREPARING -> COMMITTED crossing;
 * ``watchdog`` — semantic watchdogs (state-hash cycles, metric stagnation, action repetition,
   entropy collapse) and their three-tier interventions;
 * ``gateway`` — the tool gateway: circuit breakers (closed, open, half-open), backoff, bulkheads;
