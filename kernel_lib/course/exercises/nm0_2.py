@@ -152,14 +152,22 @@ def _rational(x: float | int) -> sp.Rational:
     return sp.Rational(f.numerator, f.denominator)
 
 
-def _exact_values(p: Mapping[str, Any]) -> dict[str, sp.Rational]:
-    """Every formula of :func:`formulas` as an exact rational for the givens ``p``."""
+def substitutions(params: Mapping[str, Any] | None = None) -> dict[sp.Symbol, sp.Rational]:
+    """``{symbol: exact value}`` for the symbols of :func:`formulas`, from the givens (validated
+    first: ConfigError on bad ones). Decimals are taken as typed (46.0, 0.5 as exact rationals), so
+    ``formulas()[name].xreplace(substitutions(params))`` is the exact answer."""
+    p = validate_params(params)
     T, U, Ni, No, ni, no, r, tv, pi, po, ps = _S
-    subs = {T: _rational(p["forward_s"]), U: _rational(p["compensation_s"]), Ni: p["input_tokens"],
-            No: p["output_tokens"], ni: p["repair_input_tokens"], no: p["repair_output_tokens"],
-            r: _rational(p["decode_tokens_per_s"]), tv: _rational(p["validation_s"]),
-            pi: _rational(p["input_usd_per_mtok"]), po: _rational(p["output_usd_per_mtok"]),
-            ps: _rational(p["repair_success_p"])}
+    return {T: _rational(p["forward_s"]), U: _rational(p["compensation_s"]), Ni: sp.Integer(p["input_tokens"]),
+            No: sp.Integer(p["output_tokens"]), ni: sp.Integer(p["repair_input_tokens"]),
+            no: sp.Integer(p["repair_output_tokens"]), r: _rational(p["decode_tokens_per_s"]),
+            tv: _rational(p["validation_s"]), pi: _rational(p["input_usd_per_mtok"]),
+            po: _rational(p["output_usd_per_mtok"]), ps: _rational(p["repair_success_p"])}
+
+
+def _exact_values(p: Mapping[str, Any]) -> dict[str, sp.Expr]:
+    """Every formula of :func:`formulas` as an exact rational for the givens ``p``."""
+    subs = substitutions(p)
     return {name: expr.xreplace(subs) for name, expr in formulas().items()}
 
 
