@@ -97,7 +97,7 @@ def test_a_figure_that_does_not_follow_is_reported_as_such(monkeypatch):
 
 def test_the_break_even_is_solved_and_equals_repair_cost_over_backing_out():
     f = nm0_2.formulas()
-    T, U, Ni, No, ni, no, r, tv, pi, po, p = nm0_2._S
+    T, U, Ni, No, ni, no, r, tv, pi, po, p = nm0_2.SYMBOLS
     assert sp.simplify(f["breakeven_p_time"] - (no / r + tv) / (U + T)) == 0
     assert sp.simplify(f["breakeven_p_dollars"] - (ni * pi + no * po) / (Ni * pi + No * po)) == 0
     # at p = p* trying repair first costs exactly what backing out does

@@ -97,7 +97,8 @@ def validate_params(params: Mapping[str, Any] | None = None) -> dict[str, Any]:
     return validate(PARAMS, DEFAULTS, params)
 
 
-_S = sp.symbols("T_fwd U N_in N_out n_in n_out r_dec t_val p_in p_out p", nonnegative=True)
+#: The symbols of :func:`formulas`, in this order (all nonnegative).
+SYMBOLS = sp.symbols("T_fwd U N_in N_out n_in n_out r_dec t_val p_in p_out p", nonnegative=True)
 
 
 @functools.lru_cache(maxsize=1)
@@ -110,7 +111,7 @@ def formulas() -> dict[str, sp.Expr]:
     time and on dollars, under the napkin's reading (backward = unwind + rerun) and under the
     displayed formula's (backward = unwind only).
     """
-    T, U, Ni, No, ni, no, r, tv, pi, po, p = _S
+    T, U, Ni, No, ni, no, r, tv, pi, po, p = SYMBOLS
     rerun_usd = Ni * pi / 10**6 + No * po / 10**6
     backward_s, backward_usd = U + T, 0 + rerun_usd          # compensators spend no tokens
     repair_s = no / r + tv
@@ -157,7 +158,7 @@ def substitutions(params: Mapping[str, Any] | None = None) -> dict[sp.Symbol, sp
     first: ConfigError on bad ones). Decimals are taken as typed (46.0, 0.5 as exact rationals), so
     ``formulas()[name].xreplace(substitutions(params))`` is the exact answer."""
     p = validate_params(params)
-    T, U, Ni, No, ni, no, r, tv, pi, po, ps = _S
+    T, U, Ni, No, ni, no, r, tv, pi, po, ps = SYMBOLS
     return {T: _rational(p["forward_s"]), U: _rational(p["compensation_s"]), Ni: sp.Integer(p["input_tokens"]),
             No: sp.Integer(p["output_tokens"]), ni: sp.Integer(p["repair_input_tokens"]),
             no: sp.Integer(p["repair_output_tokens"]), r: _rational(p["decode_tokens_per_s"]),
