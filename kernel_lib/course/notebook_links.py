@@ -43,6 +43,8 @@ NOTEBOOK_SECTIONS: dict[str, tuple[str, ...]] = {
     "11_8_retention": ("11.8", "11.8.1", "11.8.2", "11.8.3", "11.8.4"),
     "11_9_fallacies": ("11.9",),
     "nm0_1": ("Saga compensation stacks", "Napkin Math 0.1: Saga log unwinding overheads"),
+    "nm0_2": ("Dynamic arbitration: The recovery policy function",
+              "Napkin Math 0.2: Forward repair vs. compensate and rerun"),
     "ex0_1": ("The pivot action boundary", "Example 0.1: The dual-commit trap and pivot allocation"),
     "fr_1_sagas": ("The Transactional Boundary Collapse", "The Trajectory Saga Pattern",
                    "Compensating action semantics", "Saga compensation stacks", "Terminal escalation"),
