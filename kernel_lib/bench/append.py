@@ -558,18 +558,18 @@ def _our_step_system(kind: str, stores: _Stores,
 
 def _sqlite_engine_system(tmp: Path) -> _StepSystem:
     """SQLite alone doing what ``ours/sqlite`` asks of it per step, with none of our Python: the
-    log's own schema (:data:`kernel_lib.log.sqlite._SCHEMA`, WAL, ``synchronous=NORMAL``), one
+    log's own schema (:data:`kernel_lib.log.sqlite.SCHEMA_SQL`, WAL, ``synchronous=NORMAL``), one
     autocommit INSERT of one ~700-byte row (the previous step's evidence, write tier), then one
     transaction of three rows (the intent batch) and an ``fdatasync`` of the ``-wal`` file (the
     barrier). Non-durable: the same loop writing nothing. Its overhead is the floor that the
     SQLite engine sets for our SQLite store on this disk, measured in the same rounds."""
-    from kernel_lib.log.sqlite import _SCHEMA
+    from kernel_lib.log.sqlite import SCHEMA_SQL
 
     path = tmp / "engine-floor.sqlite"
     conn = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False)
     conn.execute("PRAGMA journal_mode=WAL")
     conn.execute("PRAGMA synchronous=NORMAL")
-    conn.executescript(_SCHEMA)
+    conn.executescript(SCHEMA_SQL)
     body = _events("engine-floor", 1)[0].canonical
     digest_hex = "0" * 64
     insert = "INSERT INTO events (trajectory_id, sequence_number, event_id, digest, body) VALUES (?,?,?,?,?)"

@@ -136,6 +136,9 @@ CREATE TABLE IF NOT EXISTS retired_prefix (
 ) WITHOUT ROWID
 """
 
+#: The tables of the layout as SQL (read-only use: ``bench append`` measures SQLite alone on them).
+SCHEMA_SQL = _SCHEMA
+
 #: Version of the table layout, kept in ``PRAGMA user_version``.
 LAYOUT_VERSION = 1
 
