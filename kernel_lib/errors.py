@@ -104,6 +104,7 @@ that are retryable)::
                 SagaTransitionError
                 SagaPanicError
                 StepFailedError
+                RecoveryTerminated
                 ToolFailedError
                 ServiceError
                     ServiceFaultError
@@ -146,7 +147,8 @@ __all__ = [
     "LiveError", "SnapshotMismatchError", "PatchApplyError", "EvidenceSignatureError", "LiveProcessError",
     "OperationStillRunningError", "SessionStateError", "UnrecoveredRunError", "NoWorkerRunningError",
     "UnknownCrashPointError", "RecoveryError", "ToolContractError", "PlanError", "CompensatorBindError",
-    "SagaTransitionError", "SagaPanicError", "StepFailedError", "ToolFailedError", "ServiceError", "ServiceFaultError",
+    "SagaTransitionError", "SagaPanicError", "StepFailedError", "RecoveryTerminated", "ToolFailedError",
+    "ServiceError", "ServiceFaultError",
     "ServiceDownError", "BrokerUnreachableError", "TrajectoryFrozenRefusal",
 ]
 
@@ -804,6 +806,23 @@ class StepFailedError(RecoveryError):
     def __init__(self, message: str, *, step_id: str | None = None, error: dict | None = None):
         self.step_id = step_id
         self.error = dict(error or {})
+        super().__init__(message)
+
+
+class RecoveryTerminated(RecoveryError):
+    """The forward-repair loop stopped a failed sub-transaction by the recovery policy's directive
+    (:mod:`kernel_lib.recovery.repair`): BACKWARD_ROLLBACK (the saga was unwound, ``state`` is its
+    final state, ``ABORT_CONSISTENT``) or OPERATOR_ESCALATE (the trajectory is frozen, ``state``
+    is ``FROZEN``). ``step_id`` names the sub-transaction, ``directive`` and ``gate`` the decision,
+    ``incident`` the freeze's incident record when there was one."""
+
+    def __init__(self, message: str, *, step_id: str | None = None, directive: str | None = None,
+                 gate: int | str | None = None, state: str | None = None, incident: dict | None = None):
+        self.step_id = step_id
+        self.directive = directive
+        self.gate = gate
+        self.state = state
+        self.incident = dict(incident or {})
         super().__init__(message)
 
 

@@ -20,6 +20,9 @@ thin runner that applies it. Built so far:
   from ``RepairOutcome`` records;
 * ``policy`` — the recovery policy D(Ω): gate 1, anti-spin, gate 2 budget headroom, gate 3 the
   break-even of forward repair against unwind and rerun; remedies chosen by expected cost;
+* ``repair`` — the forward-repair loop over the runner: Ω folded from the log, D(Ω) recorded
+  before it is acted on, transient retry, repair through the dispatch gate under the anti-spin
+  bound, rollback or escalation; k_i and H_i come back from the log after a crash;
 * ``pivot`` — the pivot action boundary (table 5, Example 0.1): a plan checker for the invariant
   and a reorderer that stages irreversible payloads in escrow for the pivot's atomic outbox.
 

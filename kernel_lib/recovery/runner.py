@@ -146,6 +146,12 @@ class SagaRunner:
     def trajectory_id(self) -> str:
         return self.gate.log.trajectory_id
 
+    @property
+    def next_step_id(self) -> str:
+        """The operation id the next :meth:`step` call runs as (``<saga_id>.T<i>``): a driver on
+        top of the runner (the forward-repair loop) reads it to find that step in the log."""
+        return step_operation_id(self.saga_id, self._next_index)
+
     def _check_not_frozen(self) -> None:
         if self.gate.record.control_state == FROZEN:
             inc = next((r for r in reversed(self.gate.record.recovery_records)

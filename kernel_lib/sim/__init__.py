@@ -11,6 +11,8 @@
 * :mod:`.saga_demo` — the deployment saga one action at a time over a fleet facade (step, inject,
   unwind, crash during the unwind, recover), the two-phase-commit fallacy run and an out-of-band
   incident channel, for notebook FR.1 and the saga stepper widget.
+* :mod:`.repairer` — a seeded repair-pass stand-in (success, spin or drift), fallback models with
+  prices, and the measured break-even of repair first against unwind and rerun (Napkin Math 0.2).
 
 May import: every layer below it (``importers`` and down); never ``quorum``, ``live`` or a real
 process or socket.
