@@ -444,3 +444,13 @@ def test_a_semantic_failure_is_repaired_on_the_live_services(tmp_path):
         assert [o.success for o in outcomes(store)] == [True]
     finally:
         fleet.close()
+
+
+def test_a_repairer_that_proposes_nothing_counts_as_a_failed_repair_and_rolls_back():
+    fleet, store, loop, _ = make(lambda frame: None)
+    with pytest.raises(RecoveryTerminated) as info:
+        deploy(loop)
+    assert (info.value.directive, info.value.state) == ("BACKWARD_ROLLBACK", "ABORT_CONSISTENT")
+    assert [o.success for o in outcomes(store)] == [False]
+    assert counts(fleet, "publish_dns") == (1, 0)
+    assert_unwound_once(fleet)

@@ -368,9 +368,10 @@ class RepairLoop:
             frame = RepairFrame(sub_id, tool, dict(args), dict(error), d.remedy, dict(remedy.detail),
                                 int(loop.get("repair_number", 1)))
             new = self.repairer(frame)
-            if new is None:
+            if new is None:   # no repair proposed: a failed repair, then the safe case (never a retry)
                 self._settle_repair(sub_id, success=False)
-                self._stop(sub_id, tool, d, "the repairer proposed no repair")
+                safe = "OPERATOR_ESCALATE" if self.runner.saga.pivot_committed is not None else "BACKWARD_ROLLBACK"
+                self._stop(sub_id, tool, d, "the repairer proposed no repair", directive=safe)
             return dict(new)
         self._stop(sub_id, tool, d, d.reason)
         raise AssertionError("unreachable")   # pragma: no cover
@@ -387,24 +388,29 @@ class RepairLoop:
         self.runner.gate.append(payload)   # durable (a barrier) before the directive is acted on
         return payload
 
-    def _stop(self, sub_id: str, tool: str, d: RecoveryDecided, why: str) -> None:
+    def _stop(self, sub_id: str, tool: str, d: RecoveryDecided, why: str, *, directive: str | None = None) -> None:
+        """Apply BACKWARD_ROLLBACK (the unwind) or OPERATOR_ESCALATE (the freeze; past the pivot
+        the unwind's POST_PIVOT_STALLED freeze) and raise :class:`RecoveryTerminated`. D(Ω) only
+        escalates past the pivot; a pre-pivot escalation (not produced by the policy) freezes
+        with the runner's COMPENSATION_CORRUPTED mode, the only other mode a freeze records."""
         runner = self.runner
-        if d.directive == "BACKWARD_ROLLBACK" and runner.saga.pivot_committed is None:
+        directive = directive or d.directive
+        if directive == "BACKWARD_ROLLBACK" and runner.saga.pivot_committed is None:
             state = runner.unwind(f"recovery policy, gate {d.gate}: {why}")
             raise RecoveryTerminated(f"{sub_id} ({tool}): BACKWARD_ROLLBACK at gate {d.gate}: {why}; the saga is "
-                                     f"{state}", step_id=sub_id, directive=d.directive, gate=d.gate, state=state)
+                                     f"{state}", step_id=sub_id, directive=directive, gate=d.gate, state=state)
         # OPERATOR_ESCALATE (or any stop past the pivot): the runner's freeze, never a rollback
         if runner.saga.pivot_committed is not None:
             try:
                 runner.unwind(f"recovery policy, gate {d.gate}: {why}")   # past the pivot: freezes, raises
             except SagaPanicError as exc:
-                raise RecoveryTerminated(f"{sub_id} ({tool}): {d.directive} at gate {d.gate}: {why}; frozen as "
+                raise RecoveryTerminated(f"{sub_id} ({tool}): {directive} at gate {d.gate}: {why}; frozen as "
                                          f"incident {exc.incident.get('incident_id')}", step_id=sub_id,
-                                         directive=d.directive, gate=d.gate, state="FROZEN",
+                                         directive=directive, gate=d.gate, state="FROZEN",
                                          incident=exc.incident) from exc
         incident = runner.freeze("COMPENSATION_CORRUPTED" if runner.saga.pivot_committed is None
                                  else "POST_PIVOT_STALLED", error={"error": why, "step_id": sub_id},
                                  failing_tool=tool, residue=[])
-        raise RecoveryTerminated(f"{sub_id} ({tool}): {d.directive} at gate {d.gate}: {why}; frozen as incident "
-                                 f"{incident.get('incident_id')}", step_id=sub_id, directive=d.directive,
+        raise RecoveryTerminated(f"{sub_id} ({tool}): {directive} at gate {d.gate}: {why}; frozen as incident "
+                                 f"{incident.get('incident_id')}", step_id=sub_id, directive=directive,
                                  gate=d.gate, state="FROZEN", incident=incident)
