@@ -21,11 +21,15 @@ thin runner that applies it. Built so far:
 * ``policy`` — the recovery policy D(Ω): gate 1, anti-spin, gate 2 budget headroom, gate 3 the
   break-even of forward repair against unwind and rerun; remedies chosen by expected cost;
 * ``pivot`` — the pivot action boundary (table 5, Example 0.1): a plan checker for the invariant
-  and a reorderer that stages irreversible payloads in escrow for the pivot's atomic outbox.
+  and a reorderer that stages irreversible payloads in escrow for the pivot's atomic outbox;
+* ``verification`` — the pre-pivot verification gate: deterministic checks (a test run, artifact
+  digests, invariants read from the services) with evidence; the model's claim has weight 0. The
+  crossing PREPARING -> COMMITTED (``PivotCrossed``) is in ``saga`` and ``runner``;
+* ``plan_run`` — a pivot plan run through the saga runner (gate, crossing, pivot with its
+  outbox, finalization; unwind before the pivot, escalation after it).
 
 Still to come:
 
-* the pre-pivot verification gate and the PREPARING -> COMMITTED crossing;
 * ``watchdog`` — semantic watchdogs (state-hash cycles, metric stagnation, action repetition,
   entropy collapse) and their three-tier interventions;
 * ``gateway`` — the tool gateway: circuit breakers (closed, open, half-open), backoff, bulkheads;
