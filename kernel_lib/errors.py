@@ -103,6 +103,10 @@ that are retryable)::
                 CompensatorBindError
                 SagaTransitionError
                 SagaPanicError
+                    PivotCrossedError
+                PivotRefusedError
+                VerificationError  (also ConfigError)
+                OutboxError
                 StepFailedError
                 RecoveryTerminated
                 ToolFailedError
@@ -147,8 +151,9 @@ __all__ = [
     "LiveError", "SnapshotMismatchError", "PatchApplyError", "EvidenceSignatureError", "LiveProcessError",
     "OperationStillRunningError", "SessionStateError", "UnrecoveredRunError", "NoWorkerRunningError",
     "UnknownCrashPointError", "RecoveryError", "ToolContractError", "PlanError", "CompensatorBindError",
-    "SagaTransitionError", "SagaPanicError", "StepFailedError", "RecoveryTerminated", "ToolFailedError",
-    "ServiceError", "ServiceFaultError",
+    "SagaTransitionError", "SagaPanicError", "PivotCrossedError", "PivotRefusedError", "OutboxError",
+    "VerificationError", "StepFailedError", "RecoveryTerminated", "ToolFailedError", "ServiceError",
+    "ServiceFaultError",
     "ServiceDownError", "BrokerUnreachableError", "TrajectoryFrozenRefusal",
 ]
 
@@ -795,6 +800,49 @@ class SagaPanicError(RecoveryError):
     def __init__(self, message: str, *, residue: list | None = None, incident: dict | None = None):
         self.residue = list(residue or [])
         self.incident = dict(incident or {})
+        super().__init__(message)
+
+
+class PivotCrossedError(SagaPanicError):
+    """An unwind asked for after the saga crossed its pivot (PREPARING -> COMMITTED is durable in
+    the log; Failure Recovery, "The pivot action boundary"): the compensation log is retired and
+    no compensator runs. The request is refused; the runner escalates instead (the ACB freeze,
+    ``POST_PIVOT_STALLED``), so ``incident`` and ``residue`` are those of the freeze.
+    ``pivot_step_id`` names the pivot the crossing was for."""
+
+    def __init__(self, message: str, *, pivot_step_id: str | None = None, residue: list | None = None,
+                 incident: dict | None = None):
+        self.pivot_step_id = pivot_step_id
+        super().__init__(message, residue=residue, incident=incident)
+
+
+class PivotRefusedError(RecoveryError):
+    """The saga may not cross its pivot (Failure Recovery, "The pivot action boundary": every
+    pre-condition must hold before T_pivot is dispatched): the pre-pivot verification gate
+    failed (``failed_checks`` names the checks; the verdict is in the log), no passing verdict was
+    given to a runner that requires one, the verdict is for another step, or escrow entries are
+    staged for a pivot that would not flush them. Nothing is crossed or dispatched; the saga is
+    still in its preparation phase and can be unwound. ``step_id`` names the pivot step."""
+
+    def __init__(self, message: str, *, step_id: str | None = None, failed_checks: list | None = None):
+        self.step_id = step_id
+        self.failed_checks = list(failed_checks or [])
+        super().__init__(message)
+
+
+class VerificationError(RecoveryError, ConfigError):
+    """The pre-pivot verification gate is set up wrong (:mod:`kernel_lib.recovery.verification`):
+    no checks, checks without unique names, a model claim of the wrong type. A check that fails is
+    not an error: it is a failed check in the verdict."""
+
+
+class OutboxError(RecoveryError):
+    """An escrow/outbox request the saga refuses (Failure Recovery, Example 0.1's remedy): staging
+    after the pivot was crossed, an entry id used twice with another payload, a flush before the
+    pivot committed, or a staged tool that is not registered. ``entry_id`` names the entry."""
+
+    def __init__(self, message: str, *, entry_id: str | None = None):
+        self.entry_id = entry_id
         super().__init__(message)
 
 

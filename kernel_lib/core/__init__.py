@@ -24,7 +24,8 @@ from kernel_lib.core.events import (
     BudgetReserved, BudgetSettled, ToolIntent, ToolResult, ControlChanged, PlanChanged, ApprovalRequested,
     ApprovalResolved, Compacted, RuntimeInput, Checkpoint, CheckpointV2, WorkspaceChanged,
     CompensationIssued, QuarantineChanged, WatchdogIntervened, SagaStepChanged, SagaChanged, TrajectoryFrozen,
-    RecoveryDecided, RepairOutcome, SAGA_STEP_STATES, FROZEN, Provenance, Event, encode, digest, decode, from_dict,
+    RecoveryDecided, RepairOutcome, PivotVerified, PivotCrossed, OutboxChanged,
+    SAGA_STEP_STATES, FROZEN, Provenance, Event, encode, digest, decode, from_dict,
     decode_stored
 )
 from kernel_lib.core.record import (
@@ -53,7 +54,9 @@ __all__ = [
     "ControlChanged", "PlanChanged", "ApprovalRequested", "ApprovalResolved", "Compacted", "RuntimeInput",
     "Checkpoint", "CheckpointV2", "WorkspaceChanged", "CompensationIssued", "QuarantineChanged",
     "WatchdogIntervened",
-    "SagaStepChanged", "SagaChanged", "TrajectoryFrozen", "RecoveryDecided", "RepairOutcome", "SAGA_STEP_STATES",
+    "SagaStepChanged", "SagaChanged", "TrajectoryFrozen", "RecoveryDecided", "RepairOutcome",
+    "PivotVerified", "PivotCrossed", "OutboxChanged",
+    "SAGA_STEP_STATES",
     "FROZEN",
     "Provenance", "Event", "encode", "digest", "decode", "from_dict", "decode_stored",
     "SUPPORTED_REDUCER_VERSIONS", "SETTLING_STATUSES", "Attempt", "Operation", "Reservation", "Budget",

@@ -792,6 +792,75 @@ class SagaChanged(Payload):
 
 
 @register
+class PivotVerified(Payload):
+    """The verdict of the pre-pivot verification gate for ``pivot_step_id`` (Failure Recovery,
+    "The pivot action boundary": before T_pivot is dispatched the runtime verifies its
+    pre-conditions; computed by :func:`kernel_lib.recovery.verification.run_gate`).
+
+    ``checks``: one ``{name, passed, evidence}`` per deterministic check, in the order run.
+    ``failed_checks``: the names of those that failed (``passed`` is true exactly when it is
+    empty). ``model_claim``: what the model said about its own work, kept for people and given no
+    weight (``{"text", "claims_success", "weight": 0}``), or None."""
+    event_type: ClassVar[str] = "PivotVerified"
+    schema_version: ClassVar[int] = 1
+    saga_id: str = Field(min_length=1)
+    pivot_step_id: str = Field(min_length=1)
+    passed: bool
+    checks: list[dict[str, JSONValue]] = []
+    failed_checks: list[str] = []
+    model_claim: dict[str, JSONValue] | None = None
+
+
+@register
+class PivotCrossed(Payload):
+    """The saga crosses its pivot: STATUS_PREPARING -> STATUS_COMMITTED (Failure Recovery, "The
+    pivot action boundary": the pivot's dispatch requires a synchronous write to the WAL). It is
+    appended with a barrier before the pivot's ``ToolIntent``; from it on the compensation log
+    L_comp is retired (``retired_compensators``: the step ids whose C_i will never run) and a
+    failure is retried forward or escalated, never unwound.
+
+    ``pivot_step_id``/``pivot_index``/``pivot_tool``: the pivot step T_k the crossing is for.
+    ``verified_sequence``: the log position of the passing :class:`PivotVerified` it rests on, or
+    None when the runner was configured without a gate (recorded as such, never implied).
+    ``outbox``: the escrow entries (:class:`OutboxChanged`) the atomic outbox releases with the
+    pivot. The saga's fold is :func:`kernel_lib.recovery.saga.fold_saga`."""
+    event_type: ClassVar[str] = "PivotCrossed"
+    schema_version: ClassVar[int] = 1
+    saga_id: str = Field(min_length=1)
+    pivot_step_id: str = Field(min_length=1)
+    pivot_index: int = Field(ge=1)
+    pivot_tool: str = Field(min_length=1)
+    verified_sequence: int | None = Field(default=None, ge=1)
+    retired_compensators: list[str] = []
+    outbox: list[str] = []
+    reason: str = ""
+
+
+@register
+class OutboxChanged(Payload):
+    """One entry of the saga's escrow and atomic outbox (Failure Recovery, Example 0.1, the
+    structural remedy): an irreversible payload staged before the pivot and released with it.
+
+    ``STAGED``: the payload (``tool`` and ``arguments``) is durable in the log and has not been
+    sent (an invertible step: dropping the entry undoes it). ``DROPPED``: the unwind discarded it
+    before the pivot (never sent). ``FLUSHED``: after the pivot, the service answered that it
+    applied the send (``operation_id`` is the send's operation, ``idempotency_key`` its κ, fixed
+    when the entry was staged, so every re-send after a crash is deduplicated by the service).
+    ``payload_sha256``: SHA-256 of the canonical JSON of ``[tool, arguments]``."""
+    event_type: ClassVar[str] = "OutboxChanged"
+    schema_version: ClassVar[int] = 1
+    saga_id: str = Field(min_length=1)
+    entry_id: str = Field(min_length=1)
+    state: Literal["STAGED", "DROPPED", "FLUSHED"]
+    tool: str = Field(min_length=1)
+    arguments: dict[str, JSONValue] = {}
+    operation_id: str = Field(min_length=1)
+    idempotency_key: str = Field(min_length=1)
+    payload_sha256: str = Field(pattern=_SHA256_HEX)
+    reason: str = ""
+
+
+@register
 class TrajectoryFrozen(Payload):
     """Terminal escalation, the ACB freeze (Failure Recovery, "Terminal escalation"): the
     trajectory is halted (no admission of model calls or tool dispatch: the fold sets its control

@@ -55,6 +55,9 @@ from kernel_lib.core.events import (
     SagaStepChanged,
     RecoveryDecided,
     RepairOutcome,
+    PivotVerified,
+    PivotCrossed,
+    OutboxChanged,
     TrajectoryFrozen,
     FROZEN,
     ContextBuilt,
@@ -995,6 +998,7 @@ _HANDLERS = {
     AttemptWithheld: _attempt_withheld,
     SagaStepChanged: _recovery, SagaChanged: _recovery, TrajectoryFrozen: _frozen,
     RecoveryDecided: _recovery, RepairOutcome: _recovery,
+    PivotVerified: _recovery, PivotCrossed: _recovery, OutboxChanged: _recovery,
 }
 
 #: Payload types whose handlers :func:`fork` was checked against: they change only the record's
@@ -1007,4 +1011,5 @@ _FORK_REVIEWED = frozenset({
     ControlChanged, PlanChanged, ApprovalRequested, ApprovalResolved, Compacted, RuntimeInput, Checkpoint,
     CompensationIssued, QuarantineChanged, WatchdogIntervened, CheckpointV2, WorkspaceChanged, ToolIntentV1,
     AttemptWithheld, ToolIntentV2, SagaStepChanged, SagaChanged, TrajectoryFrozen, RecoveryDecided, RepairOutcome,
+    PivotVerified, PivotCrossed, OutboxChanged,
 })

@@ -198,6 +198,11 @@ _BOUNDARY_SPECS: dict[str, _Spec] = {
                               "numbers")),
     "RepairOutcome": _Spec(TOOL_OBSERVATION, ((_SUBJ, "step_id"),),
                            ("failure_class", "remedy", "success", "error_signature")),
+    "PivotVerified": _Spec(HARNESS_DECISION, ((_SUBJ, "pivot_step_id"),), ("saga_id", "passed", "failed_checks")),
+    "PivotCrossed": _Spec(HARNESS_DECISION, (("saga", "saga_id"),),
+                          ("pivot_step_id", "pivot_tool", "retired_compensators", "outbox")),
+    "OutboxChanged": _Spec(HARNESS_DECISION, (("outbox", "entry_id"),),
+                           ("saga_id", "state", "tool", "payload_sha256", "idempotency_key")),
 }
 
 # supporting evidence: compared, reported, never a boundary; the category says what it bears on

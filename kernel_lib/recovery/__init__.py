@@ -24,11 +24,15 @@ thin runner that applies it. Built so far:
   before it is acted on, transient retry, repair through the dispatch gate under the anti-spin
   bound, rollback or escalation; k_i and H_i come back from the log after a crash;
 * ``pivot`` — the pivot action boundary (table 5, Example 0.1): a plan checker for the invariant
-  and a reorderer that stages irreversible payloads in escrow for the pivot's atomic outbox.
+  and a reorderer that stages irreversible payloads in escrow for the pivot's atomic outbox;
+* ``verification`` — the pre-pivot verification gate: deterministic checks (a test run, artifact
+  digests, invariants read from the services) with evidence; the model's claim has weight 0. The
+  crossing PREPARING -> COMMITTED (``PivotCrossed``) is in ``saga`` and ``runner``;
+* ``plan_run`` — a pivot plan run through the saga runner (gate, crossing, pivot with its
+  outbox, finalization; unwind before the pivot, escalation after it).
 
 Still to come:
 
-* the pre-pivot verification gate and the PREPARING -> COMMITTED crossing;
 * ``watchdog`` — semantic watchdogs (state-hash cycles, metric stagnation, action repetition,
   entropy collapse) and their three-tier interventions;
 * ``gateway`` — the tool gateway: circuit breakers (closed, open, half-open), backoff, bulkheads;

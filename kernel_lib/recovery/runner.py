@@ -17,6 +17,18 @@ Barriers (the durable acknowledgments a step waits for; Napkin Math 0.1 counts t
   because a lost ``COMPENSATED`` leaves C_i's attempt in doubt and the service's status lookup (or
   κ_i^c) settles it without running C_i again. One barrier per pop, one to end the unwind.
 
+The pivot (Failure Recovery, "The pivot action boundary"): before a tier III step's intent the
+runner applies :func:`~kernel_lib.recovery.saga.decide_crossing`: it appends ``PivotCrossed``
+with its own barrier (the synchronous WAL write that moves the saga PREPARING -> COMMITTED and
+retires Σ), then the step's records as usual. :meth:`SagaRunner.verify_pivot` records the
+pre-pivot gate's verdict (``PivotVerified``) for the next step; with ``require_verification`` a
+crossing needs a passing one. :meth:`SagaRunner.stage` writes an irreversible payload into
+escrow (``OutboxChanged`` STAGED, durable, not sent); the crossing names the staged entries and
+:meth:`SagaRunner.flush_outbox` sends them after the pivot under the idempotency key fixed at
+staging (retried forward; a re-send after a crash is deduplicated by the service).
+:meth:`SagaRunner.unwind` after the crossing runs no compensator: it escalates (the ACB freeze)
+and raises :class:`~kernel_lib.errors.PivotCrossedError`.
+
 Crash recovery is re-running the same saga script in a new process over the same log
 (:meth:`SagaRunner.step` answers a committed step from the log, settles an in-doubt one by the
 service's status lookup, and refuses a script that diverged from the log), then
@@ -25,21 +37,27 @@ service's status lookup, and refuses a script that diverged from the log), then
 
 from __future__ import annotations
 
+import hashlib
+import json
 import random
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from kernel_lib.core.events import FROZEN, Event, SagaChanged, SagaStepChanged, ToolIntent, TrajectoryFrozen
-from kernel_lib.core.proposals import ToolProposal, ToolReply, idempotency_key
+from kernel_lib.core.events import (
+    FROZEN, Event, OutboxChanged, PivotCrossed, PivotVerified, SagaChanged, SagaStepChanged, ToolIntent,
+    TrajectoryFrozen,
+)
+from kernel_lib.core.proposals import REPEAT_SAFE_CONTRACTS, ToolProposal, ToolReply, idempotency_key
 from kernel_lib.errors import (
-    AdmissionDenied, CompensatorBindError, DispatchWithheld, RecoveryError, SagaPanicError, SagaTransitionError,
-    StepFailedError, TrajectoryFrozenRefusal,
+    AdmissionDenied, CompensatorBindError, DispatchWithheld, OutboxError, PivotCrossedError, PivotRefusedError,
+    RecoveryError, SagaPanicError, SagaTransitionError, StepFailedError, TrajectoryFrozenRefusal,
 )
 from kernel_lib.gate.dispatch import DispatchGate
 from kernel_lib.recovery.contracts import REPAIRABLE_CONTRACTS, ToolRegistry, bind_compensator_arguments
 from kernel_lib.recovery.saga import (
-    SagaRecord, SagaStep, check_transition, compensation_operation_id, fold_saga, next_unwind, step_operation_id,
+    OutboxEntry, SagaRecord, SagaStep, check_transition, compensation_operation_id, decide_crossing, fold_saga,
+    next_unwind, outbox_operation_id, step_operation_id,
 )
 
 __all__ = ["Endpoints", "RetryPolicy", "StepFailedError", "SagaRunner"]   # StepFailedError: from errors
@@ -79,6 +97,12 @@ class RetryPolicy:
 _PLAIN_KEYS = ("status", "http_status", "duplicate")
 
 
+def _payload_sha256(tool: str, arguments: dict[str, Any]) -> str:
+    """SHA-256 hex of the canonical JSON of ``[tool, arguments]`` (an escrow entry's payload digest)."""
+    blob = json.dumps([tool, arguments], sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(blob.encode("utf-8")).hexdigest()
+
+
 def _output(outcome: dict[str, Any] | None) -> dict[str, Any]:
     return {k: v for k, v in (outcome or {}).items() if k not in _PLAIN_KEYS}
 
@@ -96,11 +120,16 @@ class SagaRunner:
             simulation, ``time.sleep`` live).
         on_incident: the out-of-band channel a freeze emits its incident record on (a queue's
             ``put``, a file writer); never the model's context.
+        require_verification: a tier III step is crossed only on a passing verdict of the
+            pre-pivot gate recorded for it (:meth:`verify_pivot`) after the last preparation
+            record; False (the default, as before the gate existed): a crossing without a verdict
+            is recorded with ``verified_sequence`` None, while a failed verdict still refuses.
     """
 
     def __init__(self, gate: DispatchGate, registry: ToolRegistry, endpoints: Endpoints, *, saga_id: str,
                  grant_id: str, retry: RetryPolicy = RetryPolicy(), sleep: Callable[[float], Any] = lambda s: None,
-                 on_incident: Callable[[dict[str, Any]], Any] = lambda incident: None):
+                 on_incident: Callable[[dict[str, Any]], Any] = lambda incident: None,
+                 require_verification: bool = False):
         self.gate = gate
         self.registry = registry.check()
         self.endpoints = endpoints
@@ -109,6 +138,7 @@ class SagaRunner:
         self.retry = retry
         self.sleep = sleep
         self.on_incident = on_incident
+        self.require_verification = bool(require_verification)
         self._rng = random.Random(retry.seed)
         self._next_index = 1
         self.saga = fold_saga(gate.log.events(), saga_id)
@@ -201,14 +231,20 @@ class SagaRunner:
         saga = self.saga
         if saga.state is None:
             self._append_saga("RUNNING", deferred=True)
-        elif saga.state != "RUNNING":
+        elif saga.state not in ("RUNNING", "COMMITTED"):
             raise StepFailedError(f"saga {self.saga_id} is {saga.state}; no forward step runs", step_id=step_id)
         step = self.saga.steps.get(step_id)
         if step is not None and (step.tool, step.index) != (tool, index):
             raise SagaTransitionError(f"the saga script diverged from the log: step {index} is {step.tool} in the "
                                       f"log, {tool} in this run", from_state=step.state)
+        crossing = self.saga.crossing
+        if crossing is not None and crossing["pivot_index"] == index and crossing["pivot_tool"] != tool:
+            raise SagaTransitionError(f"the saga script diverged from the log: the pivot crossed at step {index} is "
+                                      f"{crossing['pivot_tool']}, {tool} in this run", from_state=self.saga.state)
         if step is not None and step.state == "COMMITTED":
             return _output(self.gate.record.operations[step_id].outcome)
+        if contract.tier == "III" and (step is None or step.state == "PENDING"):
+            self._cross(step_id, index, tool, contract)
         if step is not None and step.state in ("FAILED", "ABORTED", "HALTED", "COMPENSATING", "COMPENSATED", "PANIC"):
             raise StepFailedError(f"step {index} ({tool}) is {step.state}", step_id=step_id)
         if step is None:
@@ -220,6 +256,172 @@ class SagaRunner:
             self._refold()
         bound = contract.cost_bound_usd if cost_bound_usd is None else cost_bound_usd
         return self._drive_forward(step_id, index, tool, contract, dict(arguments), bound)
+
+    # --- the pivot: verification, crossing, escrow and outbox ----------------------------------------------
+    @property
+    def next_step_id(self) -> str:
+        """The operation id the script's next :meth:`step` will have (``<saga_id>.T<i>``)."""
+        return step_operation_id(self.saga_id, self._next_index)
+
+    def verify_pivot(self, verdict: Any, *, step_id: str | None = None) -> dict[str, Any]:
+        """Record the pre-pivot gate's verdict for the pivot step ``step_id`` (default: the
+        script's next step) as ``PivotVerified``, with a barrier, and return the record.
+
+        ``verdict``: a :class:`~kernel_lib.recovery.verification.GateVerdict` (anything with
+        ``to_record()`` returning ``{passed, checks, failed_checks, model_claim}``). When the
+        crossing for that step is already in the log (a re-run), nothing is appended.
+
+        Raises:
+            PivotRefusedError: the verdict failed (it is recorded first; ``failed_checks`` names
+                the checks): the saga stays in its preparation phase and can still be unwound.
+            TrajectoryFrozenRefusal: the trajectory is frozen.
+        """
+        self._check_not_frozen()
+        sid = step_id or self.next_step_id
+        crossing = self.saga.crossing
+        if crossing is not None and crossing["pivot_step_id"] == sid:
+            return dict(self.saga.latest_verification(sid) or {"pivot_step_id": sid, "passed": True,
+                                                                "already_crossed": True})
+        if crossing is not None:
+            raise PivotRefusedError(f"saga {self.saga_id} already crossed its pivot {crossing['pivot_step_id']}; "
+                                    f"there is no second crossing to verify for {sid}", step_id=sid)
+        rec = dict(verdict.to_record())
+        if self.saga.state is None:
+            self._append_saga("RUNNING", deferred=True)
+        self.gate.append(PivotVerified(saga_id=self.saga_id, pivot_step_id=sid, passed=bool(rec["passed"]),
+                                       checks=rec.get("checks", []), failed_checks=rec.get("failed_checks", []),
+                                       model_claim=rec.get("model_claim")), deferred=False)
+        self._refold()
+        out = dict(self.saga.latest_verification(sid) or {})
+        if not out.get("passed"):
+            raise PivotRefusedError(f"the pre-pivot gate refused {sid}: failed "
+                                    f"{', '.join(out.get('failed_checks') or []) or 'checks'} (recorded at "
+                                    f"#{out.get('sequence_number')}); the saga is still preparing and can be unwound",
+                                    step_id=sid, failed_checks=out.get("failed_checks"))
+        return out
+
+    def _cross(self, step_id: str, index: int, tool: str, contract: Any) -> None:
+        """Before tier III step ``step_id``'s intent: the crossing (a barrier) when the fold says so."""
+        d = decide_crossing(self.saga, step_id, repeat_safe=contract.repeat_contract in REPEAT_SAFE_CONTRACTS,
+                            require_verification=self.require_verification)
+        if d.kind in ("crossed", "finalization"):
+            return
+        if d.kind == "refuse":
+            self._next_index -= 1   # the step did not happen: the script may verify and call it again
+            raise PivotRefusedError(f"saga {self.saga_id}: {d.reason}", step_id=step_id,
+                                    failed_checks=list(d.failed_checks))
+        self.gate.append(PivotCrossed(saga_id=self.saga_id, pivot_step_id=step_id, pivot_index=index,
+                                      pivot_tool=tool, verified_sequence=d.verified_sequence,
+                                      retired_compensators=list(d.retired), outbox=list(d.outbox),
+                                      reason=d.reason[:500]), deferred=False)
+        self._refold()
+
+    def stage(self, entry_id: str, tool: str, arguments: dict[str, Any]) -> OutboxEntry:
+        """Stage an irreversible payload in local escrow (Example 0.1's T5,stage): ``OutboxChanged``
+        STAGED, durable (a barrier), nothing sent. The crossing's atomic outbox releases it with
+        the pivot (:meth:`flush_outbox`). Staging the same entry again (a re-run) is a no-op.
+
+        Raises:
+            OutboxError: the pivot is already crossed, ``tool`` is not a registered forward tool,
+                its repeat contract does not make a re-send safe (the flush must be retriable and
+                idempotent), or ``entry_id`` was staged with another payload.
+            TrajectoryFrozenRefusal: the trajectory is frozen.
+        """
+        self._check_not_frozen()
+        if not isinstance(entry_id, str) or not entry_id or not isinstance(arguments, dict):
+            raise OutboxError(f"an escrow entry is a non-empty id and a dict of arguments, got {entry_id!r}",
+                              entry_id=entry_id if isinstance(entry_id, str) else None)
+        try:
+            contract = self.registry.contract(tool)
+        except RecoveryError as exc:
+            raise OutboxError(f"escrow entry {entry_id}: {exc}", entry_id=entry_id) from None
+        if contract.is_compensator or contract.repeat_contract not in REPEAT_SAFE_CONTRACTS:
+            raise OutboxError(f"escrow entry {entry_id}: {tool} ({contract.repeat_contract}) cannot be flushed by an "
+                              "outbox: the flush runs after the pivot and must be safe to send again",
+                              entry_id=entry_id)
+        digest = _payload_sha256(tool, arguments)
+        entry = self.saga.outbox.get(entry_id)
+        if entry is not None:
+            if entry.payload_sha256 != digest:
+                raise OutboxError(f"escrow entry {entry_id} is already staged with another payload", entry_id=entry_id)
+            return entry
+        if self.saga.phase == "COMMITTED":
+            raise OutboxError(f"escrow entry {entry_id}: the pivot is crossed; escrow is filled in the preparation "
+                              "phase only", entry_id=entry_id)
+        if self.saga.state is None:
+            self._append_saga("RUNNING", deferred=True)
+        elif self.saga.state != "RUNNING":
+            raise OutboxError(f"escrow entry {entry_id}: the saga is {self.saga.state}", entry_id=entry_id)
+        op_id = outbox_operation_id(self.saga_id, entry_id)
+        self.gate.append(OutboxChanged(saga_id=self.saga_id, entry_id=entry_id, state="STAGED", tool=tool,
+                                       arguments=dict(arguments), operation_id=op_id,
+                                       idempotency_key=idempotency_key(self.trajectory_id, op_id),
+                                       payload_sha256=digest), deferred=False)
+        self._refold()
+        return self.saga.outbox[entry_id]
+
+    def flush_outbox(self) -> dict[str, dict[str, Any]]:
+        """Send every escrow entry the crossing's outbox names and that is not FLUSHED yet, each
+        under the idempotency key fixed at staging; record FLUSHED on the service's answer.
+        Part of the finalization phase: retryable refusals are retried (backoff), an attempt in
+        doubt is settled by the service's status lookup or re-sent under κ. Returns
+        ``{entry_id: output}`` (the service's answer, for entries flushed before too).
+
+        Raises:
+            OutboxError: the pivot step has not committed yet.
+            SagaPanicError: an entry cannot be sent (a final refusal, attempts exhausted): the
+                trajectory is escalated (POST_PIVOT_STALLED) — the pivot is not undone.
+            TrajectoryFrozenRefusal: the trajectory is frozen.
+        """
+        self._check_not_frozen()
+        crossing = self.saga.crossing
+        pivot = self.saga.steps.get(crossing["pivot_step_id"]) if crossing else None
+        if pivot is None or pivot.state != "COMMITTED":
+            raise OutboxError(f"saga {self.saga_id}: the outbox is flushed after the pivot commits "
+                              f"(pivot: {pivot.state if pivot else 'not crossed'})")
+        out: dict[str, dict[str, Any]] = {}
+        for entry_id in crossing["outbox"]:
+            entry = self.saga.outbox[entry_id]
+            if entry.state != "FLUSHED":
+                self._drive_flush(entry)
+            out[entry_id] = _output(self.gate.record.operations[entry.operation_id].outcome)
+        return out
+
+    def _drive_flush(self, entry: OutboxEntry) -> None:
+        contract = self.registry.contract(entry.tool)
+        op_id = entry.operation_id
+        while True:
+            op = self.gate.record.operations.get(op_id)
+            if op is None or not any(a.intent_sequence is not None for a in op.attempts.values()):
+                why = self._dispatch(op_id, entry.tool, dict(entry.arguments), 0.0)
+                if why is not None:
+                    return self._panic(None, "POST_PIVOT_STALLED", {"error": f"outbox {entry.entry_id}: {why}"},
+                                       failing_tool=entry.tool)
+                continue
+            if op.status == "established":
+                outcome = op.outcome or {}
+                if outcome.get("status") == "completed":
+                    self.gate.append(OutboxChanged(saga_id=self.saga_id, entry_id=entry.entry_id, state="FLUSHED",
+                                                   tool=entry.tool, arguments=entry.arguments, operation_id=op_id,
+                                                   idempotency_key=entry.idempotency_key,
+                                                   payload_sha256=entry.payload_sha256), deferred=False)
+                    self._refold()
+                    return None
+                return self._panic(None, "POST_PIVOT_STALLED",
+                                   {"error": f"outbox {entry.entry_id}: {_output(outcome).get('error', 'refused')}"},
+                                   failing_tool=entry.tool)
+            if op.status == "in_doubt" and contract.status_lookup:
+                if self._settle_by_lookup(op_id, entry.tool) in ("completed", "failed"):
+                    continue
+            if self._attempts(op_id) >= self.retry.max_attempts:
+                return self._panic(None, "POST_PIVOT_STALLED",
+                                   {"error": f"outbox {entry.entry_id} not sent after {self._attempts(op_id)} "
+                                             "attempts"}, failing_tool=entry.tool)
+            self._backoff(op_id)
+            why = self._dispatch(op_id, entry.tool, dict(entry.arguments), 0.0)   # re-sent under κ: deduplicated
+            if why is not None:
+                return self._panic(None, "POST_PIVOT_STALLED", {"error": f"outbox {entry.entry_id}: {why}"},
+                                   failing_tool=entry.tool)
 
     def _proposal(self, op_id: str, tool: str, arguments: dict[str, Any], bound: float) -> ToolProposal:
         c = self.registry.contract(tool)
@@ -345,15 +547,25 @@ class SagaRunner:
                 fields["compensator"] = self._bound_compensator(step_id, contract.compensator.tool, args)
             except RecoveryError:
                 pass
-        state = "HALTED" if self.saga.pivot_committed is not None and "compensator" not in fields else "FAILED"
+        state = "HALTED" if self.saga.phase == "COMMITTED" and "compensator" not in fields else "FAILED"
         self._append_step(step, "FAILED", deferred=False, **fields)
         if state == "HALTED":
             self._append_step(self.saga.steps[step_id], "HALTED", deferred=False, reason="past the pivot: no rollback")
         raise StepFailedError(f"step {index} ({tool}) failed: {fields['reason']}", step_id=step_id, error=error)
 
     def complete(self) -> None:
-        """Record the saga COMPLETED (a barrier): every step committed."""
+        """Record the saga COMPLETED (a barrier): every step committed.
+
+        Raises:
+            OutboxError: the crossing's outbox holds an entry not flushed yet (call
+                :meth:`flush_outbox` first: the outbox goes with the pivot).
+        """
         self._check_not_frozen()
+        crossing = self.saga.crossing
+        pending = [e for e in (crossing or {}).get("outbox", []) if self.saga.outbox[e].state != "FLUSHED"]
+        if pending:
+            raise OutboxError(f"saga {self.saga_id}: escrow entries {', '.join(pending)} are not flushed yet",
+                              entry_id=pending[0])
         self._append_saga("COMPLETED", deferred=False)
 
     # --- the unwind ----------------------------------------------------------------------------------
@@ -386,13 +598,28 @@ class SagaRunner:
                                failing_tool=(panicked.compensator or {}).get("tool") if panicked else None)
         failed = next((s.step_id for s in sorted(saga.steps.values(), key=lambda s: -s.index)
                        if s.state in ("FAILED", "HALTED", "ABORTED")), None)
-        if saga.pivot_committed is not None:
-            return self._panic(None, "POST_PIVOT_STALLED", {"error": reason or "failure past the pivot"},
-                               failing_tool=saga.steps[failed].tool if failed else None)
+        if saga.phase == "COMMITTED":   # past the pivot: no compensator runs; escalate instead
+            pivot = (saga.crossing or {}).get("pivot_step_id") or saga.pivot_committed.step_id
+            try:
+                return self._panic(None, "POST_PIVOT_STALLED", {"error": reason or "failure past the pivot"},
+                                   failing_tool=saga.steps[failed].tool if failed else None)
+            except SagaPanicError as exc:
+                raise PivotCrossedError(f"saga {self.saga_id} crossed its pivot {pivot}: the unwind is refused (the "
+                                        f"compensation log is retired); escalated instead: {exc}",
+                                        pivot_step_id=pivot, residue=exc.residue, incident=exc.incident) from None
         if saga.state is None:   # an unwind before the first step: the saga still starts, then ends
             self._append_saga("RUNNING", deferred=True)
         if self.saga.state != "COMPENSATING":
             self._append_saga("COMPENSATING", deferred=True, failed_step_id=failed, reason=reason[:500])
+        for entry in list(self.saga.outbox.values()):   # escrow is invertible: drop what was staged, unsent
+            if entry.state == "STAGED":
+                self.gate.append(OutboxChanged(saga_id=self.saga_id, entry_id=entry.entry_id, state="DROPPED",
+                                               tool=entry.tool, arguments=entry.arguments,
+                                               operation_id=entry.operation_id,
+                                               idempotency_key=entry.idempotency_key,
+                                               payload_sha256=entry.payload_sha256,
+                                               reason=(reason or "unwind")[:500]), deferred=True)
+                self._refold()
         doubtful = self._settle_failed_in_doubt()
         while True:
             action = next_unwind(self.saga, self.gate.record)
@@ -510,7 +737,7 @@ class SagaRunner:
                 self._append_step(step, "PANIC", deferred=True,
                                   reason=str(error.get("error", "compensator failed"))[:500], residue=residue)
             failing_tool = step.compensator["tool"] if step.compensator else step.tool
-        if self.saga.state in ("RUNNING", "COMPENSATING"):
+        if self.saga.state in ("RUNNING", "COMPENSATING", "COMMITTED"):
             self._append_saga("PANIC", deferred=True, reason=str(error.get("error", ""))[:500])
         incident = self.freeze(mode, error=error, failing_tool=failing_tool, residue=residue)
         raise SagaPanicError(f"saga {self.saga_id}: {mode}: {error.get('error', error)}; frozen as incident "

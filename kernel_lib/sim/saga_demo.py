@@ -470,7 +470,7 @@ class SagaDemo:
             return "the trajectory is frozen"
         if stopped is not None:
             return f"no forward step runs after T{stopped.index} {stopped.state}"
-        if saga.state not in (None, "RUNNING"):
+        if saga.state not in (None, "RUNNING", "COMMITTED"):
             return f"the saga is {saga.state}"
         return None
 
@@ -517,7 +517,7 @@ class SagaDemo:
             if failed:
                 raise ConfigError(f"T{failed[0].index} ({failed[0].tool}) is {failed[0].state}: no forward step runs "
                                   "after it; unwind")
-            if saga.state not in (None, "RUNNING"):
+            if saga.state not in (None, "RUNNING", "COMMITTED"):
                 raise ConfigError(f"the saga is {saga.state}: no forward step runs")
             if k > len(DEPLOYMENT_STEPS):
                 raise ConfigError(f"all {len(DEPLOYMENT_STEPS)} steps committed; the saga is complete")
@@ -644,7 +644,7 @@ class SagaDemo:
         try:
             if saga.frozen is not None:
                 runner.unwind("recover")       # raises TrajectoryFrozenRefusal: it does nothing
-            if saga.state in (None, "RUNNING"):
+            if saga.state in (None, "RUNNING", "COMMITTED"):
                 for s in sorted(saga.steps.values(), key=lambda s: s.index):
                     if s.state not in ("COMMITTED", "EXECUTING", "PENDING"):
                         break
