@@ -291,7 +291,7 @@ class RepairLoop:
         budget = Budget(tokens_rem=max(0, int(cfg.tokens_ceiling - model_tokens - charged_tokens)),
                         steps_rem=max(0, int(cfg.steps_ceiling - len(saga.steps) - charged_steps)),
                         usd_rem=max(0.0, rec.budget.available_usd - charged_usd))
-        failed = FailedStep(sub_id, tool, contract.tier, saga.pivot_committed is not None,
+        failed = FailedStep(sub_id, tool, contract.tier, saga.phase == "COMMITTED",
                             repairs_done=h.repairs_done, prior_signatures=h.signatures, retries_done=h.retries_done)
         env = {"trajectory_id": runner.trajectory_id, "saga_id": runner.saga_id, "saga_state": saga.state,
                "committed_steps": len(committed)}
@@ -324,7 +324,8 @@ class RepairLoop:
             try:
                 out = runner.step(tool, args, cost_bound_usd=cost_bound_usd)
             except StepFailedError as exc:
-                if exc.step_id != op_id or runner.saga.state != "RUNNING":
+                # the saga runs forward in its preparation phase (RUNNING) and past the crossing (COMMITTED)
+                if exc.step_id != op_id or runner.saga.state not in ("RUNNING", "COMMITTED"):
                     raise
                 args = self._recover(sub_id, op_id, tool, args, exc)
                 continue
@@ -370,7 +371,7 @@ class RepairLoop:
             new = self.repairer(frame)
             if new is None:   # no repair proposed: a failed repair, then the safe case (never a retry)
                 self._settle_repair(sub_id, success=False)
-                safe = "OPERATOR_ESCALATE" if self.runner.saga.pivot_committed is not None else "BACKWARD_ROLLBACK"
+                safe = "OPERATOR_ESCALATE" if self.runner.saga.phase == "COMMITTED" else "BACKWARD_ROLLBACK"
                 self._stop(sub_id, tool, d, "the repairer proposed no repair", directive=safe)
             return dict(new)
         self._stop(sub_id, tool, d, d.reason)
@@ -395,12 +396,12 @@ class RepairLoop:
         with the runner's COMPENSATION_CORRUPTED mode, the only other mode a freeze records."""
         runner = self.runner
         directive = directive or d.directive
-        if directive == "BACKWARD_ROLLBACK" and runner.saga.pivot_committed is None:
+        if directive == "BACKWARD_ROLLBACK" and runner.saga.phase != "COMMITTED":
             state = runner.unwind(f"recovery policy, gate {d.gate}: {why}")
             raise RecoveryTerminated(f"{sub_id} ({tool}): BACKWARD_ROLLBACK at gate {d.gate}: {why}; the saga is "
                                      f"{state}", step_id=sub_id, directive=directive, gate=d.gate, state=state)
         # OPERATOR_ESCALATE (or any stop past the pivot): the runner's freeze, never a rollback
-        if runner.saga.pivot_committed is not None:
+        if runner.saga.phase == "COMMITTED":
             try:
                 runner.unwind(f"recovery policy, gate {d.gate}: {why}")   # past the pivot: freezes, raises
             except SagaPanicError as exc:
@@ -408,7 +409,7 @@ class RepairLoop:
                                          f"incident {exc.incident.get('incident_id')}", step_id=sub_id,
                                          directive=directive, gate=d.gate, state="FROZEN",
                                          incident=exc.incident) from exc
-        incident = runner.freeze("COMPENSATION_CORRUPTED" if runner.saga.pivot_committed is None
+        incident = runner.freeze("COMPENSATION_CORRUPTED" if runner.saga.phase != "COMMITTED"
                                  else "POST_PIVOT_STALLED", error={"error": why, "step_id": sub_id},
                                  failing_tool=tool, residue=[])
         raise RecoveryTerminated(f"{sub_id} ({tool}): {directive} at gate {d.gate}: {why}; frozen as incident "

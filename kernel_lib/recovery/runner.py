@@ -258,10 +258,6 @@ class SagaRunner:
         return self._drive_forward(step_id, index, tool, contract, dict(arguments), bound)
 
     # --- the pivot: verification, crossing, escrow and outbox ----------------------------------------------
-    @property
-    def next_step_id(self) -> str:
-        """The operation id the script's next :meth:`step` will have (``<saga_id>.T<i>``)."""
-        return step_operation_id(self.saga_id, self._next_index)
 
     def verify_pivot(self, verdict: Any, *, step_id: str | None = None) -> dict[str, Any]:
         """Record the pre-pivot gate's verdict for the pivot step ``step_id`` (default: the
