@@ -410,3 +410,7 @@ def _safe(v: Any) -> Any:
 
 __all__ = ["DEFAULTS", "ERROR_CLASSES", "GIVENS", "SAMPLE_ERRORS", "PolicyExplorer", "PolicyView", "check_given",
            "explore_policy", "omega_and_config", "render_svg"]
+
+
+#: What the front end receives: static/_shared.js + static/policy_explorer.js, and static/policy_explorer.css.
+_ESM, _CSS = PolicyExplorer._esm, PolicyExplorer._css
