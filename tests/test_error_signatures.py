@@ -12,8 +12,6 @@ stops spin loops on real output, including imported agents' logs.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -30,31 +28,12 @@ DATA = Path("/work/shared/data/trajectories")
 
 # --- the chapter's spin loop, as real runs --------------------------------------------------------------
 
-ORM = "class Session:\n    pass\n"          # the stand-in 'orm' package has no AsyncSession
-
-PATCHES = {   # the module under test after each agent patch (iteration -> source)
-    1: "from orm import AsyncSession\n\nAsyncSession()\n",
-    2: ("class AsyncSession:\n    pass\n\nsession = AsyncSession()\n\n\n"
-        "engine = session.sync_engine\n"),
-    3: ("class AsyncSession:\n    sync_engine = None\n\nsession = AsyncSession()\n"
-        "engine = session.sync_engine if hasattr(session, 'sync_engine') else None\nrange(engine)\n"),
-    4: "\n\n\n# cyclical regression: back to the first import\nfrom orm import AsyncSession\n\nAsyncSession()\n",
-}
-
-
-def _run(folder: Path, source: str) -> str:
-    folder.mkdir(parents=True)
-    (folder / "orm.py").write_text(ORM)
-    (folder / "app.py").write_text(source)
-    proc = subprocess.run([sys.executable, "app.py"], cwd=folder, capture_output=True, text=True, timeout=60)
-    assert proc.returncode != 0
-    return proc.stderr
-
-
 @pytest.fixture(scope="module")
 def spin_trace(tmp_path_factory) -> list[str]:
-    """The four tracebacks, each from its own temporary folder (so paths differ)."""
-    return [_run(tmp_path_factory.mktemp(f"iter{i}") / "repo", PATCHES[i]) for i in (1, 2, 3, 4)]
+    """The four pytest outputs of kernel_lib.live.import_cycle, each iteration in its own folder
+    (so paths differ)."""
+    from kernel_lib.live.import_cycle import import_cycle_trace
+    return import_cycle_trace(tmp_path_factory.mktemp("spin"))
 
 
 def test_the_real_trace_has_the_chapters_shape(spin_trace):

@@ -35,6 +35,7 @@ WIDGETS = {   # module -> (class, static name, root CSS class)
     "widgets.resume_timeline": ("ResumeTimelineView", "resume_timeline", "dal-resume"),
     "widgets.retention_planner": ("RetentionPlanner", "retention_planner", "dal-retention"),
     "widgets.saga_stepper": ("SagaStepper", "saga_stepper", "dal-saga-stepper"),
+    "widgets.policy_explorer": ("PolicyExplorer", "policy_explorer", "dal-policy"),
 }
 
 
@@ -193,8 +194,8 @@ def _instances(tmp_path):
     from kernel_lib.live.session import WorksheetSession
     from kernel_lib.resume.stages import PrefillModel, ResumeTimeline
     from kernel_lib.sim.worksheet import worksheet_events
-    from widgets import (CadenceExplorer, CrashPanel, LogScrubber, ReplicationPanel, ResumeTimelineView,
-                         RetentionPlanner)
+    from widgets import (CadenceExplorer, CrashPanel, LogScrubber, PolicyExplorer, ReplicationPanel,
+                         ResumeTimelineView, RetentionPlanner)
 
     tl = ResumeTimeline.from_durations({"ownership": 0.005, "checkpoint_suffix_read": 0.02, "fold": 0.01,
                                         "workspace_restore": 0.002, "reconciliation": 0.04}, measured=True,
@@ -207,6 +208,7 @@ def _instances(tmp_path):
         "widgets.cadence_explorer": CadenceExplorer(draw_svg=False),
         "widgets.resume_timeline": ResumeTimelineView(tl, draw_svg=False),
         "widgets.retention_planner": RetentionPlanner(),
+        "widgets.policy_explorer": PolicyExplorer(draw_svg=False),
     }
 
 
@@ -246,6 +248,15 @@ def test_every_bundle_renders_in_chromium_and_keeps_its_keys(browser, tmp_path):
             if module == "widgets.resume_timeline":
                 assert el.locator("table.dal-stages tr").count() == 1 + len(w.stages)
                 assert el.locator("input.dal-number[data-name=cached_prefix_tokens]").input_value() == "6144"
+            if module == "widgets.policy_explorer":   # the directive, and a typed box goes to the kernel
+                assert el.locator(".dal-directive").inner_text().startswith("FORWARD_REPAIR")
+                box = el.locator("input.dal-number[data-name=success_p]")
+                assert box.input_value() == "0.5"
+                box.fill("0.02")
+                box.press("Enter")
+                sent = page.evaluate("() => window.__dal.sent.filter(([k]) => k === 'success_p').map(([, v]) => v)")
+                assert sent[-1:] == [0.02]
+                assert el.locator("select[data-name=error_class]").input_value() == "semantic"
             if module == "widgets.retention_planner":
                 assert el.locator("table.dal-costs tr[data-policy]").count() == len(w.cost_cells)
                 assert el.locator("table.dal-promises td.dal-broken-cell").count() >= 1

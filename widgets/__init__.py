@@ -17,6 +17,7 @@ _EXPORTS = {
     "CadenceExplorer": "widgets.cadence_explorer",
     "CrashPanel": "widgets.crash_panel",
     "LogScrubber": "widgets.scrubber",
+    "PolicyExplorer": "widgets.policy_explorer",
     "ReplicationPanel": "widgets.replication",
     "ResumeTimelineView": "widgets.resume_timeline",
     "RetentionPlanner": "widgets.retention_planner",

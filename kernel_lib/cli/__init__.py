@@ -16,7 +16,7 @@ module                      commands
 :mod:`.plan`                ``plan check|example``
 :mod:`.quorum`              ``quorum-cluster``, ``quorum-demo``, ``quorum-placement``
 :mod:`.importers`           ``import``
-:mod:`.recovery`            ``recovery decide``
+:mod:`.recovery`            ``recovery decide``, ``recovery spin``
 ==========================  =====================================================================
 
 Every command has ``--help``. One exit-code policy, in :func:`main`: 0 success; 1 the command ran

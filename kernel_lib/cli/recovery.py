@@ -1,6 +1,10 @@
 """``python -m kernel_lib recovery decide OMEGA.json``: the recovery policy D(Ω) on one failure
 (Failure Recovery, figure 2; :func:`kernel_lib.recovery.policy.decide`).
 
+``python -m kernel_lib recovery spin LOG [--import FORMAT]``: where the anti-spin bound would have
+stopped each recorded repair loop of a log (:func:`kernel_lib.recovery.spin_report.spin_report`);
+another harness's file is read in place through :mod:`kernel_lib.importers`.
+
 :func:`add_commands` registers the command group on the CLI's subparsers.
 """
 
@@ -65,7 +69,77 @@ def add_commands(subparsers: "argparse._SubParsersAction") -> argparse.ArgumentP
     d.add_argument("--seed", type=int, default=None, help="seed of the backoff draw (default: report the window only)")
     d.add_argument("--json", action="store_true", help="one JSON object")
     d.set_defaults(func=_decide)
+    s = sub.add_parser("spin", help="where the anti-spin bound would have stopped each repair loop of a log",
+                       description=_SPIN_DESCRIPTION, epilog=_SPIN_EPILOG,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    s.add_argument("log", metavar="LOG", help="our JSON-lines/SQLite log, or with --import another harness's file")
+    s.add_argument("--import", dest="import_format", choices=IMPORT_FORMATS, default=None,
+                   help="read LOG as this format through the importers (the file is read in place)")
+    s.add_argument("--k-repair", type=int, default=3, help="K_repair, 1..3 (default 3)")
+    s.add_argument("--window", type=int, default=8, help="signatures kept per sub-transaction (default 8)")
+    s.add_argument("--json", action="store_true", help="one JSON object")
+    s.set_defaults(func=_spin)
     return p
+
+
+#: formats ``recovery spin --import`` reads (the keys of ``kernel_lib.importers.FORMATS``; spelled out
+#: here so that building the parser imports no importer)
+IMPORT_FORMATS = ("swe-agent", "tau-bench", "who-and-when", "openai-messages")
+
+_SPIN_DESCRIPTION = """\
+Replay a log's error observations through the anti-spin bound (K_repair repairs per
+sub-transaction, a repeated error signature σ stops at once) and report, per sub-transaction,
+the log position where the bound would have stopped the repair sequence, why
+(repeated_signature, naming the earlier matching position, or repair_budget_exhausted), and the
+error class of gate 1."""
+
+_SPIN_EPILOG = """\
+Errors: tool results the source marks failed; in sources that mark nothing, observations with an
+error line (exception, shell error, "Error:") or a short refusal ("Wrong flag!").
+Sub-transaction of an imported log: the tool/action name plus its target (a file argument, the
+first *_id argument, a path in a shell command, or the open file of an editor command); for a
+transcript without tool calls, the speaking agent. A success of the same group ends the episode
+(the bound counts consecutive repairs); a σ that comes back after such a success is listed under
+"recurrences". Positions: seq (the log's sequence number) and source_path/source_index (the
+source file's own step or message index).
+
+exit status: 0 the report was made (whether or not the bound fired); 2 bad input.
+
+  python -m kernel_lib recovery spin ../shared/data/trajectories/swe-agent/pydicom__pydicom-1458.traj \\
+      --import swe-agent --json"""
+
+
+def _spin(args: argparse.Namespace) -> int:
+    from kernel_lib.recovery.spin_report import spin_report
+
+    if args.import_format:
+        from kernel_lib.importers import import_file
+        result = import_file(args.import_format, args.log)
+        events, source = result.events, {"format": args.import_format, **result.source}
+    else:
+        from kernel_lib.log.files import load_events
+        events, source = load_events(args.log), {"format": "kernel_lib", "file": args.log}
+    report = spin_report(events, k_repair=args.k_repair, window=args.window)
+    out = {"source": source, **report.as_dict()}
+    if args.json:
+        print(json.dumps(out, indent=2, ensure_ascii=False))
+        return 0
+    print(f"{source.get('file', args.log)}: {report.errors} error(s) in {len(report.groups)} episode(s); "
+          f"K_repair = {report.k_repair}, window = {report.window}")
+    for g in report.groups:
+        where = ", ".join(f"seq {e.seq}" + (f" ({e.source_path})" if e.source_path else "") for e in g.errors)
+        print(f"  {g.group} #{g.episode}: {len(g.errors)} error(s) at {where}")
+        st = g.stop
+        if st is not None:
+            why = (f"repeats seq {st.matched.seq} ({st.matched.source_path})" if st.matched
+                   else f"k_i = {st.repairs_done} = K_repair")
+            print(f"    stop at seq {st.at.seq} ({st.at.source_path}): {st.reason}, {why}; {st.at.error_class} "
+                  f"({st.at.rule}): {st.at.excerpt[:90]}")
+    for r in report.recurrences:
+        print(f"  recurrence in {r['group']}: seq {r['first']['seq']} again at seq {r['again']['seq']} "
+              f"(after a success of the same group)")
+    sys.stdout.flush()
+    return 0
 
 
 def _decide(args: argparse.Namespace) -> int:

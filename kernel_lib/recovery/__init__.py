@@ -16,6 +16,9 @@ thin runner that applies it. Built so far:
   objects and imported logs' text;
 * ``signatures`` — error signatures σ (normalization documented) and the anti-spin bound
   (``SpinGuard``: k_i ≤ K_repair, repeated σ in a FIFO window);
+* ``spin_report`` — where the anti-spin bound would have stopped each repair loop of a recorded
+  log (ours or an imported one): error observations, the sub-transaction stand-in for imported
+  logs, both positions of each stop;
 * ``repair_stats`` — the per-failure-class repair success estimate p (Beta(1, 1) prior), folded
   from ``RepairOutcome`` records;
 * ``policy`` — the recovery policy D(Ω): gate 1, anti-spin, gate 2 budget headroom, gate 3 the
