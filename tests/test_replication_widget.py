@@ -233,6 +233,13 @@ def test_replication_panel_in_jupyterlab_acknowledges_an_append(lab, browser):
         rows = panel.locator(".dal-members tr[data-member]")
         assert rows.count() == 3
         pids = [int(rows.nth(i).locator("td").nth(2).inner_text()) for i in range(3)]
+        # start waits leader_wait_s for the election; on a loaded machine it can take longer, and
+        # the panel then shows no leader until it is asked again (its refresh button)
+        for _ in range(10):
+            if "★ leader" in panel.locator(".dal-members").inner_text():
+                break
+            page.wait_for_timeout(500)
+            click("refresh")
         assert "★ leader" in panel.locator(".dal-members").inner_text()
 
         click("append")
