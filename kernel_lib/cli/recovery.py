@@ -45,7 +45,7 @@ OMEGA.json is one object:
                  their Beta(1, 1) posterior mean
   environment   a summary of the environment state (reported, not judged)
 
-example (Napkin Math 0.2: repair is expected to cost 47.4 s and $0.091 against 86.6 s and $0.162):
+example (the givens of Napkin Math 0.2; the command computes both expected costs and the break-evens):
   {"failed_step": {"step_id": "mig.T6", "tool": "apply_routes", "tier": "II", "pivot_crossed": false},
    "error": {"http_status": 422, "error": "routes[0].port must be an integer", "retryable": false},
    "budget": {"tokens_rem": 200000, "steps_rem": 20, "usd_rem": 5.0},
