@@ -131,6 +131,24 @@ class KernelWidget(anywidget.AnyWidget):
             if self.error == refused[1]:
                 self.error = ""
 
+    def set_givens(self, givens: dict[str, Any], names: Any) -> bool:
+        """Set several of an explorer's givens (``names``: the trait names it takes), then recompute
+        once: the widget's ``_recompute()`` runs after the last one, with ``_ready`` False until then.
+        Unknown names set ``error`` and nothing changes. Returns what ``_recompute()`` returns
+        (True when the givens were accepted; otherwise the reason is in ``error``)."""
+        unknown = sorted(set(givens) - set(names))
+        if unknown:
+            self.error = f"unknown given(s) {unknown}: choose from {sorted(names)}"
+            return False
+        self._ready = False
+        try:
+            with self.hold_trait_notifications():
+                for name, value in givens.items():
+                    setattr(self, name, value)
+        finally:
+            self._ready = True
+        return self._recompute()
+
     def type_refusal(self, name: str, value: Any) -> str:
         """The ``error`` text for trait ``name`` set to ``value`` of a type it does not take."""
         trait = self.traits()[name]

@@ -566,18 +566,7 @@ class CadenceExplorer(KernelWidget, static="cadence_explorer"):
     def update(self, **givens: Any) -> bool:
         """Set several givens and recompute once. Returns True if accepted, False if the reason is
         in ``error`` (the charts keep the last good givens). Unknown names are reported the same way."""
-        unknown = sorted(set(givens) - set(GIVENS))
-        if unknown:
-            self.error = f"unknown given(s) {unknown}: choose from {sorted(GIVENS)}"
-            return False
-        self._ready = False
-        try:
-            with self.hold_trait_notifications():
-                for name, value in givens.items():
-                    setattr(self, name, value)
-        finally:
-            self._ready = True
-        return self._recompute()
+        return self.set_givens(givens, GIVENS)
 
     @traitlets.validate(*GIVENS)
     def _coerce(self, proposal: Any) -> Any:

@@ -331,18 +331,7 @@ class PolicyExplorer(KernelWidget, static="policy_explorer"):
 
     def update(self, **givens: Any) -> bool:
         """Set several givens and decide once. Returns True if all were accepted (else see ``error``)."""
-        unknown = sorted(set(givens) - set(GIVENS))
-        if unknown:
-            self.error = f"unknown given(s) {unknown}: choose from {sorted(GIVENS)}"
-            return False
-        self._ready = False
-        try:
-            with self.hold_trait_notifications():
-                for name, value in givens.items():
-                    setattr(self, name, value)
-        finally:
-            self._ready = True
-        return self._recompute()
+        return self.set_givens(givens, GIVENS)
 
     def set_state(self, sync_data: dict[str, Any]) -> None:
         """The front end's changes; an empty box on a given already None is no trait change, so it
