@@ -388,7 +388,8 @@ def test_cli_missing_file_is_exit_2(tmp_path):
 def test_cli_help_documents_the_omega_format(tmp_path):
     proc = _cli("--help", cwd=tmp_path)
     assert proc.returncode == 0
-    for key in ("failed_step", "budget", "history", "remedies", "reserves", "outcomes", "pivot_crossed", "Napkin Math 0.2"):
+    for key in ("failed_step", "budget", "history", "remedies", "reserves", "outcomes", "pivot_crossed",
+                "Napkin Math 0.2"):
         assert key in proc.stdout, key
 
 
