@@ -49,6 +49,9 @@ NOTEBOOK_SECTIONS: dict[str, tuple[str, ...]] = {
     "fr_1_sagas": ("The Transactional Boundary Collapse", "The Trajectory Saga Pattern",
                    "Compensating action semantics", "Saga compensation stacks", "Terminal escalation"),
     "fr_1b_agent_tools": ("Saga compensation stacks", "The tripartite action reversibility taxonomy"),
+    "fr_2_forward_recovery": ("Forward Recovery", "Dynamic arbitration: The recovery policy function",
+                              "The anti-spin invariant: Bounding forward repair trajectories",
+                              "Pivot Action Irreversibility", "The pivot action boundary"),
 }
 _MARK = ("<!-- chapter-links: written by `python -m kernel_lib course link-chapters`; "
          "the sections come from kernel_lib/course/notebook_links.py -->")
