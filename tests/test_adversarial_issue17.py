@@ -75,3 +75,82 @@ def test_plan_check_on_an_empty_path_is_not_called_a_directory(capsys):
     assert main(["plan", "check", "", "--json"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error:") and "directory" not in err[0]
+
+
+# --- recovery decide / D(Ω) -------------------------------------------------------------------------
+
+import copy  # noqa: E402
+import json  # noqa: E402
+
+from kernel_lib.errors import OmegaError  # noqa: E402
+from kernel_lib.recovery.policy import config_from_dict, decide, omega_from_dict  # noqa: E402
+
+NAPKIN = {"failed_step": {"step_id": "mig.T6", "tool": "apply_routes", "tier": "II", "pivot_crossed": False},
+          "error": {"http_status": 422, "error": "routes[0].port must be an integer", "retryable": False},
+          "budget": {"tokens_rem": 200000, "steps_rem": 20, "usd_rem": 5.0},
+          "history": [{"step_id": "mig.T1-5", "compensation_s": 40.6, "compensation_usd": 0.0, "forward_s": 46.0,
+                       "forward_usd": 0.162}],
+          "remedies": [{"name": "error_feedback", "tokens": 2570, "usd": 0.00987, "s": 4.1, "success_p": 0.5}]}
+
+
+def _decide_cli(tmp_path, capsys, doc=None, raw: bytes | None = None):
+    f = tmp_path / "omega.json"
+    if raw is not None:
+        f.write_bytes(raw)
+    else:
+        f.write_text(json.dumps(doc))
+    rc = main(["recovery", "decide", str(f), "--json"])
+    cap = capsys.readouterr()
+    return rc, cap.out, cap.err.strip().splitlines()
+
+
+@pytest.mark.parametrize("where,value", [
+    (("budget", "tokens_rem"), 10 ** 400),   # OverflowError: int too large to convert to float
+    (("budget", "usd_rem"), 10 ** 400),
+    (("budget", "steps_rem"), 10 ** 400),
+], ids=["tokens_rem", "usd_rem", "steps_rem"])
+def test_decide_refuses_an_integer_beyond_a_float_with_a_typed_error(where, value, tmp_path, capsys):
+    doc = copy.deepcopy(NAPKIN)
+    doc[where[0]][where[1]] = value
+    with pytest.raises(OmegaError):
+        omega_from_dict(doc)
+    rc, out, err = _decide_cli(tmp_path, capsys, doc)
+    assert rc == 2 and len(err) == 1 and err[0].startswith("error:") and where[1] in err[0]
+
+
+def test_decide_on_a_history_whose_sum_overflows_is_refused_not_a_traceback(tmp_path, capsys):
+    """Three committed steps of 1e308 s each passed one by one, then U = fsum(...) raised
+    OverflowError ("intermediate overflow in fsum") inside decide."""
+    doc = copy.deepcopy(NAPKIN)
+    doc["history"] = [{"step_id": f"x{i}", "compensation_s": 1e308, "compensation_usd": 1e308, "forward_s": 1e308,
+                       "forward_usd": 1e308} for i in range(3)]
+    rc, out, err = _decide_cli(tmp_path, capsys, doc)
+    assert rc == 2 and len(err) == 1 and err[0].startswith("error:") and "compensation_s" in err[0]
+
+
+def test_decide_on_a_binary_file_is_one_error_line(tmp_path, capsys):
+    rc, out, err = _decide_cli(tmp_path, capsys, raw=b"\xff\xfe\x00garbage")
+    assert rc == 2 and len(err) == 1 and err[0].startswith("error:") and "UTF-8" in err[0]
+
+
+def test_decide_refuses_outcomes_that_are_not_objects():
+    """``"outcomes": [5]`` was skipped in silence (p then came from the prior alone)."""
+    doc = copy.deepcopy(NAPKIN) | {"outcomes": [5, "x"]}
+    with pytest.raises(OmegaError, match="outcomes"):
+        config_from_dict(doc)
+
+
+def test_after_the_pivot_no_input_yields_a_rollback():
+    """Every gate, after the pivot: fatal, unclassified, transient exhausted, anti-spin, no budget,
+    p = 0, the economics: never BACKWARD_ROLLBACK."""
+    errors = [{"http_status": 401, "error": "credential revoked", "retryable": False}, "",
+              {"http_status": 429, "error": "slow down", "retryable": True},
+              NAPKIN["error"], "SyntaxError: invalid syntax"]
+    for err in errors:
+        for retries, repairs, tokens, p in [(0, 0, 200000, 0.5), (99, 3, 0, 0.0), (5, 2, 2570, 1.0)]:
+            doc = copy.deepcopy(NAPKIN)
+            doc["failed_step"] |= {"pivot_crossed": True, "retries_done": retries, "repairs_done": repairs}
+            doc["error"], doc["budget"]["tokens_rem"] = err, tokens
+            doc["remedies"][0]["success_p"] = p
+            d = decide(omega_from_dict(doc), config_from_dict(doc))
+            assert d.directive != "BACKWARD_ROLLBACK", (err, retries, repairs, tokens, p, d.reason)
