@@ -154,3 +154,18 @@ def test_after_the_pivot_no_input_yields_a_rollback():
             doc["remedies"][0]["success_p"] = p
             d = decide(omega_from_dict(doc), config_from_dict(doc))
             assert d.directive != "BACKWARD_ROLLBACK", (err, retries, repairs, tokens, p, d.reason)
+
+
+# --- the policy explorer ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["rerun_s", "unwind_usd", "usd_rem", "repair_s"])
+def test_policy_explorer_marks_a_huge_given_invalid_and_applies_the_others(name):
+    """A cost above JSON_NUMBER_MAX passed the widget's check but D(Ω) refuses it: the widget said
+    "could not decide (RecoveryPolicyError)", marked nothing invalid and dropped the other changes."""
+    from widgets.policy_explorer import PolicyExplorer
+
+    w = PolicyExplorer(draw_svg=False)
+    assert not w.update(**{name: 1e20, "success_p": 0.01})
+    assert name in w.invalid and "could not decide" not in w.error and name in w.error
+    assert w.view.givens["success_p"] == 0.01 and w.decision["directive"] == "BACKWARD_ROLLBACK"
