@@ -58,6 +58,7 @@ from typing import Any
 import altair as alt
 import traitlets
 
+from kernel_lib.limits import JSON_NUMBER_MAX
 from kernel_lib.recovery.policy import (
     Budget, CommittedStep, FailedStep, Omega, PolicyConfig, RecoveryDecision, RemedyOption, RepairCosts, Reserves,
     decide, economics,
@@ -110,7 +111,8 @@ COLORS = {"TRANSIENT_RETRY": "#9ecae1", "FORWARD_REPAIR": "#a1d99b", "BACKWARD_R
 
 def check_given(name: str, value: Any) -> Any:
     """``value`` checked for given ``name``; returns it as a plain ``int``/``float``/``bool``/``str``.
-    Raises ValueError naming the given (an unknown name, a wrong type, out of range, NaN)."""
+    Raises ValueError naming the given (an unknown name, a wrong type, out of range, NaN, above
+    JSON_NUMBER_MAX)."""
     if name not in GIVENS:
         raise ValueError(f"unknown given {name!r}: choose from {sorted(GIVENS)}")
     kind = GIVENS[name][2]
@@ -139,6 +141,8 @@ def check_given(name: str, value: Any) -> Any:
     if x < 0 or (kind == "prob" and x > 1):
         raise ValueError(f"{name} must be in [0, 1], got {value!r}" if kind == "prob"
                          else f"{name} must be >= 0, got {value!r}")
+    if x > JSON_NUMBER_MAX:   # the policy's own bound: refused there, the whole decision would be lost
+        raise ValueError(f"{name} must be at most {JSON_NUMBER_MAX} (2^53 - 1), got {value!r}")
     return x
 
 

@@ -82,6 +82,8 @@ def _read(path: str) -> str:
 
     if path == "-":
         return sys.stdin.read()
+    if not path:   # Path("") is the current directory
+        raise PlanError("no plan file named (an empty path); give PLAN.json or - for standard input")
     f = Path(path)
     if f.is_dir():
         raise PlanError(f"{path}: a directory, not a plan file")

@@ -148,8 +148,11 @@ def _decide(args: argparse.Namespace) -> int:
     from kernel_lib.errors import OmegaError
     from kernel_lib.recovery.policy import config_from_dict, decide, omega_from_dict
 
-    with open(args.omega, encoding="utf-8") as fh:
-        text = fh.read()
+    try:
+        with open(args.omega, encoding="utf-8") as fh:
+            text = fh.read()
+    except UnicodeDecodeError:
+        raise OmegaError(f"{args.omega} is not a UTF-8 text file (an Ω document is JSON)") from None
     try:
         doc = json.loads(text)
     except json.JSONDecodeError as exc:

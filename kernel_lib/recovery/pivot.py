@@ -174,7 +174,7 @@ class PlanStep:
 
 
 def _ids(value: Any, what: str) -> tuple[str, ...]:
-    if isinstance(value, str) or not isinstance(value, Iterable):
+    if isinstance(value, (str, Mapping)) or not isinstance(value, Iterable):   # a JSON object is not a list
         raise PlanError(f"{what} must be a list of step ids, got {value!r}")
     out: list[str] = []
     for v in value:
@@ -543,6 +543,14 @@ def _topo(ids: Sequence[str], deps: Mapping[str, Sequence[str]], rank: Mapping[s
     return out
 
 
+def _names(items: Sequence[str], limit: int = 8) -> str:
+    """``items`` joined for a message, the first ``limit`` named and the rest counted (the Reason's
+    ``steps`` still lists every one)."""
+    if len(items) <= limit:
+        return ", ".join(items)
+    return ", ".join(items[:limit]) + f" and {len(items) - limit} more"
+
+
 def _stage_id(step_id: str, taken: set[str]) -> str:
     sid = step_id + STAGE_SUFFIX
     while sid in taken:
@@ -550,9 +558,11 @@ def _stage_id(step_id: str, taken: set[str]) -> str:
     return sid
 
 
-def _try_pivot(plan: Plan, p: str, children: Mapping[str, Sequence[str]]) -> tuple[list[str], list[Reason]]:
-    """For pivot candidate ``p``: (the finalization ids, []) when it works, else ([], the reasons)."""
-    by_id = {s.id: s for s in plan.steps}
+def _try_pivot(plan: Plan, p: str, children: Mapping[str, Sequence[str]], parents: Mapping[str, Sequence[str]],
+               by_id: Mapping[str, PlanStep]) -> tuple[list[str], list[Reason]]:
+    """For pivot candidate ``p``: (the finalization ids, []) when it works, else ([], the reasons).
+
+    Linear in the plan's steps and dependencies (propose_order calls it once per tier III step)."""
     others = [s.id for s in plan.steps if s.tier == "III" and s.id != p]
     unstageable = [x for x in others if not by_id[x].stageable]
     if unstageable:
@@ -562,23 +572,31 @@ def _try_pivot(plan: Plan, p: str, children: Mapping[str, Sequence[str]]) -> tup
     after_pivot = _descendants([p], children)
     after_flush = _descendants(others, children)
     reasons = []
-    for x in others:
-        if x in after_pivot:
-            reasons.append(Reason("dependency_order", (x, p), f"{x} depends on the pivot {p}, so its payload cannot "
-                                  "be staged before the pivot"))
-        elif x in after_flush:
-            reasons.append(Reason("dependency_order", (x,), f"{x} depends on another staged payload, released only "
-                                  f"with the pivot {p}: it cannot be staged before the pivot"))
+    on_pivot = [x for x in others if x in after_pivot]
+    on_flush = [x for x in others if x not in after_pivot and x in after_flush]
+    if on_pivot:   # one reason per candidate and cause, not one per step: a chain of n pivots stays O(n) reasons
+        reasons.append(Reason("dependency_order", (*on_pivot, p), f"{_names(on_pivot)} "
+                              f"{'depends' if len(on_pivot) == 1 else 'depend'} on the pivot {p}, so "
+                              f"{'its payload' if len(on_pivot) == 1 else 'their payloads'} cannot be staged before "
+                              "the pivot"))
+    if on_flush:
+        reasons.append(Reason("dependency_order", tuple(on_flush), f"{_names(on_flush)} "
+                              f"{'depends' if len(on_flush) == 1 else 'depend'} on another staged payload, released "
+                              f"only with the pivot {p}: {'it' if len(on_flush) == 1 else 'they'} cannot be staged "
+                              "before the pivot"))
     if p in after_flush:
+        before_pivot = _descendants([p], parents)   # the steps p depends on, directly or not
         reasons.append(Reason("dependency_order", (p,), f"the pivot {p} depends on a staged payload ("
-                              + ", ".join(x for x in others if p in _descendants([x], children))
+                              + ", ".join(x for x in others if x in before_pivot)
                               + "), which its own outbox releases only once it has committed"))
-    final = [i for i in plan.ids if i in (after_pivot | after_flush) and i != p and i not in others]
+    after = after_pivot | after_flush
+    staged = set(others)
+    final = [i for i in plan.ids if i in after and i != p and i not in staged]
     unsafe = [i for i in final if not by_id[i].repeat_safe]
     if unsafe:
         reasons.append(Reason("finalization_repeat_safe", tuple(unsafe),
-                              f"with {p} as the pivot, " + ", ".join(
-                                  f"{i} ({by_id[i].repeat_contract}, tier {by_id[i].tier})" for i in unsafe)
+                              f"with {p} as the pivot, " + _names(
+                                  [f"{i} ({by_id[i].repeat_contract}, tier {by_id[i].tier})" for i in unsafe])
                               + " must run after it (they depend on the pivot or on a staged payload) but are not "
                               "idempotent"))
     return (final, []) if not reasons else ([], reasons)
@@ -611,6 +629,7 @@ def propose_order(plan: Plan) -> Proposal:
     for s in plan.steps:
         for d in s.depends_on:
             children[d].append(s.id)
+    by_id = {s.id: s for s in plan.steps}
     pivots = [s.id for s in plan.steps if s.tier == "III"]
     rank = {s.id: i for i, s in enumerate(plan.steps)}
     if not pivots:
@@ -620,13 +639,15 @@ def propose_order(plan: Plan) -> Proposal:
     tried: list[tuple[str, list[str]]] = []
     reasons: list[Reason] = []
     for p in pivots:
-        final, why = _try_pivot(plan, p, children)
+        final, why = _try_pivot(plan, p, children, deps, by_id)
         if why:
             reasons.extend(why)
         else:
             tried.append((p, final))
+            if not final:   # no finalization step: no later candidate can beat it (ties go to the earliest)
+                break
     if not tried:
-        unstageable = [p for p in pivots if not plan.step(p).stageable]
+        unstageable = [p for p in pivots if not by_id[p].stageable]
         if len(unstageable) > 1:   # the short answer first: no choice of pivot can work
             reasons.insert(0, Reason("at_most_one_pivot", tuple(unstageable),
                                      f"{len(unstageable)} pivots that cannot be staged: {', '.join(unstageable)}; "
@@ -655,16 +676,17 @@ def _build(plan: Plan, p: str, final: list[str], deps: Mapping[str, Sequence[str
     prep = _topo([stage_ids.get(i, i) for i in prep_orig], prep_deps, prep_rank)
     fin = _topo(final, deps, rank)
     steps: list[PlanStep] = []
+    by_id = {s.id: s for s in plan.steps}
+    staged_by = {v: k for k, v in stage_ids.items()}
     for i in prep:
-        if i in stage_ids.values():
-            x = next(k for k, v in stage_ids.items() if v == i)
-            src = plan.step(x)
-            steps.append(PlanStep(i, "I", "idempotent", src.depends_on, stage_of=x,
+        if i in staged_by:
+            x = staged_by[i]
+            steps.append(PlanStep(i, "I", "idempotent", by_id[x].depends_on, stage_of=x,
                                   description=f"stage {x}'s payload in local escrow (invertible: drop the entry)"))
         else:
-            steps.append(plan.step(i))
-    steps.append(replace(plan.step(p), outbox=tuple(staged)))
-    steps += [plan.step(i) for i in fin]
+            steps.append(by_id[i])
+    steps.append(replace(by_id[p], outbox=tuple(staged)))
+    steps += [by_id[i] for i in fin]
     new = Plan(tuple(steps), plan.name)
     order = tuple(s.id for s in steps)
     return Proposal(order, new, (), tuple(_transformations(plan, p, staged, stage_ids, final)), p, tuple(staged))
@@ -682,13 +704,14 @@ def _transformations(plan: Plan, p: str, staged: list[str], stage_ids: Mapping[s
         out.append(Transformation("outbox_flush", p, f"the pivot {p} commits together with an atomic outbox that "
                                   f"releases the staged payload{'s' if len(staged) > 1 else ''} of "
                                   f"{', '.join(staged)}: one point of no return", {"outbox": list(staged)}))
+    staged_set, final_set, tier = set(staged), set(final), {s.id: s.tier for s in plan.steps}
     for i in plan.ids:
-        if i == p or i in staged:
+        if i == p or i in staged_set:
             continue
-        if pos[i] > pos[p] and i not in final:
-            out.append(Transformation("moved_before_pivot", i, f"{i} (tier {plan.step(i).tier}) moves into the "
+        if pos[i] > pos[p] and i not in final_set:
+            out.append(Transformation("moved_before_pivot", i, f"{i} (tier {tier[i]}) moves into the "
                                       f"preparation phase, before the pivot {p}: its failure is still unwound"))
-        elif pos[i] < pos[p] and i in final:
+        elif pos[i] < pos[p] and i in final_set:
             out.append(Transformation("moved_after_pivot", i, f"{i} depends on the pivot or on a staged payload: it "
                                       f"runs in the finalization phase, after {p}, and is idempotent"))
     return out

@@ -84,9 +84,14 @@ DIRECTIVES: tuple[str, ...] = ("TRANSIENT_RETRY", "FORWARD_REPAIR", "BACKWARD_RO
 REMEDIES: tuple[str, ...] = ("error_feedback", "resample", "model_fallback")
 
 
-def _num(name: str, v: Any, *, lo: float = 0.0, hi: float = math.inf, integer: bool = False) -> None:
+def _num(name: str, v: Any, *, lo: float = 0.0, hi: float = JSON_NUMBER_MAX, integer: bool = False) -> None:
+    """Raises RecoveryPolicyError unless ``v`` is a number (an int when ``integer``) in [lo, hi].
+
+    The default ``hi`` is JSON_NUMBER_MAX: a larger count or cost is no real budget, is not stored
+    exactly in the log, and a few of them would overflow the sums U and R (an int beyond a float's
+    range used to raise OverflowError here)."""
     ok = (type(v) is int) if integer else (isinstance(v, (int, float)) and not isinstance(v, bool))
-    if not ok or not math.isfinite(v) or not lo <= v <= hi:
+    if not ok or (isinstance(v, float) and not math.isfinite(v)) or not lo <= v <= hi:
         kind = "an integer" if integer else "a finite number"
         raise RecoveryPolicyError(f"{name} must be {kind} in [{lo:g}, {hi:g}], got {v!r}")
 
@@ -622,7 +627,7 @@ def config_from_dict(d: Any) -> PolicyConfig:
     pol = _obj(d.get("policy", {}), "policy", (), ("k_repair", "window", "backoff_base_s", "backoff_cap_s",
                                                     "transient_retries_max", "usd_per_s"))
     outcomes = d.get("outcomes", [])
-    if not isinstance(outcomes, list):
+    if not isinstance(outcomes, list) or not all(isinstance(o, Mapping) for o in outcomes):
         raise OmegaError("outcomes must be a list of {failure_class, remedy, success}", field="outcomes")
     try:
         stats = fold_repair_stats(outcomes)
