@@ -195,8 +195,8 @@ class TestRunCheck:
         t0 = time.monotonic()
         try:
             run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly",
-                                  "--no-header", "--color=no", "-o", "addopts=", "."], cwd=d, env=env, capture_output=True,
-                                 text=True, timeout=self.timeout_s)
+                                  "--no-header", "--color=no", "-o", "addopts=", "."], cwd=d, env=env,
+                                 capture_output=True, text=True, timeout=self.timeout_s)
         except subprocess.TimeoutExpired:
             return CheckResult(self.name, False, {"error": f"the test run took more than {self.timeout_s} s",
                                                   "directory": str(d), "tree_sha256": digest})
