@@ -98,7 +98,8 @@ def test_the_crossing_is_durable_before_the_pivots_intent_and_retires_sigma():
     assert (saga.state, saga.phase) == ("COMMITTED", "COMMITTED")
     assert saga.stack == [] and [s.step_id for s in saga.retired_stack] == ["deploy.T2", "deploy.T1"]
     assert applied(fleet, "activate_route") == 1
-    assert SAGA_TRANSITIONS["COMMITTED"] == {"COMPLETED", "HALTED", "PANIC"}
+    # COMPENSATING: only when the crossing's own pivot step failed without effect (saga.pivot_refused)
+    assert SAGA_TRANSITIONS["COMMITTED"] == {"COMPLETED", "HALTED", "PANIC", "COMPENSATING"}
 
 
 def test_unwind_after_the_crossing_is_refused_and_escalated_no_compensator_runs():

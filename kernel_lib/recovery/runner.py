@@ -543,7 +543,10 @@ class SagaRunner:
                 fields["compensator"] = self._bound_compensator(step_id, contract.compensator.tool, args)
             except RecoveryError:
                 pass
-        state = "HALTED" if self.saga.phase == "COMMITTED" and "compensator" not in fields else "FAILED"
+        # the crossing's own pivot failing is not "past the pivot": it never returned (saga.pivot_refused)
+        is_pivot = (self.saga.crossing or {}).get("pivot_step_id") == step_id
+        state = "HALTED" if self.saga.phase == "COMMITTED" and "compensator" not in fields and not is_pivot \
+            else "FAILED"
         self._append_step(step, "FAILED", deferred=False, **fields)
         if state == "HALTED":
             self._append_step(self.saga.steps[step_id], "HALTED", deferred=False, reason="past the pivot: no rollback")

@@ -79,7 +79,7 @@ FINAL_STEP_STATES = frozenset(k for k, v in TRANSITIONS.items() if k is not None
 SAGA_TRANSITIONS: dict[str | None, frozenset[str]] = {
     None: frozenset({"RUNNING"}),
     "RUNNING": frozenset({"COMPENSATING", "COMMITTED", "COMPLETED", "HALTED", "PANIC"}),
-    "COMMITTED": frozenset({"COMPLETED", "HALTED", "PANIC"}),
+    "COMMITTED": frozenset({"COMPLETED", "HALTED", "PANIC", "COMPENSATING"}),   # COMPENSATING: pivot refused
     "COMPENSATING": frozenset({"ABORT_CONSISTENT", "PANIC"}),
     "ABORT_CONSISTENT": frozenset(),
     "COMPLETED": frozenset(),
@@ -189,19 +189,33 @@ class SagaRecord:
         """Σ, top first: every step whose compensator is recorded and not yet run to COMPENSATED
         (COMMITTED, a FAILED step with a partial effect, or COMPENSATING), latest index first.
         Empty once the pivot is crossed (L_comp is retired: see :attr:`retired_stack`)."""
-        return [] if self.crossing is not None else self._sigma()
+        return [] if self._retired() else self._sigma()
 
     @property
     def retired_stack(self) -> list[SagaStep]:
         """What Σ held when the crossing retired it (empty before the crossing): shown, never run."""
-        return self._sigma() if self.crossing is not None else []
+        return self._sigma() if self._retired() else []
+
+    @property
+    def pivot_refused(self) -> bool:
+        """The crossing's own pivot step failed definitively, leaving no effect (FAILED or ABORTED,
+        no compensator recorded for a partial effect): the pivot never returned successfully, so
+        the world did not advance and the finalization phase never began (the chapter disables
+        rollback once the pivot *returns*); L_comp is live again and the saga may unwind."""
+        if self.crossing is None:
+            return False
+        step = self.steps.get(self.crossing.get("pivot_step_id") or "")
+        return step is not None and step.state in ("FAILED", "ABORTED") and step.compensator is None
+
+    def _retired(self) -> bool:
+        return self.crossing is not None and not self.pivot_refused
 
     @property
     def phase(self) -> str | None:
         """``"PREPARING"`` before the pivot, ``"COMMITTED"`` once it is crossed (a ``PivotCrossed``
         record, or in a log written before that record existed, a committed tier III step); None
         before the saga started."""
-        if self.crossing is not None or self.pivot_committed is not None:
+        if self._retired() or self.pivot_committed is not None:
             return "COMMITTED"
         return None if self.state is None else "PREPARING"
 
