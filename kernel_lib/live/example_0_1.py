@@ -279,24 +279,25 @@ def _fail_migration(fleet: Any) -> None:
     fleet.inject("create_branch", "conflict")   # the chapter's schema deadlock: a final 409
 
 
+def _run_order(fleet: Any, work_dir: str | Path, saga_id: str, order: str, fail_migration: bool) -> dict[str, Any]:
+    ex = Example01(fleet, work_dir, saga_id)
+    if fail_migration:
+        _fail_migration(fleet)
+    return ex.outcome(ex.run(order))
+
+
 def run_trap(fleet: Any, work_dir: str | Path, saga_id: str = "ex01-trap", *,
              fail_migration: bool = True) -> dict[str, Any]:
     """Example 0.1's trap: the chapter's order, the migration failing after the pivot.
     Returns :meth:`Example01.outcome`."""
-    ex = Example01(fleet, work_dir, saga_id)
-    if fail_migration:
-        _fail_migration(fleet)
-    return ex.outcome(ex.run("chapter"))
+    return _run_order(fleet, work_dir, saga_id, "chapter", fail_migration)
 
 
 def run_remedy(fleet: Any, work_dir: str | Path, saga_id: str = "ex01-remedy", *,
                fail_migration: bool = True) -> dict[str, Any]:
     """Example 0.1's remedy: propose_order's order (escrow and atomic outbox), the same fault.
     Returns :meth:`Example01.outcome`."""
-    ex = Example01(fleet, work_dir, saga_id)
-    if fail_migration:
-        _fail_migration(fleet)
-    return ex.outcome(ex.run("proposed"))
+    return _run_order(fleet, work_dir, saga_id, "proposed", fail_migration)
 
 
 def run_example_0_1(state_dir: str | Path | None = None, *, fleet: Any = None,
