@@ -55,6 +55,12 @@ def usd_to_micro(amount_usd: Any, rounding: Rounding = "nearest") -> int:
     scaled = amount_usd * MICRO_PER_USD
     nearest = round(scaled)
     if abs(scaled) < 2**45:
+        if nearest / MICRO_PER_USD == amount_usd:
+            # a whole number of micro-dollars (the common case: amounts written by this kernel).
+            # Below 2**45 micro-dollars two multiples of 1e-6 are more than one ulp apart, so no
+            # other multiple rounds to this float; its shortest decimal therefore has at most six
+            # fractional digits and is nearest / 1e6 exactly, in every rounding direction
+            return int(nearest)
         off = abs(scaled - nearest)
         if rounding == "nearest" and off < 0.25:
             # far from a tie and small enough that the product's rounding error (a few ulps, under
