@@ -123,7 +123,8 @@ class WatchdogConfig:
 
     def __post_init__(self) -> None:
         ints = {"max_period": 1, "noop_min_repeats": 1, "metric_epoch": 1, "metric_grace": 0,
-                "repetition_window": 1, "question_window": 1, "question_min_asks": 2, "entropy_baseline_texts": 1, "entropy_min_tokens": 2,
+                "repetition_window": 1, "question_window": 1, "question_min_asks": 2, "entropy_baseline_texts": 1,
+                "entropy_min_tokens": 2,
                 "episode_gap_steps": 1}
         for name, lo in ints.items():
             v = getattr(self, name)
@@ -131,7 +132,8 @@ class WatchdogConfig:
                 raise WatchdogConfigError(f"{name} must be an integer, got {v!r}")
             if v < lo:
                 raise WatchdogConfigError(f"{name} must be >= {lo}, got {v}")
-        for name, lo, hi, hi_open in (("question_similarity", 0.0, 1.0, False), ("entropy_collapse_ratio", 0.0, 1.0, True),
+        for name, lo, hi, hi_open in (("question_similarity", 0.0, 1.0, False),
+                                      ("entropy_collapse_ratio", 0.0, 1.0, True),
                                       ("embedding_similarity", 0.0, 1.0, False)):
             v = getattr(self, name)
             if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v):
@@ -172,9 +174,9 @@ def _excerpt(text: str | None, n: int = 160) -> str:
 def _detection(position: int, kind: str, step: WatchStep, occurrences: list[int], **evidence: Any) -> Detection:
     occ = sorted(set(occurrences))
     first_repeat = occ[1] if len(occ) > 1 else step.position
+    first_repeat = evidence.pop("first_repeat", first_repeat)
     return Detection(position, kind, {"step_position": step.position, "actor": step.actor, "tool": step.tool,
-                                      "occurrences": occ, "first_repeat_position": evidence.pop("first_repeat", first_repeat),
-                                      **evidence})
+                                      "occurrences": occ, "first_repeat_position": first_repeat, **evidence})
 
 
 # --- state-hash monotonicity (figure 3, the listing) ------------------------------------------------
@@ -195,6 +197,8 @@ def detect_state_cycles(steps: Sequence[WatchStep], config: WatchdogConfig | Non
             continue
         h = step.state_hash
         k = next((d for d in range(1, min(cfg.max_period, len(window)) + 1) if window[-d][0] == h), None)
+        if k == 1 and step.mutative is None:
+            continue      # an action of unknown effect that changed nothing visible (a failing script run)
         if k == 1:
             noop += 1
         else:
@@ -203,7 +207,7 @@ def detect_state_cycles(steps: Sequence[WatchStep], config: WatchdogConfig | Non
             orbit = [s for _, s in window[-k:]] + [step]
             if k == 1:
                 orbit = [s for _, s in window[-noop:]] + [step]
-            occurrences = [window[-k][1].position, step.position] if k > 1 else [s.position for s in orbit]
+            occurrences = [s.position for s in orbit]
             ev: dict[str, Any] = {
                 "period": k, "state_hash": _short(h), "state_source": step.state_source,
                 "matched_position": window[-k][1].position,
@@ -212,7 +216,9 @@ def detect_state_cycles(steps: Sequence[WatchStep], config: WatchdogConfig | Non
             }
             if k == 1:
                 ev["unchanged_steps"] = noop
-            out.append(_detection(_fired_at(step), "state_hash_cycle", step, occurrences, **ev))
+            out.append(_detection(_fired_at(step), "state_hash_cycle", step, occurrences,
+                                  first_repeat=step.position if k > 1 else orbit[min(2, len(orbit) - 1)].position,
+                                  **ev))
         window.append((h, step))
         del window[:-cfg.max_period]
     return out
@@ -297,12 +303,34 @@ def detect_metric_oscillation(steps: Sequence[WatchStep], config: WatchdogConfig
 # --- action repetition after an error ----------------------------------------------------------------
 
 
+def _error_sigma(text: str | None) -> str:
+    from kernel_lib.recovery.signatures import error_signature, extract_signature_parts
+    return error_signature(*extract_signature_parts(text or ""))
+
+
+def _unchanged_since(steps: Sequence[WatchStep], j: int, i: int) -> bool:
+    """Whether the environment is known to be as it was after step j when step i acts: equal
+    state hashes, or (no state recorded) no step in between that may have changed something."""
+    before, after = steps[j].state_hash, steps[i - 1].state_hash if i > 0 else None
+    if before is not None and after is not None:
+        return before == after
+    return not any(s.mutative is not False and not s.observation_error for s in steps[j + 1:i])
+
+
 def detect_action_repetition(steps: Sequence[WatchStep], config: WatchdogConfig | None = None) -> list[Detection]:
     """``action_repetition`` detections (module docstring): the latest earlier step of the same
-    actor with the same signature, within ``repetition_window`` steps, ended in an error.
-    Evidence: ``signature``, ``repeat_of`` (that step's position), ``steps_between`` (0: back to
-    back), ``error`` (an excerpt of its observation), ``occurrences`` (every position of this
-    signature in the current run of failing repeats)."""
+    actor with the same signature h_tool, within ``repetition_window`` steps, ended in an error,
+    and the request is known to be invalid still. That is so when the environment is as it was
+    after the failure (equal state hashes, or nothing changed in between): then the repeat is
+    reported at the action itself, before its result (a live watchdog can interrupt before
+    dispatch). When something changed in between (a fix was applied, a booking made), the retry
+    may well succeed: it is reported at its observation, and only if it failed again with the same
+    error signature σ (:func:`~kernel_lib.recovery.signatures.error_signature`).
+
+    Evidence: ``signature``, ``repeat_of`` (the earlier step's position), ``steps_between`` (0:
+    back to back), ``error`` (an excerpt of the earlier error), ``confirmed_by`` (``"same_state"``
+    or ``"same_error"``), ``occurrences`` (every position of this signature in the current run of
+    failing repeats)."""
     cfg = config or WatchdogConfig()
     sigs = [step_signature(s, cfg.nonce_arguments) if s.kind != "question" else None for s in steps]
     out: list[Detection] = []
@@ -317,11 +345,19 @@ def detect_action_repetition(steps: Sequence[WatchStep], config: WatchdogConfig 
         if j is None or not steps[j].observation_error:
             run_start.pop(key, None)
             continue
+        if _unchanged_since(steps, j, i):
+            confirmed, at = "same_state", step.position
+        elif step.observation_error and _error_sigma(step.observation) == _error_sigma(steps[j].observation):
+            confirmed, at = "same_error", _fired_at(step)
+        else:
+            run_start.pop(key, None)
+            continue
         start = run_start.setdefault(key, j)
-        occurrences = [steps[x].position for x in range(start, i + 1) if sigs[x] == sig and steps[x].actor == step.actor]
-        out.append(_detection(step.position, "action_repetition", step, occurrences, signature=sig,
+        occurrences = [steps[x].position for x in range(start, i + 1)
+                       if sigs[x] == sig and steps[x].actor == step.actor]
+        out.append(_detection(at, "action_repetition", step, occurrences, signature=sig,
                               repeat_of=steps[j].position, steps_between=i - j - 1,
-                              error=_excerpt(steps[j].observation)))
+                              error=_excerpt(steps[j].observation), confirmed_by=confirmed))
     return out
 
 
@@ -335,10 +371,10 @@ _COURTESY = re.compile(r"anything else|any other (?:questions?|concerns?)|furthe
                        re.IGNORECASE)
 _TOKEN = re.compile(r"[a-z0-9]+(?:['_-][a-z0-9]+)*")
 #: Words that carry no subject of their own in a question ("would you like me to do that?").
-_FUNCTION_WORDS = frozenset("""a an the and or but if so to of in on at for with from by as is are was were be been am do does did
-done doing have has had i me my we us our you your it its this that these those there here what which who whom how when
-where why would will could can may might shall should please let know like want wish need ok okay yes no not any some
-all just also me then than now again go ahead proceed confirm sure help assist assistance""".split())
+_FUNCTION_WORDS = frozenset("""a an the and or but if so to of in on at for with from by as is are was were be been am
+do does did done doing have has had i me my we us our you your it its this that these those there here what which who
+whom how when where why would will could can may might shall should please let know like want wish need ok okay yes no
+not any some all just also then than now again go ahead proceed confirm sure help assist assistance""".split())
 
 
 def question_sentences(text: str) -> list[str]:
@@ -555,11 +591,12 @@ def detect_embedding_drift(steps: Sequence[WatchStep], config: WatchdogConfig | 
 def assign_tiers(detections: Sequence[Detection], steps: Sequence[WatchStep],
                  config: WatchdogConfig | None = None) -> list[Detection]:
     """Table 7's ladder as a pure function: detections sorted by position, grouped into alarms (all
-    detections at one position are one alarm) and episodes (an alarm more than
+    detections about one step, ``evidence["step_position"]``, are one alarm) and episodes (an alarm more than
     ``episode_gap_steps`` steps after the previous alarm starts a new episode). The n-th alarm of
     an episode gets tier min(n, 3): the first a context interrupt (tier 1), the next a checkpoint
     backtrack with the action masked (tier 2), any further one the terminal abort (tier 3).
-    Returns new :class:`Detection` objects; the input is not changed."""
+    Returns new :class:`Detection` objects with ``evidence["alarm"]`` = n; the input is not
+    changed."""
     cfg = config or WatchdogConfig()
     index: dict[int, int] = {}
     for i, s in enumerate(steps):
@@ -576,15 +613,14 @@ def assign_tiers(detections: Sequence[Detection], steps: Sequence[WatchStep],
     out: list[Detection] = []
     last_step: int | None = None
     n = 0
-    last_pos: int | None = None
     for d in sorted(detections, key=lambda d: (d.position, DETECTION_KINDS.index(d.kind)
                                                if d.kind in DETECTION_KINDS else 99)):
-        at = step_of(d.position)
-        if d.position != last_pos:
+        at = step_of(d.evidence.get("step_position", d.position))
+        if at != last_step:
             if last_step is None or at - last_step > cfg.episode_gap_steps:
                 n = 0
             n += 1
-            last_step, last_pos = at, d.position
+            last_step = at
         out.append(Detection(d.position, d.kind, {**d.evidence, "alarm": n}, min(n, 3), d.detector))
     return out
 

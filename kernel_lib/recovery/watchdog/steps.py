@@ -127,8 +127,8 @@ _ACTION_REPORT = re.compile(
 _ENTITY_KEYS = ("reservation_id", "order_id", "user_id", "booking_id", "ticket_id", "id")
 
 _PYTEST_SUMMARY = re.compile(r"^=+ (?P<body>[^=\n]*?\b(?:passed|failed|errors?)\b[^=\n]*?) in [\d.]+\s*s(?:econds)?"
-                             r"(?: \([^)]*\))? =+\s*$|^(?:\w+: )?(?P<plain>\d+ passed, \d+ failed(?:, \d+ skipped)?)\s*$",
-                             re.MULTILINE)
+                             r"(?: \([^)]*\))? =+\s*$"
+                             r"|^(?:\w+: )?(?P<plain>\d+ passed, \d+ failed(?:, \d+ skipped)?)\s*$", re.MULTILINE)
 _COUNT = re.compile(r"(\d+) (passed|failed|errors?|error)\b")
 _LINT_LINE = re.compile(r"^- [EFWC]\d{3,4}\b", re.MULTILINE)
 _COMPILER_LINE = re.compile(r"^[^\s:]+:\d+(?::\d+)?: (?:fatal )?error\b", re.MULTILINE)
@@ -161,8 +161,9 @@ def log_format(events: Sequence[Any]) -> str:
     """The source format of a log: the ``import:source`` input's ``format`` (``swe-agent``,
     ``tau-bench``, ``who-and-when``, ``openai-messages``), else ``"kernel_lib"`` (our own log)."""
     for e in events[:4]:
-        if e.event_type == "RuntimeInput" and e.payload.name == "import:source" and isinstance(e.payload.value, Mapping):
-            fmt = e.payload.value.get("format")
+        value = e.payload.value if e.event_type == "RuntimeInput" else None
+        if isinstance(value, Mapping) and e.payload.name == "import:source":
+            fmt = value.get("format")
             if isinstance(fmt, str):
                 return fmt
     return "kernel_lib"
@@ -173,7 +174,8 @@ def _first_word(text: str) -> str:
     return m.group(0).lower() if m else ""
 
 
-def is_mutative(tool: str, arguments: Mapping[str, Any] | None = None, repeat_contract: str | None = None) -> bool | None:
+def is_mutative(tool: str, arguments: Mapping[str, Any] | None = None,
+                repeat_contract: str | None = None) -> bool | None:
     """Whether an action may change the environment (module docstring): False for a declared
     ``read_only`` intent, a reading tool or a reading shell command that writes no file; True for
     a writing tool or a shell command that writes; None when unknown. Never raises."""
@@ -299,7 +301,8 @@ def _browser_state(text: str, actor: str) -> dict[str, str] | None:
     if addr:
         title = _TITLE.search(text)
         view = _VIEWPORT.search(text)
-        key = f"{addr.group('address')}|{title.group('title') if title else ''}|{view.group('viewport') if view else ''}"
+        key = "|".join((addr.group("address"), title.group("title") if title else "",
+                        view.group("viewport") if view else ""))
         return {f"browser:{actor}": _sha256(key)}
     return None
 
