@@ -329,3 +329,54 @@ def test_a_bad_configuration_is_a_typed_error_naming_the_field(field, value):
 def test_run_watchdog_refuses_something_that_is_not_a_config():
     with pytest.raises(WatchdogConfigError):
         run_watchdog([], {"max_period": 4})
+
+
+# --- steps folded from our own log ------------------------------------------------------------------------------
+
+
+def _own_log_flip_flop():
+    """A repair agent on a real-looking log of ours: edit line 42 (tree A), run the tests (3 pass),
+    revert (tree B), run (4 pass), edit again (tree A), run (3 pass), revert (B), run (4 pass)."""
+    from kernel_lib.core.events import ModelReplied, WorkspaceChanged
+    from tests.helpers import ev, intent, result, task
+
+    tree = {"A": "a" * 64, "B": "b" * 64, "0": "0" * 64}
+    events, seq = [ev(task(), 1)], 1
+
+    def add(payload):
+        nonlocal seq
+        seq += 1
+        events.append(ev(payload, seq))
+
+    current = "0"
+    for n, (edit_to, passed) in enumerate([("A", 3), ("B", 4), ("A", 3), ("B", 4)]):
+        op_e, op_t = f"edit{n}", f"test{n}"
+        add(ModelReplied(invocation_id=f"m{n}", status="complete", reply=f"Changing line 42, attempt {n}.",
+                         proposal={"tool_calls": [{"tool": "edit_file"}]}))
+        add(intent(op_e, tool="edit_file", arguments={"path": "cfg.py", "line": 42, "to": edit_to},
+                   repeat_contract="unsafe"))
+        add(result(op_e, outcome={"written": "cfg.py"}))
+        add(WorkspaceChanged(change_id=f"c{n}", base_tree_sha256=tree[current], result_tree_sha256=tree[edit_to],
+                             delta_sha256="d" * 64, operation_id=op_e, files_written=1))
+        current = edit_to
+        add(intent(op_t, tool="run_tests", arguments={"snapshot": "ws"}, repeat_contract="read_only"))
+        add(result(op_t, outcome={"passed": passed, "failed": 5 - passed}))
+    return events
+
+
+def test_steps_of_our_own_log_carry_workspace_trees_metrics_and_model_text():
+    from kernel_lib.recovery.watchdog.steps import watch_steps
+
+    steps = watch_steps(_own_log_flip_flop())
+    assert [s.tool for s in steps] == ["edit_file", "run_tests"] * 4
+    assert all(s.state_source == "workspace" for s in steps)
+    assert [s.state_hash[0] for s in steps] == list("AABBAABB".lower())
+    assert [s.mutative for s in steps] == [True, False] * 4     # a writing verb; tests declared read_only
+    assert [s.metrics.get("tests_passed") for s in steps[1::2]] == [3, 4, 3, 4]
+    assert steps[0].model_text.startswith("Changing line 42")
+    dets = run_watchdog(steps)
+    cycles = [d for d in dets if d.kind == "state_hash_cycle"]
+    assert [d.evidence["period"] for d in cycles] == [2, 2]
+    assert cycles[0].evidence["state_source"] == "workspace"
+    assert any(d.kind == "metric_oscillation" for d in dets)
+    assert [d.tier for d in dets] == sorted(d.tier for d in dets)
