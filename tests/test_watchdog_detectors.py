@@ -13,6 +13,7 @@ sequence built for it, and a bad configuration is a typed error.
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
@@ -380,3 +381,61 @@ def test_steps_of_our_own_log_carry_workspace_trees_metrics_and_model_text():
     assert cycles[0].evidence["state_source"] == "workspace"
     assert any(d.kind == "metric_oscillation" for d in dets)
     assert [d.tier for d in dets] == sorted(d.tier for d in dets)
+
+
+def test_steps_of_an_imported_openai_message_log(tmp_path):
+    from kernel_lib.importers import import_file
+    from kernel_lib.recovery.watchdog.steps import watch_steps
+
+    def call(cid, name, args):
+        return {"id": cid, "type": "function", "function": {"name": name, "arguments": json.dumps(args)}}
+    msgs = [{"role": "user", "content": "Please fix the failing test."},
+            {"role": "assistant", "content": "Running the tests.", "tool_calls": [call("c1", "run_tests", {})]},
+            {"role": "tool", "tool_call_id": "c1", "content": "===== 1 failed, 4 passed in 0.12s ====="},
+            {"role": "assistant", "content": "", "tool_calls": [call("c2", "edit_file", {"path": "a.py"})]},
+            {"role": "tool", "tool_call_id": "c2", "content": "Error: a.py is read-only"},
+            {"role": "assistant", "content": "", "tool_calls": [call("c3", "edit_file", {"path": "a.py"})]},
+            {"role": "tool", "tool_call_id": "c3", "content": "Error: a.py is read-only"},
+            {"role": "assistant", "content": "Which file should I edit instead?"},
+            {"role": "user", "content": "b.py"}]
+    path = tmp_path / "run.json"
+    path.write_text(json.dumps({"messages": msgs}))
+    steps = watch_steps(import_file("openai-messages", path).events)
+    assert [s.kind for s in steps] == ["tool", "tool", "tool", "question"]
+    assert steps[0].metrics == {"tests_passed": 4.0, "tests_failed": 1.0, "tests_errors": 0.0}
+    assert steps[0].model_text == "Running the tests." and steps[0].mutative is None
+    assert [s.observation_error for s in steps] == [False, True, True, False]
+    assert steps[3].observation == "b.py" and all(s.state_source == "log" for s in steps)
+    (rep,) = [d for d in run_watchdog(steps) if d.kind == "action_repetition"]
+    assert rep.position == steps[2].position and rep.tier == 1
+
+
+@pytest.mark.parametrize("tool, args, contract, expected", [
+    ("get_user_details", {"user_id": "u1"}, "unsafe", False),
+    ("book_reservation", {}, "unsafe", True),
+    ("run_tests", {}, "read_only", False),
+    ("run_tests", {}, "unsafe", None),
+    ("cat", {"command": "cat a.py\n"}, "unsafe", False),
+    ("cat", {"command": "cat a.py > b.py\n"}, "unsafe", True),
+    ("echo", {"command": "echo 'x' | base64 -d\n"}, "unsafe", False),
+    ("git", {"command": "git diff\n"}, "unsafe", False),
+    ("git", {"command": "git checkout -- a.py\n"}, "unsafe", True),
+    ("sed", {"command": "sed -i 's/a/b/' a.py\n"}, "unsafe", True),
+    ("edit", {"command": "edit 1:2\nx\nend_of_edit\n"}, "unsafe", True),
+    ("python", {"command": "python reproduce.py\n"}, "unsafe", None),
+])
+def test_what_counts_as_mutative(tool, args, contract, expected):
+    from kernel_lib.recovery.watchdog.steps import is_mutative
+    assert is_mutative(tool, args, contract) is expected
+
+
+def test_metrics_read_from_text():
+    from kernel_lib.recovery.watchdog.steps import metrics_from_text
+    assert metrics_from_text("collected 9 items\n...\n===== 2 failed, 7 passed, 1 error in 1.05s =====\n") == {
+        "tests_passed": 7.0, "tests_failed": 2.0, "tests_errors": 1.0}
+    assert metrics_from_text("3 passed, 0 failed\n") == {"tests_passed": 3.0, "tests_failed": 0.0,
+                                                          "tests_errors": 0.0}
+    lint = "Your proposed edit has introduced new syntax error(s).\n\nERRORS:\n- E999 SyntaxError: x\n- F821 y\n"
+    assert metrics_from_text(lint) == {"lint_findings": 2.0}
+    assert metrics_from_text("src/a.c:12:5: error: expected ';'\nsrc/a.c:20:1: error: x\n") == {"compiler_errors": 2.0}
+    assert metrics_from_text("All good, I passed the test of time.") == {}

@@ -61,6 +61,7 @@ from statistics import median
 from typing import Any
 
 from kernel_lib.errors import WatchdogConfigError
+from kernel_lib.recovery.signatures import error_signature, extract_signature_parts
 from kernel_lib.recovery.watchdog.model import DETECTION_KINDS, Detection, WatchStep
 from kernel_lib.recovery.watchdog.steps import step_signature
 
@@ -304,7 +305,6 @@ def detect_metric_oscillation(steps: Sequence[WatchStep], config: WatchdogConfig
 
 
 def _error_sigma(text: str | None) -> str:
-    from kernel_lib.recovery.signatures import error_signature, extract_signature_parts
     return error_signature(*extract_signature_parts(text or ""))
 
 

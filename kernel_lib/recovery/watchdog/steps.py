@@ -77,6 +77,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import xxhash
+
+from kernel_lib.core.action_signature import action_signature
 from kernel_lib.recovery.observations import is_error_text
 from kernel_lib.recovery.signatures import normalize
 from kernel_lib.recovery.watchdog.model import WatchStep
@@ -149,11 +152,9 @@ def step_signature(step: WatchStep, nonce_arguments: Iterable[str] | None = None
     """h_tool(a_t) of a step: :func:`kernel_lib.core.action_signature.action_signature` of its tool
     and arguments (declared nonce arguments dropped). Arguments that canonical JSON refuses (a
     NaN) are hashed from their sorted JSON text instead, so any recorded step has a signature."""
-    from kernel_lib.core.action_signature import action_signature
     try:
         return action_signature(step.tool, step.arguments, nonce_arguments=nonce_arguments)
     except Exception:   # rfc8785's CanonicalizationError and friends: hash the plain sorted JSON instead
-        import xxhash
         return xxhash.xxh64_hexdigest(_canonical({"tool": step.tool, "arguments": step.arguments}))
 
 
