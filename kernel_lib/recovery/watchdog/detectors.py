@@ -509,8 +509,9 @@ class EmbeddingStatus:
 def load_embedder() -> tuple[Embedder | None, EmbeddingStatus]:
     """An offline embedding function, if one is installed: the model directory named by the
     environment variable ``KERNEL_LIB_EMBEDDING_MODEL``, read with ``model2vec`` (StaticModel) or
-    ``sentence_transformers``, never downloaded (Hugging Face offline mode is forced). Returns
-    ``(None, status)`` with the reason when there is none; never raises."""
+    ``sentence_transformers``, never downloaded (Hugging Face offline mode is forced). The optional
+    extra ``durable-agents-lab[embeddings]`` installs model2vec; the model directory is the user's
+    to provide. Returns ``(None, status)`` with the reason when there is none; never raises."""
     path = os.environ.get(EMBEDDING_MODEL_ENV, "").strip()
     if not path:
         return None, EmbeddingStatus(False, f"no offline embedding model: set {EMBEDDING_MODEL_ENV} to a local "
