@@ -381,7 +381,7 @@ class _Draft:
         self.observation = text
         self.observation_position = seq
         self.observation_error = bool(error) or (judge and is_error_text(text))
-        if not self.metrics:
+        if judge and not self.metrics:
             self.metrics = metrics_from_text(text)
 
     def freeze(self) -> WatchStep:
