@@ -77,7 +77,7 @@ def add_commands(subparsers: "argparse._SubParsersAction") -> argparse.ArgumentP
                               formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("log", metavar="LOG", nargs="?", default=None,
                    help="a log or trajectory file, or a directory of them (or give the path after --import FORMAT)")
-    p.add_argument("--import", dest="import_args", nargs="+", metavar="FORMAT [PATH]", default=None,
+    p.add_argument("--import", dest="import_args", nargs="+", metavar=("FORMAT", "PATH"), default=None,
                    help=f"read the file as FORMAT ({', '.join(IMPORT_FORMATS)}) through the importers; PATH here "
                         "or as LOG")
     p.add_argument("--baseline", choices=BASELINE_NAMES, default=None,
