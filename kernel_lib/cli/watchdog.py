@@ -265,12 +265,12 @@ def _cmd_watchdog(args: argparse.Namespace) -> int:
 def _print_comparison(summary: dict[str, Any]) -> None:
     print(f"{summary['logs']} logs, {summary['loops_total']} loop(s) found by any detector; "
           f"{summary['clean_runs']} clean runs ({summary['clean_rule']})")
-    print(f"  {'detector':<10} {'logs':>5} {'detections':>10} {'loops caught':>12} {'delay mean/max':>15} "
+    print(f"  {'detector':<16} {'logs':>5} {'detections':>10} {'loops caught':>12} {'delay mean/max':>15} "
           f"{'FP rate':>8}")
     for name, d in summary["detectors"].items():
         delay = f"{d['delay_steps']['mean']}/{d['delay_steps']['max']}" if d["delay_steps"] else "-"
         fp = f"{d['false_positive_rate']:.3f}" if d["false_positive_rate"] is not None else "-"
-        print(f"  {name:<10} {d['logs_with_detections']:>5} {d['detections']:>10} {d['loops_caught']:>12} "
+        print(f"  {name:<16} {d['logs_with_detections']:>5} {d['detections']:>10} {d['loops_caught']:>12} "
               f"{delay:>15} {fp:>8}")
     for title, key in (("caught by the watchdog only", "only_watchdog"),
                        ("caught by a baseline only", "only_baselines"), ("caught by both", "both")):
