@@ -439,3 +439,90 @@ def test_metrics_read_from_text():
     assert metrics_from_text(lint) == {"lint_findings": 2.0}
     assert metrics_from_text("src/a.c:12:5: error: expected ';'\nsrc/a.c:20:1: error: x\n") == {"compiler_errors": 2.0}
     assert metrics_from_text("All good, I passed the test of time.") == {}
+
+
+# --- the baselines on constructed sequences -----------------------------------------------------------------------
+
+
+def call(i, tool="edit", args=None, obs="same output", error=False, thought="", kind="tool"):
+    return step(i, tool=tool, args=args if args is not None else {"a": 1}, obs=obs, error=error, text=thought,
+                kind=kind)
+
+
+def test_openhands_same_action_and_observation_four_times():
+    from kernel_lib.recovery.watchdog.baselines import openhands_detections
+    four = [call(i) for i in range(4)]
+    (d,) = openhands_detections(four)
+    assert d.kind == "openhands.repeating_action_observation" and d.position == four[3].observation_position
+    assert d.evidence["occurrences"] == [0, 10, 20, 30] and d.tier is None and d.detector == "openhands"
+    assert openhands_detections(four[:3]) == []
+
+
+def test_openhands_same_action_with_errors_three_times_and_the_thought_counts():
+    from kernel_lib.recovery.watchdog.baselines import openhands_detections
+    three = [call(i, obs="Error: x", error=True) for i in range(3)]
+    (d,) = openhands_detections(three)
+    assert d.kind == "openhands.repeating_action_error" and d.position == three[2].observation_position
+    varied = [call(i, obs="Error: x", error=True, thought=f"attempt {i}") for i in range(3)]
+    assert openhands_detections(varied) == []                                  # as shipped: thoughts differ
+    assert [d.kind for d in openhands_detections(varied, compare_thought=False)] == [
+        "openhands.repeating_action_error"]
+    interleaved = [call(0, obs="Error: x", error=True), call(1, tool="think", obs=""),
+                   call(2, obs="Error: x", error=True), call(3, tool="think", obs=""),
+                   call(4, obs="Error: x", error=True)]
+    assert openhands_detections(interleaved) == []                             # look-ups between: missed
+
+
+def test_openhands_alternation_monologue_and_empty_replies():
+    from kernel_lib.recovery.watchdog.baselines import openhands_detections
+    abab = [call(i, tool="ab"[i % 2], obs="ab"[i % 2]) for i in range(6)]
+    assert [d.kind for d in openhands_detections(abab)] == ["openhands.alternating_pattern"]
+    said = [step(i, kind="message", tool="message:agent", args={"text": "I will fix it."}, obs=None,
+                 mutative=False) for i in range(3)]
+    assert [d.kind for d in openhands_detections(said)] == ["openhands.monologue"]
+    empty = [step(i, kind="message", tool="message:agent", args={"text": ""}, obs=None, mutative=False)
+             for i in range(3)]
+    assert "openhands.empty_response" in [d.kind for d in openhands_detections(empty)]
+
+
+def test_openhands_interactive_mode_looks_only_after_the_users_last_message():
+    from kernel_lib.recovery.watchdog.baselines import openhands_detections
+    seq = [call(0, obs="Error: x", error=True), call(1, obs="Error: x", error=True),
+           ask(2, "Could you share the booking reference for the trip?"), call(3, obs="Error: x", error=True),
+           call(4, obs="Error: x", error=True)]
+    assert openhands_detections(seq) == [] and openhands_detections(seq, headless=True) == []
+    (d,) = openhands_detections(seq + [call(5, obs="Error: x", error=True)])
+    assert d.evidence["mode"] == "interactive" and d.evidence["occurrences"] == [30, 40, 50]
+    assert openhands_detections([call(i, obs="Error: x", error=True) for i in range(3)])[0].evidence["mode"] == \
+        "headless"
+
+
+def test_gemini_same_tool_call_five_times_in_a_row_then_latched_until_the_next_prompt():
+    from kernel_lib.recovery.watchdog.baselines import gemini_detections
+    five = [call(i) for i in range(7)]
+    (d,) = gemini_detections(five)                                  # latched after the first
+    assert d.kind == "gemini.tool_call_loop" and d.position == five[4].position and d.evidence["repeats"] == 5
+    assert gemini_detections(five[:4]) == []
+    broken = five[:3] + [call(3, tool="think")] + [call(i) for i in range(4, 8)]
+    assert gemini_detections(broken) == []
+    reset = five[:5] + [ask(5, "Shall I keep retrying the same edit on the file?")] + [call(i) for i in range(6, 11)]
+    assert [d.position for d in gemini_detections(reset)] == [40, 100]
+
+
+def test_gemini_content_chanting_outside_code_blocks():
+    from kernel_lib.recovery.watchdog.baselines import gemini_detections
+    chant = "I need to check the configuration file again. " * 30
+    (d,) = gemini_detections([step(0, kind="message", tool="message:agent", args={"text": chant}, obs=None,
+                                   mutative=False)])
+    assert d.kind == "gemini.content_chanting" and d.evidence["chunk"] in chant
+    fenced = "```\n" + chant + "\n```\n"
+    assert gemini_detections([step(0, kind="message", tool="message:agent", args={"text": fenced}, obs=None,
+                                   mutative=False)]) == []
+    assert gemini_detections([step(0, kind="message", tool="message:agent", args={"text": VARIED[0] * 1},
+                                   obs=None, mutative=False)]) == []
+
+
+def test_an_unknown_baseline_is_a_typed_error():
+    from kernel_lib.recovery.watchdog.baselines import run_baseline
+    with pytest.raises(WatchdogConfigError, match="openhands, gemini"):
+        run_baseline("langgraph", [])
