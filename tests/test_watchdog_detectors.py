@@ -526,3 +526,20 @@ def test_an_unknown_baseline_is_a_typed_error():
     from kernel_lib.recovery.watchdog.baselines import run_baseline
     with pytest.raises(WatchdogConfigError, match="openhands, gemini"):
         run_baseline("langgraph", [])
+
+
+@settings(max_examples=150, deadline=None)
+@given(tools=st.lists(st.sampled_from(["a", "b", "c"]), max_size=25),
+       errors=st.lists(st.booleans(), min_size=25, max_size=25))
+def test_property_repetition_needs_an_earlier_error_of_the_same_call(tools, errors):
+    seq = [step(i, tool=t, args={}, obs="Error: no" if errors[i] else "fine", error=errors[i], state="S")
+           for i, t in enumerate(tools)]
+    dets = detect_action_repetition(seq)
+    for d in dets:
+        before = next(s for s in seq if s.position == d.evidence["repeat_of"])
+        now = next(s for s in seq if s.position == d.evidence["step_position"])
+        assert before.tool == now.tool and before.observation_error and before.position < now.position
+    if not any(errors):
+        assert dets == []
+    tiers = [d.tier for d in run_watchdog(seq, WatchdogConfig(kinds=("action_repetition",)))]
+    assert all(t in (1, 2, 3) for t in tiers)
