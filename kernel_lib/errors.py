@@ -116,6 +116,7 @@ that are retryable)::
                     BrokerUnreachableError
                 RecoveryPolicyError  (also ConfigError)
                     OmegaError  (also ValueError)
+                WatchdogConfigError  (also ConfigError)
         Refusal
             AdmissionDenied
             DispatchWithheld
@@ -935,3 +936,12 @@ class OmegaError(RecoveryPolicyError, ValueError):
     def __init__(self, message: str, *, field: str | None = None):
         self.field = field
         super().__init__(message)
+
+
+# --- issue 18 wd-detect --------------------------------------------------------------------------------
+
+
+class WatchdogConfigError(RecoveryError, ConfigError):
+    """The semantic watchdog refuses its configuration (Failure Recovery, "Semantic Watchdog
+    Timers", table 6): a window, period, epoch or count below its minimum, a threshold outside its
+    range, an unknown detection kind, an embedder that is not callable. The message names the field."""
