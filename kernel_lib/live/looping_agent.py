@@ -567,7 +567,7 @@ def _tool_turn(gate: Any, n: int, prop: dict[str, Any], ws: WorkspaceService, ch
 
 
 def _build(store: Any, trajectory_id: str, workspace: Path, fleet: Any, blobs: Any, *, scenario: str,
-           on_position: Callable[[str, Any], None]) -> tuple[Any, Any, Any, Any]:
+           on_position: Callable[[str, Any], None], must_survive: str) -> tuple[Any, Any, Any, Any]:
     from kernel_lib.checkpoint.capture import Checkpointer
     from kernel_lib.core.events import TaskStarted
     from kernel_lib.gate.dispatch import AdmissionPolicy, DispatchGate
@@ -576,7 +576,7 @@ def _build(store: Any, trajectory_id: str, workspace: Path, fleet: Any, blobs: A
     from kernel_lib.sim.deployment import deployment_registry
 
     reg = deployment_registry()
-    log = TrajectoryLog(store, trajectory_id, must_survive="process_crash")
+    log = TrajectoryLog(store, trajectory_id, must_survive=must_survive)
     gate = DispatchGate(log, AdmissionPolicy({GRANT_ID: set(reg.names()) | set(WORKSPACE_TOOLS) | {MODEL}}),
                         coalesce_admission=True, on_position=on_position)
     if gate.record.task is None:
@@ -603,7 +603,7 @@ def _saga_steps(saga: Any, scenario: str) -> None:
 def run_looping_agent(workspace: str | os.PathLike, *, store: Any = None, fleet: Any = None,
                       trajectory_id: str = "loop-1", scenario: str = "no_pivot", seed: int = 0,
                       obey_interrupt: float = 0.0, turn_ceiling: int = 50, epoch_steps: int = 3,
-                      backtrack_budget: int = 1,
+                      backtrack_budget: int = 1, must_survive: str = "process_crash",
                       on_position: Callable[[str, Any], None] | None = None) -> LoopResult:
     """Run (or resume) the looping agent on ``workspace`` until it resolves, tier 3 ends it, or
     ``turn_ceiling`` model turns were taken (module docstring).
@@ -620,6 +620,8 @@ def run_looping_agent(workspace: str | os.PathLike, *, store: Any = None, fleet:
         seed, obey_interrupt: the policy's seed and the probability that it follows a tier-1
             interrupt (0: stubborn, the loop persists; 1: the interrupt breaks it).
         epoch_steps, backtrack_budget: the ladder (:class:`LadderPolicy`).
+        must_survive: the failure domain the trajectory declares (``none`` for an in-memory
+            store in a simulation whose crashes are raised in process).
         on_position: called with every gate position name (a crash test raises from it).
 
     Returns: a :class:`LoopResult`.
@@ -656,7 +658,7 @@ def run_looping_agent(workspace: str | os.PathLike, *, store: Any = None, fleet:
 
     try:
         gate, saga, checkpointer, _log = _build(store, trajectory_id, ws_dir, fleet, blobs, scenario=scenario,
-                                                on_position=seen)
+                                                on_position=seen, must_survive=must_survive)
         ws = WorkspaceService(ws_dir, str(ws_dir) + ".effects.jsonl", blobs)
         runner = WatchdogRunner(gate, workspace=_RestoreAndNote(ws, gate), saga=saga,
                                 policy=LadderPolicy(epoch_steps, backtrack_budget))
