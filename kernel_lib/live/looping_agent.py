@@ -665,7 +665,8 @@ def run_looping_agent(workspace: str | os.PathLike, *, store: Any = None, fleet:
         outcome, error, revoked = "ceiling", None, []
         objective = _objective(scenario)
         try:
-            if gate.record.control_state == "RUNNING":
+            runner.resume()   # a tier a crash cut short (a tier-3 unwind too) is finished first
+            if gate.record.control_state == "RUNNING" and saga.saga.state in (None, "RUNNING", "COMMITTED"):
                 _saga_steps(saga, scenario)
             n = 0
             while True:

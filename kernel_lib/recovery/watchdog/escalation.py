@@ -182,16 +182,18 @@ def unfinished(record: TrajectoryRecord | Sequence[Intervention]) -> Interventio
 
 
 def mutative_steps(record: TrajectoryRecord, after: int, upto: int) -> int:
-    """How many mutative tool steps the agent took at log positions in ``(after, upto]``: attempt
-    intents whose repeat contract is not ``read_only`` (a test run or a lookup changes nothing).
-    A proposal refused at admission (a masked action) never ran and does not count."""
+    """How many mutative tool steps the agent took at log positions in ``(after, upto]``:
+    operations whose first intent lies there and whose repeat contract is not ``read_only`` (a
+    test run or a lookup changes nothing). A second attempt of the same operation (after a crash
+    left the first in doubt) is the same step; a proposal refused at admission (a masked action)
+    never ran and does not count."""
     n = 0
     for op in record.operations.values():
         if op.kind != "tool" or op.repeat_contract == "read_only":
             continue
-        for a in op.attempts.values():
-            if a.intent_sequence is not None and after < a.intent_sequence <= upto:
-                n += 1
+        first = min((a.intent_sequence for a in op.attempts.values() if a.intent_sequence is not None), default=None)
+        if first is not None and after < first <= upto:
+            n += 1
     return n
 
 
