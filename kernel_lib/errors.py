@@ -117,8 +117,10 @@ that are retryable)::
                 RecoveryPolicyError  (also ConfigError)
                     OmegaError  (also ValueError)
                 WatchdogConfigError  (also ConfigError)
+                SemanticDeadlockError
         Refusal
             AdmissionDenied
+                ActionMaskedRefusal
             DispatchWithheld
             TrajectoryFrozenRefusal
 
@@ -156,6 +158,7 @@ __all__ = [
     "VerificationError", "StepFailedError", "RecoveryTerminated", "ToolFailedError", "ServiceError",
     "ServiceFaultError",
     "ServiceDownError", "BrokerUnreachableError", "TrajectoryFrozenRefusal",
+    "ActionMaskedRefusal", "SemanticDeadlockError",
 ]
 
 # --- the roots: faults and refusals ---------------------------------------------------------------
@@ -945,3 +948,37 @@ class WatchdogConfigError(RecoveryError, ConfigError):
     """The semantic watchdog refuses its configuration (Failure Recovery, "Semantic Watchdog
     Timers", table 6): a window, period, epoch or count below its minimum, a threshold outside its
     range, an unknown detection kind, an embedder that is not callable. The message names the field."""
+
+
+# --- issue 18 wd-tiers: the watchdog's three-tier intervention (Failure Recovery, table 7) ------------
+
+
+class ActionMaskedRefusal(AdmissionDenied):
+    """Admission refused a tool call whose action signature h_tool the log masked (an
+    ``ActionMasked`` tombstone, the watchdog's tier-2 backtrack): the agent may not repeat the
+    action that kept it looping. ``action_signature`` is the 16-hex-digit signature, ``tool`` the
+    call's tool, ``masked_at`` the log position of the tombstone."""
+
+    def __init__(self, message: str, *, action_signature: str | None = None, tool: str | None = None,
+                 masked_at: int | None = None):
+        self.action_signature = action_signature
+        self.tool = tool
+        self.masked_at = masked_at
+        super().__init__(message)
+
+
+class SemanticDeadlockError(RecoveryError):
+    """ERR_SEMANTIC_DEADLOCK: the watchdog's tier 3 ended a trajectory that kept looping after its
+    backtrack budget (Failure Recovery, table 7). ``outcome`` is ``compensated`` (no pivot was
+    crossed: the saga unwound, the trajectory is FAILED) or ``frozen`` (past the pivot: the
+    trajectory is FROZEN for an operator); either way its capability leases were revoked.
+    ``intervention_id`` names the tier-3 intervention in the log, ``incident`` the freeze's
+    incident record when there was one, ``revoked_leases`` the leases the broker revoked."""
+
+    def __init__(self, message: str, *, outcome: str | None = None, intervention_id: str | None = None,
+                 incident: dict | None = None, revoked_leases: list | None = None):
+        self.outcome = outcome
+        self.intervention_id = intervention_id
+        self.incident = dict(incident or {})
+        self.revoked_leases = list(revoked_leases or [])
+        super().__init__(message)
