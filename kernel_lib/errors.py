@@ -158,7 +158,7 @@ __all__ = [
     "VerificationError", "StepFailedError", "RecoveryTerminated", "ToolFailedError", "ServiceError",
     "ServiceFaultError",
     "ServiceDownError", "BrokerUnreachableError", "TrajectoryFrozenRefusal",
-    "ActionMaskedRefusal", "SemanticDeadlockError",
+    "ActionMaskedRefusal", "SemanticDeadlockError", "WatchdogConfigError",
 ]
 
 # --- the roots: faults and refusals ---------------------------------------------------------------
