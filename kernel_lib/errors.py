@@ -116,6 +116,9 @@ that are retryable)::
                     BrokerUnreachableError
                 RecoveryPolicyError  (also ConfigError)
                     OmegaError  (also ValueError)
+                WatchdogError
+                    WorkspaceMissingError
+                    WorkspaceUnreadableError
         Refusal
             AdmissionDenied
             DispatchWithheld
@@ -934,4 +937,34 @@ class OmegaError(RecoveryPolicyError, ValueError):
 
     def __init__(self, message: str, *, field: str | None = None):
         self.field = field
+        super().__init__(message)
+
+
+# issue 18 wd-hash ---------------------------------------------------------------------------------
+# the semantic watchdog (Failure Recovery, "Semantic Watchdog Timers"): the environment's state hash
+
+__all__ += ["WatchdogError", "WorkspaceMissingError", "WorkspaceUnreadableError"]
+
+
+class WatchdogError(RecoveryError):
+    """Base class of the semantic watchdog's faults (Failure Recovery, "Semantic Watchdog Timers":
+    the state hash, the detectors, the table-7 tiers)."""
+
+
+class WorkspaceMissingError(WatchdogError):
+    """The workspace whose state the watchdog hashes is not there: its root does not exist, is not
+    a directory, or was removed or replaced while it was watched. ``root`` names it."""
+
+    def __init__(self, message: str, *, root: str | None = None):
+        self.root = root
+        super().__init__(message)
+
+
+class WorkspaceUnreadableError(WatchdogError):
+    """A directory or file of the workspace cannot be listed or read (permissions, an I/O error, a
+    name that is not valid text), so no state hash can be given: a hash that skipped it would call
+    two different states equal. ``path`` names it, relative to the workspace root."""
+
+    def __init__(self, message: str, *, path: str | None = None):
+        self.path = path
         super().__init__(message)

@@ -1,0 +1,667 @@
+"""The environment's canonical state hash H_t = SHA-256(Canonicalize(s_t)) (Failure Recovery,
+"Semantic Watchdog Timers": figure 3, the state-hash row of table 6), kept up to date cheaply.
+
+**Canonical form.** The one Chapter 11 already uses for checkpoints (§11.4.1,
+:class:`kernel_lib.checkpoint.tree.Tree`): every regular file's relative POSIX path mapped to the
+SHA-256 of its bytes and its size, encoded as RFC 8785 JSON; the state hash is the SHA-256 of that
+encoding. The watchdog strips what says nothing about progress: timestamps (never part of a tree),
+modes (the executable flag is always written ``false``), and every path matched by an ignore glob
+(scratch, caches, logs: :data:`DEFAULT_IGNORE_GLOBS`, table 6's "whitelist non-deterministic
+directories"). So ``StateHash.digest`` equals ``Tree.sha256`` of the workspace's mode-stripped
+tree (:meth:`WorkspaceHasher.tree`): a state the watchdog saw can be matched to a checkpoint's
+tree by id, without a second canonical form. A symbolic link is not followed; it enters as a file
+whose content is its target text (checkpoints refuse links, so such a state has no checkpoint).
+
+**Incremental.** The hasher keeps each file's ``(device, inode, size, mtime_ns, ctime_ns)`` and its
+encoded entry; a re-hash re-reads only files that may have changed and re-joins the cached
+entries (one SHA-256 over about 100 bytes per file, no file read). What may have changed comes
+from one of three change sources, reported in :attr:`StateHash.mode`:
+
+* ``inotify`` (Linux, the default where the kernel and ``inotify_simple`` offer it): one watch
+  per directory; a re-hash drains the queued events and re-reads exactly the files named there,
+  without a stat of the others. The kernel queues an event inside the writing system call, so a
+  write that returned before ``hash()`` is always seen. Not seen: writes through a shared
+  ``mmap``, writes through a hard link whose other name lies outside the workspace, and changes
+  made on another machine to a network file system. Queue overflow, or a failure to add a watch
+  (the per-user watch limit), falls back to the stat scan and says so.
+* ``scan``: ``lstat`` of every file, re-reading those whose stat key changed. A file changed within
+  the file system's timestamp granularity of the previous scan can keep its stat key (git's "racy"
+  window), so files whose mtime or ctime falls within ``racy_window_ns`` of the previous scan's
+  start are re-read once more on the next scan.
+* ``hint``: the caller names the paths its own tools wrote (``changed_paths``); in scan mode only
+  those (and the racy ones) are examined, which is exact only when the hint is complete. With
+  inotify the hint is merged with the events (a cheap guard for ``mmap`` writers).
+
+``hash(full=True)`` re-reads everything (mode ``full``); the first hash always does.
+
+Errors: :class:`~kernel_lib.errors.WorkspaceMissingError` when the root is absent, not a
+directory, or was replaced; :class:`~kernel_lib.errors.WorkspaceUnreadableError` when a directory
+cannot be listed, a file cannot be read, or a name is not valid text (a hash that skipped it
+would call different states equal). A file that vanishes between listing and reading is simply
+absent from the state (a tool's temporary file).
+"""
+
+from __future__ import annotations
+
+import bisect
+import errno
+import fnmatch
+import hashlib
+import json
+import os
+import re
+import stat
+import time
+import weakref
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable, Literal
+
+from kernel_lib.checkpoint.tree import TREE_FORMAT, FileEntry, Tree
+from kernel_lib.errors import ConfigError, WorkspaceMissingError, WorkspaceUnreadableError
+
+__all__ = ["DEFAULT_IGNORE_GLOBS", "ChangeSource", "HashMode", "StateHash", "WorkspaceHasher", "inotify_available"]
+
+#: Scratch, caches and logs left out of the state (table 6: non-deterministic directories). A glob
+#: without ``/`` matches a file or directory name at any depth (an ignored directory is not
+#: entered); a glob with ``/`` matches the whole relative POSIX path.
+DEFAULT_IGNORE_GLOBS: tuple[str, ...] = (
+    ".git", ".hg", ".svn",
+    "__pycache__", "*.pyc", "*.pyo", ".pytest_cache", ".mypy_cache", ".ruff_cache", ".hypothesis", ".tox", ".nox",
+    ".ipynb_checkpoints", ".cache",
+    "node_modules", ".venv", "venv",
+    "*.log", "logs",
+    "tmp", ".tmp", "*.tmp", "*.swp", "*.swo", "*~", ".DS_Store",
+)
+
+ChangeSource = Literal["inotify", "scan"]
+HashMode = Literal["full", "inotify", "scan", "hint"]
+
+#: Default racy window: ten times a 100 Hz kernel tick (file times come from a coarse clock that may
+#: lag the wall clock by a tick). Widened to 2 s on a file system that keeps whole seconds.
+_RACY_WINDOW_NS = 100_000_000
+_COARSE_RACY_WINDOW_NS = 2_000_000_000
+
+_TREE_HEAD = b'{"files":{'
+_TREE_TAIL = b'},"format":' + json.dumps(TREE_FORMAT).encode() + b"}"
+
+
+@dataclass(frozen=True, slots=True)
+class StateHash:
+    """One state hash H_t of the workspace.
+
+    ``digest``: hex SHA-256 of the canonical tree (64 characters; equals ``Tree.sha256`` of
+    :meth:`WorkspaceHasher.tree`). ``file_count`` and ``total_bytes``: the files in the state and
+    their bytes. ``mode``: how the candidates for change were found (``full``, ``inotify``,
+    ``scan``, ``hint``). ``reread``: the paths whose bytes were read for this hash (sorted);
+    ``reread_bytes`` their size. ``changed``: paths added, changed or removed since the previous
+    hash (sorted). ``stat_calls``: ``lstat`` calls made. ``note``: why the mode is not the one
+    asked for (an inotify fallback), else ``""``.
+    """
+
+    digest: str
+    file_count: int
+    total_bytes: int
+    mode: HashMode
+    reread: tuple[str, ...]
+    reread_bytes: int
+    changed: tuple[str, ...]
+    stat_calls: int
+    note: str = ""
+
+    def to_json(self) -> dict:
+        return {"digest": self.digest, "file_count": self.file_count, "total_bytes": self.total_bytes,
+                "mode": self.mode, "reread": list(self.reread), "reread_bytes": self.reread_bytes,
+                "changed": list(self.changed), "stat_calls": self.stat_calls, "note": self.note}
+
+
+@dataclass(slots=True)
+class _Entry:
+    key: tuple[int, int, int, int, int]      # (st_dev, st_ino, st_size, st_mtime_ns, st_ctime_ns)
+    sha256: str
+    size: int
+    fragment: bytes                          # '"path":{"executable":false,"sha256":"…","size":N}'
+
+
+def inotify_available() -> tuple[bool, str]:
+    """``(True, "")`` when an inotify instance can be made here, else ``(False, why)``."""
+    try:
+        import inotify_simple
+    except ImportError:
+        return False, "inotify_simple is not installed (pip install inotify_simple), or this is not Linux"
+    try:
+        inotify_simple.INotify(nonblocking=True).close()
+    except OSError as exc:
+        return False, f"inotify_init1 failed: {exc.strerror or exc}"
+    return True, ""
+
+
+def _utf16_key(path: str) -> bytes:
+    """RFC 8785 orders object keys by their UTF-16 code units; big-endian UTF-16 bytes compare so."""
+    return path.encode("utf-16-be", "surrogatepass")
+
+
+def _fragment(path: str, sha256: str, size: int) -> bytes:
+    # json.dumps(ensure_ascii=False) escapes strings as RFC 8785 does (ECMAScript JSON.stringify):
+    # ", \\, \b \f \n \r \t short forms, other controls as lowercase \u00xx, the rest as UTF-8.
+    return (json.dumps(path, ensure_ascii=False).encode("utf-8") + b':{"executable":false,"sha256":"'
+            + sha256.encode("ascii") + b'","size":' + str(size).encode("ascii") + b"}")
+
+
+def _stat_key(st: os.stat_result) -> tuple[int, int, int, int, int]:
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+class _Ignore:
+    """The ignore globs as two compiled patterns: one over a name, one over a relative path."""
+
+    def __init__(self, globs: Iterable[str]):
+        if isinstance(globs, str):
+            raise ConfigError("ignore_globs is a sequence of glob strings, not one string")
+        globs = tuple(globs)
+        for g in globs:
+            if not isinstance(g, str) or not g or g.startswith("/"):
+                raise ConfigError(f"ignore glob {g!r} is not a non-empty relative glob string")
+        self.globs = globs
+        names = [fnmatch.translate(g) for g in globs if "/" not in g]
+        paths = [fnmatch.translate(g.rstrip("/")) for g in globs if "/" in g]
+        self._name = re.compile("|".join(names)) if names else None
+        self._path = re.compile("|".join(paths)) if paths else None
+
+    def __call__(self, rel: str, name: str) -> bool:
+        return bool((self._name is not None and self._name.fullmatch(name))
+                    or (self._path is not None and self._path.fullmatch(rel)))
+
+    def any_part(self, rel: str) -> bool:
+        """Whether ``rel`` or any directory above it is ignored."""
+        parts = rel.split("/")
+        return any(self("/".join(parts[:i + 1]), parts[i]) for i in range(len(parts)))
+
+
+class WorkspaceHasher:
+    """Incremental canonical state hash of the directory ``root`` (see the module docstring).
+
+    ``ignore_globs``: names or paths left out (default :data:`DEFAULT_IGNORE_GLOBS`).
+    ``change_source``: ``"auto"`` (inotify where available, else the stat scan), ``"inotify"``
+    (raise ConfigError when unavailable) or ``"scan"``. ``racy_window_ns``: the scan's racy window
+    (default 100 ms, or 2 s once every file time seen is a whole second).
+
+    Not thread-safe. Holds an inotify file descriptor in inotify mode: use it as a context
+    manager or call :meth:`close` (the descriptor is also closed when the hasher is collected).
+
+    Raises:
+        WorkspaceMissingError: ``root`` does not exist or is not a directory.
+        ConfigError: a bad glob or change source; ``"inotify"`` asked for where it is unavailable.
+    """
+
+    def __init__(self, root: str | os.PathLike, ignore_globs: Iterable[str] = DEFAULT_IGNORE_GLOBS, *,
+                 change_source: Literal["auto", "inotify", "scan"] = "auto", racy_window_ns: int | None = None):
+        if change_source not in ("auto", "inotify", "scan"):
+            raise ConfigError(f"change_source {change_source!r} is not 'auto', 'inotify' or 'scan'")
+        if racy_window_ns is not None and (type(racy_window_ns) is not int or racy_window_ns < 0):
+            raise ConfigError(f"racy_window_ns {racy_window_ns!r} is not a whole number of nanoseconds >= 0")
+        self.root = Path(os.path.abspath(os.fspath(root)))
+        self._ignore = _Ignore(ignore_globs)
+        self._root_id = self._stat_root()
+        self._racy_window_ns = racy_window_ns
+        self._entries: dict[str, _Entry] = {}
+        self._order: list[bytes] = []                 # sorted UTF-16 keys of _entries
+        self._frags: list[bytes] = []                 # their encoded entries, in the same order
+        self._canonical: bytes | None = None
+        self._racy: set[str] = set()
+        self._total_bytes = 0
+        self._whole_seconds = True                    # every file time seen so far is a whole second
+        self._hashed = False
+        self.note = ""
+        self._inotify = None
+        self._wd_dir: dict[int, str] = {}             # watch descriptor -> relative directory ("" = root)
+        self._dir_wd: dict[str, int] = {}
+        self._overflowed = False
+        if change_source == "scan":
+            self.change_source: ChangeSource = "scan"
+        else:
+            ok, why = inotify_available()
+            if not ok and change_source == "inotify":
+                raise ConfigError(f"change_source 'inotify' is unavailable here: {why}")
+            self.change_source = "inotify" if ok else "scan"
+            self.note = "" if ok else f"stat scan: {why}"
+            if ok:
+                import inotify_simple
+                self._inotify = inotify_simple.INotify(nonblocking=True)
+                self._finalizer = weakref.finalize(self, self._inotify.close)
+
+    # --- life cycle -------------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Release the inotify descriptor (the hasher falls back to the stat scan if used again)."""
+        if self._inotify is not None:
+            self._finalizer()
+            self._inotify = None
+            self._wd_dir.clear()
+            self._dir_wd.clear()
+            if self.change_source == "inotify":
+                self.change_source = "scan"
+                self.note = "stat scan: the hasher was closed"
+
+    def __enter__(self) -> "WorkspaceHasher":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return (f"WorkspaceHasher({str(self.root)!r}, {len(self._entries)} files, "
+                f"change_source={self.change_source!r})")
+
+    @property
+    def ignore_globs(self) -> tuple[str, ...]:
+        return self._ignore.globs
+
+    def ignored(self, rel: str) -> bool:
+        """Whether the relative POSIX path ``rel`` (or a directory above it) is left out."""
+        return self._ignore.any_part(rel)
+
+    # --- the hash ---------------------------------------------------------------------------------
+
+    def hash(self, changed_paths: Iterable[str | os.PathLike] | None = None, *, full: bool = False) -> StateHash:
+        """H_t of the workspace now. ``changed_paths``: paths (relative to ``root``, or absolute
+        under it; a directory stands for everything under it) that the caller's own tools wrote
+        since the previous hash; ``full``: re-read every file. Returns a :class:`StateHash`.
+
+        Raises WorkspaceMissingError (root gone), WorkspaceUnreadableError (a directory or file
+        that cannot be read, or a name that is not valid text; the next call then re-reads
+        everything) and ConfigError (a changed path outside the workspace)."""
+        root_id = self._stat_root()
+        hint = None if changed_paths is None else self._relative(changed_paths)
+        note = self.note
+        if root_id != self._root_id:          # replaced by another directory of the same name
+            self._root_id, full = root_id, True
+            note = "the workspace root was replaced: full re-read"
+        ctx = _Pass(time.time_ns())
+        try:
+            if full or not self._hashed:
+                mode: HashMode = "full"
+                self._full(ctx)
+            elif self.change_source == "inotify" and self._inotify is not None:
+                mode = "inotify"
+                if not self._drain(ctx, hint or ()):
+                    mode, note = "scan", "inotify event queue overflowed: stat scan"
+                    self._scan(ctx, rewatch=True)
+            elif hint is not None:
+                mode = "hint"
+                ctx.files.update(self._racy)
+                self._route(hint, ctx)
+                self._examine(ctx)
+            else:
+                mode = "scan"
+                self._scan(ctx, rewatch=False)
+        except BaseException:
+            self._hashed = False              # the cache may be half updated, events consumed
+            raise
+        self._hashed = True
+        if ctx.changed or self._canonical is None:
+            self._canonical = _TREE_HEAD + b",".join(self._frags) + _TREE_TAIL
+        return StateHash(digest=hashlib.sha256(self._canonical).hexdigest(), file_count=len(self._entries),
+                         total_bytes=self._total_bytes, mode=mode, reread=tuple(sorted(ctx.reread)),
+                         reread_bytes=ctx.reread_bytes, changed=tuple(sorted(ctx.changed)),
+                         stat_calls=ctx.stat_calls, note=note)
+
+    def tree(self) -> Tree:
+        """The mode-stripped checkpoint :class:`Tree` of the last hash (its ``sha256`` is that
+        hash's digest). Hashes first when nothing was hashed yet."""
+        if not self._hashed:
+            self.hash()
+        return Tree({p: FileEntry(e.sha256, e.size, False) for p, e in self._entries.items()})
+
+    # --- change sources ---------------------------------------------------------------------------
+
+    def _full(self, ctx: "_Pass") -> None:
+        """Forget everything, re-add the watches, read every file."""
+        self._reset_watches()
+        self._overflowed = False
+        old = {p: e.sha256 for p, e in self._entries.items()}
+        self._entries, self._order, self._frags, self._canonical = {}, [], [], None
+        self._total_bytes = 0
+        self._racy.clear()
+        self._walk("", ctx, watch=True, force=True, seen=None)
+        ctx.changed = {p for p in old if p not in self._entries}
+        ctx.changed.update(p for p, e in self._entries.items() if old.get(p) != e.sha256)
+
+    def _scan(self, ctx: "_Pass", *, rewatch: bool) -> None:
+        """Stat every file; re-read those whose stat key changed or that were racy."""
+        if rewatch:
+            self._reset_watches()
+            self._overflowed = False
+        seen: set[str] = set()
+        self._walk("", ctx, watch=rewatch, force=False, seen=seen)
+        for p in [p for p in self._entries if p not in seen]:
+            self._remove(p, ctx)
+
+    def _drain(self, ctx: "_Pass", hint: Iterable[str]) -> bool:
+        """Apply the queued inotify events (and the hint). False when the queue overflowed."""
+        from inotify_simple import flags
+        assert self._inotify is not None
+        while True:
+            events = self._inotify.read(timeout=0)
+            if not events:
+                break
+            for ev in events:
+                if ev.mask & flags.Q_OVERFLOW:
+                    self._overflowed = True
+                    continue
+                base = self._wd_dir.get(ev.wd)
+                if base is None:
+                    continue
+                if ev.mask & flags.IGNORED:
+                    self._forget_watch(ev.wd)
+                    continue
+                if ev.mask & (flags.DELETE_SELF | flags.MOVE_SELF):
+                    ctx.dirs.add(base)          # re-examine the directory's place
+                    continue
+                if not ev.name:
+                    continue
+                rel = f"{base}/{ev.name}" if base else ev.name
+                (ctx.dirs if ev.mask & flags.ISDIR else ctx.files).add(rel)
+        if self._overflowed:
+            return False
+        self._route(hint, ctx)
+        self._examine(ctx)
+        return True
+
+    def _route(self, paths: Iterable[str], ctx: "_Pass") -> None:
+        """Hinted paths: the root or a directory goes to ``ctx.dirs``, anything else to ``ctx.files``."""
+        for rel in paths:
+            if rel == "" or os.path.isdir(os.path.join(self.root, rel)) and not os.path.islink(
+                    os.path.join(self.root, rel)):
+                ctx.dirs.add(rel)
+            else:
+                ctx.files.add(rel)
+
+    def _examine(self, ctx: "_Pass") -> None:
+        """Bring the candidate directories (whole subtrees) and files in ``ctx`` up to date."""
+        if "" in ctx.dirs:
+            self._scan(ctx, rewatch=self._inotify is not None)
+            return
+        done: set[str] = set()
+        for d in sorted(ctx.dirs, key=lambda d: d.count("/")):
+            if self._under_any(d, done):
+                continue
+            done.add(d)
+            prefix = d + "/"
+            if self._inotify is not None:          # the subtree's watches are set again by the walk
+                for sub in [s for s in self._dir_wd if s == d or s.startswith(prefix)]:
+                    wd = self._dir_wd.pop(sub)
+                    self._wd_dir.pop(wd, None)
+                    try:
+                        self._inotify.rm_watch(wd)
+                    except OSError:
+                        pass                       # already gone with its directory
+            self._visit(d, ctx, force=True)
+        for f in sorted(ctx.files):
+            if not self._under_any(f, done):
+                self._visit(f, ctx, force=True)
+
+    @staticmethod
+    def _under_any(path: str, dirs: set[str]) -> bool:
+        if not dirs:
+            return False
+        parts = path.split("/")
+        return any("/".join(parts[:i]) in dirs for i in range(1, len(parts) + 1))
+
+    def _visit(self, rel: str, ctx: "_Pass", *, force: bool) -> None:
+        """Bring ``rel`` (a file, link, directory, or nothing any more) up to date in the cache."""
+        prefix = rel + "/"
+        if self._ignore.any_part(rel):
+            return
+        ctx.stat_calls += 1
+        try:
+            st = os.lstat(os.path.join(self.root, rel))
+        except (FileNotFoundError, NotADirectoryError):
+            st = None
+        except OSError as exc:
+            raise WorkspaceUnreadableError(f"cannot stat workspace path {rel!r}: {exc.strerror or exc}",
+                                           path=rel) from None
+        if st is not None and stat.S_ISDIR(st.st_mode):
+            self._remove(rel, ctx)                         # a file became a directory
+            seen: set[str] = set()
+            self._walk(rel, ctx, watch=self._inotify is not None, force=force, seen=seen)
+            for p in [p for p in self._under(prefix) if p not in seen]:
+                self._remove(p, ctx)
+            return
+        for p in self._under(prefix):
+            self._remove(p, ctx)                           # a directory became a file, or went away
+        if st is None or not (stat.S_ISREG(st.st_mode) or stat.S_ISLNK(st.st_mode)):
+            self._remove(rel, ctx)
+            return
+        self._file(rel, st, ctx, force=force)
+
+    def _walk(self, rel_dir: str, ctx: "_Pass", *, watch: bool, force: bool, seen: set[str] | None) -> None:
+        """Visit every entry under ``rel_dir`` (adding a watch before listing, in inotify mode)."""
+        full = os.path.join(self.root, rel_dir) if rel_dir else str(self.root)
+        if watch:
+            self._add_watch(rel_dir)
+        try:
+            with os.scandir(full) as it:
+                items = list(it)
+        except (FileNotFoundError, NotADirectoryError):
+            if rel_dir == "":
+                raise WorkspaceMissingError(f"workspace root {str(self.root)!r} vanished while it was read",
+                                            root=str(self.root)) from None
+            return
+        except OSError as exc:
+            raise WorkspaceUnreadableError(f"cannot list workspace directory {rel_dir or '.'!r}: "
+                                           f"{exc.strerror or exc}", path=rel_dir or ".") from None
+        racy = self._racy                 # a file is visited once a pass: its mark is from before
+        for de in items:
+            name = de.name
+            rel = f"{rel_dir}/{name}" if rel_dir else name
+            if self._ignore(rel, name):
+                continue
+            try:
+                if de.is_dir(follow_symlinks=False):
+                    self._walk(rel, ctx, watch=watch, force=force, seen=seen)
+                    continue
+                ctx.stat_calls += 1
+                st = de.stat(follow_symlinks=False)
+            except FileNotFoundError:
+                continue                                   # vanished after the listing
+            except OSError as exc:
+                raise WorkspaceUnreadableError(f"cannot stat workspace path {rel!r}: {exc.strerror or exc}",
+                                               path=rel) from None
+            if stat.S_ISREG(st.st_mode) or stat.S_ISLNK(st.st_mode):
+                if seen is not None:
+                    seen.add(rel)
+                self._file(rel, st, ctx, force=force or rel in racy)
+
+    def _file(self, rel: str, st: os.stat_result, ctx: "_Pass", *, force: bool) -> None:
+        """Re-read ``rel`` when forced or when its stat key changed; update the cache."""
+        key = _stat_key(st)
+        old = self._entries.get(rel)
+        if not force and old is not None and old.key == key:
+            self._note_racy(rel, st, ctx)
+            return
+        full = os.path.join(self.root, rel)
+        try:
+            rel.encode("utf-8")
+        except UnicodeEncodeError:
+            raise WorkspaceUnreadableError(f"workspace file name {rel!r} is not valid UTF-8 text; a state hash "
+                                           "names every file", path=rel) from None
+        try:
+            if stat.S_ISLNK(st.st_mode):
+                data = os.fsencode(os.readlink(full))
+                digest, size = hashlib.sha256(data).hexdigest(), len(data)
+            else:
+                fd = os.open(full, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0))
+                with open(fd, "rb") as f:
+                    st = os.fstat(f.fileno())
+                    digest = hashlib.file_digest(f, "sha256").hexdigest()
+                    size = f.tell()
+                key = _stat_key(st)
+        except (FileNotFoundError, NotADirectoryError):
+            self._remove(rel, ctx)                         # gone between the listing and the read
+            return
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:                   # became a link between lstat and open
+                return self._visit(rel, ctx, force=True)
+            raise WorkspaceUnreadableError(f"cannot read workspace file {rel!r}: {exc.strerror or exc}",
+                                           path=rel) from None
+        ctx.reread.add(rel)
+        ctx.reread_bytes += size
+        self._note_racy(rel, st, ctx)
+        if old is not None and old.sha256 == digest and old.size == size:
+            old.key = key
+            return
+        entry = _Entry(key, digest, size, _fragment(rel, digest, size))
+        k = _utf16_key(rel)
+        i = bisect.bisect_left(self._order, k)
+        if old is None:
+            self._order.insert(i, k)
+            self._frags.insert(i, entry.fragment)
+        else:
+            self._frags[i] = entry.fragment
+            self._total_bytes -= old.size
+        self._entries[rel] = entry
+        self._total_bytes += size
+        ctx.changed.add(rel)
+
+    def _remove(self, rel: str, ctx: "_Pass") -> None:
+        old = self._entries.pop(rel, None)
+        if old is None:
+            return
+        i = bisect.bisect_left(self._order, _utf16_key(rel))
+        del self._order[i]
+        del self._frags[i]
+        self._total_bytes -= old.size
+        self._racy.discard(rel)
+        ctx.changed.add(rel)
+
+    def _under(self, prefix: str) -> list[str]:
+        """The cached paths that start with ``prefix`` (contiguous in the UTF-16 order)."""
+        k = _utf16_key(prefix)
+        out = []
+        for key in self._order[bisect.bisect_left(self._order, k):]:
+            if not key.startswith(k):
+                break
+            out.append(key.decode("utf-16-be", "surrogatepass"))
+        return out
+
+    def _note_racy(self, rel: str, st: os.stat_result, ctx: "_Pass") -> None:
+        """Remember ``rel`` as racy when its newest file time is within the window of this pass's
+        start: a later write in the same clock tick could leave its stat key as it is."""
+        newest = max(st.st_mtime_ns, st.st_ctime_ns)
+        if newest % 1_000_000_000:
+            self._whole_seconds = False
+        window = self._racy_window_ns
+        if window is None:
+            window = _COARSE_RACY_WINDOW_NS if self._whole_seconds else _RACY_WINDOW_NS
+        if newest >= ctx.start_ns - window:
+            self._racy.add(rel)
+        else:
+            self._racy.discard(rel)
+
+    # --- inotify watches ----------------------------------------------------------------------------
+
+    def _add_watch(self, rel_dir: str) -> None:
+        if self._inotify is None or self.change_source != "inotify" or rel_dir in self._dir_wd:
+            return
+        from inotify_simple import flags
+        mask = (flags.CREATE | flags.DELETE | flags.MODIFY | flags.CLOSE_WRITE | flags.MOVED_FROM | flags.MOVED_TO
+                | flags.DELETE_SELF | flags.MOVE_SELF | flags.DONT_FOLLOW | flags.EXCL_UNLINK | flags.ONLYDIR)
+        path = os.path.join(self.root, rel_dir) if rel_dir else str(self.root)
+        try:
+            wd = self._inotify.add_watch(path, mask)
+        except (FileNotFoundError, NotADirectoryError):
+            return
+        except OSError as exc:
+            why = ("the per-user inotify watch limit (fs.inotify.max_user_watches) was reached"
+                   if exc.errno == errno.ENOSPC else f"inotify_add_watch failed: {exc.strerror or exc}")
+            self.close()
+            self.note = f"stat scan: {why}"
+            return
+        old = self._wd_dir.get(wd)
+        if old is not None and old != rel_dir:            # the same directory under a new name
+            self._dir_wd.pop(old, None)
+        self._wd_dir[wd] = rel_dir
+        self._dir_wd[rel_dir] = wd
+
+    def _forget_watch(self, wd: int) -> None:
+        rel = self._wd_dir.pop(wd, None)
+        if rel is not None and self._dir_wd.get(rel) == wd:
+            del self._dir_wd[rel]
+
+    def _reset_watches(self) -> None:
+        if self._inotify is None:
+            return
+        for wd in list(self._wd_dir):
+            try:
+                self._inotify.rm_watch(wd)
+            except OSError:
+                pass
+        self._wd_dir.clear()
+        self._dir_wd.clear()
+        self._inotify.read(timeout=0)                      # drop what was queued for the old watches
+
+    def _add_watches_everywhere(self) -> None:
+        def walk(rel_dir: str) -> None:
+            self._add_watch(rel_dir)
+            full = os.path.join(self.root, rel_dir) if rel_dir else str(self.root)
+            try:
+                with os.scandir(full) as it:
+                    subs = [de.name for de in it if de.is_dir(follow_symlinks=False)]
+            except OSError:
+                return
+            for name in subs:
+                rel = f"{rel_dir}/{name}" if rel_dir else name
+                if not self._ignore(rel, name):
+                    walk(rel)
+        walk("")
+
+    # --- helpers ------------------------------------------------------------------------------------
+
+    def _stat_root(self) -> tuple[int, int]:
+        try:
+            st = os.stat(self.root)
+        except (FileNotFoundError, NotADirectoryError):
+            raise WorkspaceMissingError(f"workspace root {str(self.root)!r} does not exist",
+                                        root=str(self.root)) from None
+        except OSError as exc:
+            raise WorkspaceMissingError(f"workspace root {str(self.root)!r} cannot be reached: "
+                                        f"{exc.strerror or exc}", root=str(self.root)) from None
+        if not stat.S_ISDIR(st.st_mode):
+            raise WorkspaceMissingError(f"workspace root {str(self.root)!r} is not a directory", root=str(self.root))
+        return (st.st_dev, st.st_ino)
+
+    def _relative(self, paths: Iterable[str | os.PathLike]) -> set[str]:
+        if isinstance(paths, (str, bytes, os.PathLike)):
+            raise ConfigError("changed_paths is a collection of paths, not one path")
+        out: set[str] = set()
+        for p in paths:
+            text = os.fspath(p)
+            if not isinstance(text, str):
+                raise ConfigError(f"changed path {p!r} is not text")
+            q = Path(text)
+            if q.is_absolute():
+                try:
+                    q = Path(os.path.normpath(q)).relative_to(self.root)
+                except ValueError:
+                    raise ConfigError(f"changed path {text!r} is not under the workspace {str(self.root)!r}") from None
+            rel = Path(os.path.normpath(q)).as_posix()
+            if rel.startswith("../") or rel == "..":
+                raise ConfigError(f"changed path {text!r} leaves the workspace")
+            out.add("" if rel == "." else rel)
+        return out
+
+
+class _Pass:
+    """What one ``hash()`` call collected and did."""
+
+    __slots__ = ("start_ns", "files", "dirs", "reread", "reread_bytes", "changed", "stat_calls")
+
+    def __init__(self, start_ns: int) -> None:
+        self.start_ns = start_ns
+        self.files: set[str] = set()
+        self.dirs: set[str] = set()
+        self.reread: set[str] = set()
+        self.reread_bytes = 0
+        self.changed: set[str] = set()
+        self.stat_calls = 0
