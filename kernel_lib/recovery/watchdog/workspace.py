@@ -58,7 +58,7 @@ from pathlib import Path
 from typing import Iterable, Literal
 
 from kernel_lib.checkpoint.tree import TREE_FORMAT, FileEntry, Tree
-from kernel_lib.errors import ConfigError, WorkspaceMissingError, WorkspaceUnreadableError
+from kernel_lib.errors import CheckpointError, ConfigError, WorkspaceMissingError, WorkspaceUnreadableError
 
 __all__ = ["DEFAULT_IGNORE_GLOBS", "ChangeSource", "HashMode", "StateHash", "WorkspaceHasher", "inotify_available"]
 
@@ -271,7 +271,11 @@ class WorkspaceHasher:
         Raises WorkspaceMissingError (root gone), WorkspaceUnreadableError (a directory or file
         that cannot be read, or a name that is not valid text; the next call then re-reads
         everything) and ConfigError (a changed path outside the workspace)."""
-        root_id = self._stat_root()
+        try:
+            root_id = self._stat_root()
+        except WorkspaceMissingError:
+            self._hashed = False              # whatever comes back under this name is read afresh
+            raise
         hint = None if changed_paths is None else self._relative(changed_paths)
         note = self.note
         if root_id != self._root_id:          # replaced by another directory of the same name
@@ -308,10 +312,16 @@ class WorkspaceHasher:
 
     def tree(self) -> Tree:
         """The mode-stripped checkpoint :class:`Tree` of the last hash (its ``sha256`` is that
-        hash's digest). Hashes first when nothing was hashed yet."""
+        hash's digest). Hashes first when nothing was hashed yet.
+
+        Raises CheckpointError when a name is one a checkpoint refuses (a backslash in it): the
+        state hash still covers such a file, but no checkpoint tree can hold it."""
         if not self._hashed:
             self.hash()
-        return Tree({p: FileEntry(e.sha256, e.size, False) for p, e in self._entries.items()})
+        try:
+            return Tree({p: FileEntry(e.sha256, e.size, False) for p, e in self._entries.items()})
+        except ValueError as exc:
+            raise CheckpointError(f"workspace {str(self.root)!r} has no checkpoint tree: {exc}") from None
 
     # --- change sources ---------------------------------------------------------------------------
 
