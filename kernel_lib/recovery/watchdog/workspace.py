@@ -82,6 +82,9 @@ HashMode = Literal["full", "inotify", "scan", "hint"]
 _RACY_WINDOW_NS = 100_000_000
 _COARSE_RACY_WINDOW_NS = 2_000_000_000
 
+#: Largest read of one file at a time (bytes); a larger file is hashed in chunks of this size.
+_READ_CHUNK = 1 << 20
+
 _TREE_HEAD = b'{"files":{'
 _TREE_TAIL = b'},"format":' + json.dumps(TREE_FORMAT).encode() + b"}"
 
@@ -277,7 +280,7 @@ class WorkspaceHasher:
             self._hashed = False              # whatever comes back under this name is read afresh
             raise
         hint = None if changed_paths is None else self._relative(changed_paths)
-        note = self.note
+        note = ""
         if root_id != self._root_id:          # replaced by another directory of the same name
             self._root_id, full = root_id, True
             note = "the workspace root was replaced: full re-read"
@@ -308,7 +311,7 @@ class WorkspaceHasher:
         return StateHash(digest=hashlib.sha256(self._canonical).hexdigest(), file_count=len(self._entries),
                          total_bytes=self._total_bytes, mode=mode, reread=tuple(sorted(ctx.reread)),
                          reread_bytes=ctx.reread_bytes, changed=tuple(sorted(ctx.changed)),
-                         stat_calls=ctx.stat_calls, note=note)
+                         stat_calls=ctx.stat_calls, note=note or self.note)
 
     def tree(self) -> Tree:
         """The mode-stripped checkpoint :class:`Tree` of the last hash (its ``sha256`` is that
@@ -502,10 +505,18 @@ class WorkspaceHasher:
                 digest, size = hashlib.sha256(data).hexdigest(), len(data)
             else:
                 fd = os.open(full, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0))
-                with open(fd, "rb") as f:
-                    st = os.fstat(f.fileno())
-                    digest = hashlib.file_digest(f, "sha256").hexdigest()
-                    size = f.tell()
+                try:
+                    st = os.fstat(fd)
+                    h, size = hashlib.sha256(), 0
+                    while True:                        # a small file in one read, then the EOF read
+                        chunk = os.read(fd, min(max(st.st_size + 1 - size, 1 << 16), _READ_CHUNK))
+                        if not chunk:
+                            break
+                        h.update(chunk)
+                        size += len(chunk)
+                finally:
+                    os.close(fd)
+                digest = h.hexdigest()
                 key = _stat_key(st)
         except (FileNotFoundError, NotADirectoryError):
             self._remove(rel, ctx)                         # gone between the listing and the read
