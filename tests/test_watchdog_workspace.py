@@ -1,10 +1,10 @@
 """The watchdog's workspace state hash (Failure Recovery, "Semantic Watchdog Timers", table 6's
-state-hash row): canonical form shared with the Chapter 11 checkpoint tree, invariances, ignore
+state-hash row): the Merkle form over the Chapter 11 checkpoint entries, invariances, ignore
 globs, incremental hashing by every change source against a fresh full hash, and typed errors.
 
-Expected digests are computed independently: by the checkpoint layer's own directory scan and
-RFC 8785 encoding (``scan_directory`` + ``Tree``), or by a fresh hasher, never copied from the
-hasher under test.
+Expected digests are computed independently: by a recursive reference written here over the
+checkpoint layer's own directory scan (``scan_directory``) and the ``rfc8785`` encoder, or by a
+fresh hasher, never copied from the hasher under test.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
+import rfc8785
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -36,10 +37,32 @@ def write(root: Path, rel: str, data: bytes) -> None:
     p.write_bytes(data)
 
 
-def reference_digest(root: Path, ignore=("__pycache__",)) -> str:
+def stripped_tree(root: Path, ignore=("__pycache__",)) -> Tree:
     """The checkpoint layer's tree of ``root`` with every executable flag cleared."""
     tree, _ = scan_directory(root, ignore=ignore)
-    return Tree({p: FileEntry(e.sha256, e.size, False) for p, e in tree.files.items()}).sha256
+    return Tree({p: FileEntry(e.sha256, e.size, False) for p, e in tree.files.items()})
+
+
+def merkle_reference(tree: Tree) -> str:
+    """The Merkle root by its definition: a node per directory, RFC 8785, children as 'name/'."""
+    import hashlib
+
+    def node(files: dict[str, FileEntry]) -> tuple[str, int]:
+        here, below = {}, {}
+        for path, e in files.items():
+            head, sep, rest = path.partition("/")
+            if sep:
+                below.setdefault(head, {})[rest] = e
+            else:
+                here[head] = {"executable": False, "sha256": e.sha256, "size": e.size}
+        size = sum(e.size for e in files.values())
+        for name, sub in below.items():
+            digest, sub_size = node(sub)
+            here[name + "/"] = {"executable": False, "sha256": digest, "size": sub_size}
+        body = rfc8785.dumps({"files": here, "format": ws.NODE_FORMAT})
+        return hashlib.sha256(body).hexdigest(), size
+
+    return node(tree.files)[0]
 
 
 def fresh(root: Path, **kw) -> str:
@@ -73,7 +96,7 @@ def _materialize(root: Path, files: dict[str, bytes]) -> dict[str, bytes]:
 
 @SETTINGS
 @given(files=_FILES)
-def test_the_digest_is_the_checkpoint_trees_id_with_modes_stripped(files):
+def test_the_digest_is_the_merkle_root_over_the_checkpoint_entries_with_modes_stripped(files):
     with tempfile.TemporaryDirectory() as d:
         root = Path(d)
         written = _materialize(root, files)
@@ -82,8 +105,9 @@ def test_the_digest_is_the_checkpoint_trees_id_with_modes_stripped(files):
                 os.chmod(root / rel, 0o755)
         with WorkspaceHasher(root) as h:
             s = h.hash()
-            assert s.digest == reference_digest(root)
-            assert h.tree().sha256 == s.digest
+            expected = stripped_tree(root)
+            assert h.tree() == expected and h.tree().sha256 == expected.sha256
+            assert s.digest == merkle_reference(expected)
         assert (s.file_count, s.total_bytes) == (len(written), sum(map(len, written.values())))
 
 
@@ -128,8 +152,35 @@ def test_a_name_a_checkpoint_refuses_is_still_hashed(tmp_path):
             h.tree()
 
 
-def test_an_empty_workspace_hashes_to_the_empty_tree(tmp_path):
-    assert fresh(tmp_path) == Tree({}).sha256
+def test_an_empty_workspace_and_empty_directories_hash_to_the_empty_node(tmp_path):
+    empty = fresh(tmp_path)
+    assert empty == merkle_reference(Tree({}))
+    (tmp_path / "a" / "b").mkdir(parents=True)
+    (tmp_path / "c").mkdir()
+    assert fresh(tmp_path) == empty
+    with WorkspaceHasher(tmp_path) as h:
+        h.hash()
+        write(tmp_path, "a/b/f.txt", b"x")
+        assert h.hash().digest != empty
+        os.remove(tmp_path / "a/b/f.txt")            # the directories stay; the state is empty again
+        assert h.hash().digest == empty and h._dirs.keys() == {""}
+
+
+def test_a_file_and_a_directory_of_the_same_name_do_not_collide(tmp_path):
+    """Workspace a: directory x holding y. Workspace b: a file x whose bytes are exactly a's node
+    for x, so b's entry for x carries the same digest as a's; the '/' after a directory's name
+    still keeps the two states apart."""
+    a, b = tmp_path / "a", tmp_path / "b"
+    write(a, "x/y", b"1")
+    with WorkspaceHasher(a) as ha:
+        root_a = ha.hash().digest
+        node_x = ws._NODE_HEAD + ws._fragment("y", ha._entries["x/y"].sha256, 1) + ws._NODE_TAIL
+        assert __import__("hashlib").sha256(node_x).hexdigest() == ha._dirs["x"].digest
+    write(b, "x", node_x)
+    with WorkspaceHasher(b) as hb:
+        root_b = hb.hash().digest
+        assert hb._entries["x"].sha256 == ha._dirs["x"].digest
+    assert root_a != root_b
 
 
 def test_a_symbolic_link_is_hashed_by_its_target_text_not_followed(tmp_path):
@@ -139,11 +190,15 @@ def test_a_symbolic_link_is_hashed_by_its_target_text_not_followed(tmp_path):
     os.remove(tmp_path / "link")
     os.symlink("elsewhere", tmp_path / "link")
     assert fresh(tmp_path) != one
-    write(tmp_path, "a.txt", b"changed")        # the link's own entry does not follow the target
     os.remove(tmp_path / "link")
     os.symlink("a.txt", tmp_path / "link")
+    assert fresh(tmp_path) == one
+    write(tmp_path, "a.txt", b"changed")        # the link's entry does not follow the target
     with WorkspaceHasher(tmp_path, change_source="scan") as h:
-        assert h.tree().files["link"].size == len("a.txt")
+        s = h.hash()
+        assert s.file_count == 2 and s.total_bytes == len("changed") + len("a.txt")
+        with pytest.raises(CheckpointError, match="symbolic link"):
+            h.tree()
 
 
 # --- ignore globs ----------------------------------------------------------------------------------------
@@ -255,7 +310,7 @@ def test_incremental_hash_equals_a_fresh_full_hash_after_random_edits(source, st
                 s = h.hash(touched) if source == "hint" else h.hash()
                 assert s.mode == source
                 assert s.digest == fresh(root)
-                assert h.tree().sha256 == s.digest
+                assert (s.file_count, s.total_bytes) == (len(h._entries), sum(e.size for e in h._entries.values()))
 
 
 @pytest.mark.parametrize("source", SOURCES)

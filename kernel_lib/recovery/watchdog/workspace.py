@@ -1,20 +1,29 @@
 """The environment's canonical state hash H_t = SHA-256(Canonicalize(s_t)) (Failure Recovery,
 "Semantic Watchdog Timers": figure 3, the state-hash row of table 6), kept up to date cheaply.
 
-**Canonical form.** The one Chapter 11 already uses for checkpoints (§11.4.1,
-:class:`kernel_lib.checkpoint.tree.Tree`): every regular file's relative POSIX path mapped to the
-SHA-256 of its bytes and its size, encoded as RFC 8785 JSON; the state hash is the SHA-256 of that
-encoding. The watchdog strips what says nothing about progress: timestamps (never part of a tree),
-modes (the executable flag is always written ``false``), and every path matched by an ignore glob
-(scratch, caches, logs: :data:`DEFAULT_IGNORE_GLOBS`, table 6's "whitelist non-deterministic
-directories"). So ``StateHash.digest`` equals ``Tree.sha256`` of the workspace's mode-stripped
-tree (:meth:`WorkspaceHasher.tree`): a state the watchdog saw can be matched to a checkpoint's
-tree by id, without a second canonical form. A symbolic link is not followed; it enters as a file
-whose content is its target text (checkpoints refuse links, so such a state has no checkpoint).
+**Canonical form.** What a file contributes is what it contributes to a Chapter 11 checkpoint
+(§11.4.1, :class:`kernel_lib.checkpoint.tree.Tree`): the SHA-256 of its bytes and its size, as
+the RFC 8785 entry ``{"executable": false, "sha256": …, "size": …}``. The watchdog strips what
+says nothing about progress: timestamps (never part of a tree), modes (the executable flag is
+always written ``false``), empty directories, and every path matched by an ignore glob (scratch,
+caches, logs: :data:`DEFAULT_IGNORE_GLOBS`, table 6's "whitelist non-deterministic directories").
+:meth:`WorkspaceHasher.tree` gives exactly the checkpoint tree of those files (modes stripped), so
+a state the watchdog saw can be set beside any checkpoint.
+
+The entries are grouped as a **Merkle tree**, the way git stores trees: each directory is one
+node, an RFC 8785 object ``{"files": {name: entry}, "format": "kernel_lib.workspace-node/1"}`` in
+the checkpoint tree's own encoding, where a child directory appears under its name followed by
+``/`` (no file name holds a ``/``, so a file and a directory never collide), with the child node's
+SHA-256 and the bytes under it. The state hash H_t is the SHA-256 of the root node. A change to
+one file re-encodes only the nodes on its path to the root, instead of the one flat list of every
+path a single tree object would need. (For a workspace whose files all sit at the top, the root
+node holds the same entries as the checkpoint tree; the format names differ, so the two digests
+never coincide by accident.) A symbolic link is not followed; it enters as a file whose content is
+its target text (checkpoints refuse links, so :meth:`WorkspaceHasher.tree` raises for it).
 
 **Incremental.** The hasher keeps each file's ``(device, inode, size, mtime_ns, ctime_ns)`` and its
-encoded entry; a re-hash re-reads only files that may have changed and re-joins the cached
-entries (one SHA-256 over about 100 bytes per file, no file read). What may have changed comes
+entry; a re-hash re-reads only the files that may have changed and re-encodes their directories'
+nodes up to the root. What may have changed comes
 from one of three change sources, reported in :attr:`StateHash.mode`:
 
 * ``inotify`` (Linux, the default where the kernel and ``inotify_simple`` offer it): one watch
@@ -43,7 +52,6 @@ absent from the state (a tool's temporary file).
 
 from __future__ import annotations
 
-import bisect
 import errno
 import fnmatch
 import hashlib
@@ -53,11 +61,11 @@ import re
 import stat
 import time
 import weakref
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Literal
 
-from kernel_lib.checkpoint.tree import TREE_FORMAT, FileEntry, Tree
+from kernel_lib.checkpoint.tree import FileEntry, Tree
 from kernel_lib.errors import CheckpointError, ConfigError, WorkspaceMissingError, WorkspaceUnreadableError
 
 __all__ = ["DEFAULT_IGNORE_GLOBS", "ChangeSource", "HashMode", "StateHash", "WorkspaceHasher", "inotify_available"]
@@ -85,16 +93,18 @@ _COARSE_RACY_WINDOW_NS = 2_000_000_000
 #: Largest read of one file at a time (bytes); a larger file is hashed in chunks of this size.
 _READ_CHUNK = 1 << 20
 
-_TREE_HEAD = b'{"files":{'
-_TREE_TAIL = b'},"format":' + json.dumps(TREE_FORMAT).encode() + b"}"
+#: The format of one directory node of the state hash's Merkle tree (see the module docstring).
+NODE_FORMAT = "kernel_lib.workspace-node/1"
+_NODE_HEAD = b'{"files":{'
+_NODE_TAIL = b'},"format":' + json.dumps(NODE_FORMAT).encode() + b"}"
 
 
 @dataclass(frozen=True, slots=True)
 class StateHash:
     """One state hash H_t of the workspace.
 
-    ``digest``: hex SHA-256 of the canonical tree (64 characters; equals ``Tree.sha256`` of
-    :meth:`WorkspaceHasher.tree`). ``file_count`` and ``total_bytes``: the files in the state and
+    ``digest``: hex SHA-256 of the root node of the canonical Merkle tree (64 characters; see
+    the module docstring). ``file_count`` and ``total_bytes``: the files in the state and
     their bytes. ``mode``: how the candidates for change were found (``full``, ``inotify``,
     ``scan``, ``hint``). ``reread``: the paths whose bytes were read for this hash (sorted);
     ``reread_bytes`` their size. ``changed``: paths added, changed or removed since the previous
@@ -123,7 +133,20 @@ class _Entry:
     key: tuple[int, int, int, int, int]      # (st_dev, st_ino, st_size, st_mtime_ns, st_ctime_ns)
     sha256: str
     size: int
-    fragment: bytes                          # '"path":{"executable":false,"sha256":"…","size":N}'
+    link: bool = False                       # a symbolic link, hashed by its target text
+
+
+@dataclass(slots=True)
+class _Node:
+    """One directory of the Merkle tree: its files (name -> (size, encoded entry)), the names of its
+    child directories, and, once encoded, its digest and the files and bytes under it."""
+
+    files: dict[str, tuple[int, bytes, bytes]] = field(default_factory=dict)   # name -> (size, sort key, entry)
+    subdirs: set[str] = field(default_factory=set)
+    digest: str = ""
+    count: int = 0
+    size: int = 0
+    as_child: tuple[bytes, bytes] = (b"", b"")    # (sort key, entry) of this node in its parent
 
 
 def inotify_available() -> tuple[bool, str]:
@@ -207,12 +230,10 @@ class WorkspaceHasher:
         self._ignore = _Ignore(ignore_globs)
         self._root_id = self._stat_root()
         self._racy_window_ns = racy_window_ns
-        self._entries: dict[str, _Entry] = {}
-        self._order: list[bytes] = []                 # sorted UTF-16 keys of _entries
-        self._frags: list[bytes] = []                 # their encoded entries, in the same order
-        self._canonical: bytes | None = None
+        self._entries: dict[str, _Entry] = {}          # relative path -> what the file held when read
+        self._dirs: dict[str, _Node] = {"": _Node()}   # relative directory ("" = root) -> its Merkle node
+        self._dirty: set[str] = {""}                   # nodes to encode again, with every ancestor
         self._racy: set[str] = set()
-        self._total_bytes = 0
         self._whole_seconds = True                    # every file time seen so far is a whole second
         self._hashed = False
         self.note = ""
@@ -306,21 +327,26 @@ class WorkspaceHasher:
             self._hashed = False              # the cache may be half updated, events consumed
             raise
         self._hashed = True
-        if ctx.changed or self._canonical is None:
-            self._canonical = _TREE_HEAD + b",".join(self._frags) + _TREE_TAIL
-        return StateHash(digest=hashlib.sha256(self._canonical).hexdigest(), file_count=len(self._entries),
-                         total_bytes=self._total_bytes, mode=mode, reread=tuple(sorted(ctx.reread)),
+        self._encode_dirty()
+        root = self._dirs[""]
+        return StateHash(digest=root.digest, file_count=root.count, total_bytes=root.size, mode=mode,
+                         reread=tuple(sorted(ctx.reread)),
                          reread_bytes=ctx.reread_bytes, changed=tuple(sorted(ctx.changed)),
                          stat_calls=ctx.stat_calls, note=note or self.note)
 
     def tree(self) -> Tree:
-        """The mode-stripped checkpoint :class:`Tree` of the last hash (its ``sha256`` is that
-        hash's digest). Hashes first when nothing was hashed yet.
+        """The checkpoint :class:`Tree` (modes stripped) of the files the last hash covered: the
+        same file entries, as one flat tree (its id is a checkpoint's tree id, not the Merkle
+        state hash). Hashes first when nothing was hashed yet.
 
-        Raises CheckpointError when a name is one a checkpoint refuses (a backslash in it): the
-        state hash still covers such a file, but no checkpoint tree can hold it."""
+        Raises CheckpointError when the workspace holds what a checkpoint refuses (a symbolic link,
+        a backslash in a name): the state hash still covers it, no checkpoint tree can hold it."""
         if not self._hashed:
             self.hash()
+        links = sorted(p for p, e in self._entries.items() if e.link)
+        if links:
+            raise CheckpointError(f"workspace {str(self.root)!r} has no checkpoint tree: it holds symbolic links, "
+                                  f"e.g. {links[0]!r}")
         try:
             return Tree({p: FileEntry(e.sha256, e.size, False) for p, e in self._entries.items()})
         except ValueError as exc:
@@ -333,8 +359,7 @@ class WorkspaceHasher:
         self._reset_watches()
         self._overflowed = False
         old = {p: e.sha256 for p, e in self._entries.items()}
-        self._entries, self._order, self._frags, self._canonical = {}, [], [], None
-        self._total_bytes = 0
+        self._entries, self._dirs, self._dirty = {}, {"": _Node()}, {""}
         self._racy.clear()
         self._walk("", ctx, watch=True, force=True, seen=None)
         ctx.changed = {p for p in old if p not in self._entries}
@@ -354,27 +379,27 @@ class WorkspaceHasher:
         """Apply the queued inotify events (and the hint). False when the queue overflowed."""
         from inotify_simple import flags
         assert self._inotify is not None
+        overflow, ignored, isdir = int(flags.Q_OVERFLOW), int(flags.IGNORED), int(flags.ISDIR)
+        gone = int(flags.DELETE_SELF | flags.MOVE_SELF)
+        wd_dir, files, dirs = self._wd_dir, ctx.files, ctx.dirs
         while True:
             events = self._inotify.read(timeout=0)
             if not events:
                 break
-            for ev in events:
-                if ev.mask & flags.Q_OVERFLOW:
+            for wd, mask, _cookie, name in events:
+                if mask & overflow:
                     self._overflowed = True
                     continue
-                base = self._wd_dir.get(ev.wd)
+                base = wd_dir.get(wd)
                 if base is None:
                     continue
-                if ev.mask & flags.IGNORED:
-                    self._forget_watch(ev.wd)
-                    continue
-                if ev.mask & (flags.DELETE_SELF | flags.MOVE_SELF):
-                    ctx.dirs.add(base)          # re-examine the directory's place
-                    continue
-                if not ev.name:
-                    continue
-                rel = f"{base}/{ev.name}" if base else ev.name
-                (ctx.dirs if ev.mask & flags.ISDIR else ctx.files).add(rel)
+                if mask & ignored:
+                    self._forget_watch(wd)
+                elif mask & gone:
+                    dirs.add(base)              # re-examine the directory's place
+                elif name:
+                    rel = f"{base}/{name}" if base else name
+                    (dirs if mask & isdir else files).add(rel)
         if self._overflowed:
             return False
         self._route(hint, ctx)
@@ -423,7 +448,6 @@ class WorkspaceHasher:
 
     def _visit(self, rel: str, ctx: "_Pass", *, force: bool) -> None:
         """Bring ``rel`` (a file, link, directory, or nothing any more) up to date in the cache."""
-        prefix = rel + "/"
         if self._ignore.any_part(rel):
             return
         ctx.stat_calls += 1
@@ -438,10 +462,10 @@ class WorkspaceHasher:
             self._remove(rel, ctx)                         # a file became a directory
             seen: set[str] = set()
             self._walk(rel, ctx, watch=self._inotify is not None, force=force, seen=seen)
-            for p in [p for p in self._under(prefix) if p not in seen]:
+            for p in [p for p in self._files_under(rel) if p not in seen]:
                 self._remove(p, ctx)
             return
-        for p in self._under(prefix):
+        for p in self._files_under(rel):
             self._remove(p, ctx)                           # a directory became a file, or went away
         if st is None or not (stat.S_ISREG(st.st_mode) or stat.S_ISLNK(st.st_mode)):
             self._remove(rel, ctx)
@@ -529,41 +553,78 @@ class WorkspaceHasher:
         ctx.reread.add(rel)
         ctx.reread_bytes += size
         self._note_racy(rel, st, ctx)
-        if old is not None and old.sha256 == digest and old.size == size:
+        link = stat.S_ISLNK(st.st_mode)
+        if old is not None and old.sha256 == digest and old.size == size and old.link == link:
             old.key = key
             return
-        entry = _Entry(key, digest, size, _fragment(rel, digest, size))
-        k = _utf16_key(rel)
-        i = bisect.bisect_left(self._order, k)
-        if old is None:
-            self._order.insert(i, k)
-            self._frags.insert(i, entry.fragment)
-        else:
-            self._frags[i] = entry.fragment
-            self._total_bytes -= old.size
-        self._entries[rel] = entry
-        self._total_bytes += size
+        self._entries[rel] = _Entry(key, digest, size, link)
+        parent, _, name = rel.rpartition("/")
+        self._node(parent).files[name] = (size, _utf16_key(name), _fragment(name, digest, size))
+        self._mark(parent)
         ctx.changed.add(rel)
 
     def _remove(self, rel: str, ctx: "_Pass") -> None:
-        old = self._entries.pop(rel, None)
-        if old is None:
+        if self._entries.pop(rel, None) is None:
             return
-        i = bisect.bisect_left(self._order, _utf16_key(rel))
-        del self._order[i]
-        del self._frags[i]
-        self._total_bytes -= old.size
+        parent, _, name = rel.rpartition("/")
+        del self._dirs[parent].files[name]
+        self._mark(parent)
         self._racy.discard(rel)
         ctx.changed.add(rel)
 
-    def _under(self, prefix: str) -> list[str]:
-        """The cached paths that start with ``prefix`` (contiguous in the UTF-16 order)."""
-        k = _utf16_key(prefix)
-        out = []
-        for key in self._order[bisect.bisect_left(self._order, k):]:
-            if not key.startswith(k):
-                break
-            out.append(key.decode("utf-16-be", "surrogatepass"))
+    # --- the Merkle tree of directory nodes -------------------------------------------------------
+
+    def _node(self, rel_dir: str) -> "_Node":
+        """The node of ``rel_dir``, made (with its missing ancestors) when absent."""
+        node = self._dirs.get(rel_dir)
+        if node is None:
+            node = self._dirs[rel_dir] = _Node()
+            parent, _, name = rel_dir.rpartition("/")
+            self._node(parent).subdirs.add(name)
+        return node
+
+    def _mark(self, rel_dir: str) -> None:
+        """Mark ``rel_dir`` and every directory above it for encoding (stops at one already marked)."""
+        while rel_dir not in self._dirty:
+            self._dirty.add(rel_dir)
+            if rel_dir == "":
+                return
+            rel_dir = rel_dir.rpartition("/")[0]
+
+    def _encode_dirty(self) -> None:
+        """Encode the marked nodes, deepest first, so each parent sees its children's new digests.
+        A directory with no file left under it leaves the tree (empty directories are no state)."""
+        for rel_dir in sorted(self._dirty, key=lambda d: -d.count("/") - (d != "")):
+            node = self._dirs.get(rel_dir)
+            if node is None:
+                continue
+            entries = [(key, frag) for _, key, frag in node.files.values()]
+            count, size = len(node.files), sum(v[0] for v in node.files.values())
+            for name in list(node.subdirs):
+                child_dir = f"{rel_dir}/{name}" if rel_dir else name
+                child = self._dirs[child_dir]
+                if child.count == 0:
+                    node.subdirs.discard(name)
+                    del self._dirs[child_dir]
+                    continue
+                entries.append(child.as_child)
+                count, size = count + child.count, size + child.size
+            entries.sort()
+            node.count, node.size = count, size
+            node.digest = hashlib.sha256(_NODE_HEAD + b",".join(f for _, f in entries) + _NODE_TAIL).hexdigest()
+            if rel_dir:
+                name = rel_dir.rpartition("/")[2] + "/"
+                node.as_child = (_utf16_key(name), _fragment(name, node.digest, size))
+        self._dirty.clear()
+
+    def _files_under(self, rel_dir: str) -> list[str]:
+        """The cached file paths under the directory ``rel_dir``."""
+        node = self._dirs.get(rel_dir)
+        if node is None:
+            return []
+        out = [f"{rel_dir}/{name}" for name in node.files]
+        for name in node.subdirs:
+            out += self._files_under(f"{rel_dir}/{name}")
         return out
 
     def _note_racy(self, rel: str, st: os.stat_result, ctx: "_Pass") -> None:
