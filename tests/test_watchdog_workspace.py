@@ -402,7 +402,7 @@ def test_an_overflowed_event_queue_falls_back_to_a_full_stat_scan(tmp_path):
         pytest.skip(f"max_queued_events is {limit}: too many files to write here")
     with WorkspaceHasher(tmp_path, change_source="inotify") as h:
         h.hash()
-        for i in range(limit // 2 + 10):              # each new file: IN_CREATE, IN_MODIFY, IN_CLOSE_WRITE
+        for i in range(limit // 3 + 200):             # each new file: IN_CREATE, IN_MODIFY, IN_CLOSE_WRITE
             (tmp_path / f"f{i}").write_bytes(b"x")
         s = h.hash()
         assert s.mode == "scan" and "overflow" in s.note and s.digest == fresh(tmp_path)

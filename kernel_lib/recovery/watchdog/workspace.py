@@ -23,8 +23,8 @@ its target text (checkpoints refuse links, so :meth:`WorkspaceHasher.tree` raise
 
 **Incremental.** The hasher keeps each file's ``(device, inode, size, mtime_ns, ctime_ns)`` and its
 entry; a re-hash re-reads only the files that may have changed and re-encodes their directories'
-nodes up to the root. What may have changed comes
-from one of three change sources, reported in :attr:`StateHash.mode`:
+nodes up to the root. What may have changed comes from one of three change sources, reported in
+:attr:`StateHash.mode`:
 
 * ``inotify`` (Linux, the default where the kernel and ``inotify_simple`` offer it): one watch
   per directory; a re-hash drains the queued events and re-reads exactly the files named there,
@@ -41,10 +41,11 @@ from one of three change sources, reported in :attr:`StateHash.mode`:
   those (and the racy ones) are examined, which is exact only when the hint is complete. With
   inotify the hint is merged with the events (a cheap guard for ``mmap`` writers).
 
-``hash(full=True)`` re-reads everything (mode ``full``); the first hash always does.
+``hash(full=True)`` re-reads everything (mode ``full``); so does the first hash, the one after a
+failed hash, and one that finds the root replaced by another directory of the same name.
 
-Errors: :class:`~kernel_lib.errors.WorkspaceMissingError` when the root is absent, not a
-directory, or was replaced; :class:`~kernel_lib.errors.WorkspaceUnreadableError` when a directory
+Errors: :class:`~kernel_lib.errors.WorkspaceMissingError` when the root is absent or not a
+directory; :class:`~kernel_lib.errors.WorkspaceUnreadableError` when a directory
 cannot be listed, a file cannot be read, or a name is not valid text (a hash that skipped it
 would call different states equal). A file that vanishes between listing and reading is simply
 absent from the state (a tool's temporary file).
