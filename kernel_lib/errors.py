@@ -116,8 +116,11 @@ that are retryable)::
                     BrokerUnreachableError
                 RecoveryPolicyError  (also ConfigError)
                     OmegaError  (also ValueError)
-                WatchdogConfigError  (also ConfigError)
-                SemanticDeadlockError
+                WatchdogError
+                    WatchdogConfigError  (also ConfigError)
+                    SemanticDeadlockError
+                    WorkspaceMissingError
+                    WorkspaceUnreadableError
         Refusal
             AdmissionDenied
                 ActionMaskedRefusal
@@ -941,10 +944,18 @@ class OmegaError(RecoveryPolicyError, ValueError):
         super().__init__(message)
 
 
+# --- issue 18: the semantic watchdog (Failure Recovery, "Semantic Watchdog Timers") ---
+
+
+class WatchdogError(RecoveryError):
+    """Base class of the semantic watchdog's faults (Failure Recovery, "Semantic Watchdog Timers":
+    the state hash, the detectors, the table-7 tiers)."""
+
+
 # --- issue 18 wd-detect --------------------------------------------------------------------------------
 
 
-class WatchdogConfigError(RecoveryError, ConfigError):
+class WatchdogConfigError(WatchdogError, ConfigError):
     """The semantic watchdog refuses its configuration (Failure Recovery, "Semantic Watchdog
     Timers", table 6): a window, period, epoch or count below its minimum, a threshold outside its
     range, an unknown detection kind, an embedder that is not callable. The message names the field."""
@@ -967,7 +978,7 @@ class ActionMaskedRefusal(AdmissionDenied):
         super().__init__(message)
 
 
-class SemanticDeadlockError(RecoveryError):
+class SemanticDeadlockError(WatchdogError):
     """ERR_SEMANTIC_DEADLOCK: the watchdog's tier 3 ended a trajectory that kept looping after its
     backtrack budget (Failure Recovery, table 7). ``outcome`` is ``compensated`` (no pivot was
     crossed: the saga unwound, the trajectory is FAILED) or ``frozen`` (past the pivot: the
@@ -981,4 +992,28 @@ class SemanticDeadlockError(RecoveryError):
         self.intervention_id = intervention_id
         self.incident = dict(incident or {})
         self.revoked_leases = list(revoked_leases or [])
+
+
+# issue 18 wd-hash ---------------------------------------------------------------------------------
+# the semantic watchdog (Failure Recovery, "Semantic Watchdog Timers"): the environment's state hash
+
+__all__ += ["WatchdogError", "WorkspaceMissingError", "WorkspaceUnreadableError"]
+
+
+class WorkspaceMissingError(WatchdogError):
+    """The workspace whose state the watchdog hashes is not there: its root does not exist, is not
+    a directory, or was removed or replaced while it was watched. ``root`` names it."""
+
+    def __init__(self, message: str, *, root: str | None = None):
+        self.root = root
+        super().__init__(message)
+
+
+class WorkspaceUnreadableError(WatchdogError):
+    """A directory or file of the workspace cannot be listed or read (permissions, an I/O error, a
+    name that is not valid text), so no state hash can be given: a hash that skipped it would call
+    two different states equal. ``path`` names it, relative to the workspace root."""
+
+    def __init__(self, message: str, *, path: str | None = None):
+        self.path = path
         super().__init__(message)
