@@ -118,6 +118,16 @@ decoder is read with a non-recursive scanner that skips the nested values, so op
 RecursionError: a valid envelope is indexed (its :meth:`~SegmentStore.read` raises
 MalformedEventError), anything else is "a body that does not parse" as above.
 
+What open costs per record: the common record (a CRC-valid EVENT of this format whose envelope
+msgspec reads, the next event of its trajectory) is checked and indexed in the scan loop itself,
+with one unpack of its 28-byte header, the CRC32C over header and body, and a msgspec decode of
+the four envelope fields that skips (but syntax-checks) the rest; every other frame is decided by
+the general frame parser, so the outcome (reason, report, error) is the same either way. Open
+computes no SHA-256: an event's digest is computed by its first :meth:`~SegmentStore.read`,
+from the bytes open indexed (the ones the CRC vouched for), and kept for later reads and for the
+digest a conflicting retry's error names. Damage is caught where it always was, by the CRC at
+open: this store never compared a digest with a stored one, it only gave each event its digest.
+
 Read-only opening
 -----------------
 
@@ -455,8 +465,9 @@ class SegmentStore(LogStore):
     """The project's own segment-file log. Open with :meth:`SegmentStore.open`.
 
     In memory it keeps, per trajectory, the canonical bytes of every event (decoded on
-    :meth:`read`), the fence (newest owner_epoch seen), and ``event_id -> StoredRef``; all are
-    rebuilt by the scan in :meth:`open`. Appends are serialized by a lock.
+    :meth:`read`), the fence (newest owner_epoch seen), and ``event_id -> (trajectory_id,
+    sequence_number)``; all are rebuilt by the scan in :meth:`open`. Each event's SHA-256 is
+    computed on its first read and cached (module docstring). Appends are serialized by a lock.
 
     Attributes:
         recovery: what open found and repaired (:class:`RecoveryReport`).
@@ -1170,7 +1181,9 @@ class SegmentStore(LogStore):
         Bounds as :func:`~kernel_lib.log.base.read_bounds`. Raises StoreClosedError after close,
         StoreError for non-int bounds; decoding raises the typed event errors (MalformedEventError
         for a body nested too deeply), and CorruptLogError if a body decodes to an event other
-        than the one indexed at that position.
+        than the one indexed at that position. Each event's ``digest`` is the SHA-256 of its
+        stored bytes, computed on the first read of a row open indexed and then cached (rows
+        appended since open are hashed by each read).
         """
         lo, hi = read_bounds(start, stop)
         with self._lock:
