@@ -1220,7 +1220,7 @@ def decode_stored(data: bytes, *, known_digest: "str | None" = None) -> Event:
     exact ``canonical`` bytes an :class:`Event` was appended with.
 
     ``known_digest``: the SHA-256 (lowercase hex) the caller itself computed from these very bytes
-    (the segment log's index at open; the SQLite log's check of a row against its stored digest),
+    (the segment log's cache of the digest computed here at the event's first read; the SQLite log's row check),
     used as the event's ``digest`` instead of hashing the bytes a second time. Never pass a digest
     read from storage unchecked. None (the default): the digest is computed here.
 
