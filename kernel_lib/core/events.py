@@ -23,12 +23,14 @@ import hashlib
 import json
 import math
 import re
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar, Literal
 
 import msgspec
 import rfc8785
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, model_validator
+from pydantic_core import SchemaValidator
 
 from kernel_lib.core.canonical import canonical_json
 from kernel_lib.errors import MalformedEventError, UnknownEventTypeError, UnknownSchemaVersionError
@@ -1292,24 +1294,45 @@ _KEY_CLEAN: dict[str, bool] = {}
 def _decode_stored_fast(data: bytes, known_digest: "str | None" = None) -> "Event | None":
     """The fast route of :func:`decode_stored`: the event, or None where the checked route must
     decide. Returns an event only where :func:`_decode_stored_checked` returns an equal one with
-    the same canonical bytes and digest (tests/test_read_path.py checks it)."""
+    the same canonical bytes and digest (tests/test_read_path.py checks it).
+
+    The payload's top level is walked here (its values; nested lists and dicts by
+    :func:`_clean_stored_json`), validated by :func:`_stored_validator` and the event built by
+    :func:`_stored_event`."""
     try:
         env = _STORED_DECODER.decode(data)
     except (msgspec.DecodeError, RecursionError):
         return None
     tid, eid, seq, et, sv = env.trajectory_id, env.event_id, env.sequence_number, env.event_type, env.schema_version
-    if not (tid and eid and et and seq >= 1 and sv >= 1 and env.reducer_version >= 1 and env.owner_epoch >= 0
-            and env.control_epoch >= 0):
+    rv, oe, ce = env.reducer_version, env.owner_epoch, env.control_epoch
+    if not (tid and eid and et and seq >= 1 and sv >= 1 and rv >= 1 and oe >= 0 and ce >= 0):
         return None
-    cls = _REGISTRY.get((et, sv))
+    validate = _STORED_VALIDATORS.get((et, sv))
+    if validate is None:
+        validate = _stored_validator(et, sv)
+        if validate is None:
+            return None
     p = env.payload
-    if cls is None or type(p) is not dict:
+    if type(p) is not dict:
         return None
     strings: list[str] = []
-    if not _clean_stored_json(p, 0, strings, top=True) or not _clean_strings(strings):
+    short = _SHORT_CLEAN
+    for x in p.values():         # the payload's keys are field names: the model refuses unknown ones
+        tx = type(x)
+        if tx is str:
+            if x not in short:
+                strings.append(x)
+        elif tx is int or tx is float:
+            if not -JSON_SAFE_MAX <= x <= JSON_SAFE_MAX:   # also refuses NaN
+                return None
+        elif x is None or tx is bool:
+            continue
+        elif not _clean_stored_json(x, 1, strings):
+            return None
+    if strings and not _clean_strings(strings):
         return None
     try:
-        payload = cls.model_validate(p, context=_PRECHECKED)
+        payload = validate(p)
     except ValidationError:
         return None
     pv = env.provenance
@@ -1318,8 +1341,102 @@ def _decode_stored_fast(data: bytes, known_digest: "str | None" = None) -> "Even
         if len(_PROVENANCES) > 4096:
             _PROVENANCES.clear()
         prov = _PROVENANCES[(pv.tenant, pv.issuer)] = Provenance(pv.tenant, pv.issuer)
-    return Event(tid, eid, seq, et, sv, env.reducer_version, env.owner_epoch, env.control_epoch, prov, payload,
-                 data, known_digest if known_digest is not None else hashlib.sha256(data).hexdigest())
+    return _stored_event(tid, eid, seq, et, sv, rv, oe, ce, prov, payload, data,
+                         known_digest if known_digest is not None else hashlib.sha256(data).hexdigest())
+
+
+#: ``(event_type, schema_version)`` → the payload validator of :func:`_decode_stored_fast`
+#: (:func:`_stored_validator`), built at first use
+_STORED_VALIDATORS: dict[tuple[str, int], Callable[[Any], Payload]] = {}
+#: the two :class:`Payload` model validators that leave a payload unchanged, and raise nothing,
+#: when the validation context is :data:`_PRECHECKED`
+_PRECHECKED_VALIDATORS = (Payload._plain_json.__func__, Payload._no_secrets)
+
+
+def _stored_validator(event_type: str, schema_version: int) -> "Callable[[Any], Payload] | None":
+    """The validator :func:`_decode_stored_fast` uses for the registered payload record of
+    ``(event_type, schema_version)`` (None: not registered), kept in :data:`_STORED_VALIDATORS`.
+
+    It is the record's own pydantic-core schema less the ``function-before`` node of
+    ``Payload._plain_json`` and the ``function-after`` node of ``Payload._no_secrets``: with the
+    context :data:`_PRECHECKED` these return their input unchanged and never raise, so removing
+    them changes no result and no refusal, only the two calls into Python per payload. Every other
+    node (fields, constraints, the record's own model validators, the model's class and config) is
+    the record's, so the result is the instance ``cls.model_validate(p, context=_PRECHECKED)``
+    builds. Where the schema does not hold exactly those two nodes (another pydantic layout, a
+    record that overrides them), the validator is that ``model_validate`` call itself."""
+    cls = _REGISTRY.get((event_type, schema_version))
+    if cls is None:
+        return None
+    removed: list[str] = []
+    schema = _without_prechecked_validators(cls.__pydantic_core_schema__, removed)
+    models = [n for n in _schema_nodes(schema) if n.get("type") == "model" and n.get("cls") is cls]
+    validate: Callable[[Any], Payload]
+    if sorted(removed) == ["function-after", "function-before"] and len(models) == 1:
+        validate = SchemaValidator(schema, models[0].get("config")).validate_python
+    else:
+        def validate(p: Any, _cls: type[Payload] = cls) -> Payload:
+            return _cls.model_validate(p, context=_PRECHECKED)
+    _STORED_VALIDATORS[(event_type, schema_version)] = validate
+    return validate
+
+
+def _without_prechecked_validators(schema: Any, removed: list[str]) -> Any:
+    """A copy of a core schema without the function nodes of :data:`_PRECHECKED_VALIDATORS` (each
+    replaced by the schema it wraps); the type of each removed node is appended to ``removed``."""
+    if isinstance(schema, dict):
+        if schema.get("type") in ("function-before", "function-after"):
+            f = schema.get("function", {}).get("function")
+            if getattr(f, "__func__", f) in _PRECHECKED_VALIDATORS:
+                removed.append(schema["type"])
+                return _without_prechecked_validators(schema["schema"], removed)
+        return {k: _without_prechecked_validators(v, removed) for k, v in schema.items()}
+    if isinstance(schema, list):
+        return [_without_prechecked_validators(v, removed) for v in schema]
+    return schema
+
+
+def _schema_nodes(schema: Any) -> Iterator[dict[str, Any]]:
+    """Every dict in a core schema, depth first."""
+    if isinstance(schema, dict):
+        yield schema
+        for v in schema.values():
+            yield from _schema_nodes(v)
+    elif isinstance(schema, list):
+        for v in schema:
+            yield from _schema_nodes(v)
+
+
+#: the slots of :class:`Event`, written one by one: what its generated ``__init__`` does (it calls
+#: ``object.__setattr__`` per field, as a frozen dataclass must), without the name lookups
+_EVENT_SLOTS = {f.name: Event.__dict__[f.name].__set__ for f in fields(Event)}
+(_set_trajectory_id, _set_event_id, _set_sequence_number, _set_event_type, _set_schema_version,
+ _set_reducer_version, _set_owner_epoch, _set_control_epoch, _set_provenance, _set_payload, _set_canonical,
+ _set_digest) = (_EVENT_SLOTS[n] for n in ("trajectory_id", "event_id", "sequence_number", "event_type",
+                                           "schema_version", "reducer_version", "owner_epoch", "control_epoch",
+                                           "provenance", "payload", "canonical", "digest"))
+_new_object = object.__new__
+
+
+def _stored_event(trajectory_id: str, event_id: str, sequence_number: int, event_type: str, schema_version: int,
+                  reducer_version: int, owner_epoch: int, control_epoch: int, provenance: Provenance,
+                  payload: Payload, canonical: bytes, digest: str) -> Event:
+    """``Event(...)`` with these fields, its slots filled directly (no checks: the fast route's
+    values are already checked)."""
+    ev = _new_object(Event)
+    _set_trajectory_id(ev, trajectory_id)
+    _set_event_id(ev, event_id)
+    _set_sequence_number(ev, sequence_number)
+    _set_event_type(ev, event_type)
+    _set_schema_version(ev, schema_version)
+    _set_reducer_version(ev, reducer_version)
+    _set_owner_epoch(ev, owner_epoch)
+    _set_control_epoch(ev, control_epoch)
+    _set_provenance(ev, provenance)
+    _set_payload(ev, payload)
+    _set_canonical(ev, canonical)
+    _set_digest(ev, digest)
+    return ev
 
 
 #: verdicts of :func:`_clean_strings` on single short strings seen before (identifiers, literals,
