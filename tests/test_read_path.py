@@ -220,6 +220,50 @@ def test_the_credential_prefilter_finds_what_the_shape_scan_finds(text, monkeypa
     assert got == want
 
 
+_TRIGGERS = events_mod._ALL_TRIGGERS + events_mod._ALL_LOWER_TRIGGERS
+# text near the prefilter's edges: triggers in any case, characters whose lower case is ASCII or
+# longer than one character (Kelvin sign, dotted capital I), long s, final sigma, NUL, surrogates
+trigger_text = st.lists(st.one_of(
+    st.sampled_from(_TRIGGERS), st.sampled_from(_TRIGGERS).map(str.upper), st.sampled_from(_TRIGGERS).map(str.title),
+    st.sampled_from(_SECRETS),
+    st.sampled_from(["\u212a", "\u0130", "\u017f", "\u03a3", "\x00", "\ud800", "-", "_", " "]),
+    st.text(max_size=6)), max_size=8).map("".join)
+
+
+def _trigger_held(text: str) -> bool:
+    """The shapes' own test (:func:`_text_secrets`): a literal trigger in the text, or a lower-case
+    one in its lower-cased copy."""
+    return (any(t in text for t in events_mod._ALL_TRIGGERS)
+            or any(t in text.lower() for t in events_mod._ALL_LOWER_TRIGGERS))
+
+
+@settings(max_examples=2000, deadline=None)
+@given(text=trigger_text)
+def test_the_one_search_prefilter_misses_no_trigger(text):
+    """Situation: the prefilter is one Aho-Corasick search of the lower-cased text for every trigger
+    lower-cased. Invariant: it answers True wherever a shape would be tried."""
+    if _trigger_held(text):
+        assert events_mod._may_hold_secret(text)
+
+
+@settings(max_examples=1000, deadline=None)
+@given(strings=st.lists(trigger_text, max_size=5))
+def test_clean_strings_is_the_shape_scan_of_each_string(strings, monkeypatch_module):
+    """Invariant: the joined look of :func:`_clean_strings` (its prefilter, its UTF-8 check, its
+    cache of short clean strings) answers True exactly when every string is UTF-8 text in which the
+    shape-by-shape scan, with no prefilter, finds nothing."""
+    def utf8(s: str) -> bool:
+        try:
+            s.encode("utf-8")
+        except UnicodeEncodeError:
+            return False
+        return True
+    with monkeypatch_module.context() as m:
+        m.setattr(events_mod, "_may_hold_secret", lambda _t: True)
+        want = all(utf8(s) and not events_mod._text_secrets(s) for s in strings)
+    assert events_mod._clean_strings(list(strings)) == want
+
+
 # --- the parts of the fast route: the payload validator and the event's construction ----------------
 
 def _validated(fn, p):

@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar, Literal
 
+import ahocorasick_rs
 import msgspec
 import rfc8785
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, model_validator
@@ -128,45 +129,30 @@ def _credential_like(name: str, m: re.Match[str]) -> bool:
 
 
 #: Every literal trigger of :data:`_TEXT_SHAPES`, and every lower-case one. A text that holds none
-#: of them tries no shape, so :func:`_text_secrets` answers it with one pass per trigger group
-#: (:func:`_may_hold_secret`) instead of a pass per shape. Triggers that share a first character are
-#: one regex each (that character is searched for first), the rest plain substring tests.
+#: of them tries no shape, so :func:`_text_secrets` answers it with one search
+#: (:func:`_may_hold_secret`) instead of a pass per shape.
 _ALL_TRIGGERS = tuple(sorted({t for shape in _TEXT_SHAPES for t in shape[1]}))
 _ALL_LOWER_TRIGGERS = tuple(sorted({t for shape in _TEXT_SHAPES for t in shape[2]}))
-
-
-def _trigger_tests(triggers: tuple[str, ...]) -> tuple[tuple[str, ...], tuple[re.Pattern[str], ...]]:
-    """Split ``triggers`` into plain substrings and one regex per shared first character."""
-    groups: dict[str, list[str]] = {}
-    for t in triggers:
-        groups.setdefault(t[0], []).append(t)
-    plain = tuple(t for g in groups.values() if len(g) == 1 for t in g)
-    regexes = tuple(re.compile(re.escape(first) + "(?:" + "|".join(re.escape(t[1:]) for t in g) + ")")
-                    for first, g in groups.items() if len(g) > 1)
-    return plain, regexes
-
-
-_TRIGGER_PLAIN, _TRIGGER_RES = _trigger_tests(_ALL_TRIGGERS)
-_LOWER_TRIGGER_PLAIN, _LOWER_TRIGGER_RES = _trigger_tests(_ALL_LOWER_TRIGGERS)
+#: Every trigger lower-cased, in one Aho-Corasick automaton searched over a lower-cased text (one
+#: pass, instead of a substring test or a regex per trigger)
+_TRIGGER_SEARCH = ahocorasick_rs.AhoCorasick(sorted({t.lower() for t in _ALL_TRIGGERS + _ALL_LOWER_TRIGGERS}),
+                                             matchkind=ahocorasick_rs.MATCHKIND_LEFTMOST_FIRST)
 
 
 def _may_hold_secret(text: str) -> bool:
     """False only if ``text`` holds no trigger of any shape, so :func:`_text_secrets` finds nothing
-    in it (exactly: each shape is tried only on a text holding one of its triggers)."""
-    for t in _TRIGGER_PLAIN:
-        if t in text:
-            return True
-    for r in _TRIGGER_RES:
-        if r.search(text):
-            return True
-    lower = text.lower()
-    for t in _LOWER_TRIGGER_PLAIN:
-        if t in lower:
-            return True
-    for r in _LOWER_TRIGGER_RES:
-        if r.search(lower):
-            return True
-    return False
+    in it (each shape is tried only on a text holding one of its triggers).
+
+    One search of ``text.lower()`` for every trigger lower-cased. It misses no trigger: a literal
+    trigger is ASCII and each ASCII character lower-cases to one ASCII character, so where
+    ``text`` holds the trigger ``text.lower()`` holds it lower-cased; a lower-case trigger is
+    looked for in ``text.lower()`` by its shape too. It may answer True where no shape's own test
+    would (``SK-``, ``Asia``), and for a text holding a lone surrogate (not UTF-8, which the
+    search needs): then the shapes decide."""
+    try:
+        return bool(_TRIGGER_SEARCH.find_matches_as_indexes(text.lower()))
+    except UnicodeEncodeError:
+        return True
 
 
 def _text_secrets(text: str) -> list[tuple[int, int]]:
@@ -1453,10 +1439,11 @@ def _clean_strings(strings: list[str]) -> bool:
     final sigma), so a whole without any trigger settles it. Otherwise each string is scanned
     (and a short one's verdict kept)."""
     text = "\x00".join(strings)
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
+    if not text.isascii():          # ASCII text is UTF-8 as it stands
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            return False
     if not _may_hold_secret(text):
         return True
     for s in strings:
