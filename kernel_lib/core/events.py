@@ -1225,7 +1225,8 @@ def decode_stored(data: bytes, *, known_digest: "str | None" = None) -> Event:
 
     Raises: as :func:`decode`.
     """
-    data = _as_bytes(data)
+    if type(data) is not bytes:
+        data = _as_bytes(data)
     if known_digest is None:
         known_digest = hashlib.sha256(data).hexdigest()
     ev = _decode_stored_fast(data, known_digest)
@@ -1393,14 +1394,14 @@ def _schema_nodes(schema: Any) -> Iterator[dict[str, Any]]:
             yield from _schema_nodes(v)
 
 
-#: the slots of :class:`Event`, written one by one: what its generated ``__init__`` does (it calls
-#: ``object.__setattr__`` per field, as a frozen dataclass must), without the name lookups
-_EVENT_SLOTS = {f.name: Event.__dict__[f.name].__set__ for f in fields(Event)}
-(_set_trajectory_id, _set_event_id, _set_sequence_number, _set_event_type, _set_schema_version,
- _set_reducer_version, _set_owner_epoch, _set_control_epoch, _set_provenance, _set_payload, _set_canonical,
- _set_digest) = (_EVENT_SLOTS[n] for n in ("trajectory_id", "event_id", "sequence_number", "event_type",
-                                           "schema_version", "reducer_version", "owner_epoch", "control_epoch",
-                                           "provenance", "payload", "canonical", "digest"))
+class _EventSlots:
+    """:class:`Event`'s slots and nothing else, so the same memory layout: an instance filled by
+    plain attribute stores and then given the class ``Event`` (CPython allows changing the class
+    of an object between two classes of the same layout) is the Event its constructor builds,
+    without the constructor's ``object.__setattr__`` call per field (a frozen dataclass's)."""
+    __slots__ = tuple(f.name for f in fields(Event))
+
+
 _new_object = object.__new__
 
 
@@ -1409,20 +1410,21 @@ def _stored_event(trajectory_id: str, event_id: str, sequence_number: int, event
                   payload: Payload, canonical: bytes, digest: str) -> Event:
     """``Event(...)`` with these fields, its slots filled directly (no checks: the fast route's
     values are already checked)."""
-    ev = _new_object(Event)
-    _set_trajectory_id(ev, trajectory_id)
-    _set_event_id(ev, event_id)
-    _set_sequence_number(ev, sequence_number)
-    _set_event_type(ev, event_type)
-    _set_schema_version(ev, schema_version)
-    _set_reducer_version(ev, reducer_version)
-    _set_owner_epoch(ev, owner_epoch)
-    _set_control_epoch(ev, control_epoch)
-    _set_provenance(ev, provenance)
-    _set_payload(ev, payload)
-    _set_canonical(ev, canonical)
-    _set_digest(ev, digest)
-    return ev
+    ev = _new_object(_EventSlots)
+    ev.trajectory_id = trajectory_id
+    ev.event_id = event_id
+    ev.sequence_number = sequence_number
+    ev.event_type = event_type
+    ev.schema_version = schema_version
+    ev.reducer_version = reducer_version
+    ev.owner_epoch = owner_epoch
+    ev.control_epoch = control_epoch
+    ev.provenance = provenance
+    ev.payload = payload
+    ev.canonical = canonical
+    ev.digest = digest
+    ev.__class__ = Event   # type: ignore[assignment]
+    return ev   # type: ignore[return-value]
 
 
 #: verdicts of :func:`_clean_strings` on single short strings seen before (identifiers, literals,
