@@ -7,8 +7,10 @@ and a prefilter for the credential scan (``decode_stored``), msgspec for the fie
 it as another event, would weaken the log's integrity silently. Invariant: for every input, the
 fast routes give the same result as the checked ones: the same Event (same fields, canonical bytes
 and digest), or the same typed error with the same message; on the store, the same index, the same
-recovery report, the same events read; the credential prefilter finds a span exactly where the
-shape-by-shape scan does. Goal: a read path as fast as a JSON decoder allows, with every check the
+recovery report, the same events read; the credential prefilter (one Aho-Corasick search) finds a
+span exactly where the shape-by-shape scan does; the payload validator without the two prechecked
+model validators builds what ``model_validate`` builds; an Event filled slot by slot is the one
+its constructor builds. Goal: a read path as fast as a JSON decoder allows, with every check the
 reader made before (frame CRCs, digests, envelope and schema, unknown versions, credentials, torn
 and corrupt tails) still made.
 """
