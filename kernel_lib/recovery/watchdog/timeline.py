@@ -44,7 +44,12 @@ from kernel_lib.recovery.watchdog.detectors import METRIC_DIRECTIONS, WatchdogCo
 from kernel_lib.recovery.watchdog.model import Detection, WatchStep
 from kernel_lib.recovery.watchdog.steps import step_signature, watch_steps
 
-__all__ = ["DETECTORS", "WatchTimeline", "watch_timeline", "timeline_of_steps", "detection_summary"]
+__all__ = ["DETECTORS", "DETECTOR_LABELS", "WatchTimeline", "watch_timeline", "timeline_of_steps",
+           "detection_summary"]
+
+#: How a reader names each detector of :data:`DETECTORS`.
+DETECTOR_LABELS = {"watchdog": "semantic watchdog", "openhands": "OpenHands (as shipped)",
+                   "openhands_calls": "OpenHands (call only)", "gemini": "Gemini CLI"}
 
 #: Characters of an argument, observation or model text kept in a step's view.
 TEXT_CHARS = 160
