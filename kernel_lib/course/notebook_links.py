@@ -56,7 +56,8 @@ NOTEBOOK_SECTIONS: dict[str, tuple[str, ...]] = {
     "fr_3_watchdogs": ("Semantic Watchdog Timers", "The failure of classical OS liveness probes",
                        "Quantifiable semantic progress invariants", "Napkin Math 0.3: What an undetected loop costs",
                        "Watchdog intervention protocols",
-                       "Fallacy: A running agent process that regularly emits heartbeats is healthy and making progress."),
+                       "Fallacy: A running agent process that regularly emits heartbeats is healthy and making "
+                       "progress."),
 }
 _MARK = ("<!-- chapter-links: written by `python -m kernel_lib course link-chapters`; "
          "the sections come from kernel_lib/course/notebook_links.py -->")
