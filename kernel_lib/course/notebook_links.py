@@ -55,9 +55,7 @@ NOTEBOOK_SECTIONS: dict[str, tuple[str, ...]] = {
                               "Pivot Action Irreversibility", "The pivot action boundary"),
     "fr_3_watchdogs": ("Semantic Watchdog Timers", "The failure of classical OS liveness probes",
                        "Quantifiable semantic progress invariants", "Napkin Math 0.3: What an undetected loop costs",
-                       "Watchdog intervention protocols",
-                       "Fallacy: A running agent process that regularly emits heartbeats is healthy and making "
-                       "progress."),
+                       "Watchdog intervention protocols", "Fallacies and Pitfalls"),
 }
 _MARK = ("<!-- chapter-links: written by `python -m kernel_lib course link-chapters`; "
          "the sections come from kernel_lib/course/notebook_links.py -->")

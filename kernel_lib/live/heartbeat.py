@@ -1,7 +1,6 @@
 """The heartbeat fallacy, run: a worker process that answers every liveness probe while it goes
 round in circles (Failure Recovery, "Semantic Watchdog Timers": "The failure of classical OS
-liveness probes", and the fallacy "a running agent process that regularly emits heartbeats is
-healthy and making progress").
+liveness probes", and the fallacy in "Fallacies and Pitfalls" that takes a heartbeat for progress).
 
 The worker (``python -m kernel_lib.live.heartbeat CONFIG_JSON``, started by
 :func:`spawn_looping_worker`) is a process with the three signs of life a supervisor usually reads:

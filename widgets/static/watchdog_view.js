@@ -63,12 +63,19 @@ function render({ model, el }) {
       const y = 12 + row * LANE_H + LANE_H / 2;
       s.appendChild(svg("text", { x: 4, y: y + 4, class: "dal-lane-label" }, d.label));
       s.appendChild(svg("line", { x1: LEFT, x2: width - RIGHT, y1: y, y2: y, class: "dal-lane-line" }));
+      // one mark per step of a lane: the detections of one detector at one step share it (its title lists them)
+      const byStep = new Map();
       for (const f of (view.detections || []).filter((x) => x.detector === d.detector)) {
-        const c = svg("circle", { cx: xOf(f.step, n, width), cy: y, r: f.here ? 7 : 5,
-                                  class: "dal-mark" + (f.fired ? " dal-fired" : "") + (f.here ? " dal-here" : "") });
-        c.dataset.step = String(f.step); c.dataset.detector = f.detector;
-        c.appendChild(svg("title", {}, `${d.label}: ${f.kind} at log #${f.position} (step ${f.step}) — ${f.summary}`));
-        c.addEventListener("click", () => send(f.step));
+        if (!byStep.has(f.step)) byStep.set(f.step, []);
+        byStep.get(f.step).push(f);
+      }
+      for (const [step, fs] of byStep) {
+        const fired = fs.some((f) => f.fired), here = fs.some((f) => f.here);
+        const c = svg("circle", { cx: xOf(step, n, width), cy: y, r: here ? 7 : 5,
+                                  class: "dal-mark" + (fired ? " dal-fired" : "") + (here ? " dal-here" : "") });
+        c.dataset.step = String(step); c.dataset.detector = d.detector; c.dataset.count = String(fs.length);
+        c.appendChild(svg("title", {}, fs.map((f) => `${d.label}: ${f.kind} at log #${f.position} (step ${f.step}) — ${f.summary}`).join("\n")));
+        c.addEventListener("click", () => send(step));
         s.appendChild(c);
       }
     });
@@ -119,7 +126,8 @@ function render({ model, el }) {
     drawLanes(view);
     drawMetrics(view);
     const w = view.state_window || { entries: [] };
-    const rows = (w.entries || []).map((e) => ({ ...e, match: e.matches ? `k = ${e.distance}` : "" }));
+    const rows = (w.entries || []).map((e) => ({ ...e, match: !e.matches ? ""
+      : e.distance === w.period ? `k = ${e.distance}: the first match` : `equal too (k = ${e.distance})` }));
     if (view.step > 0) rows.push({ step: view.step, position: view.position, state_hash: w.current_hash || "—",
                                    distance: 0, match: w.counted ? "(this step)" : "(this step: not compared)", current: true });
     dal.fillTable(winTable, [{ key: "distance", label: "t − k" }, { key: "step", label: "step" },
