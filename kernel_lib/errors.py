@@ -121,6 +121,7 @@ that are retryable)::
                     SemanticDeadlockError
                     WorkspaceMissingError
                     WorkspaceUnreadableError
+                    WatchTimelineError  (also ValueError)
         Refusal
             AdmissionDenied
                 ActionMaskedRefusal
