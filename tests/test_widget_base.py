@@ -280,7 +280,8 @@ def test_every_bundle_renders_in_chromium_and_keeps_its_keys(browser, tmp_path):
             if module == "widgets.watchdog_view":     # one lane per detector; "next" and a mark go to a detection
                 first = w.timeline.fires()[0]
                 assert el.locator("table.dal-window tr").count() == 2          # header + this step (W is empty)
-                assert el.locator("circle.dal-mark").count() == len({(f["detector"], f["step"]) for f in w.timeline.fires()})
+                marks = {(f["detector"], f["step"]) for f in w.timeline.fires()}      # one per detector and step
+                assert el.locator("circle.dal-mark").count() == len(marks)
                 assert el.locator("table.dal-detections tr[data-detector=watchdog]").count() == len(
                     w.timeline.detections["watchdog"]) > 0
                 el.locator("button[data-action=next]").click()
