@@ -13,6 +13,8 @@ progress from what the environment and the log show, never from liveness:
   loop detection), for comparison in the same shape;
 * ``compare`` — the watchdog beside the baselines over many logs: loops caught and missed,
   detection delay, false positives on clean runs;
+* ``timeline`` — one log scrubbed step by step for a view: figure 3's window W, the metric
+  series, the action hashes and every detector's detections at each step, pure;
 * ``workspace`` — the environment's canonical state hash (sorted file tree, timestamps and
   modes stripped, ignore globs), incremental: a file whose stat is unchanged is not re-read;
 * ``escalation`` — the table-7 ladder as a pure decision from the log's watchdog records;
