@@ -11,7 +11,9 @@ action. Pure: no I/O, no clock; the same events always give the same steps.
 * a ``ToolIntent`` is a ``kind="tool"`` step (position: the intent's sequence number); its
   ``ToolResult`` is the observation (``failed``/``timeout``/``unreachable`` results are errors, and
   so is an unmarked text that :func:`~kernel_lib.recovery.observations.is_error_text` reads as one);
-  the model's reply of that turn is the step's ``model_text``;
+  the model's reply of that turn is the step's ``model_text``. A later attempt of the same
+  operation (the runtime retrying, or resuming an attempt a crash left in doubt) is the same step,
+  not a new action, and its result replaces an earlier attempt's error;
 * a model reply with no tool call is the agent addressing someone: when the next input is the
   user's (tau-bench, OpenAI messages) it is a ``kind="question"`` step whose observation is the
   user's answer, otherwise a ``kind="message"`` step;
@@ -425,6 +427,7 @@ class _Fold:
         self.open: _Draft | None = None                   # the step still waiting for its observation
         self.thoughts: dict[str, list[str]] = {}
         self.trees: list[tuple[int, str]] = []
+        self.retried: set[str] = set()                      # operations whose last result was an error
 
     # a reply with no call: a message, or a question once the user answers it
     def _settle_reply(self, answer: tuple[int, str] | None = None) -> None:
@@ -463,6 +466,9 @@ class _Fold:
         self.reply = (seq, text or thought, "agent")
 
     def tool_intent(self, seq: int, p: Any) -> None:
+        if p.operation_id in self.by_op:    # another attempt of the same operation: the same step
+            self.open = None
+            return
         text = ""
         if self.reply is not None:
             text = self.reply[1]
@@ -476,10 +482,18 @@ class _Fold:
 
     def tool_result(self, seq: int, p: Any) -> None:
         d = self.by_op.get(p.operation_id)
-        if d is None or p.status in _NON_FINAL or d.observation is not None:
+        if d is None or p.status in _NON_FINAL:
             return
+        if d.observation is not None:
+            if p.operation_id not in self.retried:
+                return
+            d.metrics = {}                                  # a retry's result replaces the failed attempt's
         outcome = p.outcome if isinstance(p.outcome, Mapping) else {}
         d.observe(_observation_text(p.outcome, p.status), seq, error=p.status in _ERROR_STATUSES)
+        if p.status in _ERROR_STATUSES:
+            self.retried.add(p.operation_id)                # a later attempt may still succeed
+        else:
+            self.retried.discard(p.operation_id)
         measured = _metrics_from_outcome(outcome)
         if measured:
             d.metrics = measured
