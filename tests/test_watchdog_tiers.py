@@ -25,6 +25,7 @@ from hypothesis import strategies as st
 from kernel_lib.core.action_signature import action_signature
 from kernel_lib.core.events import ActionMasked, TaskStarted, WatchdogIntervened, WatchdogIntervenedV1, decode
 from kernel_lib.core.record import fold, initial_record
+from kernel_lib.checkpoint.blobs import MemoryBlobStore
 from kernel_lib.errors import ActionMaskedRefusal, AdmissionDenied, ConfigError
 from kernel_lib.gate.dispatch import AdmissionPolicy, DispatchGate, ToolProposal, ToolReply
 from kernel_lib.live.looping_agent import run_looping_agent
@@ -187,11 +188,34 @@ def _log_counts(store, tid):
             "frozen": sum(e.event_type == "TrajectoryFrozen" for e in evs)}
 
 
+class _Reference:
+    """One uncrashed run of a scenario, kept for every test of this module that compares with it:
+    its result, its fleet and store, and the (name, event) of each gate position."""
+
+    def __init__(self, root: Path, scenario: str):
+        self.fleet, self.store, self.seen = TwinFleet(), MemoryStore(), []
+        self.res = run_looping_agent(root / f"ref-{scenario}", store=self.store, fleet=self.fleet, scenario=scenario,
+                                     must_survive="none", on_position=lambda name, ev: self.seen.append((name, ev)))
+        self.applied, self.counts = _applied(self.fleet), _log_counts(self.store, "loop-1")
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    """The uncrashed run of each scenario, made once for the module (``reference(scenario)``)."""
+    root, made = tmp_path_factory.mktemp("loop-references"), {}
+
+    def get(scenario: str) -> _Reference:
+        if scenario not in made:
+            made[scenario] = _Reference(root, scenario)
+        return made[scenario]
+    return get
+
+
 @pytest.mark.parametrize("scenario,outcome,state", [("no_pivot", "compensated", "FAILED"),
                                                     ("pivot", "frozen", "FROZEN")])
-def test_the_live_loop_goes_through_the_three_tiers(tmp_path, scenario, outcome, state):
-    fleet, store = TwinFleet(), MemoryStore()
-    res = run_looping_agent(tmp_path / "ws", store=store, fleet=fleet, scenario=scenario, must_survive="none")
+def test_the_live_loop_goes_through_the_three_tiers(reference, scenario, outcome, state):
+    ref = reference(scenario)
+    fleet, store, res = ref.fleet, ref.store, ref.res
     assert res.outcome == outcome and res.control_state == state
     assert [(i["tier"], i["outcome"]) for i in res.interventions] == [
         (1, "interrupted"), (2, "backtracked"), (3, outcome)]
@@ -214,6 +238,14 @@ def test_the_live_loop_goes_through_the_three_tiers(tmp_path, scenario, outcome,
     upto = cost["loop_first_turn"] + cost["turns_to_detection"]
     assert per_turn[:upto] == sorted(per_turn[:upto]) and cost["growth_tokens_per_turn"] > 0   # the context grows
     assert min(per_turn[upto:]) < max(per_turn[:upto + 2])   # until the backtrack prunes the looping turns
+    hashed = res.workspace_hash   # one incremental hasher: a full read once, then only the changes
+    assert hashed["change_source"] in ("inotify", "scan") and hashed["modes"]["full"] == 1
+    incremental = {"inotify"} if hashed["change_source"] == "inotify" else {"scan", "hint"}
+    assert set(hashed["modes"]) - {"full"} <= incremental and sum(hashed["modes"].values()) > len(res.effects)
+    evs = list(store.read("loop-1"))   # the log names the state each edit left: a checkpoint right after it
+    for i, e in enumerate(evs):
+        if e.event_type == "ToolResult" and e.payload.operation_id.startswith("t") and e.payload.outcome.get("changed"):
+            assert evs[i + 1].event_type == "Checkpoint", (e.sequence_number, evs[i + 1].event_type)
 
 
 def test_an_agent_that_heeds_the_interrupt_is_resolved_at_tier_1(tmp_path):
@@ -242,40 +274,36 @@ def _crash_at(k):
     return hook
 
 
-def _reference(tmp_path, scenario):
-    fleet, store = TwinFleet(), MemoryStore()
-    res = run_looping_agent(tmp_path / f"ref-{scenario}", store=store, fleet=fleet, scenario=scenario,
-                            must_survive="none")
-    return res, _applied(fleet), _log_counts(store, "loop-1")
-
-
 def _crash_and_resume(tmp_path, scenario, k):
-    fleet, store, ws = TwinFleet(), MemoryStore(), tmp_path / f"{scenario}-{k}"
+    """Crash the run at its ``k``-th gate position, in process, then resume it. The log store, the
+    blob store and the fleet are objects this test keeps across the crash; the workspace and its
+    effects ledger are files whose page cache outlives an in-process crash, so the ledger is
+    acknowledged at ``write`` (a sync would prove nothing here; the SIGKILL test below syncs)."""
+    fleet, store, blobs, ws = TwinFleet(), MemoryStore(), MemoryBlobStore(), tmp_path / f"{scenario}-{k}"
     with pytest.raises(_Crash):
-        run_looping_agent(ws, store=store, fleet=fleet, scenario=scenario, on_position=_crash_at(k),
-                          must_survive="none")
-    res = run_looping_agent(ws, store=store, fleet=fleet, scenario=scenario,
-                            must_survive="none")
+        run_looping_agent(ws, store=store, fleet=fleet, blobs=blobs, scenario=scenario, on_position=_crash_at(k),
+                          must_survive="none", ledger_ack="write")
+    res = run_looping_agent(ws, store=store, fleet=fleet, blobs=blobs, scenario=scenario, must_survive="none",
+                            ledger_ack="write")
     return res, _applied(fleet), _log_counts(store, "loop-1")
 
 
-def _same_run(got, want, where):
+def _same_run(got, ref, where):
     res, applied, counts = got
-    ref, ref_applied, ref_counts = want
-    assert res.outcome == ref.outcome, where
+    assert res.outcome == ref.res.outcome, where
     assert [(i["tier"], i["outcome"]) for i in res.interventions] == [
-        (i["tier"], i["outcome"]) for i in ref.interventions], where
-    assert _ledger(res.effects) == _ledger(ref.effects), where   # each edit and the rewind landed once
-    assert applied == ref_applied, where   # the services applied each request once
-    assert counts["masks"] == 1 and counts["interrupts"] == 1 and counts["frozen"] == ref_counts["frozen"], where
+        (i["tier"], i["outcome"]) for i in ref.res.interventions], where
+    assert _ledger(res.effects) == _ledger(ref.res.effects), where   # each edit and the rewind landed once
+    assert applied == ref.applied, where   # the services applied each request once
+    assert counts["masks"] == 1 and counts["interrupts"] == 1 and counts["frozen"] == ref.counts["frozen"], where
     assert sorted(set(counts["completions"])) == sorted(counts["completions"]) and len(counts["completions"]) == 3, \
         where   # no tier completed twice
 
 
 @pytest.mark.parametrize("scenario", ["no_pivot", "pivot"])
-def test_a_crash_at_every_position_resumes_at_the_right_tier(tmp_path, scenario):
-    ref = _reference(tmp_path, scenario)
-    n = len(ref[0].positions)
+def test_a_crash_at_every_position_resumes_at_the_right_tier(tmp_path, reference, scenario):
+    ref = reference(scenario)
+    n = len(ref.res.positions)
     ks = range(1, n + 1) if scenario == "no_pivot" else range(1, n + 1, 3)   # the pivot run: every third
     for k in ks:
         _same_run(_crash_and_resume(tmp_path, scenario, k), ref, f"{scenario}: crash at position {k}/{n}")
@@ -283,17 +311,6 @@ def test_a_crash_at_every_position_resumes_at_the_right_tier(tmp_path, scenario)
 
 
 # --- a real SIGKILL of a worker process -------------------------------------------------------------------
-
-
-def _positions_of(tmp_path, scenario):
-    """Gate positions (1-based) of the reference run, with the event reported at each."""
-    out = []
-
-    def hook(name, event):
-        out.append((name, event))
-    run_looping_agent(tmp_path / f"pos-{scenario}", store=MemoryStore(), fleet=TwinFleet(), scenario=scenario,
-                      on_position=hook, must_survive="none")
-    return out
 
 
 def _env():
@@ -308,10 +325,10 @@ def _worker(args, **kw):
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)
 
 
-def test_a_sigkilled_worker_resumes_at_the_right_tier_with_every_effect_once(tmp_path):
+def test_a_sigkilled_worker_resumes_at_the_right_tier_with_every_effect_once(tmp_path, reference):
     from kernel_lib.live.services import LiveFleet
 
-    pos = _positions_of(tmp_path, "no_pivot")
+    pos = reference("no_pivot").seen   # gate positions (1-based) of the uncrashed run, with their events
     # inside tier 2 (its intent is durable, the rewind not yet done) and inside tier 3 (the unwind began)
     t2 = next(i for i, (_n, e) in enumerate(pos, 1) if e is not None and e.event_type == "WatchdogIntervened"
               and e.payload.phase == "intent" and e.payload.tier == 2)

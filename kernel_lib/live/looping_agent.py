@@ -424,11 +424,14 @@ class _LogSteps:
 
 def _detect(record: Any, steps: list[Any], config: Any) -> Any:
     """The newest state-hash cycle among the steps the watchdog watches now (the window restarts
-    at a backtrack's restored state), or None. Pure: the log's steps in, a Detection out."""
+    at a backtrack's restored state), or None. A tool step still in doubt (a crash cut its call
+    short; the resumed turn retries it) has no outcome yet and is judged once it has one. Pure:
+    the log's steps in, a Detection out."""
     from kernel_lib.recovery.watchdog.detectors import detect_state_cycles
     from kernel_lib.recovery.watchdog.escalation import watch_window
 
-    found = detect_state_cycles(watch_window(steps, record), config)
+    settled = [s for s in steps if s.kind != "tool" or s.observation_position is not None]
+    found = detect_state_cycles(watch_window(settled, record), config)
     return max(found, key=lambda d: d.position) if found else None
 
 

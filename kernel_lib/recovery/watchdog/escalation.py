@@ -20,7 +20,9 @@ read-only actions, such as running the tests, do not count):
 * the loop is detected again within ``E`` mutative steps of the last intervention: one tier up
   from tier 1, and tier 2 again while backtracks remain (``policy.backtrack_budget``); once the
   budget is spent, tier 3;
-* after a tier 3, nothing: the trajectory is over.
+* after a tier 3, nothing: the trajectory is over;
+* a detection at or before the last intervention's, or about an action at or before the one the
+  last intervention answered (the evidence's ``step_position``), was answered already: nothing.
 
 Durability (intent before effect): every intervention is logged as a ``WatchdogIntervened``
 ``intent`` before any of its effects and as ``completed`` after all of them.
@@ -319,6 +321,14 @@ def decide_tier(history: TrajectoryRecord | Sequence[Intervention], detection: D
     if last_at is not None and detection.position <= last_at:
         return TierDecision(None, f"the detection at #{detection.position} is not after the last intervention's "
                             f"(#{last_at}): already answered", backtracks_used=backtracks)
+    last_step = (last.evidence or {}).get("step_position") if last is not None else None
+    if type(last_step) is int and "step_position" in (detection.evidence or {}) \
+            and step_position_of(detection) <= last_step:
+        # one alarm per step (as assign_tiers groups them): the same step seen again, e.g. once its
+        # observation arrived, is the alarm already answered, not a persisting loop
+        return TierDecision(None, f"the detection at #{detection.position} is about the action at "
+                            f"#{step_position_of(detection)}, which the last intervention answered (its action at "
+                            f"#{last_step}): already answered", backtracks_used=backtracks)
     onset = onset_of(detection)
     sig = _signature(record, detection) if record is not None else _evidence_signature(detection)
     iid_base = f"wd-{detection.position}"
