@@ -383,6 +383,24 @@ def test_steps_of_our_own_log_carry_workspace_trees_metrics_and_model_text():
     assert [d.tier for d in dets] == sorted(d.tier for d in dets)
 
 
+def test_a_growing_log_folded_event_by_event_gives_the_steps_of_each_prefix():
+    """The first step is folded before any tree is recorded (its state then comes from what the
+    log reveals); once trees arrive, every step's state must be what the one-pass fold says."""
+    from kernel_lib.recovery.watchdog.steps import StepFold, watch_steps
+    from tests.helpers import ev, intent, result
+
+    flip_flop = _own_log_flip_flop()
+    first = [flip_flop[0], ev(intent("branch", tool="create_branch", arguments={"name": "fix"}), 2),
+             ev(result("branch", outcome={"branch_id": "b-1"}), 3)]   # a change the log only reveals
+    events = first + [ev(e.payload, e.sequence_number + 2) for e in flip_flop[1:]]
+    assert watch_steps(events)[0].state_hash is None   # no tree before the next step: no state
+    fold = StepFold()
+    for i in range(len(events)):
+        fold.add(events[i:i + 1])
+        assert fold.steps() == watch_steps(events[:i + 1]), i
+    assert fold.add(events).steps() == watch_steps(events)   # events already folded are skipped
+
+
 def test_a_retried_attempt_is_the_same_step_and_its_result_replaces_an_error():
     """A crash left attempt 1 in doubt (intent, no result) or a transient failure made the runtime
     try again: the operation is still one action, observed by its final result."""

@@ -278,13 +278,17 @@ def _crash_and_resume(tmp_path, scenario, k):
     """Crash the run at its ``k``-th gate position, in process, then resume it. The log store, the
     blob store and the fleet are objects this test keeps across the crash; the workspace and its
     effects ledger are files whose page cache outlives an in-process crash, so the ledger is
-    acknowledged at ``write`` (a sync would prove nothing here; the SIGKILL test below syncs)."""
+    acknowledged at ``write`` (a sync would prove nothing here; the SIGKILL test below syncs).
+    The workspace hasher uses the stat scan with the tools' hints here (the references use
+    inotify where the kernel has it, so the sweep also shows both change sources agree)."""
     fleet, store, blobs, ws = TwinFleet(), MemoryStore(), MemoryBlobStore(), tmp_path / f"{scenario}-{k}"
+    run = dict(store=store, fleet=fleet, blobs=blobs, scenario=scenario, must_survive="none", ledger_ack="write",
+               change_source="scan")
     with pytest.raises(_Crash):
-        run_looping_agent(ws, store=store, fleet=fleet, blobs=blobs, scenario=scenario, on_position=_crash_at(k),
-                          must_survive="none", ledger_ack="write")
-    res = run_looping_agent(ws, store=store, fleet=fleet, blobs=blobs, scenario=scenario, must_survive="none",
-                            ledger_ack="write")
+        run_looping_agent(ws, on_position=_crash_at(k), **run)
+    res = run_looping_agent(ws, **run)
+    assert res.workspace_hash["change_source"] == "scan"
+    assert set(res.workspace_hash["modes"]) <= {"full", "hint", "scan"}
     return res, _applied(fleet), _log_counts(store, "loop-1")
 
 

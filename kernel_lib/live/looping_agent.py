@@ -407,19 +407,28 @@ def watch_config() -> Any:
 
 
 class _LogSteps:
-    """The log's events, read once and extended as the log grows, folded into watchdog steps."""
+    """The log's watchdog steps, folded incrementally
+    (:class:`~kernel_lib.recovery.watchdog.steps.StepFold`: each event read once).
+
+    Calling it returns the steps, or None when the log has not grown since the last call: the
+    detection, a pure function of the log, would be the same, and the ladder has answered it
+    already (a resumed run replaying its recorded turns appends nothing)."""
 
     def __init__(self, log: Any):
+        from kernel_lib.recovery.watchdog.steps import StepFold
+
         self.log = log
-        self.events: list[Any] = []
+        self.fold = StepFold()
+        self._folded_at = -1
 
-    def __call__(self) -> list[Any]:
-        from kernel_lib.recovery.watchdog.steps import watch_steps
-
-        have = self.events[-1].sequence_number if self.events else 0
-        if self.log.head > have:
-            self.events.extend(self.log.events(have + 1, self.log.head))
-        return watch_steps(self.events)
+    def __call__(self) -> list[Any] | None:
+        head = self.log.head
+        if head == self._folded_at:
+            return None
+        if head > self.fold.last_position:
+            self.fold.add(self.log.events(self.fold.last_position + 1, head))
+        self._folded_at = head
+        return self.fold.steps()
 
 
 def _detect(record: Any, steps: list[Any], config: Any) -> Any:
@@ -789,7 +798,8 @@ def run_looping_agent(workspace: str | os.PathLike, *, store: Any = None, fleet:
             while True:
                 runner.resume()   # a tier a crash cut short is finished before anything else
                 _record_state(gate, checkpointer, ws)   # the state the last step left, in the log
-                det = _detect(gate.record, steps(), config)
+                now = steps()
+                det = _detect(gate.record, now, config) if now is not None else None
                 if det is not None:
                     runner.intervene(det)
                 if gate.record.control_state != "RUNNING":

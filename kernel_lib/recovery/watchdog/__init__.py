@@ -7,7 +7,8 @@ progress from what the environment and the log show, never from liveness:
 * ``model`` — the shared vocabulary: :class:`WatchStep` (one step as the detectors see it: the
   action, the observation after it, the environment's state hash, verifier metrics, the model's
   text) and :class:`Detection` (where a detector fired, its kind, its evidence, the tier);
-* ``steps`` — steps folded from a log (ours or an imported one), pure;
+* ``steps`` — steps folded from a log (ours or an imported one), pure, in one pass or as the
+  log grows;
 * ``detectors`` — the table-6 detectors over a step sequence, pure;
 * ``baselines`` — the loop rules other runtimes ship (OpenHands' stuck detector, Gemini CLI's
   loop detection), for comparison in the same shape;
@@ -35,7 +36,7 @@ from kernel_lib._support.lazy import lazy_exports
 __all__, __getattr__, __dir__ = lazy_exports(__name__, {
     "kernel_lib.recovery.watchdog.model": ("DETECTION_KINDS", "DetectionKind", "Detection", "WatchStep", "StepKind"),
     "kernel_lib.recovery.watchdog.steps": ("LOG_STATE_MISSES", "log_format", "is_mutative", "metrics_from_text",
-                                           "watch_steps", "step_signature"),
+                                           "watch_steps", "StepFold", "step_signature"),
     "kernel_lib.recovery.watchdog.detectors": (
         "WatchdogConfig", "EmbeddingStatus", "Embedder", "METRIC_DIRECTIONS", "assign_tiers", "detect_state_cycles",
         "detect_metric_stagnation", "detect_metric_oscillation", "detect_action_repetition",
