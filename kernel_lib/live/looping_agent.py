@@ -579,13 +579,30 @@ class LoopResult:
                                                "positions", "error", "workspace_hash")}
 
 
-def loop_cost(record: Any, *, turn_ceiling: int = 50) -> dict[str, Any]:
-    """The measured cost of the loop, for Napkin Math 0.3: per model turn the input tokens of its
-    delivered context and its output tokens (:func:`count_tokens`); the loop's first turn (the
-    turn before the cycle's first edit), the tokens spent from there to the first detection and
-    to the end, the measured growth Δ of the re-sent context per turn, and the arithmetic-series
-    projection to the turn ceiling (n·s0 + Δ·n(n−1)/2, no prefix caching) with its ratio to what
-    detection at the first repeat cost. USD at 3 and 15 USD per million input and output tokens."""
+def loop_cost(record: Any, *, turn_ceiling: int = 50, input_usd_per_mtok: float = INPUT_USD_PER_MTOK,
+              output_usd_per_mtok: float = OUTPUT_USD_PER_MTOK) -> dict[str, Any]:
+    """The measured cost of the loop, for Napkin Math 0.3 (tokens by :func:`count_tokens`).
+
+    From the record's model turns: each turn's input tokens (the delivered context) and output
+    tokens; the loop's first turn (the turn that proposed the cycle's first action); the turns
+    from there to the first watchdog intervention (``turns_to_detection``) and what they sent and
+    wrote (``input_tokens_to_detection``, ``output_tokens_to_detection``, ``usd_to_detection``:
+    measured sums); the loop's first context s0 (``first_turn_tokens``) and the growth Δ of the
+    re-sent context per turn while the loop went undetected (``growth_tokens_per_turn``, the mean
+    step over the turns to detection; over the whole loop when fewer than two), and the
+    arithmetic-series projection of an undetected loop to ``turn_ceiling`` turns (input
+    n·s0 + Δ·n(n−1)/2, no prefix caching; output n times the mean output per turn):
+    ``ceiling_input_tokens_projected``, ``usd_to_ceiling_projected``, with the ratios
+    ``ratio_ceiling_to_detection`` (input tokens) and ``usd_ratio_ceiling_to_detection``. Also
+    the whole loop's tokens (its later turns include the interrupt and the backtrack's pruning).
+
+    USD at ``input_usd_per_mtok`` / ``output_usd_per_mtok`` per million tokens (default: the
+    prices the run was charged at). Without an intervention only the per-turn lists are given.
+    Raises ConfigError for a ``turn_ceiling`` below 1 or a negative price."""
+    if type(turn_ceiling) is not int or turn_ceiling < 1:
+        raise ConfigError(f"turn_ceiling must be an integer >= 1, got {turn_ceiling!r}")
+    if not all(isinstance(x, (int, float)) and x >= 0 for x in (input_usd_per_mtok, output_usd_per_mtok)):
+        raise ConfigError("prices must be numbers >= 0 (USD per million tokens)")
     turns = []
     for oid, op in record.operations.items():
         if op.kind == "model" and op.status == "established" and op.outcome:
@@ -598,7 +615,8 @@ def loop_cost(record: Any, *, turn_ceiling: int = 50) -> dict[str, Any]:
            and r.get("phase") == "intent"]
     out: dict[str, Any] = {"turns": len(turns), "input_tokens_per_turn": [t[1] for t in turns],
                            "output_tokens_per_turn": [t[2] for t in turns], "tokenizer": "word-and-punctuation count",
-                           "turn_ceiling": turn_ceiling}
+                           "turn_ceiling": turn_ceiling, "input_usd_per_mtok": input_usd_per_mtok,
+                           "output_usd_per_mtok": output_usd_per_mtok}
     if not ivs or not turns:
         return out
     first = ivs[0]
@@ -607,25 +625,29 @@ def loop_cost(record: Any, *, turn_ceiling: int = 50) -> dict[str, Any]:
     start = loop_turns[-1][0] if loop_turns else turns[0][0]
     looped = [t for t in turns if t[0] >= start]
     detect = [t for t in looped if t[3] < first["sequence_number"]]
+    basis = detect if len(detect) >= 2 else looped
     s0 = looped[0][1]
-    growth = [b[1] - a[1] for a, b in zip(looped, looped[1:])]
+    growth = [b[1] - a[1] for a, b in zip(basis, basis[1:])]
     delta = sum(growth) / len(growth) if growth else 0.0
-    n_det = len(detect)
-    out_tok = sum(t[2] for t in looped) / max(1, len(looped))
+    out_mean = sum(t[2] for t in basis) / len(basis)
 
     def usd(inp: float, outp: float) -> float:
-        return round(inp * INPUT_USD_PER_MTOK / 1e6 + outp * OUTPUT_USD_PER_MTOK / 1e6, 6)
+        return round((inp * input_usd_per_mtok + outp * output_usd_per_mtok) / 1e6, 6)
 
-    ceiling_in = turn_ceiling * s0 + delta * turn_ceiling * (turn_ceiling - 1) / 2
-    det_in = sum(t[1] for t in detect)
+    N = turn_ceiling
+    ceiling_in = N * s0 + delta * N * (N - 1) / 2
+    det_in, det_out = sum(t[1] for t in detect), sum(t[2] for t in detect)
+    det_usd, ceiling_usd = usd(det_in, det_out), usd(ceiling_in, out_mean * N)
     out.update(loop_first_turn=start, first_turn_tokens=s0, growth_tokens_per_turn=round(delta, 2),
-               turns_to_detection=n_det, input_tokens_to_detection=det_in,
+               output_tokens_per_turn_mean=round(out_mean, 2), turns_to_detection=len(detect),
+               input_tokens_to_detection=det_in, output_tokens_to_detection=det_out,
                input_tokens_whole_loop=sum(t[1] for t in looped),
                output_tokens_whole_loop=sum(t[2] for t in looped),
-               usd_to_detection=usd(det_in, out_tok * n_det),
+               usd_to_detection=det_usd,
                ceiling_input_tokens_projected=round(ceiling_in),
-               usd_to_ceiling_projected=usd(ceiling_in, out_tok * turn_ceiling),
-               ratio_ceiling_to_detection=round(ceiling_in / det_in, 2) if det_in else None)
+               usd_to_ceiling_projected=ceiling_usd,
+               ratio_ceiling_to_detection=round(ceiling_in / det_in, 2) if det_in else None,
+               usd_ratio_ceiling_to_detection=round(ceiling_usd / det_usd, 2) if det_usd else None)
     return out
 
 
@@ -747,8 +769,8 @@ def run_looping_agent(workspace: str | os.PathLike, *, store: Any = None, fleet:
     Returns: a :class:`LoopResult`.
 
     Raises:
-        ConfigError: an unknown scenario, ledger acknowledgment or change source, or a workspace
-            that is neither empty nor this world.
+        ConfigError: an unknown scenario, ledger acknowledgment or change source, a turn ceiling
+            below 1, or a workspace that is neither empty nor this world.
     """
     from kernel_lib.checkpoint.blobs import DirectoryBlobStore
     from kernel_lib.log.sqlite import SQLiteStore
@@ -760,6 +782,8 @@ def run_looping_agent(workspace: str | os.PathLike, *, store: Any = None, fleet:
         raise ConfigError(f"scenario must be one of {', '.join(SCENARIOS)}, got {scenario!r}")
     if ledger_ack not in LEDGER_ACKS:
         raise ConfigError(f"ledger_ack must be one of {', '.join(LEDGER_ACKS)}, got {ledger_ack!r}")
+    if type(turn_ceiling) is not int or turn_ceiling < 1:
+        raise ConfigError(f"turn_ceiling must be an integer >= 1, got {turn_ceiling!r}")
     ws_dir = Path(workspace)
     if not ws_dir.exists() or not any(ws_dir.iterdir()):
         write_world(ws_dir)
