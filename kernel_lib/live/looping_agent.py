@@ -18,8 +18,8 @@ edits it to 40, runs the tests, edits it to 45 again: the workspace returns to a
 two mutative steps earlier (k = 2), and the watchdog catches the repeat. Every model call and
 every tool call goes through the dispatch gate (eq. 1), the saga (a sandbox and a branch, and in
 the ``pivot`` scenario a notification e-mail, a tier-III pivot) runs through
-:class:`~kernel_lib.recovery.runner.SagaRunner`, and Chapter 11 checkpoints of the workspace are
-captured before every mutative step.
+:class:`~kernel_lib.recovery.runner.SagaRunner`, and a Chapter 11 checkpoint of the workspace's
+state before every mutative step is always in the log (see "The state" below).
 
 The ladder, with a stubborn policy (``obey_interrupt=0``, the default):
 
@@ -53,14 +53,18 @@ The watchdog's parts, as the rest of the project has them:
   restarts at the restored state, since the rewound states are off the trajectory's path (as the
   rewound turns are out of the model's context). The newest detection goes to the ladder
   (:class:`~kernel_lib.recovery.watchdog.runner.WatchdogRunner`, which decides the tier).
-  Only the state-hash detector drives the live loop (:data:`WATCH_CONFIG`); every detector runs
+  Only the state-hash detector drives the live loop (:func:`watch_config`); every detector runs
   over its log offline (``python -m kernel_lib watchdog``).
 
 Compared with the private stand-ins this replaced, the detector fires at the observation that
 closed the cycle (the ``ToolResult`` one position after the action's intent), names the cycle's
 onset through its ``occurrences`` and the action through ``signature``/``step_position`` (which
-the ladder reads), and sees the same states at the same turns: tier 1 at the first repeat, tier 2
-at the next, tier 3 when the masked edit's work-around brings the state back.
+the ladder now reads), and sees the same states at the same turns: tier 1 at the first repeat,
+tier 2 at the next, tier 3 when the masked edit's work-around brings the state back. Two things
+keep that true across crashes: a tool step whose call a crash left in doubt is judged only once
+its retried attempt has an outcome (before, the same step would be seen twice, at its intent and
+at its result), and the ladder counts detections about one action as one alarm. Run over this
+log offline (no window), the detectors also report the cycles that span the backtrack.
 
 The effects are counted where they land, not from the log: every write the workspace receives
 (an edit, a rewind) is appended to an effects ledger beside the workspace by the receiver,
