@@ -106,6 +106,45 @@ def test_a_ladder_policy_out_of_range_is_refused():
         decide_tier([_iv(1, 10)], _det(20))
 
 
+def test_the_ladder_reads_the_detectors_evidence_and_counts_one_alarm_per_action():
+    """The detectors fire at the observation after an action and name the loop's steps
+    (``occurrences``), the action (``step_position``) and its h_tool (``signature``)."""
+    sig = "0123456789abcdef"
+    first = Detection(position=71, kind="state_hash_cycle",
+                      evidence={"step_position": 70, "occurrences": [32, 51, 70], "signature": sig})
+    d = decide_tier([], first, LadderPolicy())
+    assert (d.tier, d.onset_position, d.action_signature) == (1, 32, sig)
+    answered = Intervention("wd-71-t1", 1, "state_hash_cycle", 71, 72, 74, sig, 32, evidence=dict(first.evidence))
+    # the same action seen again at a later position (its retried attempt's result) is the same alarm
+    again = Detection(position=78, kind="state_hash_cycle", evidence={**first.evidence, "occurrences": [32, 51, 70]})
+    assert decide_tier([answered], again, LadderPolicy(), steps_since_last=0).tier is None
+    nxt = Detection(position=93, kind="state_hash_cycle",
+                    evidence={"step_position": 92, "occurrences": [51, 70, 92], "signature": "fedcba9876543210"})
+    d2 = decide_tier([answered], nxt, LadderPolicy(), steps_since_last=1)
+    assert (d2.tier, d2.onset_position, d2.action_signature) == (2, 32, "fedcba9876543210")   # the earlier onset
+
+
+def test_the_window_restarts_at_the_state_a_finished_backtrack_restored():
+    from kernel_lib.recovery.watchdog.detectors import detect_state_cycles
+    from kernel_lib.recovery.watchdog.escalation import watch_window
+    from kernel_lib.recovery.watchdog.model import WatchStep
+
+    def steps(states):
+        return [WatchStep(position=10 * i, kind="tool", actor="agent", tool="edit", arguments={"to": h},
+                          observation="ok", observation_position=10 * i + 1, state_hash=h, state_source="workspace",
+                          mutative=True) for i, h in enumerate(states, 1)]
+    # 0 -> A -> B -> A (tier 1) -> B (tier 2: rewound to 0, the step's recorded state is 0) -> A -> C -> A
+    seq = steps(["0", "A", "B", "A", "0", "A", "C", "A"])
+    t1 = Intervention("wd-41-t1", 1, "state_hash_cycle", 41, 42, 44)
+    t2 = Intervention("wd-51-t2", 2, "state_hash_cycle", 51, 52, 55)
+    assert watch_window(seq, [t1]) == seq
+    assert watch_window(seq, [t1, Intervention("wd-51-t2", 2, "state_hash_cycle", 51, 52)]) == seq   # unfinished
+    window = watch_window(seq, [t1, t2])
+    assert [s.position for s in window] == [50, 60, 70, 80]   # from the step that carries the restored state
+    assert [d.evidence["step_position"] for d in detect_state_cycles(window)] == [80]   # not 60: A before the rewind
+    assert 60 in [d.evidence["step_position"] for d in detect_state_cycles(seq)]          # which the whole log shows
+
+
 # --- the log's records: v2 intent/completion, v1 upcast, unfinished ----------------------------------
 
 
