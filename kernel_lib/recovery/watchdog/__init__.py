@@ -56,4 +56,7 @@ __all__, __getattr__, __dir__ = lazy_exports(__name__, {
         "INTERRUPT_INPUT"),
     "kernel_lib.recovery.watchdog.runner": ("WatchdogRunner", "WorkspaceRestorer", "SemanticDeadlockError",
                                             "interrupt_text", "ERR_SEMANTIC_DEADLOCK"),
+    # its DETECTORS is compare's (the one exported above)
+    "kernel_lib.recovery.watchdog.timeline": ("DETECTOR_LABELS", "WatchTimeline", "watch_timeline",
+                                              "timeline_of_steps", "detection_summary"),
 })
