@@ -53,7 +53,10 @@ def test_record_round_trips_exactly_through_state_dict_and_json(steps, data):
     k = data.draw(st.integers(0, len(events)))
     rec = fold(initial_record(TID), events[:k])
     state = rec.state_dict()
-    assert state == dataclasses.asdict(rec)                     # same content as asdict, cheaper
+    full = dataclasses.asdict(rec)
+    if not full["masked_actions"]:       # left out while empty (issue 18): snapshots keep their bytes
+        del full["masked_actions"]
+    assert state == full                                         # same content as asdict, cheaper
     assert TrajectoryRecord.from_dict(state) == rec              # exact, field for field
     data = encode_record_state(state)                              # the snapshot bytes
     back = TrajectoryRecord.from_dict(decode_record_state(data)[0])

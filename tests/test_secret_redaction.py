@@ -122,6 +122,14 @@ def ordinary_text(draw):
 LABELLED = re.compile(r"(?i)(?:api_?key|secret|password|passwd|token)[ \t]*[:=][ \t]*(?:call_|task-)")
 
 
+@pytest.mark.parametrize("text", ["token token token: max_tokens=4096 ", "token: max_token=4096",
+                                  "secret = max_retries=3", "api_key: n_ctx=8192"])
+def test_an_assignment_after_a_credential_keyword_is_not_a_credential(text):
+    """Found by the property below (hypothesis drew "token: max_tokens=4096"): the value the
+    KEY=value shape captured was itself an assignment of a number to a snake_case name."""
+    assert redact_secrets({"reply": text}) == ({"reply": text}, [])
+
+
 @given(text=ordinary_text().filter(lambda t: not LABELLED.search(t)))
 def test_ordinary_text_is_not_redacted(text):
     out, hits = redact_secrets({"reply": text, "model": "gpt-4o-mini"})

@@ -111,7 +111,8 @@ def _credential_like(name: str, m: re.Match[str]) -> bool:
     characters on the key's line, not followed by ``.``, ``(`` or ``[``) mixes letters and digits
     and is no slug (parts joined by ``-`` or ``_`` that are each lower-case letters, digits, or at
     most 3 characters: "gpt-4o-mini", "task-0042"), so "pad_token = tokenizer.eos_token", "token =
-    Keyword.Reserved", "max_token=4096" and "token: gpt-4o-mini" are ordinary while
+    Keyword.Reserved", "max_token=4096", "token: max_tokens=4096" (an assignment read as the
+    value: its parts split at ``=`` too) and "token: gpt-4o-mini" are ordinary while
     "password=hunter22" and "token: 5d41402a-bc4b-…" are not. The other shapes are specific
     enough as they stand."""
     if name == "bearer":
@@ -123,7 +124,7 @@ def _credential_like(name: str, m: re.Match[str]) -> bool:
                 or (len(v) >= 32 and any(c.isdigit() for c in v) and v.lower() != v and v.upper() != v))
     if name == "key-value":
         v = m.group("v")
-        slug = all(seg.isalpha() and seg.islower() or seg.isdigit() or len(seg) <= 3 for seg in re.split(r"[-_]", v))
+        slug = all(seg.isalpha() and seg.islower() or seg.isdigit() or len(seg) <= 3 for seg in re.split(r"[-_=]", v))
         return any(c.isdigit() for c in v) and any(c.isalpha() for c in v) and not slug
     return True
 

@@ -434,7 +434,9 @@ class TrajectoryRecord:
         """The stored fields only, as plain JSON data: what a record snapshot holds (§11.4.1).
 
         Equal to ``dataclasses.asdict(self)`` (no derived figures, no rounding, so
-        :meth:`from_dict` of it rebuilds an equal record), but several times faster: the
+        :meth:`from_dict` of it rebuilds an equal record) except that ``masked_actions`` (issue
+        18) is left out while empty, so a log without masks snapshots to the same bytes as
+        before it existed; and several times faster: the
         containers the reducer changes are fresh, while JSON leaf values (the task, arguments,
         outcomes, list entries) are shared with the record. The reducer replaces those leaves
         and never edits them; callers should treat them as read-only too.
@@ -449,6 +451,8 @@ class TrajectoryRecord:
         d["decisions"] = dict(self.decisions)
         for name in _LIST_FIELDS:
             d[name] = list(d[name])
+        if not d["masked_actions"]:
+            del d["masked_actions"]
         return d
 
     def snapshot_state(self) -> dict[str, Any]:
