@@ -797,9 +797,11 @@ def _amount(ev: Event, name: str, amount_usd: Any, rounding: Rounding) -> int:
 
 def _check_budget(b: Budget, r: Reservation | None) -> None:
     """The budget invariants after a step that touched the budget (a failure is a reducer bug,
-    not bad data: the handlers refuse whatever would break them)."""
+    not bad data: the handlers refuse whatever would break them). A reservation's outstanding
+    amount is ``max(amount - settled, 0)`` or 0, so it is >= 0 by definition; its two terms are
+    what is checked."""
     assert b.actual_consumption_micro_usd >= 0 and b.ceiling_micro_usd >= 0, b
-    assert r is None or (r.amount_micro_usd >= 0 and r.settled_micro_usd >= 0 and r.outstanding_micro_usd >= 0), r
+    assert r is None or (r.amount_micro_usd >= 0 and r.settled_micro_usd >= 0), r
 
 
 def _kind_clash(ev: Event, op_id: str, kind: str, op: Operation) -> FoldError:
@@ -823,19 +825,23 @@ def _task_started(rec: TrajectoryRecord, ev: Event, p: TaskStarted) -> None:
 # checks and changes of the plain version (:func:`_op`, then the handler's own refusals, then the
 # changes), and settles the operation's status directly where the outcome is known without
 # walking the attempts (a new operation with one intent is in doubt; an attempt just established
-# makes the operation established), else through :func:`_settle_status`.
+# makes the operation established), else through :func:`_settle_status`. They read the payload's
+# fields from its ``__dict__`` (where a pydantic model keeps them): an attribute read on a payload
+# goes through the model class's ``__getattr__`` hook and costs several dict reads. Error
+# messages, built only on a refusal, use plain attributes.
 
 
 def _context_built(rec: TrajectoryRecord, ev: Event, p: ContextBuilt) -> None:
+    pf = p.__dict__   # the payload's fields (see above)
     if rec.control_state in TERMINAL_STATES:
         _not_terminal(rec, ev)
-    inv = p.invocation_id
+    inv = pf["invocation_id"]
     ops = rec.operations
     op = ops.get(inv)
     if op is None:
         op = ops[inv] = Operation(inv, "model")
-        op.tool = p.model
-        op.input_ref = p.delivered_input_sha256
+        op.tool = pf["model"]
+        op.input_ref = pf["delivered_input_sha256"]
         op.attempts[inv] = Attempt(inv, ev.sequence_number)
         op.current_attempt_id = inv
         op.status = "in_doubt"   # the request may have left; only a ModelReplied settles it
@@ -846,8 +852,8 @@ def _context_built(rec: TrajectoryRecord, ev: Event, p: ContextBuilt) -> None:
     if att is not None and att.intent_sequence is not None:
         raise FoldError(f"event {ev.event_id}: invocation {inv} was already built; a retry needs a "
                         "fresh invocation id")
-    op.tool = p.model
-    op.input_ref = p.delivered_input_sha256
+    op.tool = pf["model"]
+    op.input_ref = pf["delivered_input_sha256"]
     if att is None:
         att = op.attempts[inv] = Attempt(inv)
     att.intent_sequence = ev.sequence_number
@@ -856,7 +862,8 @@ def _context_built(rec: TrajectoryRecord, ev: Event, p: ContextBuilt) -> None:
 
 
 def _model_replied(rec: TrajectoryRecord, ev: Event, p: ModelReplied) -> None:
-    inv = p.invocation_id
+    pf = p.__dict__   # the payload's fields (see above)
+    inv = pf["invocation_id"]
     ops = rec.operations
     op = ops.get(inv)
     if op is None:
@@ -866,14 +873,14 @@ def _model_replied(rec: TrajectoryRecord, ev: Event, p: ModelReplied) -> None:
     att = op.attempts.get(inv)
     if att is None:
         att = op.attempts[inv] = Attempt(inv)
-    status = p.status
+    status = pf["status"]
     att.last_result_status, att.last_result_sequence = status, ev.sequence_number
     if att.intent_sequence is None:
         op.intent_missing = True
     if status == "complete" and not att.established:
         att.established = True
-        op.outcome = {"reply": p.reply, "proposal": p.proposal, "input_tokens": p.input_tokens,
-                      "output_tokens": p.output_tokens}
+        op.outcome = {"reply": pf["reply"], "proposal": pf["proposal"], "input_tokens": pf["input_tokens"],
+                      "output_tokens": pf["output_tokens"]}
         op.status = "established"
         return
     # partial or error replies leave the charge in doubt until usage evidence settles it
@@ -881,18 +888,19 @@ def _model_replied(rec: TrajectoryRecord, ev: Event, p: ModelReplied) -> None:
 
 
 def _authorized(rec: TrajectoryRecord, ev: Event, p: Authorized) -> None:
-    decision = p.decision
-    rec.decisions[p.decision_id] = {"subject_id": p.subject_id, "decision": decision,
-                                    "policy_version": p.policy_version, "grant_id": p.grant_id,
+    pf = p.__dict__   # the payload's fields (see above)
+    decision = pf["decision"]
+    rec.decisions[pf["decision_id"]] = {"subject_id": pf["subject_id"], "decision": decision,
+                                    "policy_version": pf["policy_version"], "grant_id": pf["grant_id"],
                                     "sequence_number": ev.sequence_number}
-    subject, kind = p.subject_id, p.subject_kind
+    subject, kind = pf["subject_id"], pf["subject_kind"]
     ops = rec.operations
     op = ops.get(subject)
     if op is None:
         op = ops[subject] = Operation(subject, kind)
     elif op.kind != kind:
         raise _kind_clash(ev, subject, kind, op)
-    op.authorization_ref = p.decision_id
+    op.authorization_ref = pf["decision_id"]
     status = op.status
     if status == WITHHELD:   # a new attempt of an operation whose attempts were never sent
         op.status = "denied" if decision == "deny" else "proposed"   # admitted once its reservation folds
@@ -901,14 +909,15 @@ def _authorized(rec: TrajectoryRecord, ev: Event, p: Authorized) -> None:
 
 
 def _budget_reserved(rec: TrajectoryRecord, ev: Event, p: BudgetReserved) -> None:
+    pf = p.__dict__   # the payload's fields (see above)
     b = rec.budget
     reservations = b.reservations
-    rid = p.reservation_id
+    rid = pf["reservation_id"]
     if rid in reservations:
         raise FoldError(f"event {ev.event_id}: reservation {rid} already exists; a reservation "
                         "is never replaced (that would change the liability it holds)")
-    r = reservations[rid] = Reservation(rid, p.subject_id, _amount(ev, "amount_usd", p.amount_usd, "up"))
-    op = rec.operations.get(p.subject_id)
+    r = reservations[rid] = Reservation(rid, pf["subject_id"], _amount(ev, "amount_usd", pf["amount_usd"], "up"))
+    op = rec.operations.get(pf["subject_id"])
     if op is not None:
         op.reservation_id = rid
         if op.status == "proposed":
@@ -919,9 +928,10 @@ def _budget_reserved(rec: TrajectoryRecord, ev: Event, p: BudgetReserved) -> Non
 
 
 def _budget_settled(rec: TrajectoryRecord, ev: Event, p: BudgetSettled) -> None:
-    actual = _amount(ev, "actual_usd", p.actual_usd, "up")
+    pf = p.__dict__   # the payload's fields (see above)
+    actual = _amount(ev, "actual_usd", pf["actual_usd"], "up")
     b = rec.budget
-    r = b.reservations.get(p.reservation_id)
+    r = b.reservations.get(pf["reservation_id"])
     if r is None:   # usage evidence without a reservation: count it, hold nothing
         b.actual_consumption_micro_usd += actual
         _check_budget(b, None)
@@ -930,23 +940,24 @@ def _budget_settled(rec: TrajectoryRecord, ev: Event, p: BudgetSettled) -> None:
         raise FoldError(f"event {ev.event_id}: reservation {p.reservation_id} was already finally settled")
     r.settled_micro_usd += actual
     b.actual_consumption_micro_usd += actual
-    if p.final:
+    if pf["final"]:
         r.released = True
     _check_budget(b, r)
 
 
 def _tool_intent(rec: TrajectoryRecord, ev: Event, p: ToolIntent) -> None:
+    pf = p.__dict__   # the payload's fields (see above)
     if rec.control_state in TERMINAL_STATES:
         _not_terminal(rec, ev)
-    op_id, aid = p.operation_id, p.attempt_id
+    op_id, aid = pf["operation_id"], pf["attempt_id"]
     ops = rec.operations
     op = ops.get(op_id)
     if op is None:
         op = ops[op_id] = Operation(op_id, "tool")
-        op.tool, op.arguments, op.input_ref = p.tool, dict(p.arguments), p.input_ref
-        op.repeat_contract = p.repeat_contract
-        op.authorization_ref = p.authorization_ref
-        op.reservation_id = p.reservation_ref
+        op.tool, op.arguments, op.input_ref = pf["tool"], dict(pf["arguments"]), pf["input_ref"]
+        op.repeat_contract = pf["repeat_contract"]
+        op.authorization_ref = pf["authorization_ref"]
+        op.reservation_id = pf["reservation_ref"]
         op.attempts[aid] = Attempt(aid, ev.sequence_number)
         op.current_attempt_id = aid
         op.status = "in_doubt"   # possible dispatch: nothing but evidence settles this attempt
@@ -958,15 +969,15 @@ def _tool_intent(rec: TrajectoryRecord, ev: Event, p: ToolIntent) -> None:
     if att is not None and att.intent_sequence is not None:
         raise FoldError(f"event {ev.event_id}: attempt {aid} of {op_id} already has an intent; "
                         "a new transport attempt needs a new attempt id")
-    arguments = dict(p.arguments)
+    arguments = dict(pf["arguments"])
     if any(a.intent_sequence is not None for a in attempts.values()) and (
-            (p.tool, arguments, p.input_ref) != (op.tool, op.arguments, op.input_ref)):
+            (pf["tool"], arguments, pf["input_ref"]) != (op.tool, op.arguments, op.input_ref)):
         raise FoldError(f"event {ev.event_id}: attempt {aid} of {op_id} changes the operation's "
                         "tool, arguments or input; an operation's request is fixed by its first intent")
-    op.tool, op.arguments, op.input_ref = p.tool, arguments, p.input_ref
-    op.repeat_contract = p.repeat_contract
-    op.authorization_ref = p.authorization_ref
-    op.reservation_id = p.reservation_ref
+    op.tool, op.arguments, op.input_ref = pf["tool"], arguments, pf["input_ref"]
+    op.repeat_contract = pf["repeat_contract"]
+    op.authorization_ref = pf["authorization_ref"]
+    op.reservation_id = pf["reservation_ref"]
     if att is None:
         att = attempts[aid] = Attempt(aid)
     att.intent_sequence = ev.sequence_number
@@ -976,7 +987,8 @@ def _tool_intent(rec: TrajectoryRecord, ev: Event, p: ToolIntent) -> None:
 
 
 def _tool_result(rec: TrajectoryRecord, ev: Event, p: ToolResult) -> None:
-    op_id, aid = p.operation_id, p.attempt_id
+    pf = p.__dict__   # the payload's fields (see above)
+    op_id, aid = pf["operation_id"], pf["attempt_id"]
     ops = rec.operations
     op = ops.get(op_id)
     if op is None:
@@ -988,18 +1000,18 @@ def _tool_result(rec: TrajectoryRecord, ev: Event, p: ToolResult) -> None:
         att = op.attempts[aid] = Attempt(aid)
     if att.intent_sequence is None:
         op.intent_missing = True   # evidence of an effect whose intent was never logged (phantom)
-    status = p.status
+    status = pf["status"]
     att.last_result_status, att.last_result_sequence = status, ev.sequence_number
     att.late = ev.control_epoch < rec.control_epoch
-    if p.job_handle:
-        att.job_handle = p.job_handle
+    if pf["job_handle"]:
+        att.job_handle = pf["job_handle"]
     if att.established:
         return   # later evidence never un-settles an established attempt
-    if status in SETTLING_STATUSES and p.observation_complete:
+    if status in SETTLING_STATUSES and pf["observation_complete"]:
         att.established = True
         if op.status != "established":   # the first established attempt gives the outcome
-            op.outcome = {"status": status, **(p.outcome or {})}
-            op.evidence = p.evidence
+            op.outcome = {"status": status, **(pf["outcome"] or {})}
+            op.evidence = pf["evidence"]
             op.current_attempt_id = aid
             op.status = "established"
         return
