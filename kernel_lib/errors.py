@@ -116,8 +116,14 @@ that are retryable)::
                     BrokerUnreachableError
                 RecoveryPolicyError  (also ConfigError)
                     OmegaError  (also ValueError)
+                WatchdogError
+                    WatchdogConfigError  (also ConfigError)
+                    SemanticDeadlockError
+                    WorkspaceMissingError
+                    WorkspaceUnreadableError
         Refusal
             AdmissionDenied
+                ActionMaskedRefusal
             DispatchWithheld
             TrajectoryFrozenRefusal
 
@@ -155,6 +161,7 @@ __all__ = [
     "VerificationError", "StepFailedError", "RecoveryTerminated", "ToolFailedError", "ServiceError",
     "ServiceFaultError",
     "ServiceDownError", "BrokerUnreachableError", "TrajectoryFrozenRefusal",
+    "ActionMaskedRefusal", "SemanticDeadlockError", "WatchdogConfigError",
 ]
 
 # --- the roots: faults and refusals ---------------------------------------------------------------
@@ -934,4 +941,79 @@ class OmegaError(RecoveryPolicyError, ValueError):
 
     def __init__(self, message: str, *, field: str | None = None):
         self.field = field
+        super().__init__(message)
+
+
+# --- issue 18: the semantic watchdog (Failure Recovery, "Semantic Watchdog Timers") ---
+
+
+class WatchdogError(RecoveryError):
+    """Base class of the semantic watchdog's faults (Failure Recovery, "Semantic Watchdog Timers":
+    the state hash, the detectors, the table-7 tiers)."""
+
+
+# --- issue 18 wd-detect --------------------------------------------------------------------------------
+
+
+class WatchdogConfigError(WatchdogError, ConfigError):
+    """The semantic watchdog refuses its configuration (Failure Recovery, "Semantic Watchdog
+    Timers", table 6): a window, period, epoch or count below its minimum, a threshold outside its
+    range, an unknown detection kind, an embedder that is not callable. The message names the field."""
+
+
+# --- issue 18 wd-tiers: the watchdog's three-tier intervention (Failure Recovery, table 7) ------------
+
+
+class ActionMaskedRefusal(AdmissionDenied):
+    """Admission refused a tool call whose action signature h_tool the log masked (an
+    ``ActionMasked`` tombstone, the watchdog's tier-2 backtrack): the agent may not repeat the
+    action that kept it looping. ``action_signature`` is the 16-hex-digit signature, ``tool`` the
+    call's tool, ``masked_at`` the log position of the tombstone."""
+
+    def __init__(self, message: str, *, action_signature: str | None = None, tool: str | None = None,
+                 masked_at: int | None = None):
+        self.action_signature = action_signature
+        self.tool = tool
+        self.masked_at = masked_at
+        super().__init__(message)
+
+
+class SemanticDeadlockError(WatchdogError):
+    """ERR_SEMANTIC_DEADLOCK: the watchdog's tier 3 ended a trajectory that kept looping after its
+    backtrack budget (Failure Recovery, table 7). ``outcome`` is ``compensated`` (no pivot was
+    crossed: the saga unwound, the trajectory is FAILED) or ``frozen`` (past the pivot: the
+    trajectory is FROZEN for an operator); either way its capability leases were revoked.
+    ``intervention_id`` names the tier-3 intervention in the log, ``incident`` the freeze's
+    incident record when there was one, ``revoked_leases`` the leases the broker revoked."""
+
+    def __init__(self, message: str, *, outcome: str | None = None, intervention_id: str | None = None,
+                 incident: dict | None = None, revoked_leases: list | None = None):
+        self.outcome = outcome
+        self.intervention_id = intervention_id
+        self.incident = dict(incident or {})
+        self.revoked_leases = list(revoked_leases or [])
+
+
+# issue 18 wd-hash ---------------------------------------------------------------------------------
+# the semantic watchdog (Failure Recovery, "Semantic Watchdog Timers"): the environment's state hash
+
+__all__ += ["WatchdogError", "WorkspaceMissingError", "WorkspaceUnreadableError"]
+
+
+class WorkspaceMissingError(WatchdogError):
+    """The workspace whose state the watchdog hashes is not there: its root does not exist, is not
+    a directory, or was removed or replaced while it was watched. ``root`` names it."""
+
+    def __init__(self, message: str, *, root: str | None = None):
+        self.root = root
+        super().__init__(message)
+
+
+class WorkspaceUnreadableError(WatchdogError):
+    """A directory or file of the workspace cannot be listed or read (permissions, an I/O error, a
+    name that is not valid text), so no state hash can be given: a hash that skipped it would call
+    two different states equal. ``path`` names it, relative to the workspace root."""
+
+    def __init__(self, message: str, *, path: str | None = None):
+        self.path = path
         super().__init__(message)

@@ -153,12 +153,13 @@ def test_an_unreachable_etcd_coordinator_passes_on_the_retryable_outage():
 
 
 def test_refusals_are_not_faults():
-    for cls in (AdmissionDenied, DispatchWithheld, errors.TrajectoryFrozenRefusal):
+    for cls in (AdmissionDenied, DispatchWithheld, errors.TrajectoryFrozenRefusal, errors.ActionMaskedRefusal):
         assert issubclass(cls, Refusal) and issubclass(cls, KernelException)
         assert not issubclass(cls, KernelError) and cls.retryable is False
     assert not issubclass(Refusal, KernelError) and not issubclass(KernelError, Refusal)
     assert [c for c in _error_classes() if issubclass(c, Refusal)] == [Refusal, AdmissionDenied, DispatchWithheld,
-                                                                       errors.TrajectoryFrozenRefusal]
+                                                                       errors.TrajectoryFrozenRefusal,
+                                                                       errors.ActionMaskedRefusal]
 
 
 def test_except_kernel_error_around_a_step_does_not_swallow_a_denial():

@@ -196,7 +196,7 @@ def test_snapshot_is_content_addressed_read_only_and_verified(tmp_path):
 
 
 def test_base_repository_really_fails_and_the_patch_fixes_it(tmp_path):
-    env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
+    env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1", "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
     for patch, want_rc in ((None, 1), ("default", 0)):
         s = build_snapshot(tmp_path / str(want_rc), **({"patch_file": None} if patch is None else {}))
         p = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"], cwd=s.path, env=env,

@@ -37,9 +37,11 @@ def _nbval(cwd: Path, *paths: Path) -> subprocess.CompletedProcess:
     # nbval starts the kernel in the notebook's own folder, so relative dataset paths resolve as in
     # JupyterLab; --nbval-current-env runs that kernel on this interpreter (the project's .venv);
     # tests.nbval_offline fails a cell whose outputs would load scripts from the internet.
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
-    return subprocess.run([sys.executable, "-m", "pytest", "--nbval-lax", "--nbval-current-env", "--color=no",
-                           "-p", "no:cacheprovider", "-p", "tests.nbval_offline", "-q", "-rf",
+    # Only nbval is loaded (every other installed plugin's start-up is seconds per run).
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+               PYTEST_DISABLE_PLUGIN_AUTOLOAD="1")
+    return subprocess.run([sys.executable, "-m", "pytest", "-p", "nbval.plugin", "--nbval-lax", "--nbval-current-env",
+                           "--color=no", "-p", "no:cacheprovider", "-p", "tests.nbval_offline", "-q", "-rf",
                            *map(str, paths)],
                           cwd=cwd, env=env, capture_output=True, text=True, timeout=1200)
 

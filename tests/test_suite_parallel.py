@@ -117,10 +117,13 @@ def test_make_test_runs_on_every_core_with_own_temp_folders_and_prints_the_slowe
     (suite / "inner_common.py").write_text(textwrap.dedent(INNER_COMMON))
     (suite / "test_plain.py").write_text(textwrap.dedent(INNER_PLAIN))
     (suite / "test_shared.py").write_text(textwrap.dedent(INNER_SHARED))
+    # two workers even on a one-core runner; of the installed plugins only xdist is loaded (the
+    # others' start-up, in the controller and in each worker, is most of this run's time)
     env = dict(os.environ, SUITE_PARALLEL_OUT=str(out), PYTHONPATH=os.pathsep.join([str(ROOT), str(suite)]),
-               PYTEST_XDIST_AUTO_NUM_WORKERS="2")      # two workers even on a one-core runner
+               PYTEST_XDIST_AUTO_NUM_WORKERS="2", PYTEST_DISABLE_PLUGIN_AUTOLOAD="1")
     env.pop("PYTEST_XDIST_WORKER", None)
-    cmd = [*argv, "-c", str(ROOT / "pyproject.toml"), "--rootdir", str(suite), f"--basetemp={base}",
+    cmd = [*argv[:3], "-p", "xdist.plugin", *argv[3:], "-c", str(ROOT / "pyproject.toml"), "--rootdir", str(suite),
+           f"--basetemp={base}",
            "-p", "no:cacheprovider", str(suite)]
     proc = subprocess.run(cmd, cwd=suite, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, f"{cmd}\n{proc.stdout[-4000:]}\n{proc.stderr[-2000:]}"

@@ -8,7 +8,9 @@
 * :mod:`.saga` — a saga transition against a raw fdatasync, barriers per forward step and per
   compensator pop, the unwind of a 100-step saga on the twins (Failure Recovery);
 * :mod:`.growth` — bytes written and restore time of full snapshots against delta chains on a
-  growing trajectory (notebook 11.4).
+  growing trajectory (notebook 11.4);
+* :mod:`.watchdog` — the watchdog's workspace state hash: a one-file re-hash and a no-change
+  re-hash against a full hash, and against the step it watches (Failure Recovery).
 
 All of them time through :mod:`.harness`: interleaved rounds, summaries, ratios against a
 baseline of the same run, machine info and which disk was measured.
@@ -30,4 +32,5 @@ __all__, __getattr__, __dir__ = lazy_exports(__name__, {
     "kernel_lib.bench.growth": ("run_growth_bench",),
     "kernel_lib.bench.batching": ("measure_batch_caps",),
     "kernel_lib.bench.saga": ("run_saga_bench",),
+    "kernel_lib.bench.watchdog": ("run_watchdog_bench",),
 })

@@ -8,10 +8,12 @@ settlement) written with the project's own segment-log writer:
 1. **Read path**, timed in interleaved rounds (median of each):
 
    * *open*: :meth:`SegmentStore.open` read-only: every frame's CRC32C, the envelope fields the
-     index needs, each event's SHA-256, the gapless-sequence and fence checks;
+     index needs (one header unpack and a msgspec decode of four fields per record, in the scan
+     loop), the gapless-sequence and fence checks; no SHA-256 (a read computes it);
    * *read*: decode every event (:meth:`SegmentStore.read`): envelope and payload validated
-     against the registered schema, the credential scan (each event's digest is the one open
-     computed from the same bytes, not a second hash);
+     against the registered schema, the credential scan. The timed reader was read once before,
+     so its digests are cached; a first read also hashes each event (SHA-256 of the bytes open
+     indexed), which *open + read + fold* includes;
    * *fold*: the reducer over the decoded events (:func:`kernel_lib.core.record.fold`);
    * *open + read + fold* as one call, what a replacement worker pays;
    * the baseline: ``msgspec.json.decode`` of every event's stored bytes into plain Python data,

@@ -17,6 +17,7 @@ module                      commands
 :mod:`.quorum`              ``quorum-cluster``, ``quorum-demo``, ``quorum-placement``
 :mod:`.importers`           ``import``
 :mod:`.recovery`            ``recovery decide``, ``recovery spin``
+:mod:`.watchdog`            ``watchdog``
 ==========================  =====================================================================
 
 Every command has ``--help``. One exit-code policy, in :func:`main`: 0 success; 1 the command ran
@@ -44,7 +45,7 @@ __all__ = ["build_parser", "main"]
 #: ``COMMANDS`` (top-level command -> one-line help) and imports what a command needs only inside
 #: ``add_commands`` and the command itself, so ``--help`` and each command load only what they use.
 COMMAND_GROUPS = ("log", "verify", "bench", "exercises", "live", "cadence", "diverge", "quorum", "importers",
-                  "course", "saga", "recovery", "plan")
+                  "course", "saga", "recovery", "plan", "watchdog")
 
 
 def _group(name: str):

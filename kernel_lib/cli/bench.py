@@ -1,6 +1,6 @@
 """``python -m kernel_lib bench ...``: the benchmarks' command line (append, restore, replay,
-diverge, quorum, startup, read, saga). Each benchmark lives in :mod:`kernel_lib.bench`; this module only parses
-arguments and prints."""
+diverge, quorum, startup, read, saga, watchdog). Each benchmark lives in :mod:`kernel_lib.bench`; this
+module only parses arguments and prints."""
 
 from __future__ import annotations
 
@@ -93,6 +93,7 @@ def add_commands(subparsers: "argparse._SubParsersAction") -> argparse.ArgumentP
     _add_startup_cli(sub)
     _add_read_cli(sub)
     _add_saga_cli(sub)
+    _add_watchdog_cli(sub)
     return bench
 
 
@@ -316,4 +317,41 @@ def _add_startup_cli(sub: "argparse._SubParsersAction") -> None:
                                    "--help <= 0.3 s (kernel_lib.bench.startup).")
     p.add_argument("--json", action="store_true", help="print one JSON object (with targets) instead of a table")
     p.add_argument("--rounds", type=int, default=7, metavar="N", help="interleaved rounds (default 7)")
+    p.set_defaults(func=cmd)
+
+
+# --- bench watchdog: the state hash's cost per step (issue 18; kernel_lib.bench.watchdog) --------
+
+_WATCHDOG_HELP = """\
+What the watchdog's workspace state hash costs per step (Failure Recovery, "Semantic Watchdog
+Timers", table 6), measured in one run on this machine: a full hash of a workspace of --files files
+holding --mb MB, the re-hash after one file changed (inotify events where available; also the stat
+scan and the runner's changed-paths hint), the re-hash with nothing changed, and the step it
+watches (a real tool run as a subprocess, one durable append at fdatasync through the SQLite store),
+each as a ratio to the full hash. Target: incremental / full <= 0.02.
+
+The temporary directory is created under --dir (default: the current directory) and removed
+afterwards. exit status: 0 when the benchmark ran, whether its target passed or not (printed PASS
+or FAIL); 2 on bad input, one error: line. Details: kernel_lib.bench.watchdog."""
+
+
+def _add_watchdog_cli(sub: "argparse._SubParsersAction") -> None:
+
+    def cmd(args: argparse.Namespace) -> int:
+        import kernel_lib.bench.watchdog as wb
+        result = wb.run_watchdog_bench(files=args.files, mb=args.mb, rounds=args.rounds, per_round=args.per_round,
+                                       seed=args.seed, dir=args.dir, progress=None if not args.json else False)
+        print(json.dumps(result, indent=2) if args.json else wb.format_watchdog_bench(result))
+        return 0
+
+    p = sub.add_parser("watchdog", help="the watchdog's state hash: one-file re-hash vs full hash vs the step (ratios)",
+                       description=_WATCHDOG_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--files", type=int, default=1000, metavar="N", help="files in the workspace (default 1000)")
+    p.add_argument("--mb", type=float, default=10.0, metavar="MB", help="their total size, MB (default 10)")
+    p.add_argument("--rounds", type=int, default=8, metavar="N", help="interleaved rounds (default 8)")
+    p.add_argument("--per-round", type=int, default=4, metavar="N", help="calls per contender per round (default 4)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the file contents and edits (default 0)")
+    p.add_argument("--dir", metavar="PATH", help="create the temporary directory under PATH (default: the current "
+                                                 "directory)")
+    p.add_argument("--json", action="store_true", help="print one JSON object (with targets) instead of a table")
     p.set_defaults(func=cmd)

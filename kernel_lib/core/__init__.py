@@ -24,7 +24,7 @@ from kernel_lib.core.events import (
     BudgetReserved, BudgetSettled, ToolIntent, ToolResult, ControlChanged, PlanChanged, ApprovalRequested,
     ApprovalResolved, Compacted, RuntimeInput, Checkpoint, CheckpointV2, WorkspaceChanged,
     CompensationIssued, QuarantineChanged, WatchdogIntervened, SagaStepChanged, SagaChanged, TrajectoryFrozen,
-    RecoveryDecided, RepairOutcome, PivotVerified, PivotCrossed, OutboxChanged,
+    RecoveryDecided, RepairOutcome, PivotVerified, PivotCrossed, OutboxChanged, WatchdogIntervenedV1, ActionMasked,
     SAGA_STEP_STATES, FROZEN, Provenance, Event, encode, digest, decode, from_dict,
     decode_stored
 )
@@ -55,7 +55,7 @@ __all__ = [
     "Checkpoint", "CheckpointV2", "WorkspaceChanged", "CompensationIssued", "QuarantineChanged",
     "WatchdogIntervened",
     "SagaStepChanged", "SagaChanged", "TrajectoryFrozen", "RecoveryDecided", "RepairOutcome",
-    "PivotVerified", "PivotCrossed", "OutboxChanged",
+    "PivotVerified", "PivotCrossed", "OutboxChanged", "WatchdogIntervenedV1", "ActionMasked",
     "SAGA_STEP_STATES",
     "FROZEN",
     "Provenance", "Event", "encode", "digest", "decode", "from_dict", "decode_stored",

@@ -41,6 +41,7 @@ from kernel_lib.core.events import (
     check_json,
     redact_secrets,
 )
+from kernel_lib.core.action_signature import action_signature
 from kernel_lib.core.money import micro_to_usd, usd_to_micro
 from kernel_lib.core.proposals import (
     REPEAT_SAFE_CONTRACTS,
@@ -60,7 +61,7 @@ __all__ = [
     "Admit", "Denial", "Withhold", "tool_intent", "context_built", "decide_admission", "recheck_reads_clock",
     "decide_recheck", "RECHECK_CLOCK_INPUT", "attempt_withheld", "settled_identity_denial", "RESUME_CLOCK_INPUT",
     "resume_reads_clock", "lapsed_approvals", "orphan_settlements", "tool_evidence", "usage_settlement",
-    "model_evidence", "model_usage_settlement",
+    "model_evidence", "model_usage_settlement", "masked_action",
 ]
 
 
@@ -81,6 +82,10 @@ class Denial:
 
     reason: str
     payloads: tuple[Payload, ...] = ()
+    #: Set when the refusal is a masked action (table 7, tier 2): the tombstone's entry in
+    #: ``record.masked_actions`` plus ``action_signature``; the gate then raises
+    #: :class:`~kernel_lib.errors.ActionMaskedRefusal`.
+    masked: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -163,6 +168,14 @@ def decide_admission(record: TrajectoryRecord, policy: AdmissionPolicy, *, subje
     rec = record
     if rec.control_state != "RUNNING":
         return Denial(f"{subject_id}: trajectory is {rec.control_state}, not RUNNING")
+    if rec.masked_actions and isinstance(intent, ToolIntent) and (
+            mask := masked_action(rec, intent.tool, intent.arguments)) is not None:
+        why = (f"action {intent.tool} with signature {mask['action_signature']} is masked (tombstone at "
+               f"#{mask['sequence_number']}: {mask['reason']})")
+        auth = Authorized(decision_id=decision_id(subject_id, attempt_id), subject_id=subject_id, subject_kind=kind,
+                          policy_version=policy.policy_version, grant_id=grant_id, decision="deny",
+                          reason=why[:1000])
+        return Denial(f"{subject_id}: {why}", (auth,), masked=mask)
     op = rec.operations.get(subject_id)
     if (settled := settled_identity_denial(rec, subject_id=subject_id, kind=kind, attempt_id=attempt_id,
                                            intent=intent)) is not None:   # an identity settled unsent: never reused
@@ -216,6 +229,29 @@ def decide_admission(record: TrajectoryRecord, policy: AdmissionPolicy, *, subje
     res = BudgetReserved(reservation_id=rid, subject_id=subject_id, amount_usd=bound_usd,
                          policy_version=policy.policy_version)
     return Admit((auth, res, intent))
+
+
+def masked_action(record: TrajectoryRecord, tool: str, arguments: dict[str, Any]) -> dict[str, Any] | None:
+    """The mask that refuses the tool call ``(tool, arguments)``, or None (Failure Recovery,
+    table 7, tier 2: the gate enforces the tombstones the watchdog logged).
+
+    The call's h_tool is computed by the one signature function,
+    :func:`~kernel_lib.core.action_signature.action_signature`, once per distinct nonce set among
+    the masks (usually one). Returns the entry of ``record.masked_actions`` with
+    ``action_signature`` added. Pure; O(masks) per call.
+    """
+    masks = record.masked_actions
+    if not masks:
+        return None
+    seen: dict[tuple[str, ...] | None, str] = {}
+    for sig, entry in masks.items():
+        nonces = entry.get("nonce_arguments")
+        key = None if nonces is None else tuple(sorted(nonces))
+        if key not in seen:
+            seen[key] = action_signature(tool, arguments, nonce_arguments=nonces)
+        if seen[key] == sig:
+            return {**entry, "action_signature": sig}
+    return None
 
 
 # --- the dispatch-time recheck -----------------------------------------------------------------

@@ -651,10 +651,14 @@ class Compacted(Payload):
 
 @register
 class RuntimeInput(Payload):
-    """A clock reading, random draw, identifier or configuration input, recorded for replay."""
+    """A clock reading, random draw, identifier or configuration input, recorded for replay.
+
+    Kind ``observation``: a synthetic observation the runtime delivers into the model's context
+    (the watchdog's tier-1 interrupt, Failure Recovery table 7): recorded here first, so the next
+    context is built from the log and a replay delivers the same text."""
     event_type: ClassVar[str] = "RuntimeInput"
     schema_version: ClassVar[int] = 1
-    kind: Literal["clock", "random", "identifier", "config", "order"]
+    kind: Literal["clock", "random", "identifier", "config", "order", "observation"]
     name: str
     value: JSONValue
 
@@ -867,14 +871,15 @@ class TrajectoryFrozen(Payload):
     state to ``FROZEN``, which only an operator's ``CANCELLED``/``FAILED`` leaves), its capability
     leases were revoked at the broker (``revoked_leases``), and this incident record was emitted
     out of band. ``failure_mode``: ``COMPENSATION_CORRUPTED`` before the pivot (a compensator
-    failed), ``POST_PIVOT_STALLED`` after it. ``log_offset``: the log position the freeze
-    describes (the last event before this one). ``residue``: resources the services still hold;
-    ``incomplete_steps``: steps not finished (post-pivot)."""
+    failed), ``POST_PIVOT_STALLED`` after it, ``SEMANTIC_DEADLOCK`` when the watchdog's tier 3
+    aborted a looping trajectory past its pivot (ERR_SEMANTIC_DEADLOCK, table 7). ``log_offset``:
+    the log position the freeze describes (the last event before this one). ``residue``:
+    resources the services still hold; ``incomplete_steps``: steps not finished (post-pivot)."""
     event_type: ClassVar[str] = "TrajectoryFrozen"
     schema_version: ClassVar[int] = 1
     incident_id: str = Field(min_length=1)
     saga_id: str | None = None
-    failure_mode: Literal["POST_PIVOT_STALLED", "COMPENSATION_CORRUPTED"]
+    failure_mode: Literal["POST_PIVOT_STALLED", "COMPENSATION_CORRUPTED", "SEMANTIC_DEADLOCK"]
     log_offset: int = Field(ge=0)
     failing_tool: str | None = None
     error: dict[str, JSONValue] = {}
@@ -895,15 +900,96 @@ class QuarantineChanged(Payload):
     reason: str = ""
 
 
+_ACTION_SIGNATURE_HEX = r"^[0-9a-f]{16}$"
+
+
 @register
 class WatchdogIntervened(Payload):
-    """A semantic watchdog's intervention and the signal that triggered it."""
+    """One step of a semantic watchdog's intervention (Failure Recovery, table 7), logged before
+    and after its effects: ``phase`` ``intent`` is appended before the tier touches anything (the
+    durable intent), ``completed`` after every effect of the tier is done, so a worker that finds
+    an intent without its completion finishes that tier and starts no other
+    (:func:`kernel_lib.recovery.watchdog.escalation.unfinished`).
+
+    ``intervention_id`` pairs the two records. ``tier``: 1 synthetic interrupt, 2 backtrack
+    (restore + mask), 3 terminal abort (ERR_SEMANTIC_DEADLOCK). ``detection_kind`` and
+    ``detection_position``: the detector that fired and the log position where it fired;
+    ``evidence``: its evidence (plain JSON). ``action_signature``: h_tool of the looping action
+    (:func:`kernel_lib.core.action_signature.action_signature`, 16 hex digits), when there is one.
+    ``onset_position``: the log position where the cycle began. ``checkpoint_restored``: with a
+    tier-2 completion, the id of the checkpoint the workspace was restored from. ``outcome``: with
+    a tier-3 completion, ``compensated`` (no pivot crossed) or ``frozen`` (past it).
+
+    Schema 2; schema 1 logs read as :class:`WatchdogIntervenedV1` (:meth:`WatchdogIntervenedV1.upcast`)."""
+    event_type: ClassVar[str] = "WatchdogIntervened"
+    schema_version: ClassVar[int] = 2
+    intervention_id: str = Field(min_length=1)
+    phase: Literal["intent", "completed"]
+    tier: int = Field(ge=1, le=3)
+    detection_kind: str = Field(min_length=1)
+    detection_position: int | None = Field(default=None, ge=1)
+    evidence: dict[str, JSONValue] = {}
+    action_signature: str | None = Field(default=None, pattern=_ACTION_SIGNATURE_HEX)
+    onset_position: int | None = Field(default=None, ge=1)
+    checkpoint_restored: str | None = None
+    outcome: Literal["interrupted", "backtracked", "compensated", "frozen"] | None = None
+    reason: str = ""
+
+
+@register
+class WatchdogIntervenedV1(Payload):
+    """Schema 1 of ``WatchdogIntervened``, as logs written before the three-tier ladder hold it:
+    one record per intervention (no intent/completion pair), the detector's name in ``watchdog``,
+    its signal and a free-text ``action``. Read only (a stored v1 event re-encodes to its own
+    bytes); :meth:`upcast` gives the schema-2 view a reader of interventions uses."""
     event_type: ClassVar[str] = "WatchdogIntervened"
     schema_version: ClassVar[int] = 1
     watchdog: Literal["state_hash_cycle", "metric_stagnation", "action_repetition"]
     tier: int = Field(ge=1, le=3)
     signal: dict[str, JSONValue] = {}
     action: str
+
+    def upcast(self, sequence_number: int) -> WatchdogIntervened:
+        """The schema-2 record this one stands for: a completed intervention (schema 1 logged
+        interventions after the fact) with id ``wd-v1-<sequence_number>``, the signal as
+        evidence and ``action`` as reason; an ``action_signature``/``onset_position`` in the
+        signal is carried over when it has the schema-2 shape."""
+        sig = self.signal.get("action_signature")
+        onset = self.signal.get("onset_position")
+        return WatchdogIntervened(
+            intervention_id=f"wd-v1-{sequence_number}", phase="completed", tier=self.tier,
+            detection_kind=self.watchdog, evidence=dict(self.signal),
+            action_signature=sig if isinstance(sig, str) and re.fullmatch(_ACTION_SIGNATURE_HEX, sig) else None,
+            onset_position=onset if type(onset) is int and onset >= 1 else None, reason=self.action)
+
+    # the schema-2 names, read through the upcast (what a reader comparing both versions asks for)
+    phase = property(lambda self: "completed")
+    detection_kind = property(lambda self: self.watchdog)
+    evidence = property(lambda self: dict(self.signal))
+    action_signature = property(lambda self: self.upcast(1).action_signature)
+    onset_position = property(lambda self: self.upcast(1).onset_position)
+    checkpoint_restored = property(lambda self: None)
+
+
+@register
+class ActionMasked(Payload):
+    """A tombstone that masks an action signature from the agent's action space (Failure
+    Recovery, table 7, tier 2): from this record on, the dispatch gate refuses every tool call
+    whose h_tool equals ``action_signature``
+    (:class:`~kernel_lib.errors.ActionMaskedRefusal`). Permanent for the trajectory.
+
+    ``action_signature``: 16 hex digits of :func:`~kernel_lib.core.action_signature.action_signature`
+    computed with ``nonce_arguments`` (None: the default nonce names). ``tool``: the masked
+    call's tool, for people. ``position``: the log position of the failing action that was
+    masked (its ``ToolIntent``). ``intervention_id``: the watchdog intervention that masked it."""
+    event_type: ClassVar[str] = "ActionMasked"
+    schema_version: ClassVar[int] = 1
+    action_signature: str = Field(pattern=_ACTION_SIGNATURE_HEX)
+    reason: str = Field(min_length=1)
+    position: int = Field(ge=1)
+    tool: str | None = None
+    intervention_id: str | None = None
+    nonce_arguments: list[str] | None = None
 
 
 #: The directives of the recovery policy D(Ω) (Failure Recovery, figure 2).
@@ -1134,7 +1220,7 @@ def decode_stored(data: bytes, *, known_digest: "str | None" = None) -> Event:
     exact ``canonical`` bytes an :class:`Event` was appended with.
 
     ``known_digest``: the SHA-256 (lowercase hex) the caller itself computed from these very bytes
-    (the segment log's index at open; the SQLite log's check of a row against its stored digest),
+    (the segment log's cache of the digest computed here at the event's first read; the SQLite log's row check),
     used as the event's ``digest`` instead of hashing the bytes a second time. Never pass a digest
     read from storage unchecked. None (the default): the digest is computed here.
 

@@ -76,6 +76,7 @@ from kernel_lib.core.events import (
     WatchdogIntervened,
     WorkspaceChanged,
 )
+from kernel_lib.core.events import ActionMasked, WatchdogIntervenedV1   # issue 18 (wd-tiers)
 
 #: Reducer versions this build can fold. An event stamped with another version is refused.
 SUPPORTED_REDUCER_VERSIONS = frozenset({1})
@@ -328,6 +329,11 @@ class TrajectoryRecord:
     #: Digest of the workspace tree the log last recorded (a ``WorkspaceChanged`` result), or None
     #: while no workspace change is logged (§11.4.1).
     workspace_tree_sha256: str | None = None
+    #: Action signatures the log masked (``ActionMasked``, Failure Recovery table 7, tier 2):
+    #: signature -> ``{tool, reason, position, intervention_id, nonce_arguments, sequence_number}``.
+    #: Replaced, never edited, by the reducer (so forks and snapshots may share it); omitted from
+    #: :meth:`to_dict` while empty, so logs without masks read as they always did.
+    masked_actions: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     # --- views -----------------------------------------------------------------------------------
     def in_doubt(self) -> list[str]:
@@ -415,6 +421,8 @@ class TrajectoryRecord:
         d = asdict(dataclasses.replace(self, budget=Budget(), operations=materialized(self.operations),
                                        decisions=materialized(self.decisions), approvals=materialized(self.approvals)))
         d["budget"] = b.view()
+        if not self.masked_actions:
+            del d["masked_actions"]
         for k, op in self.operations.items():
             d["operations"][k]["attempt_id"] = op.current_attempt_id
             d["operations"][k]["job_handle"] = op.job_handle
@@ -1121,6 +1129,17 @@ def _frozen(rec: TrajectoryRecord, ev: Event, p: TrajectoryFrozen) -> None:
     rec.control_state = FROZEN
 
 
+def _action_masked(rec: TrajectoryRecord, ev: Event, p: ActionMasked) -> None:
+    """A tombstone masking an action signature (table 7, tier 2): kept as a recovery record and
+    indexed in ``masked_actions`` (a new dict, so a fork or snapshot sharing the old one is not
+    changed). A second mask of the same signature keeps the first."""
+    _recovery(rec, ev, p)
+    if p.action_signature not in rec.masked_actions:
+        rec.masked_actions = {**rec.masked_actions, p.action_signature: {
+            "tool": p.tool, "reason": p.reason, "position": p.position, "intervention_id": p.intervention_id,
+            "nonce_arguments": p.nonce_arguments, "sequence_number": ev.sequence_number}}
+
+
 _HANDLERS = {
     TaskStarted: _task_started, ContextBuilt: _context_built, ModelReplied: _model_replied,
     Authorized: _authorized, BudgetReserved: _budget_reserved, BudgetSettled: _budget_settled,
@@ -1135,6 +1154,7 @@ _HANDLERS = {
     SagaStepChanged: _recovery, SagaChanged: _recovery, TrajectoryFrozen: _frozen,
     RecoveryDecided: _recovery, RepairOutcome: _recovery,
     PivotVerified: _recovery, PivotCrossed: _recovery, OutboxChanged: _recovery,
+    WatchdogIntervenedV1: _recovery, ActionMasked: _action_masked,   # issue 18 (wd-tiers)
 }
 
 #: Payload types whose handlers :func:`fork` was checked against: they change only the record's
@@ -1148,4 +1168,5 @@ _FORK_REVIEWED = frozenset({
     CompensationIssued, QuarantineChanged, WatchdogIntervened, CheckpointV2, WorkspaceChanged, ToolIntentV1,
     AttemptWithheld, ToolIntentV2, SagaStepChanged, SagaChanged, TrajectoryFrozen, RecoveryDecided, RepairOutcome,
     PivotVerified, PivotCrossed, OutboxChanged,
+    WatchdogIntervenedV1, ActionMasked,   # issue 18: masked_actions is replaced, never edited
 })

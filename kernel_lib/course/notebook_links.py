@@ -45,6 +45,7 @@ NOTEBOOK_SECTIONS: dict[str, tuple[str, ...]] = {
     "nm0_1": ("Saga compensation stacks", "Napkin Math 0.1: Saga log unwinding overheads"),
     "nm0_2": ("Dynamic arbitration: The recovery policy function",
               "Napkin Math 0.2: Forward repair vs. compensate and rerun"),
+    "nm0_3": ("Semantic Watchdog Timers", "Napkin Math 0.3: What an undetected loop costs"),
     "ex0_1": ("The pivot action boundary", "Example 0.1: The dual-commit trap and pivot allocation"),
     "fr_1_sagas": ("The Transactional Boundary Collapse", "The Trajectory Saga Pattern",
                    "Compensating action semantics", "Saga compensation stacks", "Terminal escalation"),

@@ -65,7 +65,9 @@ import time
 from typing import Any, Awaitable, Callable
 
 from kernel_lib._support.checks import finite_or_none
-from kernel_lib.errors import AdmissionDenied, ConfigError, DispatchWithheld, KernelError, StaleRecordError, StoreError
+from kernel_lib.errors import (
+    ActionMaskedRefusal, AdmissionDenied, ConfigError, DispatchWithheld, KernelError, StaleRecordError, StoreError,
+)
 from kernel_lib.core.crash_positions import Conclusion, CrashPosition, conclude, crash_positions
 from kernel_lib.core.decisions import (
     RECHECK_CLOCK_INPUT,
@@ -258,6 +260,10 @@ class DispatchGate:
         if isinstance(decision, Denial):
             if decision.payloads:
                 self.append(*decision.payloads)
+            if decision.masked is not None:   # a watchdog tombstone (table 7, tier 2)
+                m = decision.masked
+                raise ActionMaskedRefusal(decision.reason, action_signature=m["action_signature"], tool=m.get("tool"),
+                                          masked_at=m.get("sequence_number"))
             raise AdmissionDenied(decision.reason)
         # every event of the admission must be storable before the first is appended: an intent
         # too large for one event (a huge delivered input) is refused here, with no reservation

@@ -187,7 +187,11 @@ _BOUNDARY_SPECS: dict[str, _Spec] = {
     "CompensationIssued": _Spec(HARNESS_DECISION, ((_SUBJ, "step_operation_id"), (_SUBJ, "compensation_operation_id")),
                                 ("saga_id", "reason")),
     "QuarantineChanged": _Spec(HARNESS_DECISION, ((_SUBJ, "subject_id"),), ("subject_kind", "quarantined", "reason")),
-    "WatchdogIntervened": _Spec(HARNESS_DECISION, (), ("watchdog", "tier", "signal", "action")),
+    # schema 2's fields (a schema-1 record answers them through its upcast)
+    "WatchdogIntervened": _Spec(HARNESS_DECISION, (), ("phase", "tier", "detection_kind", "evidence",
+                                                       "action_signature", "onset_position",
+                                                       "checkpoint_restored")),
+    "ActionMasked": _Spec(HARNESS_DECISION, (("mask", "action_signature"),), ("tool", "reason", "position")),
     "SagaStepChanged": _Spec(HARNESS_DECISION, ((_SUBJ, "step_id"),),
                              ("saga_id", "step_index", "state", "tool", "tier", "compensator", "residue")),
     "SagaChanged": _Spec(HARNESS_DECISION, (("saga", "saga_id"),), ("state", "failed_step_id")),

@@ -45,6 +45,7 @@ def check_environment() -> dict[str, str]:
     settings or forced colours, with byte-code writing off."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(_DROPPED_PREFIXES) and k not in _COLOR_VARS}
     env["PYTHONDONTWRITEBYTECODE"] = "1"
+    env["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"   # as the executor: no third-party plugin auto-loaded
     return env
 
 

@@ -279,6 +279,9 @@ class ExecutorService:
             env = {k: v for k, v in os.environ.items()
                    if not k.startswith(("PYTEST", "COV_")) and k not in _COLOR_ENV}
             env["PYTHONDONTWRITEBYTECODE"] = "1"
+            # the repository's tests need no third-party plugin; auto-loading every plugin of a
+            # full environment (nbval, hypothesis, langsmith, ...) costs seconds per run
+            env["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
             job.proc = await asyncio.create_subprocess_exec(
                 sys.executable, *CHECKS[job.check], f"--junitxml={junit}", cwd=tree, env=env,
                 stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)

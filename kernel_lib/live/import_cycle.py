@@ -46,6 +46,7 @@ def _run(folder: Path, source: str, timeout_s: float) -> str:
     (folder / "tests" / "test_app.py").write_text(TEST_SOURCE)
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTEST_ADDOPTS", "PYTEST_XDIST_WORKER")}
     env["PYTHONDONTWRITEBYTECODE"] = "1"
+    env["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"   # the iterations need no plugin; loading all costs seconds
     proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--rootdir", str(folder),
                            "-o", "pythonpath=.", "tests"], cwd=folder, capture_output=True, text=True,
                           timeout=timeout_s, env=env)

@@ -118,6 +118,16 @@ decoder is read with a non-recursive scanner that skips the nested values, so op
 RecursionError: a valid envelope is indexed (its :meth:`~SegmentStore.read` raises
 MalformedEventError), anything else is "a body that does not parse" as above.
 
+What open costs per record: the common record (a CRC-valid EVENT of this format whose envelope
+msgspec reads, the next event of its trajectory) is checked and indexed in the scan loop itself,
+with one unpack of its 28-byte header, the CRC32C over header and body, and a msgspec decode of
+the four envelope fields that skips (but syntax-checks) the rest; every other frame is decided by
+the general frame parser, so the outcome (reason, report, error) is the same either way. Open
+computes no SHA-256: an event's digest is computed by its first :meth:`~SegmentStore.read`,
+from the bytes open indexed (the ones the CRC vouched for), and kept for later reads and for the
+digest a conflicting retry's error names. Damage is caught where it always was, by the CRC at
+open: this store never compared a digest with a stored one, it only gave each event its digest.
+
 Read-only opening
 -----------------
 
@@ -164,6 +174,7 @@ from typing import Iterator, NamedTuple, Sequence
 
 import crc32c as _crc32c
 import msgspec
+import msgspec.structs
 
 from kernel_lib.errors import (
     ConfigError,
@@ -200,6 +211,10 @@ KIND_EVENT = 1
 KIND_FENCE = 2
 _HEAD = struct.Struct("<4sBBHIIQ")   # magic, kind, version, flags, body length, watermark seg/off
 _CRC = struct.Struct("<I")
+#: the whole 28-byte header read at once, magic, kind, format_version and flags as one u64 (first)
+_FRAME_HEAD = struct.Struct("<QIIQI")
+#: that u64 for an EVENT record of this format (flags 0)
+_EVENT_TAG = int.from_bytes(MAGIC + bytes([KIND_EVENT, FORMAT_VERSION, 0, 0]), "little")
 _EPOCH = struct.Struct("<Q")
 HEADER_BYTES = _HEAD.size + _CRC.size   # 28
 DEFAULT_SEGMENT_BYTES = 64 * 1024 * 1024
@@ -243,6 +258,17 @@ class _Frame(NamedTuple):
     body: bytes
     synced_watermark: Position
     fields: tuple
+
+
+class _ScanState:
+    """What :meth:`SegmentStore._scan` carries from one segment to the next: the newest synced
+    watermark a valid frame claims, and the first index violation found (a message) or None."""
+
+    __slots__ = ("watermark", "violation")
+
+    def __init__(self) -> None:
+        self.watermark: Position = (1, 0)
+        self.violation: "str | None" = None
 
 
 class _Unsupported(Exception):
@@ -320,8 +346,9 @@ def _event_fields(body: bytes) -> tuple[str, str, int, int]:
     return tid, eid, seq, epoch
 
 
-class _IndexedFields(msgspec.Struct):
-    """The envelope fields open indexes; msgspec skips the rest of the body (checking its syntax)."""
+class _IndexedFields(msgspec.Struct, gc=False):
+    """The envelope fields open indexes; msgspec skips the rest of the body (checking its syntax).
+    Untracked by the cyclic collector: it holds only strings and ints."""
     trajectory_id: str
     event_id: str
     sequence_number: int
@@ -329,6 +356,7 @@ class _IndexedFields(msgspec.Struct):
 
 
 _INDEXED_FIELDS = msgspec.json.Decoder(_IndexedFields)
+_FIELDS_TUPLE = msgspec.structs.astuple
 
 
 def _envelope_fields_fast(body: bytes) -> "tuple[str, str, int, int] | None":
@@ -339,17 +367,18 @@ def _envelope_fields_fast(body: bytes) -> "tuple[str, str, int, int] | None":
     body is checked as UTF-8 first: valid UTF-8 starting with ``{`` is read by json.loads as UTF-8,
     and strict JSON that msgspec accepts json.loads accepts with the same members (both take the
     last of repeated keys). tests/test_read_path.py checks the two agree, torn and corrupt bodies
-    included."""
-    if body[:1] != b"{":
+    included. An ASCII body (the common case: RFC 8785 bytes of ASCII text) is UTF-8 without
+    decoding it."""
+    if not body.startswith(b"{"):
         return None
     try:
-        body.decode("utf-8")
+        if not body.isascii():
+            body.decode("utf-8")
         f = _INDEXED_FIELDS.decode(body)
     except (UnicodeDecodeError, msgspec.DecodeError, RecursionError):
         return None
-    tid, eid, seq, epoch = f.trajectory_id, f.event_id, f.sequence_number, f.owner_epoch
-    if tid and eid and seq >= 1 and epoch >= 0:
-        return tid, eid, seq, epoch
+    if f.sequence_number >= 1 and f.owner_epoch >= 0 and f.trajectory_id and f.event_id:
+        return _FIELDS_TUPLE(f)
     return None
 
 
@@ -436,8 +465,9 @@ class SegmentStore(LogStore):
     """The project's own segment-file log. Open with :meth:`SegmentStore.open`.
 
     In memory it keeps, per trajectory, the canonical bytes of every event (decoded on
-    :meth:`read`), the fence (newest owner_epoch seen), and ``event_id -> StoredRef``; all are
-    rebuilt by the scan in :meth:`open`. Appends are serialized by a lock.
+    :meth:`read`), the fence (newest owner_epoch seen), and ``event_id -> (trajectory_id,
+    sequence_number)``; all are rebuilt by the scan in :meth:`open`. Each event's SHA-256 is
+    computed on its first read and cached (module docstring). Appends are serialized by a lock.
 
     Attributes:
         recovery: what open found and repaired (:class:`RecoveryReport`).
@@ -467,10 +497,13 @@ class SegmentStore(LogStore):
         #: handle): taken after ``_lock`` when both are held, never the other way round
         self._sync_lock = threading.RLock()
         self._bytes: dict[str, list[bytes]] = {}
-        #: SHA-256 (hex) of ``_bytes[t][i]``, computed at open from those bytes, for the rows open
-        #: indexed (rows appended later are hashed when read): a read hands it to decode_stored
-        self._digests: dict[str, list[str]] = {}
-        self._ids: dict[str, StoredRef] = {}
+        #: SHA-256 (hex) of ``_bytes[t][i]`` for the rows open indexed, None until the first read
+        #: of that row computed it from those bytes (rows appended later are hashed when read);
+        #: a later read hands it to decode_stored. Never resized after open, so an entry always
+        #: belongs to the same bytes (a failed append only takes back rows appended after open)
+        self._digests: dict[str, list["str | None"]] = {}
+        #: event_id -> (trajectory_id, sequence_number); the digest is the row's (_stored_digest)
+        self._ids: dict[str, tuple[str, int]] = {}
         self._fences: dict[str, int] = {}
         self._segment = 1
         self._handle: FileHandle | None = None
@@ -577,44 +610,96 @@ class SegmentStore(LogStore):
     def _path(self, number: int) -> str:
         return os.path.join(self.directory, segment_name(number))
 
-    def _scan(self) -> tuple[list[int], dict[int, bytes], list[_Frame], "tuple[int, int, str] | None"]:
-        """Read the segments in order up to the first bad frame.
+    def _scan(self) -> "tuple[list[int], dict[int, bytes], tuple[int, int, str] | None, Position, str | None]":
+        """Read the segments in order up to the first bad frame, indexing each valid frame as it
+        is read (:meth:`_scan_segment`).
 
-        Returns (segment numbers, their contents read so far, the valid frames, the damage
-        (segment, offset, reason) or None).
+        Returns (segment numbers, their contents read so far, the damage (segment, offset, reason)
+        or None, the newest synced watermark a valid frame claims ((1, 0) if none), the first
+        index violation (a CorruptLogError message, raised by the caller after the damage was
+        classified) or None).
         """
         fs = self.fs
         numbers = sorted(int(m.group(1)) for n in fs.listdir(self.directory)
                          if (m := _SEGMENT_NAME.match(n)))
         datas: dict[int, bytes] = {}
-        frames: list[_Frame] = []
         damage: tuple[int, int, str] | None = None
         self._zero_tail = None
+        scan = _ScanState()
         for expected, number in enumerate(numbers, start=1):
             if number != expected:
                 damage = (expected, 0, f"segment file {segment_name(expected)} is missing")
                 break
             data = datas[number] = fs.read_all(self._path(number))
-            off = 0
-            while off < len(data):
+            damage = self._scan_segment(number, data, number == numbers[-1], scan)
+            if damage:
+                break
+        return numbers, datas, damage, scan.watermark, scan.violation
+
+    def _scan_segment(self, number: int, data: bytes, last: bool, scan: "_ScanState") -> "tuple[int, int, str] | None":
+        """Check and index the frames of segment ``number`` (its bytes ``data``) up to the first
+        bad one; return that damage (segment, offset, reason), or None.
+
+        The common frame, a CRC-valid EVENT record of this format whose envelope
+        :func:`_envelope_fields_fast` reads and which extends its trajectory, is checked and
+        indexed inline: one header unpack, the CRC32C over header and body, the four envelope
+        fields. Anything else (a fence, a frame failing any check, a body only json.loads can
+        read, an index violation) goes to :func:`_parse_frame` and :meth:`_index_frame`, which
+        decide every such case as the scan always did. No digest is computed here: a read hashes
+        an event's bytes the first time it decodes it (:meth:`_decode_ahead`)."""
+        n = len(data)
+        off = 0
+        unpack = _FRAME_HEAD.unpack_from
+        crc32c = _crc32c.crc32c
+        fields_fast = _envelope_fields_fast   # looked up per segment: tests turn the fast route off
+        rows_of, ids, fences = self._bytes, self._ids, self._fences
+        wm_seg, wm_off = scan.watermark
+        head_crc_end = _HEAD.size
+        event_tag = _EVENT_TAG
+        try:
+            while off < n:
+                if n - off >= HEADER_BYTES and scan.violation is None:
+                    tag, length, w_seg, w_off, crc = unpack(data, off)
+                    end = off + HEADER_BYTES + length
+                    if (tag == event_tag and end <= n
+                            and (w_seg < number or (w_seg == number and w_off <= off))):
+                        body = data[off + HEADER_BYTES:end]
+                        if crc32c(body, crc32c(data[off:off + head_crc_end])) == crc:
+                            fields = fields_fast(body)
+                            if fields is not None:
+                                tid, eid, seq, epoch = fields
+                                rows = rows_of.get(tid)
+                                if rows is None:
+                                    rows = rows_of[tid] = []
+                                if seq == len(rows) + 1 and epoch >= fences.get(tid, 0) and eid not in ids:
+                                    rows.append(body)
+                                    ids[eid] = (tid, seq)
+                                    fences[tid] = epoch
+                                    if w_seg > wm_seg or (w_seg == wm_seg and w_off > wm_off):
+                                        wm_seg, wm_off = w_seg, w_off
+                                    off = end
+                                    continue
+                # the reference route decides everything the inline one did not accept
                 try:
                     fr = _parse_frame(data, off, number)
                 except _Unsupported as exc:
                     raise StoreError(f"{self._path(number)} offset {off}: {exc} is not supported by this "
                                      "build (written by a newer version?); refusing to open") from None
                 if isinstance(fr, str):
-                    if number == numbers[-1] and data.count(0, off) == len(data) - off:
+                    if last and data.count(0, off) == n - off:
                         # only zeros from here to the end of the last segment: its preallocated,
                         # never written space (a record never starts with a zero byte)
                         self._zero_tail = (number, off)
-                        break
-                    damage = (number, off, fr)
-                    break
-                frames.append(fr)
+                        return None
+                    return (number, off, fr)
+                if fr.synced_watermark > (wm_seg, wm_off):
+                    wm_seg, wm_off = fr.synced_watermark
+                if scan.violation is None:
+                    scan.violation = self._index_frame(fr)
                 off = fr.end
-            if damage:
-                break
-        return numbers, datas, frames, damage
+            return None
+        finally:
+            scan.watermark = (wm_seg, wm_off)
 
     def _grew(self, numbers: list[int], datas: dict[int, bytes]) -> bool:
         """True if segments appeared or grew since they were read (a live writer)."""
@@ -623,32 +708,35 @@ class SegmentStore(LogStore):
             return True
         return any(self.fs.size(self._path(n)) != len(d) for n, d in datas.items())
 
-    def _scan_and_index(self) -> tuple[list[int], dict[int, bytes], list[_Frame], "tuple[int, int, str] | None"]:
-        """:meth:`_scan`, damage classified (CorruptLogError), then the index built from the valid
-        frames; read-only, a scan that looked corrupt is repeated (up to 3 times) if the files grew
-        meanwhile. Returns what :meth:`_scan` returned for the scan that was indexed."""
+    def _scan_and_index(self) -> "tuple[list[int], dict[int, bytes], tuple[int, int, str] | None, Position]":
+        """:meth:`_scan` (which builds the index), damage classified (CorruptLogError), then an
+        index violation raised; read-only, a scan that looked corrupt is repeated (up to 3 times)
+        if the files grew meanwhile. Returns (segment numbers, their contents, the damage, the
+        newest synced watermark a valid frame claims) of the scan that was indexed."""
         attempts = 3 if self.read_only else 1
         for attempt in range(attempts):
-            numbers, datas, frames, damage = self._scan()
+            numbers, datas, damage, watermark, violation = self._scan()
             try:
                 if damage is not None:
                     self._classify_damage(damage, numbers, datas)
-                self._build_index(frames)
+                if violation is not None:
+                    raise CorruptLogError(violation)
             except CorruptLogError:
                 # read-only beside a live writer: what looked like damage may be a write in flight
                 if attempt + 1 < attempts and self._grew(numbers, datas):
                     self._bytes.clear()
-                    self._digests.clear()
                     self._ids.clear()
                     self._fences.clear()
                     continue
                 raise
             break
-        return numbers, datas, frames, damage
+        # no digest yet: each is computed from the event's bytes on its first read, and kept here
+        self._digests = {t: [None] * len(rows) for t, rows in self._bytes.items()}
+        return numbers, datas, damage, watermark
 
     def _recover(self) -> None:
         fs = self.fs
-        numbers, datas, frames, damage = self._scan_and_index()
+        numbers, datas, damage, watermark = self._scan_and_index()
         rep = self.recovery
         rep.trajectories = sum(1 for rows in self._bytes.values() if rows)
         rep.events_recovered = len(self._ids)
@@ -665,7 +753,7 @@ class SegmentStore(LogStore):
             rep.torn_tail_reason = reason
             rep.tail_damage = damage_kind(reason)
         if self.read_only:
-            self._adopt_read_only(numbers, datas, frames, damage)
+            self._adopt_read_only(numbers, datas, damage, watermark)
             return
 
         # --- everything checked: now (and only now) repair the files ---------------------------
@@ -763,9 +851,10 @@ class SegmentStore(LogStore):
             fs.close(h)
         return path
 
-    def _adopt_read_only(self, numbers: list[int], datas: dict[int, bytes], frames: list[_Frame],
-                         damage: "tuple[int, int, str] | None") -> None:
-        """Read-only: take the valid prefix as the log and report (not trim) what follows it."""
+    def _adopt_read_only(self, numbers: list[int], datas: dict[int, bytes],
+                         damage: "tuple[int, int, str] | None", watermark: Position) -> None:
+        """Read-only: take the valid prefix as the log and report (not trim) what follows it;
+        ``watermark`` is the newest synced watermark a valid record claims."""
         if not numbers:   # the segment files went away after open listed them
             raise StoreError(f"{self.directory} is not a segment log (any more): it holds no segment file")
         if damage is not None:
@@ -788,7 +877,7 @@ class SegmentStore(LogStore):
             self._size = self._zero_tail[1] if self._zero_tail else self._allocated
             self._note_zero_tail()
         # the newest watermark any valid record claims: everything before it is known durable
-        self._synced = max((fr.synced_watermark for fr in frames), default=(1, 0))
+        self._synced = watermark
 
     def _classify_damage(self, damage: tuple[int, int, str], numbers: list[int], datas: dict[int, bytes]) -> None:
         """Raise CorruptLogError if a later valid frame claims a synced watermark past the damage."""
@@ -814,34 +903,42 @@ class SegmentStore(LogStore):
                         "synced, so this is damage to durable data, not a torn write; refusing to trim")
                 pos = data.find(MAGIC, pos + 1)
 
-    def _build_index(self, frames: list[_Frame]) -> None:
-        def where(fr: _Frame) -> str:
-            return f"{self._path(fr.segment)} offset {fr.offset}"
+    def _index_frame(self, fr: _Frame) -> "str | None":
+        """Add one valid frame to the index (the route :meth:`_scan_segment` takes for a frame it
+        did not index inline). Returns None, or the message of the CorruptLogError it breaks (an
+        event id stored twice, a sequence gap, an owner_epoch below the fence); the frame is then
+        not indexed."""
+        if fr.kind == KIND_FENCE:
+            tid, epoch = fr.fields
+            self._fences[tid] = max(self._fences.get(tid, 0), epoch)
+            return None
+        where = f"{self._path(fr.segment)} offset {fr.offset}"
+        tid, eid, seq, epoch = fr.fields
+        rows = self._bytes.setdefault(tid, [])
+        if eid in self._ids:
+            return f"{where}: event id {eid} is stored twice"
+        if seq != len(rows) + 1:
+            return (f"{where}: event {eid} has {tid}#{seq} but the trajectory's head is "
+                    f"{len(rows)} (sequence gap inside the log)")
+        fence = self._fences.get(tid, 0)
+        if epoch < fence:
+            return f"{where}: event {eid} has owner_epoch={epoch} after the log had fenced {tid} at {fence}"
+        rows.append(fr.body)
+        self._ids[eid] = (tid, seq)
+        self._fences[tid] = max(fence, epoch)
+        return None
 
-        for fr in frames:
-            if fr.kind == KIND_FENCE:
-                tid, epoch = fr.fields
-                self._fences[tid] = max(self._fences.get(tid, 0), epoch)
-                continue
-            tid, eid, seq, epoch = fr.fields
-            rows = self._bytes.setdefault(tid, [])
-            if eid in self._ids:
-                raise CorruptLogError(f"{where(fr)}: event id {eid} is stored twice")
-            if seq != len(rows) + 1:
-                raise CorruptLogError(f"{where(fr)}: event {eid} has {tid}#{seq} but the trajectory's head is "
-                                      f"{len(rows)} (sequence gap inside the log)")
-            fence = self._fences.get(tid, 0)
-            if epoch < fence:
-                raise CorruptLogError(f"{where(fr)}: event {eid} has owner_epoch={epoch} after the log "
-                                      f"had fenced {tid} at {fence}")
-            rows.append(fr.body)
-            digest = hashlib.sha256(fr.body).hexdigest()
-            digests = self._digests.get(tid)
-            if digests is None:
-                digests = self._digests[tid] = []
-            digests.append(digest)
-            self._ids[eid] = StoredRef(tid, seq, digest)
-            self._fences[tid] = max(fence, epoch)
+    def _stored_digest(self, trajectory_id: str, seq: int) -> str:
+        """SHA-256 (hex) of the stored bytes of ``trajectory_id#seq`` (which must exist): the one
+        a read cached, else computed now (and cached for a row indexed at open). Under ``_lock``."""
+        cache = self._digests.get(trajectory_id)
+        k = seq - 1
+        digest = cache[k] if cache is not None and k < len(cache) else None
+        if digest is None:
+            digest = hashlib.sha256(self._bytes[trajectory_id][k]).hexdigest()
+            if cache is not None and k < len(cache):
+                cache[k] = digest
+        return digest
 
     # --- appends -------------------------------------------------------------------------------
     def _open_for_reads(self) -> None:
@@ -977,8 +1074,9 @@ class SegmentStore(LogStore):
                     fences[t] = self._fences.get(t, 0)
                 ref_raw = new_ids.get(ev.event_id)
                 if ref_raw is None:
-                    ref = self._ids.get(ev.event_id)
-                    ref_raw = (ref, self._bytes[ref.trajectory_id][ref.sequence_number - 1]) if ref else None
+                    at = self._ids.get(ev.event_id)
+                    ref_raw = ((StoredRef(at[0], at[1], self._stored_digest(*at)), self._bytes[at[0]][at[1] - 1])
+                               if at else None)
                 ref, raw = ref_raw if ref_raw else (None, None)
                 decided = decide_append(ev, ref, raw, heads[t], fences[t], tier)
                 if decided is not None:
@@ -998,7 +1096,7 @@ class SegmentStore(LogStore):
                 before = {t: self._fences.get(t) for t in fences}
                 for ev in accepted:
                     self._bytes.setdefault(ev.trajectory_id, []).append(ev.canonical)
-                    self._ids[ev.event_id] = new_ids[ev.event_id][0]
+                    self._ids[ev.event_id] = (ev.trajectory_id, ev.sequence_number)
                     self._fences[ev.trajectory_id] = max(self._fences.get(ev.trajectory_id, 0), ev.owner_epoch)
             except BaseException as exc:  # noqa: BLE001 - re-raised; the tail is unknown, no retry may write it again
                 self._failing(exc, stage)
@@ -1083,7 +1181,9 @@ class SegmentStore(LogStore):
         Bounds as :func:`~kernel_lib.log.base.read_bounds`. Raises StoreClosedError after close,
         StoreError for non-int bounds; decoding raises the typed event errors (MalformedEventError
         for a body nested too deeply), and CorruptLogError if a body decodes to an event other
-        than the one indexed at that position.
+        than the one indexed at that position. Each event's ``digest`` is the SHA-256 of its
+        stored bytes, computed on the first read of a row open indexed and then cached (rows
+        appended since open are hashed by each read).
         """
         lo, hi = read_bounds(start, stop)
         with self._lock:
@@ -1091,11 +1191,8 @@ class SegmentStore(LogStore):
             rows = self._bytes.get(trajectory_id, [])
             end = len(rows) if hi is None else min(hi, len(rows))
             chunk = rows[lo - 1:end] if end >= lo else []
-            # digests open computed from these same bytes (None past them: rows appended since)
-            digests = self._digests.get(trajectory_id, [])[lo - 1:end] if chunk else []
-        missing = len(chunk) - len(digests)
-        if missing:
-            digests = digests + [None] * missing
+            # the digest cache of the rows open indexed (a list never resized: see __init__)
+            digests = self._digests.get(trajectory_id, [])
         return self._decode_ahead(trajectory_id, lo, chunk, digests)
 
     def _decode_ahead(self, trajectory_id: str, lo: int, bodies: list[bytes], digests: list) -> Iterator[Event]:
@@ -1104,19 +1201,29 @@ class SegmentStore(LogStore):
         collector paused (kernel_lib._support.gc_pause), and yield each run's events in order.
         A run is decoded only when the caller asks for its first event, and an error is raised
         where its event stands, after every event before it was yielded, as a one-at-a-time
-        decode would."""
+        decode would.
+
+        ``digests`` is the trajectory's digest cache (``digests[seq - 1]``, rows open indexed):
+        a cached digest is handed to decode_stored; a missing one decode_stored computes from
+        the body, and the event's digest is then kept in the cache for the next read."""
         i, n, run = 0, len(bodies), _FIRST_RUN
+        cached = len(digests)
         while i < n:
             end = min(n, i + run)
             out: list[Event] = []
             failure: "Exception | None" = None
             with cyclic_gc_paused():
                 for j in range(i, end):
+                    k = lo - 1 + j
+                    digest = digests[k] if k < cached else None
                     try:
-                        out.append(self._decoded(trajectory_id, lo + j, bodies[j], digests[j]))
+                        ev = self._decoded(trajectory_id, k + 1, bodies[j], digest)
                     except Exception as exc:   # noqa: BLE001 - re-raised below, at its event's place
                         failure = exc
                         break
+                    if digest is None and k < cached:
+                        digests[k] = ev.digest   # SHA-256 of bodies[j], the bytes open indexed at k
+                    out.append(ev)
             yield from out
             if failure is not None:
                 raise failure

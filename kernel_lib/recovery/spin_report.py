@@ -9,7 +9,8 @@ order, groups them into sub-transactions, replays each group's errors through
 error, as :func:`~kernel_lib.recovery.signatures.first_stop` does) and says, per group, at which
 log position the bound would have stopped repairing, and why.
 
-**Which observations are errors.** A ``ToolResult`` whose status is ``failed`` (the source marked
+**Which observations are errors** (:func:`kernel_lib.recovery.observations.is_error_text`, shared
+with the watchdog). A ``ToolResult`` whose status is ``failed`` (the source marked
 a tool error: tau-bench's ``Error:`` results) is one. A source that marks nothing (SWE-agent keeps
 every observation as ``completed``) is read from its text: the observation is an error when
 :func:`~kernel_lib.recovery.signatures.extract_signature_parts` finds a real error line in it (a
@@ -52,6 +53,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from kernel_lib.recovery.observations import SHORT_ANSWER_CHARS, SHORT_ANSWER_LINES, is_error_text
 from kernel_lib.recovery.signatures import (
     K_REPAIR_DEFAULT, WINDOW_DEFAULT, SpinGuard, check_k_repair, error_signature, extract_signature_parts, normalize,
 )
@@ -60,31 +62,11 @@ from kernel_lib.recovery.taxonomy import classify_error
 __all__ = ["SHORT_ANSWER_LINES", "SHORT_ANSWER_CHARS", "ErrorObservation", "SpinStop", "SpinGroup",
            "SpinReport", "is_error_text", "error_observations", "spin_report"]
 
-#: An observation of at most this many lines and characters may be a plain refusal ("Wrong flag!").
-SHORT_ANSWER_LINES = 3
-SHORT_ANSWER_CHARS = 300
-
-_REFUSAL = re.compile(r"\b(wrong|incorrect|invalid|fail(?:ed|ure|s)?|errors?|not found|denied|refused|"
-                      r"cannot|can't|unable)\b", re.IGNORECASE)
-_SUCCESS = re.compile(r"\b(success(?:ful(?:ly)?)?|succeeded|passed|no errors?|0 (?:errors?|failed))\b", re.IGNORECASE)
 _PATH_ARG_KEYS = ("path", "file", "file_path", "filename")
 _OPEN_FILE_TOOLS = frozenset({"edit", "insert"})
 _PATHISH = re.compile(r"^[\w./~-]*(?:/[\w.-]+|\.[A-Za-z]\w{0,5})$")
 _INDEX = re.compile(r"\[(\d+)\]")
 _SILENT_ROLES = frozenset({"user", "human", "system"})
-
-
-def is_error_text(text: str) -> bool:
-    """Whether an unmarked observation ``text`` reports a failure (see the module docstring):
-    an error line found by ``extract_signature_parts``, or a short answer whose first line uses
-    refusal words and that reports no success. Returns a bool; never raises for a str."""
-    if not isinstance(text, str) or not text.strip():
-        return False
-    if extract_signature_parts(text)[0] != "text":
-        return True
-    lines = [ln for ln in text.strip().splitlines() if ln.strip()]
-    short = len(lines) <= SHORT_ANSWER_LINES and len(text.strip()) <= SHORT_ANSWER_CHARS
-    return short and bool(_REFUSAL.search(lines[0])) and not _SUCCESS.search(text)
 
 
 @dataclass(frozen=True)

@@ -174,7 +174,10 @@ _SUMMARY = re.compile(r"\b(\d+) (passed|failed|error|errors)\b")
 @dataclass(frozen=True)
 class TestRunCheck:
     """Run the tests of ``directory`` with ``python -m pytest -q`` in a subprocess (no cache, no
-    byte-code, the caller's pytest plugins and settings dropped). Passes when pytest exits 0 and
+    byte-code, the caller's pytest plugins and settings dropped: no installed plugin is
+    auto-loaded, ``PYTEST_DISABLE_PLUGIN_AUTOLOAD=1``; name the ones the tests need in
+    ``plugins``, each passed as ``-p NAME``; auto-loading every plugin of a full environment costs
+    seconds per run). Passes when pytest exits 0 and
     reports at least one passed test. Evidence: ``returncode``, ``summary`` (pytest's last line),
     ``passed``/``failed`` counts, ``duration_s`` (wall clock), ``tree_sha256`` of what was
     tested, ``directory``."""
@@ -184,6 +187,7 @@ class TestRunCheck:
     name: str
     directory: str
     timeout_s: float = 120.0
+    plugins: tuple[str, ...] = ()
 
     def run(self) -> CheckResult:
         d = Path(self.directory)
@@ -191,11 +195,13 @@ class TestRunCheck:
             return CheckResult(self.name, False, {"error": f"no directory {d}", "directory": str(d)})
         env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST", "COV_"))}
         env["PYTHONDONTWRITEBYTECODE"] = "1"
+        env["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
         digest = tree_sha256(d)
         t0 = time.monotonic()
         try:
             run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly",
-                                  "--no-header", "--color=no", "-o", "addopts=", "."], cwd=d, env=env,
+                                  "--no-header", "--color=no", "-o", "addopts=",
+                                  *[a for name in self.plugins for a in ("-p", name)], "."], cwd=d, env=env,
                                  capture_output=True, text=True, timeout=self.timeout_s)
         except subprocess.TimeoutExpired:
             return CheckResult(self.name, False, {"error": f"the test run took more than {self.timeout_s} s",

@@ -11,6 +11,8 @@ progress from what the environment and the log show, never from liveness:
 * ``detectors`` — the table-6 detectors over a step sequence, pure;
 * ``baselines`` — the loop rules other runtimes ship (OpenHands' stuck detector, Gemini CLI's
   loop detection), for comparison in the same shape;
+* ``compare`` — the watchdog beside the baselines over many logs: loops caught and missed,
+  detection delay, false positives on clean runs;
 * ``workspace`` — the environment's canonical state hash (sorted file tree, timestamps and
   modes stripped, ignore globs), incremental: a file whose stat is unchanged is not re-read;
 * ``escalation`` — the table-7 ladder as a pure decision from the log's watchdog records;
