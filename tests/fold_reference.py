@@ -4,8 +4,9 @@ fold against, event for event. It works on the record's own dataclasses and must
 to follow later changes of the reducer's semantics: such a change shows up as a difference here
 and is then a deliberate, reviewed update of this reference.
 
-Copied from kernel_lib/core/record.py at commit 1cc2ece (main), handlers unchanged; only the
-public names are prefixed with ``reference_``.
+Copied from kernel_lib/core/record.py at commit 1cc2ece (main), handlers unchanged, with the
+ActionMasked handler issue 18 added on main since (commit 3919e7f); only the public names are
+prefixed with ``reference_``.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any, Iterable, Literal
 
 from kernel_lib._support.gc_pause import cyclic_gc_paused
 from kernel_lib.core.events import (
+    ActionMasked,
     ApprovalRequested,
     ApprovalResolved,
     AttemptWithheld,
@@ -48,6 +50,7 @@ from kernel_lib.core.events import (
     ToolResult,
     TrajectoryFrozen,
     WatchdogIntervened,
+    WatchdogIntervenedV1,
     WorkspaceChanged,
 )
 from kernel_lib.core.money import Rounding, usd_to_micro
@@ -408,6 +411,17 @@ def _frozen(rec: TrajectoryRecord, ev: Event, p: TrajectoryFrozen) -> None:
     rec.control_state = FROZEN
 
 
+def _action_masked(rec: TrajectoryRecord, ev: Event, p: ActionMasked) -> None:
+    """A tombstone masking an action signature (table 7, tier 2): kept as a recovery record and
+    indexed in ``masked_actions`` (a new dict, so a fork or snapshot sharing the old one is not
+    changed). A second mask of the same signature keeps the first."""
+    _recovery(rec, ev, p)
+    if p.action_signature not in rec.masked_actions:
+        rec.masked_actions = {**rec.masked_actions, p.action_signature: {
+            "tool": p.tool, "reason": p.reason, "position": p.position, "intervention_id": p.intervention_id,
+            "nonce_arguments": p.nonce_arguments, "sequence_number": ev.sequence_number}}
+
+
 _HANDLERS = {
     TaskStarted: _task_started, ContextBuilt: _context_built, ModelReplied: _model_replied,
     Authorized: _authorized, BudgetReserved: _budget_reserved, BudgetSettled: _budget_settled,
@@ -422,6 +436,7 @@ _HANDLERS = {
     SagaStepChanged: _recovery, SagaChanged: _recovery, TrajectoryFrozen: _frozen,
     RecoveryDecided: _recovery, RepairOutcome: _recovery,
     PivotVerified: _recovery, PivotCrossed: _recovery, OutboxChanged: _recovery,
+    WatchdogIntervenedV1: _recovery, ActionMasked: _action_masked,   # issue 18 (wd-tiers)
 }
 
 #: Payload types whose handlers :func:`fork` was checked against: they change only the record's

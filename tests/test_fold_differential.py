@@ -29,6 +29,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kernel_lib.core.events import (
+    ActionMasked,
     ApprovalRequested,
     ApprovalResolved,
     AttemptWithheld,
@@ -139,6 +140,8 @@ payloads = st.one_of(
     st.builds(lambda: Compacted(summary="s", covers_from_sequence=1, covers_to_sequence=2)),
     st.builds(lambda q: QuarantineChanged(subject_id="o1", subject_kind="tool", quarantined=q), st.booleans()),
     st.builds(lambda: Unregistered(note="n")),
+    st.builds(lambda sig, t: ActionMasked(action_signature=sig, reason="loop", position=1, tool=t),
+              st.sampled_from(["0" * 16, "f" * 16]), st.sampled_from([None, "t1"])),
     # amounts outside the schema (the reducer's own refusal, not the schema's)
     st.builds(lambda r, a: _built(BudgetReserved, reservation_id=r, subject_id="o1", amount_usd=a,
                                   policy_version="v1"), st.sampled_from(RESERVATIONS), bad_amounts),
