@@ -848,14 +848,15 @@ def _context_built(rec: TrajectoryRecord, ev: Event, p: ContextBuilt) -> None:
     op = ops.get(inv)
     if op is None:
         op = ops[inv] = Operation(inv, "model")
+    elif op.kind != "model":
+        raise _kind_clash(ev, inv, "model", op)
+    if not op.attempts:   # the usual case: a new invocation (or one authorized but never built)
         op.tool = pf["model"]
         op.input_ref = pf["delivered_input_sha256"]
         op.attempts[inv] = Attempt(inv, ev.sequence_number)
         op.current_attempt_id = inv
         op.status = "in_doubt"   # the request may have left; only a ModelReplied settles it
         return
-    if op.kind != "model":
-        raise _kind_clash(ev, inv, "model", op)
     att = op.attempts.get(inv)
     if att is not None and att.intent_sequence is not None:
         raise FoldError(f"event {ev.event_id}: invocation {inv} was already built; a retry needs a "
@@ -962,22 +963,23 @@ def _tool_intent(rec: TrajectoryRecord, ev: Event, p: ToolIntent) -> None:
     op = ops.get(op_id)
     if op is None:
         op = ops[op_id] = Operation(op_id, "tool")
-        op.tool, op.arguments, op.input_ref = pf["tool"], dict(pf["arguments"]), pf["input_ref"]
+    elif op.kind != "tool":
+        raise _kind_clash(ev, op_id, "tool", op)
+    attempts = op.attempts
+    arguments = dict(pf["arguments"])
+    if not attempts:   # the usual case: a new operation, or one authorized (and reserved) but never tried
+        op.tool, op.arguments, op.input_ref = pf["tool"], arguments, pf["input_ref"]
         op.repeat_contract = pf["repeat_contract"]
         op.authorization_ref = pf["authorization_ref"]
         op.reservation_id = pf["reservation_ref"]
-        op.attempts[aid] = Attempt(aid, ev.sequence_number)
-        op.current_attempt_id = aid
-        op.status = "in_doubt"   # possible dispatch: nothing but evidence settles this attempt
+        attempts[aid] = Attempt(aid, ev.sequence_number)
+        op.current_attempt_id = aid   # not established: that takes an established attempt
+        op.status = "in_doubt"   # possible dispatch: nothing but evidence settles its one attempt
         return
-    if op.kind != "tool":
-        raise _kind_clash(ev, op_id, "tool", op)
-    attempts = op.attempts
     att = attempts.get(aid)
     if att is not None and att.intent_sequence is not None:
         raise FoldError(f"event {ev.event_id}: attempt {aid} of {op_id} already has an intent; "
                         "a new transport attempt needs a new attempt id")
-    arguments = dict(pf["arguments"])
     if any(a.intent_sequence is not None for a in attempts.values()) and (
             (pf["tool"], arguments, pf["input_ref"]) != (op.tool, op.arguments, op.input_ref)):
         raise FoldError(f"event {ev.event_id}: attempt {aid} of {op_id} changes the operation's "
