@@ -21,10 +21,18 @@ each USD amount an event carries is converted once, when it is folded (rounded h
 unspent or fully settled nets to exactly zero outstanding. The ``*_usd`` attributes are floats
 computed from the integers, and :meth:`TrajectoryRecord.to_dict` shows only those.
 
-Invariants checked after every fold step: the sequence advanced by exactly one, and the budget
-figures the event touched are non-negative integers (so every reservation's outstanding amount
-is >= 0). An event whose amounts cannot be represented (negative, not finite) is refused with a
-FoldError before it changes the record.
+Invariants of every fold step: the sequence advances by exactly one (an event that does not
+continue it is refused before the step), and the budget figures the event touched are
+non-negative integers (checked by the budget handlers after they change them; so every
+reservation's outstanding amount is >= 0). An event whose amounts cannot be represented
+(negative, not finite) is refused with a FoldError before it changes the record.
+
+The reducer runs in one loop over the events (:func:`fold`, :func:`fold_into` and
+:func:`fold_step` share it) that dispatches each payload type to its handler through one dict,
+mutates one private record (``fold`` deep-copies ``record_0`` once, never per event), converts a
+whole number of micro-dollars without the general money route, and reads the payload's fields
+from its ``__dict__``. ``tests/test_fold_differential.py`` checks it against the plain reducer it
+replaced (``tests/fold_reference.py``).
 """
 
 from __future__ import annotations
@@ -611,7 +619,7 @@ def fold(record_0: TrajectoryRecord, events: Iterable[Event]) -> TrajectoryRecor
     """Fold ``events`` over ``record_0`` (§11.2.1): apply(...apply(record_0, e1)..., ej).
 
     ``record_0`` is not modified: the events are folded into one private copy of it, which is
-    returned (no copy per event).  Events must belong to the record's trajectory and continue its
+    returned (no copy per event). Events must belong to the record's trajectory and continue its
     sequence without a gap.
 
     Raises:
@@ -679,16 +687,6 @@ def fork(record: TrajectoryRecord, events: Sequence[Event] = ()) -> TrajectoryRe
             done.add(("app", k))
             new.approvals[k] = copy.copy(new.approvals[k])
     return new
-
-
-def _op(rec: TrajectoryRecord, op_id: str, kind: Literal["tool", "model"], ev: Event) -> Operation:
-    op = rec.operations.get(op_id)
-    if op is None:
-        op = rec.operations[op_id] = Operation(operation_id=op_id, kind=kind)
-    elif op.kind != kind:
-        raise FoldError(f"event {ev.event_id} ({ev.event_type}) names {op_id!r} as a {kind} call, but the log "
-                        f"already uses that id for a {op.kind} call")
-    return op
 
 
 def _settle_status(op: Operation) -> None:
@@ -829,14 +827,16 @@ def _task_started(rec: TrajectoryRecord, ev: Event, p: TaskStarted) -> None:
     _check_budget(rec.budget, None)
 
 
-# The handlers below are the hot ones (a turn of the log is one of each). Each keeps the order of
-# checks and changes of the plain version (:func:`_op`, then the handler's own refusals, then the
-# changes), and settles the operation's status directly where the outcome is known without
-# walking the attempts (a new operation with one intent is in doubt; an attempt just established
-# makes the operation established), else through :func:`_settle_status`. They read the payload's
-# fields from its ``__dict__`` (where a pydantic model keeps them): an attribute read on a payload
-# goes through the model class's ``__getattr__`` hook and costs several dict reads. Error
-# messages, built only on a refusal, use plain attributes.
+# The handlers below are the hot ones (a turn of the log is one of each). Each keeps the plain
+# reducer's order of checks and changes (the terminal state where dispatch is concerned, the kind
+# of call the id was first used for, :func:`_kind_clash`, then the handler's own refusals), so a
+# refused event leaves the record as the plain reducer left it. Each settles the operation's
+# status directly where the outcome is known without walking the attempts (an operation whose
+# only attempt has just been given an intent is in doubt; an attempt just established makes the
+# operation established), else through :func:`_settle_status`. They read the payload's fields
+# from its ``__dict__`` (where a pydantic model keeps them): an attribute read on a payload goes
+# through the model class's ``__getattr__`` hook and costs several dict reads. Error messages,
+# built only on a refusal, use plain attributes.
 
 
 def _context_built(rec: TrajectoryRecord, ev: Event, p: ContextBuilt) -> None:
@@ -900,8 +900,8 @@ def _authorized(rec: TrajectoryRecord, ev: Event, p: Authorized) -> None:
     pf = p.__dict__   # the payload's fields (see above)
     decision = pf["decision"]
     rec.decisions[pf["decision_id"]] = {"subject_id": pf["subject_id"], "decision": decision,
-                                    "policy_version": pf["policy_version"], "grant_id": pf["grant_id"],
-                                    "sequence_number": ev.sequence_number}
+                                        "policy_version": pf["policy_version"], "grant_id": pf["grant_id"],
+                                        "sequence_number": ev.sequence_number}
     subject, kind = pf["subject_id"], pf["subject_kind"]
     ops = rec.operations
     op = ops.get(subject)
