@@ -121,6 +121,7 @@ that are retryable)::
                     SemanticDeadlockError
                     WorkspaceMissingError
                     WorkspaceUnreadableError
+                    WatchTimelineError  (also ValueError)
         Refusal
             AdmissionDenied
                 ActionMaskedRefusal
@@ -1017,3 +1018,13 @@ class WorkspaceUnreadableError(WatchdogError):
     def __init__(self, message: str, *, path: str | None = None):
         self.path = path
         super().__init__(message)
+
+
+# --- issue 18 wd-course: the watchdog's course views (FR.3 notebook, the watchdog view widget) ----------
+
+__all__ += ["WatchTimelineError"]
+
+
+class WatchTimelineError(WatchdogError, ValueError):
+    """A step asked of a watchdog timeline (:mod:`kernel_lib.recovery.watchdog.timeline`) that the
+    trajectory does not have: outside ``0..n`` or not a whole number."""

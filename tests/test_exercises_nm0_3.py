@@ -190,3 +190,58 @@ def test_cli_params_and_check(tmp_path, capsys):
     assert main(["exercise", "solve", "nm0.3", "--param", "detect_turn=99"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error:")
+
+
+# --- the live loop's measured cost beside the exercise (nm0_3_measure) ----------------------------------
+
+
+@pytest.fixture(scope="module")
+def measured():
+    from kernel_lib.course.exercises.nm0_3_measure import measure_loop
+    return measure_loop()
+
+
+def test_the_measured_loop_is_the_live_agents_own_turns_priced_at_the_exercises_givens(measured):
+    m, g = measured["measured"], measured["givens"]
+    assert g == nm0_3.validate_params() and measured["label"] == "measured on the live looping agent"
+    assert [t for t, _ in measured["interventions"]] == [1, 2, 3]
+    start, d = m["loop_first_turn"], m["turns_to_detection"]
+    window = slice(start - 1, start - 1 + d)   # turns are numbered from 1
+    assert m["input_tokens_to_detection"] == sum(m["input_tokens_per_turn"][window])
+    assert m["output_tokens_to_detection"] == sum(m["output_tokens_per_turn"][window])
+    usd = (m["input_tokens_to_detection"] * g["input_usd_per_mtok"]
+           + m["output_tokens_to_detection"] * g["output_usd_per_mtok"]) / 1e6
+    assert m["usd_to_detection"] == pytest.approx(usd, abs=1e-6)
+    # the projection to the ceiling is the loop summed turn by turn with the measured s0, Δ and output
+    mg = measured["measured_givens"]
+    turned = by_turns({**mg, "output_tokens_per_turn": m["output_tokens_per_turn_mean"]}, g["turn_ceiling"],
+                      growth=m["growth_tokens_per_turn"])
+    assert m["ceiling_input_tokens_projected"] == round(turned["input_tokens"])
+    assert m["usd_to_ceiling_projected"] == pytest.approx(turned["usd"], abs=1e-6)
+    assert m["usd_ratio_ceiling_to_detection"] > g["turn_ceiling"] / d   # the loop's cost grows faster than n
+
+
+def test_the_formula_at_the_measured_givens_describes_the_measured_loop(measured):
+    """The agent's context keeps only each action's outcome (the error_only_context reading): the
+    arithmetic series with the measured s0 and Δ gives the measured tokens to detection closely."""
+    from kernel_lib.course.exercises.nm0_3_measure import READING, comparison_rows
+
+    m, nm = measured["measured"], measured["napkin_measured"]
+    assert measured["reading"] == READING == "error_only_context"
+    assert nm["delta_tokens_per_turn"] == measured["measured_givens"]["error_tokens_per_turn"]
+    assert nm["detect_input_tokens"] == pytest.approx(m["input_tokens_to_detection"], rel=0.05)
+    rows = comparison_rows(measured)
+    assert [r["napkin"] for r in rows[3:5]] == [10_600, pytest.approx(0.0498)]   # the chapter's own figures
+    assert all(set(r) == {"quantity", "napkin", "measured", "napkin_measured"} for r in rows)
+
+
+def test_other_prices_and_ceilings_reprice_the_same_measured_tokens(measured):
+    from kernel_lib.course.exercises.nm0_3_measure import measure_loop
+
+    again = measure_loop({"input_usd_per_mtok": 6.0, "output_usd_per_mtok": 0.0, "turn_ceiling": 20})
+    m, m2 = measured["measured"], again["measured"]
+    assert m2["input_tokens_to_detection"] == m["input_tokens_to_detection"]   # the same seeded run
+    assert m2["usd_to_detection"] == pytest.approx(m["input_tokens_to_detection"] * 6.0 / 1e6, abs=1e-6)
+    assert m2["turn_ceiling"] == 20 and m2["ceiling_input_tokens_projected"] < m["ceiling_input_tokens_projected"]
+    with pytest.raises(ConfigError, match="detect_turn"):
+        measure_loop({"turn_ceiling": 2})

@@ -7,14 +7,17 @@ and a prefilter for the credential scan (``decode_stored``), msgspec for the fie
 it as another event, would weaken the log's integrity silently. Invariant: for every input, the
 fast routes give the same result as the checked ones: the same Event (same fields, canonical bytes
 and digest), or the same typed error with the same message; on the store, the same index, the same
-recovery report, the same events read; the credential prefilter finds a span exactly where the
-shape-by-shape scan does. Goal: a read path as fast as a JSON decoder allows, with every check the
+recovery report, the same events read; the credential prefilter (one Aho-Corasick search) finds a
+span exactly where the shape-by-shape scan does; the payload validator without the two prechecked
+model validators builds what ``model_validate`` builds; an Event filled slot by slot is the one
+its constructor builds. Goal: a read path as fast as a JSON decoder allows, with every check the
 reader made before (frame CRCs, digests, envelope and schema, unknown versions, credentials, torn
 and corrupt tails) still made.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import random
@@ -23,10 +26,12 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from pydantic import ValidationError
+from pydantic_core import SchemaValidator
 
 import kernel_lib.core.events as events_mod
 import kernel_lib.log.segment as segment_mod
-from kernel_lib.core.events import _decode_stored_checked, _decode_stored_fast, decode_stored
+from kernel_lib.core.events import Event, _decode_stored_checked, _decode_stored_fast, decode_stored
 from kernel_lib.errors import KernelError
 from kernel_lib.log import SegmentStore, SQLiteStore
 from kernel_lib.sim.events import EventMaker
@@ -74,7 +79,8 @@ def _outcome(fn, data: bytes):
         ev = fn(data)
     except KernelError as exc:
         return ("refused", type(exc).__name__, str(exc))
-    return ("event", ev, ev.canonical, ev.digest, type(ev.payload), ev.payload.model_dump(mode="json"))
+    return ("event", ev, ev.canonical, ev.digest, type(ev.payload), ev.payload.model_dump(mode="json"),
+            ev.payload.model_fields_set, ev.payload.__dict__)
 
 
 # --- generated inputs: genuine events, then changed in every way a stored body can be ---------------
@@ -214,6 +220,109 @@ def test_the_credential_prefilter_finds_what_the_shape_scan_finds(text, monkeypa
         m.setattr(events_mod, "_may_hold_secret", lambda _t: True)
         want = events_mod._text_secrets(text)
     assert got == want
+
+
+_TRIGGERS = events_mod._ALL_TRIGGERS + events_mod._ALL_LOWER_TRIGGERS
+# text near the prefilter's edges: triggers in any case, characters whose lower case is ASCII or
+# longer than one character (Kelvin sign, dotted capital I), long s, final sigma, NUL, surrogates
+trigger_text = st.lists(st.one_of(
+    st.sampled_from(_TRIGGERS), st.sampled_from(_TRIGGERS).map(str.upper), st.sampled_from(_TRIGGERS).map(str.title),
+    st.sampled_from(_SECRETS),
+    st.sampled_from(["\u212a", "\u0130", "\u017f", "\u03a3", "\x00", "\ud800", "-", "_", " "]),
+    st.text(max_size=6)), max_size=8).map("".join)
+
+
+def _trigger_held(text: str) -> bool:
+    """The shapes' own test (:func:`_text_secrets`): a literal trigger in the text, or a lower-case
+    one in its lower-cased copy."""
+    return (any(t in text for t in events_mod._ALL_TRIGGERS)
+            or any(t in text.lower() for t in events_mod._ALL_LOWER_TRIGGERS))
+
+
+@settings(max_examples=2000, deadline=None)
+@given(text=trigger_text)
+def test_the_one_search_prefilter_misses_no_trigger(text):
+    """Situation: the prefilter is one Aho-Corasick search of the lower-cased text for every trigger
+    lower-cased. Invariant: it answers True wherever a shape would be tried."""
+    if _trigger_held(text):
+        assert events_mod._may_hold_secret(text)
+
+
+@settings(max_examples=1000, deadline=None)
+@given(strings=st.lists(trigger_text, max_size=5))
+def test_clean_strings_is_the_shape_scan_of_each_string(strings, monkeypatch_module):
+    """Invariant: the joined look of :func:`_clean_strings` (its prefilter, its UTF-8 check, its
+    cache of short clean strings) answers True exactly when every string is UTF-8 text in which the
+    shape-by-shape scan, with no prefilter, finds nothing."""
+    def utf8(s: str) -> bool:
+        try:
+            s.encode("utf-8")
+        except UnicodeEncodeError:
+            return False
+        return True
+    with monkeypatch_module.context() as m:
+        m.setattr(events_mod, "_may_hold_secret", lambda _t: True)
+        want = all(utf8(s) and not events_mod._text_secrets(s) for s in strings)
+    assert events_mod._clean_strings(list(strings)) == want
+
+
+# --- the parts of the fast route: the payload validator and the event's construction ----------------
+
+def _validated(fn, p):
+    try:
+        m = fn(p)
+    except ValidationError as exc:
+        return ("refused", [(e["type"], e["loc"]) for e in exc.errors()])
+    return ("model", type(m), m, m.model_fields_set, m.__dict__)
+
+
+def test_every_registered_record_gets_its_schema_without_the_two_prechecked_validators():
+    """The fast route's validator of each record is its own core schema less the function nodes of
+    ``Payload._plain_json`` and ``Payload._no_secrets`` (so a pydantic whose layout differs falls
+    back to ``model_validate`` instead of dropping another node)."""
+    for (et, sv), cls in events_mod._REGISTRY.items():
+        validate = events_mod._stored_validator(et, sv)
+        assert isinstance(getattr(validate, "__self__", None), SchemaValidator), cls.__name__
+        removed: list[str] = []
+        stripped = events_mod._without_prechecked_validators(cls.__pydantic_core_schema__, removed)
+        assert sorted(removed) == ["function-after", "function-before"], cls.__name__
+        funcs = [n["function"]["function"] for n in events_mod._schema_nodes(stripped)
+                 if n.get("type", "").startswith("function-")]
+        assert not any(getattr(f, "__func__", f) in events_mod._PRECHECKED_VALIDATORS for f in funcs)
+    assert events_mod._stored_validator("NoSuchEvent", 1) is None
+
+
+@settings(max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=stored_bodies())
+def test_the_stripped_validator_decides_as_model_validate_with_the_prechecked_context(data):
+    """Situation: the fast route validates a payload with a schema from which two model validators
+    were removed. Invariant: on any payload data (genuine, or changed in every way the generator
+    knows), it returns the same instance (class, fields, fields set) or refuses with the same errors
+    as the record's ``model_validate`` with :data:`_PRECHECKED`."""
+    try:
+        d = json.loads(data)
+    except ValueError:
+        return
+    if not isinstance(d, dict):
+        return
+    for key in ((d.get("event_type"), d.get("schema_version")), ("ToolIntent", 3), ("ContextBuilt", 1)):
+        cls = events_mod._REGISTRY.get(key) if isinstance(key[0], str) and type(key[1]) is int else None
+        if cls is None:
+            continue
+        p = d.get("payload")
+        want = _validated(lambda x, _c=cls: _c.model_validate(x, context=events_mod._PRECHECKED), p)
+        assert _validated(events_mod._stored_validator(*key), p) == want
+
+
+def test_an_event_built_slot_by_slot_is_the_one_its_constructor_builds():
+    for body in SEEDS[:50]:
+        ev = _decode_stored_checked(body)
+        values = [getattr(ev, f.name) for f in dataclasses.fields(Event)]
+        built = events_mod._stored_event(*values)
+        assert type(built) is Event and built == Event(*values) == ev
+        assert [getattr(built, f.name) for f in dataclasses.fields(Event)] == values
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            built.sequence_number = 9   # type: ignore[misc]
 
 
 # --- the stores: torn and corrupt logs open and read the same with the fast routes off -------------

@@ -383,6 +383,73 @@ def test_steps_of_our_own_log_carry_workspace_trees_metrics_and_model_text():
     assert [d.tier for d in dets] == sorted(d.tier for d in dets)
 
 
+def test_a_growing_log_folded_event_by_event_gives_the_steps_of_each_prefix():
+    """The first step is folded before any tree is recorded (its state then comes from what the
+    log reveals); once trees arrive, every step's state must be what the one-pass fold says."""
+    from kernel_lib.recovery.watchdog.steps import StepFold, watch_steps
+    from tests.helpers import ev, intent, result
+
+    flip_flop = _own_log_flip_flop()
+    first = [flip_flop[0], ev(intent("branch", tool="create_branch", arguments={"name": "fix"}), 2),
+             ev(result("branch", outcome={"branch_id": "b-1"}), 3)]   # a change the log only reveals
+    events = first + [ev(e.payload, e.sequence_number + 2) for e in flip_flop[1:]]
+    assert watch_steps(events)[0].state_hash is None   # no tree before the next step: no state
+    fold = StepFold()
+    for i in range(len(events)):
+        fold.add(events[i:i + 1])
+        assert fold.steps() == watch_steps(events[:i + 1]), i
+    assert fold.add(events).steps() == watch_steps(events)   # events already folded are skipped
+
+
+def test_a_retried_attempt_is_the_same_step_and_its_result_replaces_an_error():
+    """A crash left attempt 1 in doubt (intent, no result) or a transient failure made the runtime
+    try again: the operation is still one action, observed by its final result."""
+    from kernel_lib.recovery.watchdog.steps import watch_steps
+    from tests.helpers import ev, intent, result, task
+
+    edit = {"tool": "edit_file", "arguments": {"path": "cfg.py", "to": "A"}, "repeat_contract": "idempotent"}
+    events = [ev(task(), 1), ev(intent("e1", "a1", **edit), 2),                      # in doubt: no result
+              ev(intent("e1", "a2", **edit), 3), ev(result("e1", "a2", outcome={"written": 1}), 4),
+              ev(intent("e2", "a1", **edit), 5), ev(result("e2", "a1", status="timeout"), 6),
+              ev(intent("e2", "a2", **edit), 7), ev(result("e2", "a2", outcome={"written": 1}), 8),
+              ev(intent("e3", "a1", **edit), 9), ev(result("e3", "a1", outcome={"written": 1}), 10),
+              ev(result("e3", "a2", status="failed", outcome={"error": "late"}), 11)]
+    steps = watch_steps(events)
+    assert [(s.position, s.observation_position, s.observation_error) for s in steps] == [
+        (2, 4, False), (5, 8, False), (9, 10, False)]   # a success is not replaced by a later error
+
+
+def test_the_package_exports_every_public_name_of_its_modules_and_loads_none_of_them():
+    import importlib
+    import re
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import kernel_lib.recovery.watchdog as wd
+
+    folder = Path(wd.__file__).parent
+    modules = sorted(p.stem for p in folder.glob("*.py") if p.stem != "__init__")
+    for name in modules:
+        mod = importlib.import_module(f"kernel_lib.recovery.watchdog.{name}")
+        assert f"``{name}``" in wd.__doc__, f"the package docstring does not name {name}"
+        for public in mod.__all__:
+            assert public in wd.__all__ and getattr(wd, public) is getattr(mod, public), (name, public)
+    named = set(re.findall(r"^\* ``(\w+)``", wd.__doc__, re.MULTILINE))
+    assert named == set(modules), named ^ set(modules)   # no module named that does not exist
+    import os
+
+    root = str(Path(__file__).resolve().parents[1])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")])}
+    probe = "import json, sys, kernel_lib.recovery.watchdog; print(json.dumps(sorted(sys.modules)))"
+    loaded = json.loads(subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True,
+                                       env=env).stdout)
+    heavy = [m for m in loaded if m.startswith(("kernel_lib.recovery.watchdog.", "kernel_lib.core", "kernel_lib.log",
+                                                "kernel_lib.checkpoint")) or m.split(".")[0] in
+             ("pydantic", "rfc8785", "xxhash", "polars", "inotify_simple")]
+    assert "kernel_lib.recovery.watchdog" in loaded and not heavy, heavy
+
+
 def test_steps_of_an_imported_openai_message_log(tmp_path):
     from kernel_lib.importers import import_file
     from kernel_lib.recovery.watchdog.steps import watch_steps

@@ -79,6 +79,29 @@ def test_every_log_folds_into_steps_whose_positions_are_the_logs(logs):
     assert tau_kinds == {"tool", "question"}
 
 
+def test_folding_a_growing_log_gives_the_steps_of_the_whole_fold_at_every_cut(logs):
+    """A live watchdog folds each new event once (StepFold); at any point its steps must be what
+    the one-pass fold of the same prefix gives, a pending reply included."""
+    import random
+
+    from kernel_lib.recovery.watchdog.steps import StepFold
+
+    rng = random.Random(18)
+    by_format: dict[str, list[str]] = {}
+    for name in sorted(logs):
+        by_format.setdefault(logs[name][0], []).append(name)
+    for name in [n for names in by_format.values() for n in rng.sample(names, min(4, len(names)))]:
+        events = logs[name][2]
+        cuts = sorted(rng.sample(range(1, len(events)), min(6, len(events) - 1))) + [len(events)]
+        fold, at = StepFold(), 0
+        for cut in cuts:
+            while at < cut:
+                nxt = min(cut, at + rng.randint(1, 7))
+                fold.add(events[max(0, at - 2):nxt])      # an overlap: already folded events are skipped
+                at = nxt
+            assert fold.steps() == watch_steps(events[:cut]), (name, cut)
+
+
 def test_the_loops_the_data_readme_names_are_found_by_what_they_are(logs, comparison):
     by_name = {lg.name: lg for lg in comparison.logs}
     for name, tool in README_LOOPS.items():

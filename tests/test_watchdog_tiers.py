@@ -25,6 +25,7 @@ from hypothesis import strategies as st
 from kernel_lib.core.action_signature import action_signature
 from kernel_lib.core.events import ActionMasked, TaskStarted, WatchdogIntervened, WatchdogIntervenedV1, decode
 from kernel_lib.core.record import fold, initial_record
+from kernel_lib.checkpoint.blobs import MemoryBlobStore
 from kernel_lib.errors import ActionMaskedRefusal, AdmissionDenied, ConfigError
 from kernel_lib.gate.dispatch import AdmissionPolicy, DispatchGate, ToolProposal, ToolReply
 from kernel_lib.live.looping_agent import run_looping_agent
@@ -103,6 +104,45 @@ def test_a_ladder_policy_out_of_range_is_refused():
             LadderPolicy(**kw)
     with pytest.raises(ConfigError, match="steps_since_last"):
         decide_tier([_iv(1, 10)], _det(20))
+
+
+def test_the_ladder_reads_the_detectors_evidence_and_counts_one_alarm_per_action():
+    """The detectors fire at the observation after an action and name the loop's steps
+    (``occurrences``), the action (``step_position``) and its h_tool (``signature``)."""
+    sig = "0123456789abcdef"
+    first = Detection(position=71, kind="state_hash_cycle",
+                      evidence={"step_position": 70, "occurrences": [32, 51, 70], "signature": sig})
+    d = decide_tier([], first, LadderPolicy())
+    assert (d.tier, d.onset_position, d.action_signature) == (1, 32, sig)
+    answered = Intervention("wd-71-t1", 1, "state_hash_cycle", 71, 72, 74, sig, 32, evidence=dict(first.evidence))
+    # the same action seen again at a later position (its retried attempt's result) is the same alarm
+    again = Detection(position=78, kind="state_hash_cycle", evidence={**first.evidence, "occurrences": [32, 51, 70]})
+    assert decide_tier([answered], again, LadderPolicy(), steps_since_last=0).tier is None
+    nxt = Detection(position=93, kind="state_hash_cycle",
+                    evidence={"step_position": 92, "occurrences": [51, 70, 92], "signature": "fedcba9876543210"})
+    d2 = decide_tier([answered], nxt, LadderPolicy(), steps_since_last=1)
+    assert (d2.tier, d2.onset_position, d2.action_signature) == (2, 32, "fedcba9876543210")   # the earlier onset
+
+
+def test_the_window_restarts_at_the_state_a_finished_backtrack_restored():
+    from kernel_lib.recovery.watchdog.detectors import detect_state_cycles
+    from kernel_lib.recovery.watchdog.escalation import watch_window
+    from kernel_lib.recovery.watchdog.model import WatchStep
+
+    def steps(states):
+        return [WatchStep(position=10 * i, kind="tool", actor="agent", tool="edit", arguments={"to": h},
+                          observation="ok", observation_position=10 * i + 1, state_hash=h, state_source="workspace",
+                          mutative=True) for i, h in enumerate(states, 1)]
+    # 0 -> A -> B -> A (tier 1) -> B (tier 2: rewound to 0, the step's recorded state is 0) -> A -> C -> A
+    seq = steps(["0", "A", "B", "A", "0", "A", "C", "A"])
+    t1 = Intervention("wd-41-t1", 1, "state_hash_cycle", 41, 42, 44)
+    t2 = Intervention("wd-51-t2", 2, "state_hash_cycle", 51, 52, 55)
+    assert watch_window(seq, [t1]) == seq
+    assert watch_window(seq, [t1, Intervention("wd-51-t2", 2, "state_hash_cycle", 51, 52)]) == seq   # unfinished
+    window = watch_window(seq, [t1, t2])
+    assert [s.position for s in window] == [50, 60, 70, 80]   # from the step that carries the restored state
+    assert [d.evidence["step_position"] for d in detect_state_cycles(window)] == [80]   # not 60: A before the rewind
+    assert 60 in [d.evidence["step_position"] for d in detect_state_cycles(seq)]          # which the whole log shows
 
 
 # --- the log's records: v2 intent/completion, v1 upcast, unfinished ----------------------------------
@@ -187,11 +227,34 @@ def _log_counts(store, tid):
             "frozen": sum(e.event_type == "TrajectoryFrozen" for e in evs)}
 
 
+class _Reference:
+    """One uncrashed run of a scenario, kept for every test of this module that compares with it:
+    its result, its fleet and store, and the (name, event) of each gate position."""
+
+    def __init__(self, root: Path, scenario: str):
+        self.fleet, self.store, self.seen = TwinFleet(), MemoryStore(), []
+        self.res = run_looping_agent(root / f"ref-{scenario}", store=self.store, fleet=self.fleet, scenario=scenario,
+                                     must_survive="none", on_position=lambda name, ev: self.seen.append((name, ev)))
+        self.applied, self.counts = _applied(self.fleet), _log_counts(self.store, "loop-1")
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    """The uncrashed run of each scenario, made once for the module (``reference(scenario)``)."""
+    root, made = tmp_path_factory.mktemp("loop-references"), {}
+
+    def get(scenario: str) -> _Reference:
+        if scenario not in made:
+            made[scenario] = _Reference(root, scenario)
+        return made[scenario]
+    return get
+
+
 @pytest.mark.parametrize("scenario,outcome,state", [("no_pivot", "compensated", "FAILED"),
                                                     ("pivot", "frozen", "FROZEN")])
-def test_the_live_loop_goes_through_the_three_tiers(tmp_path, scenario, outcome, state):
-    fleet, store = TwinFleet(), MemoryStore()
-    res = run_looping_agent(tmp_path / "ws", store=store, fleet=fleet, scenario=scenario, must_survive="none")
+def test_the_live_loop_goes_through_the_three_tiers(reference, scenario, outcome, state):
+    ref = reference(scenario)
+    fleet, store, res = ref.fleet, ref.store, ref.res
     assert res.outcome == outcome and res.control_state == state
     assert [(i["tier"], i["outcome"]) for i in res.interventions] == [
         (1, "interrupted"), (2, "backtracked"), (3, outcome)]
@@ -214,6 +277,14 @@ def test_the_live_loop_goes_through_the_three_tiers(tmp_path, scenario, outcome,
     upto = cost["loop_first_turn"] + cost["turns_to_detection"]
     assert per_turn[:upto] == sorted(per_turn[:upto]) and cost["growth_tokens_per_turn"] > 0   # the context grows
     assert min(per_turn[upto:]) < max(per_turn[:upto + 2])   # until the backtrack prunes the looping turns
+    hashed = res.workspace_hash   # one incremental hasher: a full read once, then only the changes
+    assert hashed["change_source"] in ("inotify", "scan") and hashed["modes"]["full"] == 1
+    incremental = {"inotify"} if hashed["change_source"] == "inotify" else {"scan", "hint"}
+    assert set(hashed["modes"]) - {"full"} <= incremental and sum(hashed["modes"].values()) > len(res.effects)
+    evs = list(store.read("loop-1"))   # the log names the state each edit left: a checkpoint right after it
+    for i, e in enumerate(evs):
+        if e.event_type == "ToolResult" and e.payload.operation_id.startswith("t") and e.payload.outcome.get("changed"):
+            assert evs[i + 1].event_type == "Checkpoint", (e.sequence_number, evs[i + 1].event_type)
 
 
 def test_an_agent_that_heeds_the_interrupt_is_resolved_at_tier_1(tmp_path):
@@ -242,40 +313,40 @@ def _crash_at(k):
     return hook
 
 
-def _reference(tmp_path, scenario):
-    fleet, store = TwinFleet(), MemoryStore()
-    res = run_looping_agent(tmp_path / f"ref-{scenario}", store=store, fleet=fleet, scenario=scenario,
-                            must_survive="none")
-    return res, _applied(fleet), _log_counts(store, "loop-1")
-
-
 def _crash_and_resume(tmp_path, scenario, k):
-    fleet, store, ws = TwinFleet(), MemoryStore(), tmp_path / f"{scenario}-{k}"
+    """Crash the run at its ``k``-th gate position, in process, then resume it. The log store, the
+    blob store and the fleet are objects this test keeps across the crash; the workspace and its
+    effects ledger are files whose page cache outlives an in-process crash, so the ledger is
+    acknowledged at ``write`` (a sync would prove nothing here; the SIGKILL test below syncs).
+    The workspace hasher uses the stat scan with the tools' hints here (the references use
+    inotify where the kernel has it, so the sweep also shows both change sources agree)."""
+    fleet, store, blobs, ws = TwinFleet(), MemoryStore(), MemoryBlobStore(), tmp_path / f"{scenario}-{k}"
+    run = dict(store=store, fleet=fleet, blobs=blobs, scenario=scenario, must_survive="none", ledger_ack="write",
+               change_source="scan")
     with pytest.raises(_Crash):
-        run_looping_agent(ws, store=store, fleet=fleet, scenario=scenario, on_position=_crash_at(k),
-                          must_survive="none")
-    res = run_looping_agent(ws, store=store, fleet=fleet, scenario=scenario,
-                            must_survive="none")
+        run_looping_agent(ws, on_position=_crash_at(k), **run)
+    res = run_looping_agent(ws, **run)
+    assert res.workspace_hash["change_source"] == "scan"
+    assert set(res.workspace_hash["modes"]) <= {"full", "hint", "scan"}
     return res, _applied(fleet), _log_counts(store, "loop-1")
 
 
-def _same_run(got, want, where):
+def _same_run(got, ref, where):
     res, applied, counts = got
-    ref, ref_applied, ref_counts = want
-    assert res.outcome == ref.outcome, where
+    assert res.outcome == ref.res.outcome, where
     assert [(i["tier"], i["outcome"]) for i in res.interventions] == [
-        (i["tier"], i["outcome"]) for i in ref.interventions], where
-    assert _ledger(res.effects) == _ledger(ref.effects), where   # each edit and the rewind landed once
-    assert applied == ref_applied, where   # the services applied each request once
-    assert counts["masks"] == 1 and counts["interrupts"] == 1 and counts["frozen"] == ref_counts["frozen"], where
+        (i["tier"], i["outcome"]) for i in ref.res.interventions], where
+    assert _ledger(res.effects) == _ledger(ref.res.effects), where   # each edit and the rewind landed once
+    assert applied == ref.applied, where   # the services applied each request once
+    assert counts["masks"] == 1 and counts["interrupts"] == 1 and counts["frozen"] == ref.counts["frozen"], where
     assert sorted(set(counts["completions"])) == sorted(counts["completions"]) and len(counts["completions"]) == 3, \
         where   # no tier completed twice
 
 
 @pytest.mark.parametrize("scenario", ["no_pivot", "pivot"])
-def test_a_crash_at_every_position_resumes_at_the_right_tier(tmp_path, scenario):
-    ref = _reference(tmp_path, scenario)
-    n = len(ref[0].positions)
+def test_a_crash_at_every_position_resumes_at_the_right_tier(tmp_path, reference, scenario):
+    ref = reference(scenario)
+    n = len(ref.res.positions)
     ks = range(1, n + 1) if scenario == "no_pivot" else range(1, n + 1, 3)   # the pivot run: every third
     for k in ks:
         _same_run(_crash_and_resume(tmp_path, scenario, k), ref, f"{scenario}: crash at position {k}/{n}")
@@ -283,17 +354,6 @@ def test_a_crash_at_every_position_resumes_at_the_right_tier(tmp_path, scenario)
 
 
 # --- a real SIGKILL of a worker process -------------------------------------------------------------------
-
-
-def _positions_of(tmp_path, scenario):
-    """Gate positions (1-based) of the reference run, with the event reported at each."""
-    out = []
-
-    def hook(name, event):
-        out.append((name, event))
-    run_looping_agent(tmp_path / f"pos-{scenario}", store=MemoryStore(), fleet=TwinFleet(), scenario=scenario,
-                      on_position=hook, must_survive="none")
-    return out
 
 
 def _env():
@@ -308,10 +368,10 @@ def _worker(args, **kw):
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)
 
 
-def test_a_sigkilled_worker_resumes_at_the_right_tier_with_every_effect_once(tmp_path):
+def test_a_sigkilled_worker_resumes_at_the_right_tier_with_every_effect_once(tmp_path, reference):
     from kernel_lib.live.services import LiveFleet
 
-    pos = _positions_of(tmp_path, "no_pivot")
+    pos = reference("no_pivot").seen   # gate positions (1-based) of the uncrashed run, with their events
     # inside tier 2 (its intent is durable, the rewind not yet done) and inside tier 3 (the unwind began)
     t2 = next(i for i, (_n, e) in enumerate(pos, 1) if e is not None and e.event_type == "WatchdogIntervened"
               and e.payload.phase == "intent" and e.payload.tier == 2)

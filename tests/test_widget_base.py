@@ -36,6 +36,7 @@ WIDGETS = {   # module -> (class, static name, root CSS class)
     "widgets.retention_planner": ("RetentionPlanner", "retention_planner", "dal-retention"),
     "widgets.saga_stepper": ("SagaStepper", "saga_stepper", "dal-saga-stepper"),
     "widgets.policy_explorer": ("PolicyExplorer", "policy_explorer", "dal-policy"),
+    "widgets.watchdog_view": ("WatchdogView", "watchdog_view", "dal-watchdog"),
 }
 
 
@@ -190,6 +191,24 @@ _RENDER = """async ([esm, state]) => {
 }"""
 
 
+def _watchdog_view():
+    """The watchdog view over a constructed flip-flop: two edits that return the state, with the
+    checks (metrics) run in between, so every panel has rows."""
+    from kernel_lib.recovery.watchdog.model import WatchStep
+    from widgets.watchdog_view import WatchdogView
+
+    steps = []
+    for i, (tool, state, mutative) in enumerate([("run_tests", "s0", False), ("edit", "a", True),
+                                                  ("run_tests", "a", False), ("edit", "b", True),
+                                                  ("run_tests", "b", False), ("edit", "a", True)], start=1):
+        metrics = {"tests_passed": 1.0, "tests_failed": 1.0} if tool == "run_tests" else {}
+        steps.append(WatchStep(position=2 * i, kind="tool", actor="agent", tool=tool,
+                               arguments={"value": state} if mutative else {}, observation="ok",
+                               observation_position=2 * i + 1, state_hash=(state * 64)[:64],
+                               state_source="workspace", metrics=metrics, mutative=mutative))
+    return WatchdogView(steps, name="constructed flip-flop", step=1)
+
+
 def _instances(tmp_path):
     from kernel_lib.live.session import WorksheetSession
     from kernel_lib.resume.stages import PrefillModel, ResumeTimeline
@@ -209,6 +228,7 @@ def _instances(tmp_path):
         "widgets.resume_timeline": ResumeTimelineView(tl, draw_svg=False),
         "widgets.retention_planner": RetentionPlanner(),
         "widgets.policy_explorer": PolicyExplorer(draw_svg=False),
+        "widgets.watchdog_view": _watchdog_view(),
     }
 
 
@@ -257,6 +277,17 @@ def test_every_bundle_renders_in_chromium_and_keeps_its_keys(browser, tmp_path):
                 sent = page.evaluate("() => window.__dal.sent.filter(([k]) => k === 'success_p').map(([, v]) => v)")
                 assert sent[-1:] == [0.02]
                 assert el.locator("select[data-name=error_class]").input_value() == "semantic"
+            if module == "widgets.watchdog_view":     # one lane per detector; "next" and a mark go to a detection
+                first = w.timeline.fires()[0]
+                assert el.locator("table.dal-window tr").count() == 2          # header + this step (W is empty)
+                marks = {(f["detector"], f["step"]) for f in w.timeline.fires()}      # one per detector and step
+                assert el.locator("circle.dal-mark").count() == len(marks)
+                assert el.locator("table.dal-detections tr[data-detector=watchdog]").count() == len(
+                    w.timeline.detections["watchdog"]) > 0
+                el.locator("button[data-action=next]").click()
+                el.locator(f"circle.dal-mark[data-step='{first['step']}']").first.click()
+                sent = page.evaluate("() => window.__dal.sent.filter(([k]) => k === 'step').map(([, v]) => v)")
+                assert sent == [first["step"], first["step"]]
             if module == "widgets.retention_planner":
                 assert el.locator("table.dal-costs tr[data-policy]").count() == len(w.cost_cells)
                 assert el.locator("table.dal-promises td.dal-broken-cell").count() >= 1

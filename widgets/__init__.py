@@ -22,6 +22,7 @@ _EXPORTS = {
     "ResumeTimelineView": "widgets.resume_timeline",
     "RetentionPlanner": "widgets.retention_planner",
     "SagaStepper": "widgets.saga_stepper",
+    "WatchdogView": "widgets.watchdog_view",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -23,12 +23,15 @@ import hashlib
 import json
 import math
 import re
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar, Literal
 
+import ahocorasick_rs
 import msgspec
 import rfc8785
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, model_validator
+from pydantic_core import SchemaValidator
 
 from kernel_lib.core.canonical import canonical_json
 from kernel_lib.errors import MalformedEventError, UnknownEventTypeError, UnknownSchemaVersionError
@@ -126,45 +129,30 @@ def _credential_like(name: str, m: re.Match[str]) -> bool:
 
 
 #: Every literal trigger of :data:`_TEXT_SHAPES`, and every lower-case one. A text that holds none
-#: of them tries no shape, so :func:`_text_secrets` answers it with one pass per trigger group
-#: (:func:`_may_hold_secret`) instead of a pass per shape. Triggers that share a first character are
-#: one regex each (that character is searched for first), the rest plain substring tests.
+#: of them tries no shape, so :func:`_text_secrets` answers it with one search
+#: (:func:`_may_hold_secret`) instead of a pass per shape.
 _ALL_TRIGGERS = tuple(sorted({t for shape in _TEXT_SHAPES for t in shape[1]}))
 _ALL_LOWER_TRIGGERS = tuple(sorted({t for shape in _TEXT_SHAPES for t in shape[2]}))
-
-
-def _trigger_tests(triggers: tuple[str, ...]) -> tuple[tuple[str, ...], tuple[re.Pattern[str], ...]]:
-    """Split ``triggers`` into plain substrings and one regex per shared first character."""
-    groups: dict[str, list[str]] = {}
-    for t in triggers:
-        groups.setdefault(t[0], []).append(t)
-    plain = tuple(t for g in groups.values() if len(g) == 1 for t in g)
-    regexes = tuple(re.compile(re.escape(first) + "(?:" + "|".join(re.escape(t[1:]) for t in g) + ")")
-                    for first, g in groups.items() if len(g) > 1)
-    return plain, regexes
-
-
-_TRIGGER_PLAIN, _TRIGGER_RES = _trigger_tests(_ALL_TRIGGERS)
-_LOWER_TRIGGER_PLAIN, _LOWER_TRIGGER_RES = _trigger_tests(_ALL_LOWER_TRIGGERS)
+#: Every trigger lower-cased, in one Aho-Corasick automaton searched over a lower-cased text (one
+#: pass, instead of a substring test or a regex per trigger)
+_TRIGGER_SEARCH = ahocorasick_rs.AhoCorasick(sorted({t.lower() for t in _ALL_TRIGGERS + _ALL_LOWER_TRIGGERS}),
+                                             matchkind=ahocorasick_rs.MATCHKIND_LEFTMOST_FIRST)
 
 
 def _may_hold_secret(text: str) -> bool:
     """False only if ``text`` holds no trigger of any shape, so :func:`_text_secrets` finds nothing
-    in it (exactly: each shape is tried only on a text holding one of its triggers)."""
-    for t in _TRIGGER_PLAIN:
-        if t in text:
-            return True
-    for r in _TRIGGER_RES:
-        if r.search(text):
-            return True
-    lower = text.lower()
-    for t in _LOWER_TRIGGER_PLAIN:
-        if t in lower:
-            return True
-    for r in _LOWER_TRIGGER_RES:
-        if r.search(lower):
-            return True
-    return False
+    in it (each shape is tried only on a text holding one of its triggers).
+
+    One search of ``text.lower()`` for every trigger lower-cased. It misses no trigger: a literal
+    trigger is ASCII and each ASCII character lower-cases to one ASCII character, so where
+    ``text`` holds the trigger ``text.lower()`` holds it lower-cased; a lower-case trigger is
+    looked for in ``text.lower()`` by its shape too. It may answer True where no shape's own test
+    would (``SK-``, ``Asia``), and for a text holding a lone surrogate (not UTF-8, which the
+    search needs): then the shapes decide."""
+    try:
+        return bool(_TRIGGER_SEARCH.find_matches_as_indexes(text.lower()))
+    except UnicodeEncodeError:
+        return True
 
 
 def _text_secrets(text: str) -> list[tuple[int, int]]:
@@ -1237,7 +1225,8 @@ def decode_stored(data: bytes, *, known_digest: "str | None" = None) -> Event:
 
     Raises: as :func:`decode`.
     """
-    data = _as_bytes(data)
+    if type(data) is not bytes:
+        data = _as_bytes(data)
     if known_digest is None:
         known_digest = hashlib.sha256(data).hexdigest()
     ev = _decode_stored_fast(data, known_digest)
@@ -1292,24 +1281,45 @@ _KEY_CLEAN: dict[str, bool] = {}
 def _decode_stored_fast(data: bytes, known_digest: "str | None" = None) -> "Event | None":
     """The fast route of :func:`decode_stored`: the event, or None where the checked route must
     decide. Returns an event only where :func:`_decode_stored_checked` returns an equal one with
-    the same canonical bytes and digest (tests/test_read_path.py checks it)."""
+    the same canonical bytes and digest (tests/test_read_path.py checks it).
+
+    The payload's top level is walked here (its values; nested lists and dicts by
+    :func:`_clean_stored_json`), validated by :func:`_stored_validator` and the event built by
+    :func:`_stored_event`."""
     try:
         env = _STORED_DECODER.decode(data)
     except (msgspec.DecodeError, RecursionError):
         return None
     tid, eid, seq, et, sv = env.trajectory_id, env.event_id, env.sequence_number, env.event_type, env.schema_version
-    if not (tid and eid and et and seq >= 1 and sv >= 1 and env.reducer_version >= 1 and env.owner_epoch >= 0
-            and env.control_epoch >= 0):
+    rv, oe, ce = env.reducer_version, env.owner_epoch, env.control_epoch
+    if not (tid and eid and et and seq >= 1 and sv >= 1 and rv >= 1 and oe >= 0 and ce >= 0):
         return None
-    cls = _REGISTRY.get((et, sv))
+    validate = _STORED_VALIDATORS.get((et, sv))
+    if validate is None:
+        validate = _stored_validator(et, sv)
+        if validate is None:
+            return None
     p = env.payload
-    if cls is None or type(p) is not dict:
+    if type(p) is not dict:
         return None
     strings: list[str] = []
-    if not _clean_stored_json(p, 0, strings, top=True) or not _clean_strings(strings):
+    short = _SHORT_CLEAN
+    for x in p.values():         # the payload's keys are field names: the model refuses unknown ones
+        tx = type(x)
+        if tx is str:
+            if x not in short:
+                strings.append(x)
+        elif tx is int or tx is float:
+            if not -JSON_SAFE_MAX <= x <= JSON_SAFE_MAX:   # also refuses NaN
+                return None
+        elif x is None or tx is bool:
+            continue
+        elif not _clean_stored_json(x, 1, strings):
+            return None
+    if strings and not _clean_strings(strings):
         return None
     try:
-        payload = cls.model_validate(p, context=_PRECHECKED)
+        payload = validate(p)
     except ValidationError:
         return None
     pv = env.provenance
@@ -1318,8 +1328,103 @@ def _decode_stored_fast(data: bytes, known_digest: "str | None" = None) -> "Even
         if len(_PROVENANCES) > 4096:
             _PROVENANCES.clear()
         prov = _PROVENANCES[(pv.tenant, pv.issuer)] = Provenance(pv.tenant, pv.issuer)
-    return Event(tid, eid, seq, et, sv, env.reducer_version, env.owner_epoch, env.control_epoch, prov, payload,
-                 data, known_digest if known_digest is not None else hashlib.sha256(data).hexdigest())
+    return _stored_event(tid, eid, seq, et, sv, rv, oe, ce, prov, payload, data,
+                         known_digest if known_digest is not None else hashlib.sha256(data).hexdigest())
+
+
+#: ``(event_type, schema_version)`` → the payload validator of :func:`_decode_stored_fast`
+#: (:func:`_stored_validator`), built at first use
+_STORED_VALIDATORS: dict[tuple[str, int], Callable[[Any], Payload]] = {}
+#: the two :class:`Payload` model validators that leave a payload unchanged, and raise nothing,
+#: when the validation context is :data:`_PRECHECKED`
+_PRECHECKED_VALIDATORS = (Payload._plain_json.__func__, Payload._no_secrets)
+
+
+def _stored_validator(event_type: str, schema_version: int) -> "Callable[[Any], Payload] | None":
+    """The validator :func:`_decode_stored_fast` uses for the registered payload record of
+    ``(event_type, schema_version)`` (None: not registered), kept in :data:`_STORED_VALIDATORS`.
+
+    It is the record's own pydantic-core schema less the ``function-before`` node of
+    ``Payload._plain_json`` and the ``function-after`` node of ``Payload._no_secrets``: with the
+    context :data:`_PRECHECKED` these return their input unchanged and never raise, so removing
+    them changes no result and no refusal, only the two calls into Python per payload. Every other
+    node (fields, constraints, the record's own model validators, the model's class and config) is
+    the record's, so the result is the instance ``cls.model_validate(p, context=_PRECHECKED)``
+    builds. Where the schema does not hold exactly those two nodes (another pydantic layout, a
+    record that overrides them), the validator is that ``model_validate`` call itself."""
+    cls = _REGISTRY.get((event_type, schema_version))
+    if cls is None:
+        return None
+    removed: list[str] = []
+    schema = _without_prechecked_validators(cls.__pydantic_core_schema__, removed)
+    models = [n for n in _schema_nodes(schema) if n.get("type") == "model" and n.get("cls") is cls]
+    validate: Callable[[Any], Payload]
+    if sorted(removed) == ["function-after", "function-before"] and len(models) == 1:
+        validate = SchemaValidator(schema, models[0].get("config")).validate_python
+    else:
+        def validate(p: Any, _cls: type[Payload] = cls) -> Payload:
+            return _cls.model_validate(p, context=_PRECHECKED)
+    _STORED_VALIDATORS[(event_type, schema_version)] = validate
+    return validate
+
+
+def _without_prechecked_validators(schema: Any, removed: list[str]) -> Any:
+    """A copy of a core schema without the function nodes of :data:`_PRECHECKED_VALIDATORS` (each
+    replaced by the schema it wraps); the type of each removed node is appended to ``removed``."""
+    if isinstance(schema, dict):
+        if schema.get("type") in ("function-before", "function-after"):
+            f = schema.get("function", {}).get("function")
+            if getattr(f, "__func__", f) in _PRECHECKED_VALIDATORS:
+                removed.append(schema["type"])
+                return _without_prechecked_validators(schema["schema"], removed)
+        return {k: _without_prechecked_validators(v, removed) for k, v in schema.items()}
+    if isinstance(schema, list):
+        return [_without_prechecked_validators(v, removed) for v in schema]
+    return schema
+
+
+def _schema_nodes(schema: Any) -> Iterator[dict[str, Any]]:
+    """Every dict in a core schema, depth first."""
+    if isinstance(schema, dict):
+        yield schema
+        for v in schema.values():
+            yield from _schema_nodes(v)
+    elif isinstance(schema, list):
+        for v in schema:
+            yield from _schema_nodes(v)
+
+
+class _EventSlots:
+    """:class:`Event`'s slots and nothing else, so the same memory layout: an instance filled by
+    plain attribute stores and then given the class ``Event`` (CPython allows changing the class
+    of an object between two classes of the same layout) is the Event its constructor builds,
+    without the constructor's ``object.__setattr__`` call per field (a frozen dataclass's)."""
+    __slots__ = tuple(f.name for f in fields(Event))
+
+
+_new_object = object.__new__
+
+
+def _stored_event(trajectory_id: str, event_id: str, sequence_number: int, event_type: str, schema_version: int,
+                  reducer_version: int, owner_epoch: int, control_epoch: int, provenance: Provenance,
+                  payload: Payload, canonical: bytes, digest: str) -> Event:
+    """``Event(...)`` with these fields, its slots filled directly (no checks: the fast route's
+    values are already checked)."""
+    ev = _new_object(_EventSlots)
+    ev.trajectory_id = trajectory_id
+    ev.event_id = event_id
+    ev.sequence_number = sequence_number
+    ev.event_type = event_type
+    ev.schema_version = schema_version
+    ev.reducer_version = reducer_version
+    ev.owner_epoch = owner_epoch
+    ev.control_epoch = control_epoch
+    ev.provenance = provenance
+    ev.payload = payload
+    ev.canonical = canonical
+    ev.digest = digest
+    ev.__class__ = Event   # type: ignore[assignment]
+    return ev   # type: ignore[return-value]
 
 
 #: verdicts of :func:`_clean_strings` on single short strings seen before (identifiers, literals,
@@ -1336,10 +1441,11 @@ def _clean_strings(strings: list[str]) -> bool:
     final sigma), so a whole without any trigger settles it. Otherwise each string is scanned
     (and a short one's verdict kept)."""
     text = "\x00".join(strings)
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
+    if not text.isascii():          # ASCII text is UTF-8 as it stands
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            return False
     if not _may_hold_secret(text):
         return True
     for s in strings:

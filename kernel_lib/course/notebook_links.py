@@ -53,6 +53,9 @@ NOTEBOOK_SECTIONS: dict[str, tuple[str, ...]] = {
     "fr_2_forward_recovery": ("Forward Recovery", "Dynamic arbitration: The recovery policy function",
                               "The anti-spin invariant: Bounding forward repair trajectories",
                               "Pivot Action Irreversibility", "The pivot action boundary"),
+    "fr_3_watchdogs": ("Semantic Watchdog Timers", "The failure of classical OS liveness probes",
+                       "Quantifiable semantic progress invariants", "Napkin Math 0.3: What an undetected loop costs",
+                       "Watchdog intervention protocols", "Fallacies and Pitfalls"),
 }
 _MARK = ("<!-- chapter-links: written by `python -m kernel_lib course link-chapters`; "
          "the sections come from kernel_lib/course/notebook_links.py -->")

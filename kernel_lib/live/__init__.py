@@ -24,6 +24,9 @@
   with a real ``SIGKILL``, a recovery process that finishes the unwind, and the live crash sweep.
 * :mod:`.payload_order` — the §11.8.2 write-order experiment: a worker process writing a payload
   and the event naming it is SIGKILLed between the two writes.
+* :mod:`.heartbeat` — the heartbeat fallacy run: a worker process that answers HTTP health probes
+  and sd_notify heartbeats while its workspace flips between two states, and the supervisor that
+  probes it and runs the semantic watchdog over its journal.
 
 The seeded model stand-in the worker uses is deterministic and lives in :mod:`kernel_lib.sim`.
 

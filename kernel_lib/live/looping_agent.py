@@ -18,8 +18,8 @@ edits it to 40, runs the tests, edits it to 45 again: the workspace returns to a
 two mutative steps earlier (k = 2), and the watchdog catches the repeat. Every model call and
 every tool call goes through the dispatch gate (eq. 1), the saga (a sandbox and a branch, and in
 the ``pivot`` scenario a notification e-mail, a tier-III pivot) runs through
-:class:`~kernel_lib.recovery.runner.SagaRunner`, and Chapter 11 checkpoints of the workspace are
-captured before every mutative step.
+:class:`~kernel_lib.recovery.runner.SagaRunner`, and a Chapter 11 checkpoint of the workspace's
+state before every mutative step is always in the log (see "The state" below).
 
 The ladder, with a stubborn policy (``obey_interrupt=0``, the default):
 
@@ -34,21 +34,51 @@ The ladder, with a stubborn policy (``obey_interrupt=0``, the default):
 With ``obey_interrupt=1`` the interrupt breaks the loop (the policy tries the other line) and
 the run ends resolved after tier 1.
 
-The effects are counted where they land, not from the log: every write the workspace receives
-(an edit, a rewind) is appended to an effects ledger beside the workspace, written and fsynced by
-the receiver; the saga's services count their own requests; the model's side is the delivered
-context. :func:`run_looping_agent` resumes a crashed run from the log (the same call again, on
-the same store, workspace and services); ``python -m kernel_lib.live.looping_agent`` runs it in a
-worker process that a test kills with a real SIGKILL.
+The watchdog's parts, as the rest of the project has them:
 
-Stand-ins: the state-hash detector here (:func:`_detect_state_cycle`) and the workspace hash
-(:func:`workspace_state_sha256`) are minimal private versions of ``detectors`` and ``workspace``.
+* **The state.** One :class:`~kernel_lib.recovery.watchdog.workspace.WorkspaceHasher` per run
+  (held by :class:`WorkspaceService`, ignore globs :data:`IGNORE_GLOBS`) keeps the workspace's
+  canonical state hash incrementally: each tool call hashes with the paths it wrote as a hint,
+  and the change source is inotify where the kernel offers it, else the stat scan
+  (:attr:`LoopResult.workspace_hash` says which one ran and how often each mode was used). The
+  log records the state in the form :func:`~kernel_lib.recovery.watchdog.steps.watch_steps`
+  reads: at every quiet boundary (before each turn, and inside a tier-2 backtrack right after
+  the rewind) a workspace that is not the newest checkpoint's tree gets a Chapter 11 checkpoint
+  whose tree *is* the hasher's tree (its file blobs stored first). So every mutative step is
+  followed by a ``Checkpoint`` naming the state it left, and the checkpoint before a cycle's
+  onset, which tier 2 rewinds to, is always there.
+* **The detector.** :func:`~kernel_lib.recovery.watchdog.detectors.detect_state_cycles` over the
+  log's steps (``watch_steps`` of the events), inside
+  :func:`~kernel_lib.recovery.watchdog.escalation.watch_window`: after a backtrack the window
+  restarts at the restored state, since the rewound states are off the trajectory's path (as the
+  rewound turns are out of the model's context). The newest detection goes to the ladder
+  (:class:`~kernel_lib.recovery.watchdog.runner.WatchdogRunner`, which decides the tier).
+  Only the state-hash detector drives the live loop (:func:`watch_config`); every detector runs
+  over its log offline (``python -m kernel_lib watchdog``).
+
+Compared with the private stand-ins this replaced, the detector fires at the observation that
+closed the cycle (the ``ToolResult`` one position after the action's intent), names the cycle's
+onset through its ``occurrences`` and the action through ``signature``/``step_position`` (which
+the ladder now reads), and sees the same states at the same turns: tier 1 at the first repeat,
+tier 2 at the next, tier 3 when the masked edit's work-around brings the state back. Two things
+keep that true across crashes: a tool step whose call a crash left in doubt is judged only once
+its retried attempt has an outcome (before, the same step would be seen twice, at its intent and
+at its result), and the ladder counts detections about one action as one alarm. Run over this
+log offline (no window), the detectors also report the cycles that span the backtrack.
+
+The effects are counted where they land, not from the log: every write the workspace receives
+(an edit, a rewind) is appended to an effects ledger beside the workspace by the receiver,
+acknowledged at ``fdatasync`` by default (``ledger_ack="write"``: written to the page cache only,
+which an in-process crash test may choose since the page cache outlives it); the saga's services
+count their own requests; the model's side is the delivered context. :func:`run_looping_agent`
+resumes a crashed run from the log (the same call again, on the same store, workspace and
+services); ``python -m kernel_lib.live.looping_agent`` runs it in a worker process that a test
+kills with a real SIGKILL.
 """
 
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import random
@@ -61,16 +91,21 @@ from typing import Any, Callable
 
 from kernel_lib.errors import ActionMaskedRefusal, ConfigError, SemanticDeadlockError
 
-__all__ = ["LoopResult", "run_looping_agent", "write_world", "policy", "workspace_state_sha256", "run_checks",
-           "WorkspaceService", "SCENARIOS", "loop_cost", "count_tokens"]
+__all__ = ["LoopResult", "run_looping_agent", "write_world", "policy", "run_checks", "WorkspaceService",
+           "SCENARIOS", "LEDGER_ACKS", "IGNORE_GLOBS", "loop_cost", "count_tokens", "watch_config"]
 
 SCENARIOS = ("no_pivot", "pivot")
 GRANT_ID = "grant-loop"
 MODEL = "seeded-loop-policy"
 WORKSPACE_TOOLS = ("edit_line", "write_file", "run_tests")
 CONFIG = "app/config.py"
-#: Names never part of the workspace state (interpreter caches, scratch).
-IGNORE = ("__pycache__", ".pytest_cache", "scratch")
+#: Globs never part of the workspace state (interpreter caches, scratch, the workspace service's
+#: own temporary file of a write in progress): the hasher's ignore globs, which the checkpoints'
+#: trees and the tier-2 rewind follow too.
+IGNORE_GLOBS = ("__pycache__", ".pytest_cache", "scratch", "*.pyc", "*.tmp-write")
+#: The effects ledger's acknowledgment tiers (labels of :class:`~kernel_lib.log.base.AckTier`):
+#: ``fdatasync`` survives a host crash, ``write`` (the page cache) only the process's death.
+LEDGER_ACKS = ("fdatasync", "write")
 INPUT_USD_PER_MTOK, OUTPUT_USD_PER_MTOK = 3.0, 15.0   # the illustrative prices of Napkin Math 0.3
 
 _INITIAL_CONFIG = "RETRIES = 3\nTIMEOUT_S = 30\n"
@@ -123,24 +158,6 @@ def run_checks(workspace: str | os.PathLike) -> dict[str, Any]:
     return {"passed": passed, "failed": failed, "tests_passed": len(passed), "tests_failed": len(failed)}
 
 
-def workspace_state_sha256(workspace: str | os.PathLike) -> str:
-    """The environment's canonical state hash: SHA-256 of the sorted file tree (paths and content
-    digests; timestamps and modes left out, :data:`IGNORE` names skipped).
-
-    TODO(wd-hash): replace with ``kernel_lib.recovery.watchdog.workspace.WorkspaceHasher``."""
-    root = Path(workspace)
-    h = hashlib.sha256()
-    for dirpath, dirnames, filenames in os.walk(root):
-        dirnames[:] = sorted(d for d in dirnames if d not in IGNORE)
-        for f in sorted(filenames):
-            if f in IGNORE or f.endswith(".pyc"):
-                continue
-            p = Path(dirpath) / f
-            rel = p.relative_to(root).as_posix()
-            h.update(rel.encode() + b"\0" + hashlib.sha256(p.read_bytes()).digest())
-    return h.hexdigest()
-
-
 def count_tokens(text: str) -> int:
     """Tokens of ``text`` as a word-and-punctuation count (no model tokenizer is installed; a BPE
     tokenizer gives a comparable count for English and code). Used for the measured loop cost."""
@@ -154,21 +171,85 @@ def count_tokens(text: str) -> int:
 
 class WorkspaceService:
     """The real workspace directory as the receiver of the agent's edits and the watchdog's
-    rewinds. Every write it applies is appended (and fsynced) to ``ledger`` — the receiver's own
-    count of effects, independent of the trajectory log. A request whose result is already
-    there writes nothing and is not counted (an edit or a rewind repeated after a crash).
+    rewinds, and the keeper of its state hash.
+
+    Every write it applies is appended to ``ledger`` — the receiver's own count of effects,
+    independent of the trajectory log — acknowledged at ``ledger_ack`` (:data:`LEDGER_ACKS`:
+    ``fdatasync``, the default, or ``write``). A request whose result is already there writes
+    nothing and is not counted (an edit or a rewind repeated after a crash). ``blobs``: the
+    checkpoint blob store the rewinds read from. ``change_source``: the hasher's (``auto``,
+    ``inotify``, ``scan``).
+
+    The state: one :class:`~kernel_lib.recovery.watchdog.workspace.WorkspaceHasher` over the
+    directory with :data:`IGNORE_GLOBS`, kept for the service's life (call :meth:`close`).
+
+    Raises ConfigError for an unknown ``ledger_ack`` or change source, WorkspaceMissingError when
+    the directory does not exist.
     """
 
-    def __init__(self, workspace: str | os.PathLike, ledger: str | os.PathLike, blobs: Any = None):
+    def __init__(self, workspace: str | os.PathLike, ledger: str | os.PathLike, blobs: Any = None, *,
+                 ledger_ack: str = "fdatasync", change_source: str = "auto"):
+        from kernel_lib.recovery.watchdog.workspace import WorkspaceHasher
+
+        if ledger_ack not in LEDGER_ACKS:
+            raise ConfigError(f"ledger_ack must be one of {', '.join(LEDGER_ACKS)}, got {ledger_ack!r}")
         self.workspace = Path(workspace)
         self.ledger = Path(ledger)
         self.blobs = blobs
+        self.ledger_ack = ledger_ack
+        self.hasher = WorkspaceHasher(self.workspace, IGNORE_GLOBS, change_source=change_source)  # type: ignore[arg-type]
+        #: how many state hashes each mode of the hasher made (``full``, ``inotify``, ``scan``, ``hint``)
+        self.hash_modes: dict[str, int] = {}
+        self.hash_notes: list[str] = []
+        self._tree: Any = None
+        self._tree_of: str | None = None
+        self._last_digest: str | None = None
+        self.last_restored: list[str] = []
+
+    def close(self) -> None:
+        """Release the hasher's inotify descriptor."""
+        self.hasher.close()
+
+    def state(self, changed_paths: Any = None) -> Any:
+        """H_t of the workspace now (a :class:`~kernel_lib.recovery.watchdog.workspace.StateHash`),
+        incremental; ``changed_paths``: what the caller's own tool wrote since the last hash."""
+        st = self.hasher.hash(changed_paths)
+        self._last_digest = st.digest
+        self.hash_modes[st.mode] = self.hash_modes.get(st.mode, 0) + 1
+        if st.note and st.note not in self.hash_notes:
+            self.hash_notes.append(st.note)
+        return st
+
+    def tree(self) -> Any:
+        """The checkpoint :class:`~kernel_lib.checkpoint.tree.Tree` (modes stripped) of the state
+        hashed last (hashing first if nothing was); built once per distinct state."""
+        if self._last_digest is None:
+            self.state()
+        if self._tree_of != self._last_digest:
+            self._tree, self._tree_of = self.hasher.tree(), self._last_digest
+        return self._tree
+
+    def store_blobs(self, tree: Any) -> int:
+        """Put the bytes of every file of ``tree`` that ``blobs`` lacks (read from the workspace,
+        durable on return); returns how many were stored. A file changed since it was hashed is
+        stored under its new digest, so the tree's own entry stays missing and a capture of the
+        tree refuses it (CheckpointError)."""
+        need = [rel for rel, e in tree.files.items() if not self.blobs.has(e.sha256)]
+        if need:
+            self.blobs.put_many([(self.workspace / rel).read_bytes() for rel in need])
+        return len(need)
+
+    def hash_report(self) -> dict[str, Any]:
+        """Which change source the hasher used and how often each mode ran (for :class:`LoopResult`)."""
+        return {"change_source": self.hasher.change_source, "modes": dict(sorted(self.hash_modes.items())),
+                "notes": list(self.hash_notes), "ignore_globs": list(IGNORE_GLOBS)}
 
     def _note(self, entry: dict[str, Any]) -> None:
         with open(self.ledger, "a", encoding="utf-8") as f:
             f.write(json.dumps(entry, sort_keys=True) + "\n")
             f.flush()
-            os.fsync(f.fileno())
+            if self.ledger_ack == "fdatasync":
+                getattr(os, "fdatasync", os.fsync)(f.fileno())
 
     def effects(self) -> list[dict[str, Any]]:
         """The ledger's entries, oldest first."""
@@ -217,14 +298,16 @@ class WorkspaceService:
             if self._write(rel, data):
                 changed.append(rel)
         for dirpath, dirnames, filenames in os.walk(self.workspace):
-            dirnames[:] = [d for d in dirnames if d not in IGNORE]
+            base = Path(dirpath).relative_to(self.workspace).as_posix()
+            dirnames[:] = [d for d in dirnames if not self.hasher.ignored(d if base == "." else f"{base}/{d}")]
             for f in filenames:
-                rel = (Path(dirpath) / f).relative_to(self.workspace).as_posix()
-                if f not in IGNORE and not f.endswith(".pyc") and rel not in tree.files:
+                rel = f if base == "." else f"{base}/{f}"
+                if not self.hasher.ignored(rel) and rel not in tree.files:
                     os.unlink(Path(dirpath) / f)
                     changed.append(rel)
         if changed:
             self._note({"effect": "restore", "checkpoint_id": checkpoint["checkpoint_id"], "files": changed})
+        self.last_restored = changed
         return bool(changed)
 
     def transport(self, intent: Any) -> Any:
@@ -233,17 +316,20 @@ class WorkspaceService:
         from kernel_lib.core.proposals import ToolReply
 
         a = dict(intent.arguments)
+        wrote_paths: list[str] = []
         if intent.tool == "edit_line":
             wrote = self.edit_line(a["path"], a["line"], a["text"], intent.operation_id)
             out: dict[str, Any] = {"applied": True, "changed": wrote}
+            wrote_paths = [a["path"]]
         elif intent.tool == "write_file":
             wrote = self.write_file(a["path"], a["content"], intent.operation_id)
             out = {"applied": True, "changed": wrote}
+            wrote_paths = [a["path"]]
         elif intent.tool == "run_tests":
             out = run_checks(self.workspace)
         else:
             return ToolReply("failed", outcome={"error": f"unknown tool {intent.tool}"}, observation_complete=True)
-        out["workspace_sha256"] = workspace_state_sha256(self.workspace)
+        out["workspace_sha256"] = self.state(wrote_paths).digest
         return ToolReply("completed", outcome=out, observation_complete=True)
 
 
@@ -314,41 +400,72 @@ def _backtrack_positions(record: Any) -> list[int]:
             if r.get("event_type") == "WatchdogIntervened" and r.get("phase") == "completed" and r.get("tier") == 2]
 
 
-def _detect_state_cycle(record: Any, window: int = 8) -> Any:
-    """State-hash cycle over the mutative steps since the last backtrack (figure 3, the listing):
-    the newest mutative step whose resulting state equals one of the previous ``window`` states,
-    as a :class:`~kernel_lib.recovery.watchdog.model.Detection` at that step's intent position.
+def watch_config() -> Any:
+    """The detector configuration of the live loop: the state-hash detector alone (table 6's first
+    row; figure 3's flip-flop is a state cycle), the rest of
+    :class:`~kernel_lib.recovery.watchdog.detectors.WatchdogConfig` at its defaults (window K = 4,
+    a k = 1 no-op cycle after 2 unchanged mutative steps)."""
+    from kernel_lib.recovery.watchdog.detectors import WatchdogConfig
 
-    TODO(wd-detect): replace with ``kernel_lib.recovery.watchdog.detectors`` over the log's steps."""
-    from kernel_lib.core.action_signature import action_signature
-    from kernel_lib.recovery.watchdog.model import Detection
+    return WatchdogConfig(kinds=("state_hash_cycle",))
 
-    since = max(_backtrack_positions(record), default=0)
-    states: list[tuple[int, str, str]] = []   # (position, state hash, signature) of mutative steps
-    for pos, op in _tool_ops(record):
-        if pos <= since or op.repeat_contract == "read_only" or op.status != "established":
-            continue
-        h = (op.outcome or {}).get("workspace_sha256")
-        if h:
-            states.append((pos, h, action_signature(op.tool, op.arguments)))
-    if since:   # the state the backtrack restored is the window's first entry
-        base = next((r for r in reversed(record.recovery_records) if r.get("event_type") == "WatchdogIntervened"
-                     and r.get("sequence_number") == since), None)
-        if base is not None:
-            rt = [ri for ri in record.runtime_inputs if ri.get("name") == "looping_agent.restored_state"
-                  and ri["value"].get("intervention_id") == base.get("intervention_id")]
-            if rt:
-                states.insert(0, (since, rt[-1]["value"]["workspace_sha256"], ""))
-    if len(states) < 2:
+
+class _LogSteps:
+    """The log's watchdog steps, folded incrementally
+    (:class:`~kernel_lib.recovery.watchdog.steps.StepFold`: each event read once).
+
+    Calling it returns the steps, or None when the log has not grown since the last call: the
+    detection, a pure function of the log, would be the same, and the ladder has answered it
+    already (a resumed run replaying its recorded turns appends nothing)."""
+
+    def __init__(self, log: Any):
+        from kernel_lib.recovery.watchdog.steps import StepFold
+
+        self.log = log
+        self.fold = StepFold()
+        self._folded_at = -1
+
+    def __call__(self) -> list[Any] | None:
+        head = self.log.head
+        if head == self._folded_at:
+            return None
+        if head > self.fold.last_position:
+            self.fold.add(self.log.events(self.fold.last_position + 1, head))
+        self._folded_at = head
+        return self.fold.steps()
+
+
+def _detect(record: Any, steps: list[Any], config: Any) -> Any:
+    """The newest state-hash cycle among the steps the watchdog watches now (the window restarts
+    at a backtrack's restored state), or None. A tool step still in doubt (a crash cut its call
+    short; the resumed turn retries it) has no outcome yet and is judged once it has one. Pure:
+    the log's steps in, a Detection out."""
+    from kernel_lib.recovery.watchdog.detectors import detect_state_cycles
+    from kernel_lib.recovery.watchdog.escalation import watch_window
+
+    settled = [s for s in steps if s.kind != "tool" or s.observation_position is not None]
+    found = detect_state_cycles(watch_window(settled, record), config)
+    return max(found, key=lambda d: d.position) if found else None
+
+
+def _record_state(gate: Any, checkpointer: Any, ws: WorkspaceService, changed_paths: Any = None) -> Any:
+    """At a quiet boundary (the record at the log's head): when the workspace (the hasher's state,
+    ``changed_paths`` as its hint) is not the tree of the newest checkpoint, capture a Chapter 11
+    checkpoint of the hasher's tree, its missing file blobs stored first. Returns the capture's
+    result, or None when the log already names this state. Idempotent: after a crash the same
+    call records what the crash left unrecorded, and nothing twice."""
+    from kernel_lib.core.record import fold_step
+
+    ws.state(changed_paths)
+    tree = ws.tree()
+    rec = gate.record
+    last = rec.checkpoints[-1].get("workspace_tree_sha256") if rec.checkpoints else None
+    if last == tree.sha256:
         return None
-    pos, h, sig = states[-1]
-    prior = states[-1 - window:-1]
-    for k, (p_pos, p_h, _s) in enumerate(reversed(prior), start=1):
-        if p_h == h:
-            return Detection(position=pos, kind="state_hash_cycle", evidence={
-                "period": k, "positions": [p_pos, pos], "state_sha256": h, "action_signature": sig,
-                "onset_position": p_pos})
-    return None
+    ws.store_blobs(tree)
+    res = checkpointer.capture(rec, tree)
+    fold_step(rec, res.event)
+    return res
 
 
 def _render_context(record: Any, objective: str) -> str:
@@ -441,7 +558,10 @@ class LoopResult:
     ``effects``: the workspace's own ledger; ``services``: the saga services' applied counts;
     ``revoked_leases``: leases tier 3 revoked. ``loop_cost``: the measured token cost
     (:func:`loop_cost`). ``positions``: the gate positions reported in this call (a crash test
-    counts them). ``error``: the SemanticDeadlockError's text, when tier 3 ended the run."""
+    counts them). ``error``: the SemanticDeadlockError's text, when tier 3 ended the run.
+    ``workspace_hash``: the state hasher's change source (``inotify`` or ``scan``), how many
+    hashes each mode made in this call (``full``, ``inotify``, ``scan``, ``hint``), its notes (a
+    fallback's reason) and the ignore globs."""
 
     outcome: str
     interventions: list[dict[str, Any]]
@@ -455,20 +575,38 @@ class LoopResult:
     revoked_leases: list[str] = field(default_factory=list)
     positions: list[str] = field(default_factory=list)
     error: str | None = None
+    workspace_hash: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in ("outcome", "interventions", "refused", "turns", "log_head", "effects",
                                                "services", "loop_cost", "control_state", "revoked_leases",
-                                               "positions", "error")}
+                                               "positions", "error", "workspace_hash")}
 
 
-def loop_cost(record: Any, *, turn_ceiling: int = 50) -> dict[str, Any]:
-    """The measured cost of the loop, for Napkin Math 0.3: per model turn the input tokens of its
-    delivered context and its output tokens (:func:`count_tokens`); the loop's first turn (the
-    turn before the cycle's first edit), the tokens spent from there to the first detection and
-    to the end, the measured growth Δ of the re-sent context per turn, and the arithmetic-series
-    projection to the turn ceiling (n·s0 + Δ·n(n−1)/2, no prefix caching) with its ratio to what
-    detection at the first repeat cost. USD at 3 and 15 USD per million input and output tokens."""
+def loop_cost(record: Any, *, turn_ceiling: int = 50, input_usd_per_mtok: float = INPUT_USD_PER_MTOK,
+              output_usd_per_mtok: float = OUTPUT_USD_PER_MTOK) -> dict[str, Any]:
+    """The measured cost of the loop, for Napkin Math 0.3 (tokens by :func:`count_tokens`).
+
+    From the record's model turns: each turn's input tokens (the delivered context) and output
+    tokens; the loop's first turn (the turn that proposed the cycle's first action); the turns
+    from there to the first watchdog intervention (``turns_to_detection``) and what they sent and
+    wrote (``input_tokens_to_detection``, ``output_tokens_to_detection``, ``usd_to_detection``:
+    measured sums); the loop's first context s0 (``first_turn_tokens``) and the growth Δ of the
+    re-sent context per turn while the loop went undetected (``growth_tokens_per_turn``, the mean
+    step over the turns to detection; over the whole loop when fewer than two), and the
+    arithmetic-series projection of an undetected loop to ``turn_ceiling`` turns (input
+    n·s0 + Δ·n(n−1)/2, no prefix caching; output n times the mean output per turn):
+    ``ceiling_input_tokens_projected``, ``usd_to_ceiling_projected``, with the ratios
+    ``ratio_ceiling_to_detection`` (input tokens) and ``usd_ratio_ceiling_to_detection``. Also
+    the whole loop's tokens (its later turns include the interrupt and the backtrack's pruning).
+
+    USD at ``input_usd_per_mtok`` / ``output_usd_per_mtok`` per million tokens (default: the
+    prices the run was charged at). Without an intervention only the per-turn lists are given.
+    Raises ConfigError for a ``turn_ceiling`` below 1 or a negative price."""
+    if type(turn_ceiling) is not int or turn_ceiling < 1:
+        raise ConfigError(f"turn_ceiling must be an integer >= 1, got {turn_ceiling!r}")
+    if not all(isinstance(x, (int, float)) and x >= 0 for x in (input_usd_per_mtok, output_usd_per_mtok)):
+        raise ConfigError("prices must be numbers >= 0 (USD per million tokens)")
     turns = []
     for oid, op in record.operations.items():
         if op.kind == "model" and op.status == "established" and op.outcome:
@@ -481,7 +619,8 @@ def loop_cost(record: Any, *, turn_ceiling: int = 50) -> dict[str, Any]:
            and r.get("phase") == "intent"]
     out: dict[str, Any] = {"turns": len(turns), "input_tokens_per_turn": [t[1] for t in turns],
                            "output_tokens_per_turn": [t[2] for t in turns], "tokenizer": "word-and-punctuation count",
-                           "turn_ceiling": turn_ceiling}
+                           "turn_ceiling": turn_ceiling, "input_usd_per_mtok": input_usd_per_mtok,
+                           "output_usd_per_mtok": output_usd_per_mtok}
     if not ivs or not turns:
         return out
     first = ivs[0]
@@ -490,25 +629,29 @@ def loop_cost(record: Any, *, turn_ceiling: int = 50) -> dict[str, Any]:
     start = loop_turns[-1][0] if loop_turns else turns[0][0]
     looped = [t for t in turns if t[0] >= start]
     detect = [t for t in looped if t[3] < first["sequence_number"]]
+    basis = detect if len(detect) >= 2 else looped
     s0 = looped[0][1]
-    growth = [b[1] - a[1] for a, b in zip(looped, looped[1:])]
+    growth = [b[1] - a[1] for a, b in zip(basis, basis[1:])]
     delta = sum(growth) / len(growth) if growth else 0.0
-    n_det = len(detect)
-    out_tok = sum(t[2] for t in looped) / max(1, len(looped))
+    out_mean = sum(t[2] for t in basis) / len(basis)
 
     def usd(inp: float, outp: float) -> float:
-        return round(inp * INPUT_USD_PER_MTOK / 1e6 + outp * OUTPUT_USD_PER_MTOK / 1e6, 6)
+        return round((inp * input_usd_per_mtok + outp * output_usd_per_mtok) / 1e6, 6)
 
-    ceiling_in = turn_ceiling * s0 + delta * turn_ceiling * (turn_ceiling - 1) / 2
-    det_in = sum(t[1] for t in detect)
+    N = turn_ceiling
+    ceiling_in = N * s0 + delta * N * (N - 1) / 2
+    det_in, det_out = sum(t[1] for t in detect), sum(t[2] for t in detect)
+    det_usd, ceiling_usd = usd(det_in, det_out), usd(ceiling_in, out_mean * N)
     out.update(loop_first_turn=start, first_turn_tokens=s0, growth_tokens_per_turn=round(delta, 2),
-               turns_to_detection=n_det, input_tokens_to_detection=det_in,
+               output_tokens_per_turn_mean=round(out_mean, 2), turns_to_detection=len(detect),
+               input_tokens_to_detection=det_in, output_tokens_to_detection=det_out,
                input_tokens_whole_loop=sum(t[1] for t in looped),
                output_tokens_whole_loop=sum(t[2] for t in looped),
-               usd_to_detection=usd(det_in, out_tok * n_det),
+               usd_to_detection=det_usd,
                ceiling_input_tokens_projected=round(ceiling_in),
-               usd_to_ceiling_projected=usd(ceiling_in, out_tok * turn_ceiling),
-               ratio_ceiling_to_detection=round(ceiling_in / det_in, 2) if det_in else None)
+               usd_to_ceiling_projected=ceiling_usd,
+               ratio_ceiling_to_detection=round(ceiling_in / det_in, 2) if det_in else None,
+               usd_ratio_ceiling_to_detection=round(ceiling_usd / det_usd, 2) if det_usd else None)
     return out
 
 
@@ -542,21 +685,16 @@ def _model_turn(gate: Any, n: int, objective: str, seed: int, obey_interrupt: fl
     return reply.proposal
 
 
-def _tool_turn(gate: Any, n: int, prop: dict[str, Any], ws: WorkspaceService, checkpointer: Any) -> str:
-    """Run turn ``n``'s tool call (resuming an attempt in doubt). Returns ``done``, ``refused``."""
+def _tool_turn(gate: Any, n: int, prop: dict[str, Any], ws: WorkspaceService) -> str:
+    """Run turn ``n``'s tool call (resuming an attempt in doubt). Returns ``done``, ``refused``.
+    (The state before it is checkpointed at the top of the turn: :func:`_record_state`.)"""
     from kernel_lib.core.proposals import ToolProposal
-    from kernel_lib.core.record import fold_step
 
     oid = _turn_ids(n)[1]
     op = gate.record.operations.get(oid)
     if op is not None and op.status in ("established", "denied"):
         return "refused" if op.status == "denied" else "done"
     contract = "read_only" if prop["tool"] == "run_tests" else "idempotent"
-    if contract != "read_only" and gate.log.head and gate.record.last_sequence_number == gate.log.head:
-        last = gate.record.checkpoints[-1]["sequence_number"] if gate.record.checkpoints else None
-        if last != gate.log.head:   # a Chapter 11 checkpoint before every mutative step
-            res = checkpointer.capture(gate.record, ws.workspace)
-            fold_step(gate.record, res.event)
     attempt = f"a{len(op.attempts) + 1}" if op is not None else "a1"
     try:
         gate.run_tool(ToolProposal(oid, attempt, prop["tool"], dict(prop["arguments"]), GRANT_ID, 0.0,
@@ -584,7 +722,7 @@ def _build(store: Any, trajectory_id: str, workspace: Path, fleet: Any, blobs: A
                                grant_ids=[GRANT_ID], budget_ceiling_usd=100.0, config={"scenario": scenario}))
     saga = SagaRunner(gate, reg, fleet.client(trajectory_id), saga_id=f"{trajectory_id}.saga", grant_id=GRANT_ID,
                       retry=RetryPolicy(max_attempts=4, base_s=0.0, cap_s=0.0))
-    return gate, saga, Checkpointer(log, blobs, ignore=IGNORE), log
+    return gate, saga, Checkpointer(log, blobs), log
 
 
 def _objective(scenario: str) -> str:
@@ -600,34 +738,43 @@ def _saga_steps(saga: Any, scenario: str) -> None:
                                  "sandbox_id": sb["sandbox_id"]})
 
 
-def run_looping_agent(workspace: str | os.PathLike, *, store: Any = None, fleet: Any = None,
+def run_looping_agent(workspace: str | os.PathLike, *, store: Any = None, fleet: Any = None, blobs: Any = None,
                       trajectory_id: str = "loop-1", scenario: str = "no_pivot", seed: int = 0,
                       obey_interrupt: float = 0.0, turn_ceiling: int = 50, epoch_steps: int = 3,
-                      backtrack_budget: int = 1, must_survive: str = "process_crash",
+                      backtrack_budget: int = 1, must_survive: str = "process_crash", ledger_ack: str = "fdatasync",
+                      change_source: str = "auto",
                       on_position: Callable[[str, Any], None] | None = None) -> LoopResult:
     """Run (or resume) the looping agent on ``workspace`` until it resolves, tier 3 ends it, or
     ``turn_ceiling`` model turns were taken (module docstring).
 
     Args:
         workspace: the project directory (written by :func:`write_world` when missing or empty).
-            Beside it, ``<workspace>.effects.jsonl`` is the workspace's effects ledger and
-            ``<workspace>.blobs/`` the checkpoint blob store.
+            Beside it, ``<workspace>.effects.jsonl`` is the workspace's effects ledger.
         store: the trajectory log's store (default: an SQLite file ``<workspace>.log.sqlite``).
-            Calling again with the same store, workspace and fleet resumes the run from its log.
+            Calling again with the same store, workspace, fleet and blobs resumes the run from its log.
         fleet: the saga's tool services (a :class:`~kernel_lib.sim.services.TwinFleet` or a live
             fleet); default a new twin fleet (whose counts then die with it).
+        blobs: the checkpoint blob store (default: a durable
+            :class:`~kernel_lib.checkpoint.blobs.DirectoryBlobStore` at ``<workspace>.blobs/``; an
+            in-process simulation may keep a :class:`~kernel_lib.checkpoint.blobs.MemoryBlobStore`
+            across its crash and resume, as it keeps its log store).
         scenario: ``no_pivot`` or ``pivot`` (a tier-III e-mail before the loop).
         seed, obey_interrupt: the policy's seed and the probability that it follows a tier-1
             interrupt (0: stubborn, the loop persists; 1: the interrupt breaks it).
         epoch_steps, backtrack_budget: the ladder (:class:`LadderPolicy`).
         must_survive: the failure domain the trajectory declares (``none`` for an in-memory
             store in a simulation whose crashes are raised in process).
+        ledger_ack: the effects ledger's acknowledgment (:data:`LEDGER_ACKS`): ``fdatasync`` (the
+            default: each entry survives a host crash) or ``write`` (the page cache: enough for a
+            crash raised in process, where the page cache lives on and a sync proves nothing).
+        change_source: the workspace hasher's (``auto``: inotify where available, else the stat scan).
         on_position: called with every gate position name (a crash test raises from it).
 
     Returns: a :class:`LoopResult`.
 
     Raises:
-        ConfigError: an unknown scenario, or a workspace that is neither empty nor this world.
+        ConfigError: an unknown scenario, ledger acknowledgment or change source, a turn ceiling
+            below 1, or a workspace that is neither empty nor this world.
     """
     from kernel_lib.checkpoint.blobs import DirectoryBlobStore
     from kernel_lib.log.sqlite import SQLiteStore
@@ -637,18 +784,22 @@ def run_looping_agent(workspace: str | os.PathLike, *, store: Any = None, fleet:
 
     if scenario not in SCENARIOS:
         raise ConfigError(f"scenario must be one of {', '.join(SCENARIOS)}, got {scenario!r}")
+    if ledger_ack not in LEDGER_ACKS:
+        raise ConfigError(f"ledger_ack must be one of {', '.join(LEDGER_ACKS)}, got {ledger_ack!r}")
+    if type(turn_ceiling) is not int or turn_ceiling < 1:
+        raise ConfigError(f"turn_ceiling must be an integer >= 1, got {turn_ceiling!r}")
     ws_dir = Path(workspace)
     if not ws_dir.exists() or not any(ws_dir.iterdir()):
         write_world(ws_dir)
     elif not (ws_dir / CONFIG).is_file():
         raise ConfigError(f"{ws_dir} is not the looping agent's world (no {CONFIG})")
+    if blobs is None:
+        blobs_dir = Path(str(ws_dir) + ".blobs")
+        blobs_dir.mkdir(exist_ok=True)
+        blobs = DirectoryBlobStore(str(blobs_dir))
+    ws = WorkspaceService(ws_dir, str(ws_dir) + ".effects.jsonl", blobs, ledger_ack=ledger_ack,
+                          change_source=change_source)
     own_store = store is None
-    if own_store:
-        store = SQLiteStore.open(str(ws_dir) + ".log.sqlite", create=True)
-    fleet = fleet if fleet is not None else TwinFleet()
-    blobs_dir = Path(str(ws_dir) + ".blobs")
-    blobs_dir.mkdir(exist_ok=True)
-    blobs = DirectoryBlobStore(str(blobs_dir))
     positions: list[str] = []
 
     def seen(name: str, ev: Any) -> None:
@@ -657,11 +808,14 @@ def run_looping_agent(workspace: str | os.PathLike, *, store: Any = None, fleet:
             on_position(name, ev)
 
     try:
-        gate, saga, checkpointer, _log = _build(store, trajectory_id, ws_dir, fleet, blobs, scenario=scenario,
-                                                on_position=seen, must_survive=must_survive)
-        ws = WorkspaceService(ws_dir, str(ws_dir) + ".effects.jsonl", blobs)
-        runner = WatchdogRunner(gate, workspace=_RestoreAndNote(ws, gate), saga=saga,
+        if own_store:
+            store = SQLiteStore.open(str(ws_dir) + ".log.sqlite", create=True)
+        fleet = fleet if fleet is not None else TwinFleet()
+        gate, saga, checkpointer, log = _build(store, trajectory_id, ws_dir, fleet, blobs, scenario=scenario,
+                                               on_position=seen, must_survive=must_survive)
+        runner = WatchdogRunner(gate, workspace=_Restorer(ws, gate, checkpointer), saga=saga,
                                 policy=LadderPolicy(epoch_steps, backtrack_budget))
+        steps, config = _LogSteps(log), watch_config()
         outcome, error, revoked = "ceiling", None, []
         objective = _objective(scenario)
         try:
@@ -671,7 +825,9 @@ def run_looping_agent(workspace: str | os.PathLike, *, store: Any = None, fleet:
             n = 0
             while True:
                 runner.resume()   # a tier a crash cut short is finished before anything else
-                det = _detect_state_cycle(gate.record)
+                _record_state(gate, checkpointer, ws)   # the state the last step left, in the log
+                now = steps()
+                det = _detect(gate.record, now, config) if now is not None else None
                 if det is not None:
                     runner.intervene(det)
                 if gate.record.control_state != "RUNNING":
@@ -685,7 +841,7 @@ def run_looping_agent(workspace: str | os.PathLike, *, store: Any = None, fleet:
                     outcome = "resolved"
                     saga.complete() if saga.saga.state in ("RUNNING", "COMMITTED") else None
                     break
-                _tool_turn(gate, n, prop, ws, checkpointer)
+                _tool_turn(gate, n, prop, ws)
         except SemanticDeadlockError as exc:
             outcome, error, revoked = exc.outcome or _terminal_outcome(gate.record), str(exc), exc.revoked_leases
         rec = gate.record
@@ -694,9 +850,11 @@ def run_looping_agent(workspace: str | os.PathLike, *, store: Any = None, fleet:
                           refused=refused, turns=sum(1 for o in rec.operations.values() if o.kind == "model"),
                           log_head=gate.log.head, effects=ws.effects(), services=_service_counts(fleet),
                           loop_cost=loop_cost(rec, turn_ceiling=turn_ceiling), control_state=rec.control_state,
-                          revoked_leases=list(revoked), positions=positions, error=error)
+                          revoked_leases=list(revoked), positions=positions, error=error,
+                          workspace_hash=ws.hash_report())
     finally:
-        if own_store:
+        ws.close()
+        if own_store and store is not None:
             store.close()
 
 
@@ -715,26 +873,19 @@ def _service_counts(fleet: Any) -> dict[str, Any]:
         return {"error": str(exc)}
 
 
-class _RestoreAndNote:
-    """The tier-2 restorer: rewinds the workspace, then records the state it restored as a
-    ``RuntimeInput`` (kind ``observation``) so the detector's window restarts from it after a
-    crash too. Both steps are idempotent."""
+class _Restorer:
+    """The tier-2 restorer: rewinds the workspace to the checkpoint, then records the restored
+    state in the log as a checkpoint (:func:`_record_state`, inside the tier, before its
+    completion), so the step before the backtrack carries the restored state and the detector's
+    window (:func:`~kernel_lib.recovery.watchdog.escalation.watch_window`) restarts from it, after
+    a crash too. Both steps are idempotent."""
 
-    def __init__(self, ws: WorkspaceService, gate: Any):
-        self.ws, self.gate = ws, gate
+    def __init__(self, ws: WorkspaceService, gate: Any, checkpointer: Any):
+        self.ws, self.gate, self.checkpointer = ws, gate, checkpointer
 
     def restore(self, checkpoint: dict[str, Any]) -> bool:
-        from kernel_lib.core.events import RuntimeInput
-
         wrote = self.ws.restore(checkpoint)
-        iid = next((r["intervention_id"] for r in reversed(self.gate.record.recovery_records)
-                    if r.get("event_type") == "WatchdogIntervened" and r.get("phase") == "intent"), None)
-        have = any(ri.get("name") == "looping_agent.restored_state" and ri["value"].get("intervention_id") == iid
-                   for ri in self.gate.record.runtime_inputs)
-        if not have:
-            self.gate.append(RuntimeInput(kind="config", name="looping_agent.restored_state", value={
-                "intervention_id": iid, "checkpoint_id": checkpoint["checkpoint_id"],
-                "workspace_sha256": workspace_state_sha256(self.ws.workspace)}))
+        _record_state(self.gate, self.checkpointer, self.ws, self.ws.last_restored)
         return wrote
 
 

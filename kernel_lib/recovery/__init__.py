@@ -32,12 +32,16 @@ thin runner that applies it. Built so far:
   digests, invariants read from the services) with evidence; the model's claim has weight 0. The
   crossing PREPARING -> COMMITTED (``PivotCrossed``) is in ``saga`` and ``runner``;
 * ``plan_run`` — a pivot plan run through the saga runner (gate, crossing, pivot with its
-  outbox, finalization; unwind before the pivot, escalation after it).
+  outbox, finalization; unwind before the pivot, escalation after it);
+* ``observations`` — reading an error from an observation's text (shared by ``spin_report`` and
+  the watchdog);
+* ``watchdog`` — semantic watchdogs (table 6: state-hash cycles over the workspace or what a log
+  reveals, metric stagnation and oscillation, action repetition, repeated questions, entropy
+  collapse, optional embedding drift), the baselines other runtimes ship, and the table-7
+  three-tier intervention (interrupt, backtrack with an action mask, ERR_SEMANTIC_DEADLOCK).
 
 Still to come:
 
-* ``watchdog`` — semantic watchdogs (state-hash cycles, metric stagnation, action repetition,
-  entropy collapse) and their three-tier interventions;
 * ``gateway`` — the tool gateway: circuit breakers (closed, open, half-open), backoff, bulkheads;
 * ``quarantine`` — quarantine and taint tracking.
 

@@ -25,6 +25,10 @@ model's own turns from the history), so Δ = error tokens; ``stop_before_detect_
 detector stops the loop before the detect turn's call, so d − 1 turns are spent; ``token_ratio`` —
 the "cheaper by" read as a ratio of input tokens instead of dollars. :func:`chapter_figures` lists
 each printed figure beside its computed value.
+
+The same quantities measured on the live looping agent (its loop's tokens and dollars up to the
+watchdog's first intervention, and projected to the ceiling), beside these:
+:mod:`kernel_lib.course.exercises.nm0_3_measure`.
 """
 
 from __future__ import annotations

@@ -20,7 +20,9 @@ read-only actions, such as running the tests, do not count):
 * the loop is detected again within ``E`` mutative steps of the last intervention: one tier up
   from tier 1, and tier 2 again while backtracks remain (``policy.backtrack_budget``); once the
   budget is spent, tier 3;
-* after a tier 3, nothing: the trajectory is over.
+* after a tier 3, nothing: the trajectory is over;
+* a detection at or before the last intervention's, or about an action at or before the one the
+  last intervention answered (the evidence's ``step_position``), was answered already: nothing.
 
 Durability (intent before effect): every intervention is logged as a ``WatchdogIntervened``
 ``intent`` before any of its effects and as ``completed`` after all of them.
@@ -37,10 +39,11 @@ from typing import Any
 from kernel_lib.core.action_signature import action_signature
 from kernel_lib.core.record import TrajectoryRecord
 from kernel_lib.errors import ConfigError
-from kernel_lib.recovery.watchdog.model import Detection
+from kernel_lib.recovery.watchdog.model import Detection, WatchStep
 
 __all__ = ["LadderPolicy", "Intervention", "TierDecision", "interventions_of", "unfinished", "decide_tier",
-           "mutative_steps", "action_at", "checkpoint_before", "onset_of", "INTERRUPT_INPUT"]
+           "mutative_steps", "action_at", "checkpoint_before", "onset_of", "step_position_of", "watch_window",
+           "INTERRUPT_INPUT"]
 
 #: ``RuntimeInput`` name (kind ``observation``) of the tier-1 interrupt delivered into the context.
 INTERRUPT_INPUT = "watchdog.interrupt"
@@ -210,13 +213,24 @@ def action_at(record: TrajectoryRecord, position: int) -> tuple[str, dict[str, A
 
 def onset_of(detection: Detection) -> int:
     """The log position where the detected cycle began: the evidence's ``onset_position`` when the
-    detector gave one, else the earliest of its ``positions``, else the detection's own."""
+    detector gave one, else the earliest of its ``positions`` or ``occurrences`` (the steps that
+    make up the loop, as :mod:`~kernel_lib.recovery.watchdog.detectors` reports them), else the
+    detection's own."""
     ev = detection.evidence or {}
     onset = ev.get("onset_position")
     if type(onset) is int and 1 <= onset <= detection.position:
         return onset
-    ps = [p for p in ev.get("positions", []) if type(p) is int and p >= 1]
+    ps = [p for key in ("positions", "occurrences") for p in ev.get(key) or []
+          if type(p) is int and 1 <= p <= detection.position]
     return min([detection.position, *ps])
+
+
+def step_position_of(detection: Detection) -> int:
+    """The log position of the action the detection is about: the evidence's ``step_position``
+    (a detector fires at the observation that closed the loop, one or more positions after the
+    action), else the detection's own position."""
+    pos = (detection.evidence or {}).get("step_position")
+    return pos if type(pos) is int and 1 <= pos <= detection.position else detection.position
 
 
 def checkpoint_before(record: TrajectoryRecord, position: int) -> dict[str, Any] | None:
@@ -231,12 +245,43 @@ def checkpoint_before(record: TrajectoryRecord, position: int) -> dict[str, Any]
     return best
 
 
+def _evidence_signature(detection: Detection) -> str | None:
+    """h_tool of the looping action as the evidence names it: ``action_signature``, else the
+    detectors' ``signature`` (both 16 hex digits), else None."""
+    ev = detection.evidence or {}
+    for key in ("action_signature", "signature"):
+        sig = ev.get(key)
+        if isinstance(sig, str) and len(sig) == 16:
+            return sig
+    return None
+
+
 def _signature(record: TrajectoryRecord, detection: Detection) -> str | None:
-    sig = (detection.evidence or {}).get("action_signature")
-    if isinstance(sig, str) and len(sig) == 16:
+    sig = _evidence_signature(detection)
+    if sig is not None:
         return sig
-    act = action_at(record, detection.position)
+    act = action_at(record, step_position_of(detection)) or action_at(record, detection.position)
     return action_signature(*act) if act is not None else None
+
+
+def watch_window(steps: Sequence[WatchStep], history: TrajectoryRecord | Sequence[Intervention]) -> list[WatchStep]:
+    """The steps the detectors should watch now (pure).
+
+    A tier-2 backtrack rewinds the trajectory: the workspace goes back to a checkpoint and the turns
+    since the cycle's onset leave the model's context. The states before the rewind are no longer
+    on the trajectory's path, so the window restarts there: it begins at the last step before the
+    newest backtrack's completion, whose recorded state is the one the backtrack restored (the log
+    records the restored tree before the completion, so
+    :func:`~kernel_lib.recovery.watchdog.steps.watch_steps` gives that step the restored state).
+    Without a finished backtrack, every step. ``steps`` in log order; ``history`` the record or
+    its interventions."""
+    items = interventions_of(history) if isinstance(history, TrajectoryRecord) else list(history)
+    done = [i.completed_position for i in items if i.tier == 2 and i.completed_position is not None]
+    if not done:
+        return list(steps)
+    at = max(done)
+    start = max((i for i, s in enumerate(steps) if s.position < at), default=0)
+    return list(steps[start:])
 
 
 # --- the decision ------------------------------------------------------------------------------------
@@ -276,8 +321,16 @@ def decide_tier(history: TrajectoryRecord | Sequence[Intervention], detection: D
     if last_at is not None and detection.position <= last_at:
         return TierDecision(None, f"the detection at #{detection.position} is not after the last intervention's "
                             f"(#{last_at}): already answered", backtracks_used=backtracks)
+    last_step = (last.evidence or {}).get("step_position") if last is not None else None
+    if type(last_step) is int and "step_position" in (detection.evidence or {}) \
+            and step_position_of(detection) <= last_step:
+        # one alarm per step (as assign_tiers groups them): the same step seen again, e.g. once its
+        # observation arrived, is the alarm already answered, not a persisting loop
+        return TierDecision(None, f"the detection at #{detection.position} is about the action at "
+                            f"#{step_position_of(detection)}, which the last intervention answered (its action at "
+                            f"#{last_step}): already answered", backtracks_used=backtracks)
     onset = onset_of(detection)
-    sig = _signature(record, detection) if record is not None else (detection.evidence or {}).get("action_signature")
+    sig = _signature(record, detection) if record is not None else _evidence_signature(detection)
     iid_base = f"wd-{detection.position}"
     if last is None:
         return TierDecision(1, "first detection of a loop: interrupt the model's context (tier 1)", f"{iid_base}-t1",

@@ -65,6 +65,16 @@ def interrupt_text(kind: str, evidence: dict[str, Any], onset_position: int | No
             "about the failure, or check what you assumed about the environment, before the next change.")
 
 
+def _action_position(iv: Intervention) -> int:
+    """The log position of the looping action an intervention answers: its detection's
+    ``step_position`` (detectors fire at the observation after the action), else the detection's
+    position, else the intervention's own."""
+    pos = iv.evidence.get("step_position")
+    if type(pos) is int and pos >= 1 and (iv.detection_position is None or pos <= iv.detection_position):
+        return pos
+    return iv.detection_position or iv.intent_position
+
+
 class WatchdogRunner:
     """Applies table 7's tiers to one trajectory through its dispatch gate (module docstring).
 
@@ -187,8 +197,8 @@ class WatchdogRunner:
         if sig is not None and sig not in self.gate.record.masked_actions:
             op_tool = self._tool_of(iv)
             self.gate.append(ActionMasked(action_signature=sig, reason=f"watchdog tier 2 ({iv.detection_kind}): the "
-                                          "action kept the trajectory in a loop", position=iv.detection_position
-                                          or iv.intent_position, tool=op_tool, intervention_id=iv.intervention_id))
+                                          "action kept the trajectory in a loop", position=_action_position(iv),
+                                          tool=op_tool, intervention_id=iv.intervention_id))
         elif sig is None:
             why += "; no action signature to mask"
         self._complete(iv, outcome="backtracked", checkpoint=restored, reason=why)
@@ -196,7 +206,9 @@ class WatchdogRunner:
     def _tool_of(self, iv: Intervention) -> str | None:
         from kernel_lib.recovery.watchdog.escalation import action_at
 
-        act = action_at(self.gate.record, iv.detection_position) if iv.detection_position else None
+        act = action_at(self.gate.record, _action_position(iv))
+        if act is None and iv.detection_position:
+            act = action_at(self.gate.record, iv.detection_position)
         return act[0] if act else None
 
     def _abort(self, iv: Intervention) -> None:

@@ -11,7 +11,9 @@ action. Pure: no I/O, no clock; the same events always give the same steps.
 * a ``ToolIntent`` is a ``kind="tool"`` step (position: the intent's sequence number); its
   ``ToolResult`` is the observation (``failed``/``timeout``/``unreachable`` results are errors, and
   so is an unmarked text that :func:`~kernel_lib.recovery.observations.is_error_text` reads as one);
-  the model's reply of that turn is the step's ``model_text``;
+  the model's reply of that turn is the step's ``model_text``. A later attempt of the same
+  operation (the runtime retrying, or resuming an attempt a crash left in doubt) is the same step,
+  not a new action, and its result replaces an earlier attempt's error;
 * a model reply with no tool call is the agent addressing someone: when the next input is the
   user's (tau-bench, OpenAI messages) it is a ``kind="question"`` step whose observation is the
   user's answer, otherwise a ``kind="message"`` step;
@@ -84,7 +86,8 @@ from kernel_lib.recovery.observations import is_error_text
 from kernel_lib.recovery.signatures import normalize
 from kernel_lib.recovery.watchdog.model import WatchStep
 
-__all__ = ["LOG_STATE_MISSES", "log_format", "is_mutative", "metrics_from_text", "watch_steps", "step_signature"]
+__all__ = ["LOG_STATE_MISSES", "log_format", "is_mutative", "metrics_from_text", "watch_steps", "StepFold",
+           "step_signature"]
 
 #: What a state derived from the log (``state_source="log"``) cannot see (module docstring).
 LOG_STATE_MISSES = (
@@ -425,17 +428,24 @@ class _Fold:
         self.open: _Draft | None = None                   # the step still waiting for its observation
         self.thoughts: dict[str, list[str]] = {}
         self.trees: list[tuple[int, str]] = []
+        self.retried: set[str] = set()                      # operations whose last result was an error
 
     # a reply with no call: a message, or a question once the user answers it
-    def _settle_reply(self, answer: tuple[int, str] | None = None) -> None:
-        if self.reply is None:
-            return
+    def reply_draft(self, answer: tuple[int, str] | None = None) -> _Draft:
+        """The step the pending reply is (the fold is not changed)."""
+        assert self.reply is not None
         seq, text, actor = self.reply
-        self.reply = None
         kind = "question" if answer is not None else "message"
         d = _Draft(seq, kind, actor, f"message:{actor}", {"text": text}, mutative=False, model_text=text)
         if answer is not None:
             d.observe(answer[1], answer[0], judge=False)       # a person's answer is not an error report
+        return d
+
+    def _settle_reply(self, answer: tuple[int, str] | None = None) -> None:
+        if self.reply is None:
+            return
+        d = self.reply_draft(answer)
+        self.reply = None
         self.steps.append(d)
 
     def model_replied(self, seq: int, p: Any) -> None:
@@ -463,6 +473,9 @@ class _Fold:
         self.reply = (seq, text or thought, "agent")
 
     def tool_intent(self, seq: int, p: Any) -> None:
+        if p.operation_id in self.by_op:    # another attempt of the same operation: the same step
+            self.open = None
+            return
         text = ""
         if self.reply is not None:
             text = self.reply[1]
@@ -476,10 +489,18 @@ class _Fold:
 
     def tool_result(self, seq: int, p: Any) -> None:
         d = self.by_op.get(p.operation_id)
-        if d is None or p.status in _NON_FINAL or d.observation is not None:
+        if d is None or p.status in _NON_FINAL:
             return
+        if d.observation is not None:
+            if p.operation_id not in self.retried:
+                return
+            d.metrics = {}                                  # a retry's result replaces the failed attempt's
         outcome = p.outcome if isinstance(p.outcome, Mapping) else {}
         d.observe(_observation_text(p.outcome, p.status), seq, error=p.status in _ERROR_STATUSES)
+        if p.status in _ERROR_STATUSES:
+            self.retried.add(p.operation_id)                # a later attempt may still succeed
+        else:
+            self.retried.discard(p.operation_id)
         measured = _metrics_from_outcome(outcome)
         if measured:
             d.metrics = measured
@@ -507,9 +528,59 @@ class _Fold:
             target.observe(content, seq)
             self.open = None
 
-    def finish(self) -> list[_Draft]:
-        self._settle_reply()
-        return self.steps
+    def event(self, e: Any) -> None:
+        t, p, seq = e.event_type, e.payload, e.sequence_number
+        if t == "ModelReplied":
+            self.model_replied(seq, p)
+        elif t == "ToolIntent":
+            self.tool_intent(seq, p)
+        elif t == "ToolResult":
+            self.tool_result(seq, p)
+        elif t == "RuntimeInput":
+            self.runtime_input(seq, p)
+        elif t == "WorkspaceChanged":
+            self.trees.append((seq, p.result_tree_sha256))
+        elif t == "Checkpoint" and getattr(p, "workspace_tree_sha256", None):
+            self.trees.append((seq, p.workspace_tree_sha256))
+
+
+class StepFold:
+    """:func:`watch_steps` as the log grows: :meth:`add` the new events, :meth:`steps` gives what
+    :func:`watch_steps` gives for every event added so far. Each event is read once (its
+    observation judged once), so a watchdog that looks after every step of a live trajectory
+    costs one pass over the new events plus the state assignment, not a fold from the start.
+
+    Pure (no I/O, no clock). A reply still waiting for its call is shown as a message step and
+    stays pending (a tool call that follows it takes its text, as in the batch fold)."""
+
+    def __init__(self) -> None:
+        self._fold = _Fold()
+        self.last_position = 0
+
+    def add(self, events: Iterable[Any]) -> "StepFold":
+        """Fold ``events`` (in sequence order); events at or before :attr:`last_position`, already
+        folded, are skipped. Returns self."""
+        fold = self._fold
+        for e in events:
+            if e.sequence_number <= self.last_position:
+                continue
+            fold.event(e)
+            self.last_position = e.sequence_number
+        return self
+
+    def steps(self) -> list[WatchStep]:
+        """The steps of the events added so far (module docstring for the mapping)."""
+        fold = self._fold
+        drafts = list(fold.steps)
+        if fold.reply is not None:
+            drafts.append(fold.reply_draft())
+        for d in drafts:
+            d.state_hash, d.state_source = None, None
+        if fold.trees:
+            _workspace_states(drafts, fold.trees)
+        else:
+            _log_states(drafts)
+        return [d.freeze() for d in drafts]
 
 
 def watch_steps(events: Sequence[Any]) -> list[WatchStep]:
@@ -518,30 +589,13 @@ def watch_steps(events: Sequence[Any]) -> list[WatchStep]:
     ``events``: the log's :class:`~kernel_lib.core.events.Event` list (ours, or an importer's), in
     sequence order. Returns a list of :class:`~kernel_lib.recovery.watchdog.model.WatchStep`
     (empty for a log with no action). Pure; raises ``TypeError`` for something that is not an event
-    sequence."""
+    sequence. (:class:`StepFold` gives the same steps for a log that grows.)"""
     if isinstance(events, (str, bytes)) or not isinstance(events, Sequence):
         raise TypeError(f"events must be a sequence of Event, not {type(events).__name__}")
-    fold = _Fold()
-    for e in events:
-        t, p, seq = e.event_type, e.payload, e.sequence_number
-        if t == "ModelReplied":
-            fold.model_replied(seq, p)
-        elif t == "ToolIntent":
-            fold.tool_intent(seq, p)
-        elif t == "ToolResult":
-            fold.tool_result(seq, p)
-        elif t == "RuntimeInput":
-            fold.runtime_input(seq, p)
-        elif t == "WorkspaceChanged":
-            fold.trees.append((seq, p.result_tree_sha256))
-        elif t == "Checkpoint" and getattr(p, "workspace_tree_sha256", None):
-            fold.trees.append((seq, p.workspace_tree_sha256))
-    drafts = fold.finish()
-    if fold.trees:
-        _workspace_states(drafts, fold.trees)
-    else:
-        _log_states(drafts)
-    return [d.freeze() for d in drafts]
+    fold = StepFold()
+    for e in events:                  # every event as given (no skipping by position)
+        fold._fold.event(e)
+    return fold.steps()
 
 
 def _workspace_states(steps: list[_Draft], trees: list[tuple[int, str]]) -> None:
