@@ -17,6 +17,7 @@ compatibility histories, the worksheet example log, gate-driven runs and the ben
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import math
@@ -260,7 +261,7 @@ def content(rec: TrajectoryRecord) -> tuple[Any, ...]:
 # --- generated sequences -----------------------------------------------------------------------
 
 
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(steps=steps)
 def test_each_step_folds_and_refuses_as_the_reference_does(steps):
     """Step by step, continuing after refusals: same refusal (type and message) and same record
@@ -280,7 +281,7 @@ def _events_of(steps) -> list[Event]:
             for i, (p, fault, o, c) in enumerate(steps)]
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(steps=steps)
 def test_a_whole_fold_gives_the_reference_record_or_refusal(steps):
     """fold and fold_into over the whole sequence: the same record, or the same refusal with the
@@ -349,27 +350,31 @@ def test_folding_a_prefix_then_the_rest_equals_folding_from_the_start(steps, dat
 # --- real sequences ----------------------------------------------------------------------------
 
 
-def _real_logs() -> dict[str, list[Event]]:
-    logs = {f"history {p.parent.parent.name}/{p.parent.name}": load_events(p, on_note=lambda _m: None)
-            for p in sorted((ROOT / "tests" / "histories").glob("v*/*/events.jsonl"))}
-    logs["worksheet example"] = load_events(ROOT / "datasets" / "worksheet_r18_example.jsonl",
-                                            on_note=lambda _m: None)
-    for seed in (0, 1):
-        m = EventMaker(TRAJ, random.Random(seed), short_texts=True)
-        made = []
-        for _ in range(300):
-            made.append(m.make())
-            m.next_seq += 1
-        logs[f"bench shape, seed {seed}"] = made
-    return logs
+HISTORY_LOGS = {f"history {p.parent.parent.name}/{p.parent.name}": p
+                for p in sorted((ROOT / "tests" / "histories").glob("v*/*/events.jsonl"))}
+BENCH_SEEDS = {f"bench shape, seed {seed}": seed for seed in (0, 1)}
+REAL = sorted([*HISTORY_LOGS, "worksheet example", *BENCH_SEEDS])
 
 
-REAL = _real_logs()
+@functools.cache
+def real_log(name: str) -> list[Event]:
+    """The events of a real log: a frozen history, the worksheet example, or 300 events of the
+    benchmarks' shape (read or built when a test first asks for them)."""
+    if name in HISTORY_LOGS:
+        return load_events(HISTORY_LOGS[name], on_note=lambda _m: None)
+    if name == "worksheet example":
+        return load_events(ROOT / "datasets" / "worksheet_r18_example.jsonl", on_note=lambda _m: None)
+    m = EventMaker(TRAJ, random.Random(BENCH_SEEDS[name]), short_texts=True)
+    made = []
+    for _ in range(300):
+        made.append(m.make())
+        m.next_seq += 1
+    return made
 
 
-@pytest.mark.parametrize("name", sorted(REAL))
+@pytest.mark.parametrize("name", REAL)
 def test_real_logs_fold_as_the_reference_folds_them(name):
-    events = REAL[name]
+    events = real_log(name)
     assert events, name
     tid = events[0].trajectory_id
     try:
@@ -404,7 +409,7 @@ def test_gate_driven_runs_fold_as_the_reference_folds_them(steps, data):
 
 def test_the_differential_test_can_fail():
     """A reducer that differs in one field is caught by the comparison the tests above make."""
-    events = REAL["bench shape, seed 0"][:40]
+    events = real_log("bench shape, seed 0")[:40]
     good = fold(initial_record(TRAJ), events)
     bad = fold(initial_record(TRAJ), events)
     first = next(iter(bad.operations.values()))
