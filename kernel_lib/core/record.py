@@ -21,10 +21,18 @@ each USD amount an event carries is converted once, when it is folded (rounded h
 unspent or fully settled nets to exactly zero outstanding. The ``*_usd`` attributes are floats
 computed from the integers, and :meth:`TrajectoryRecord.to_dict` shows only those.
 
-Invariants checked after every fold step: the sequence advanced by exactly one, and the budget
-figures the event touched are non-negative integers (so every reservation's outstanding amount
-is >= 0). An event whose amounts cannot be represented (negative, not finite) is refused with a
-FoldError before it changes the record.
+Invariants of every fold step: the sequence advances by exactly one (an event that does not
+continue it is refused before the step), and the budget figures the event touched are
+non-negative integers (checked by the budget handlers after they change them; so every
+reservation's outstanding amount is >= 0). An event whose amounts cannot be represented
+(negative, not finite) is refused with a FoldError before it changes the record.
+
+The reducer runs in one loop over the events (:func:`fold`, :func:`fold_into` and
+:func:`fold_step` share it) that dispatches each payload type to its handler through one dict,
+mutates one private record (``fold`` deep-copies ``record_0`` once, never per event), converts a
+whole number of micro-dollars without the general money route, and reads the payload's fields
+from its ``__dict__``. ``tests/test_fold_differential.py`` checks it against the plain reducer it
+replaced (``tests/fold_reference.py``).
 """
 
 from __future__ import annotations
@@ -39,7 +47,7 @@ from typing import Any, Iterable, Literal, Sequence
 from kernel_lib._support.gc_pause import cyclic_gc_paused
 from kernel_lib.errors import FoldError, RecordFormatError
 from kernel_lib.core.lazy_table import materialized
-from kernel_lib.core.money import Rounding, micro_to_usd, usd_to_micro
+from kernel_lib.core.money import MICRO_PER_USD, Rounding, micro_to_usd, usd_to_micro
 from kernel_lib.core.events import (
     REDUCER_VERSION,
     ApprovalRequested,
@@ -614,7 +622,8 @@ def initial_record(trajectory_id: str) -> TrajectoryRecord:
 def fold(record_0: TrajectoryRecord, events: Iterable[Event]) -> TrajectoryRecord:
     """Fold ``events`` over ``record_0`` (§11.2.1): apply(...apply(record_0, e1)..., ej).
 
-    ``record_0`` is not modified. Events must belong to the record's trajectory and continue its
+    ``record_0`` is not modified: the events are folded into one private copy of it, which is
+    returned (no copy per event). Events must belong to the record's trajectory and continue its
     sequence without a gap.
 
     Raises:
@@ -623,8 +632,7 @@ def fold(record_0: TrajectoryRecord, events: Iterable[Event]) -> TrajectoryRecor
     """
     rec = copy.deepcopy(record_0)
     with cyclic_gc_paused():   # a long fold keeps all it builds: collector passes would free nothing
-        for ev in events:
-            fold_step(rec, ev)
+        _fold_events(rec, events)
     return rec
 
 
@@ -638,8 +646,7 @@ def fold_into(record: TrajectoryRecord, events: Iterable[Event]) -> TrajectoryRe
     record it just rebuilt from a snapshot (§11.4.1). Same reducer and errors as :func:`fold`;
     on a FoldError the record holds every event before the refused one."""
     with cyclic_gc_paused():
-        for ev in events:
-            fold_step(record, ev)
+        _fold_events(record, events)
     return record
 
 
@@ -686,16 +693,6 @@ def fork(record: TrajectoryRecord, events: Sequence[Event] = ()) -> TrajectoryRe
     return new
 
 
-def _op(rec: TrajectoryRecord, op_id: str, kind: Literal["tool", "model"], ev: Event) -> Operation:
-    op = rec.operations.get(op_id)
-    if op is None:
-        op = rec.operations[op_id] = Operation(operation_id=op_id, kind=kind)
-    elif op.kind != kind:
-        raise FoldError(f"event {ev.event_id} ({ev.event_type}) names {op_id!r} as a {kind} call, but the log "
-                        f"already uses that id for a {op.kind} call")
-    return op
-
-
 def _settle_status(op: Operation) -> None:
     """Operation status from its attempts: established if any attempt is, else in doubt if any
     attempt with an intent is not settled, else withheld if every attempt with an intent was
@@ -730,41 +727,75 @@ def fold_step(rec: TrajectoryRecord, ev: Event) -> TrajectoryRecord:
         FoldError: another trajectory's event, a sequence gap or repeat, an unsupported reducer
             version, or an event the reducer refuses (see the handlers).
     """
-    before = rec.last_sequence_number
-    if ev.trajectory_id != rec.trajectory_id:
-        raise FoldError(f"event {ev.event_id} belongs to {ev.trajectory_id}, not {rec.trajectory_id}")
-    if ev.sequence_number != rec.last_sequence_number + 1:
-        raise FoldError(f"event {ev.event_id} has sequence_number {ev.sequence_number}; the record is at "
-                        f"{rec.last_sequence_number}, so the next must be {rec.last_sequence_number + 1}")
-    if ev.reducer_version not in SUPPORTED_REDUCER_VERSIONS:
-        raise FoldError(f"event {ev.event_id} was written under reducer version {ev.reducer_version}; this "
-                        f"build folds {sorted(SUPPORTED_REDUCER_VERSIONS)}")
-    p = ev.payload
-    handler = _HANDLERS.get(type(p))
-    if handler is None:  # a registered family this reducer version does not interpret
-        rec.recovery_records.append({"sequence_number": ev.sequence_number, "event_type": ev.event_type,
-                                     "payload": p.model_dump(mode="json")})
-    else:
-        handler(rec, ev, p)
-    rec.owner_epoch = max(rec.owner_epoch, ev.owner_epoch)
-    rec.last_sequence_number = ev.sequence_number
-    rec.prefix_sha256 = hashlib.sha256((rec.prefix_sha256 + ev.digest).encode()).hexdigest()
-    # invariants (the checks above and the handlers' refusals guarantee them; a failure here is a
-    # reducer bug, not bad data)
-    assert rec.last_sequence_number == before + 1, (before, rec.last_sequence_number)
-    if handler is _budget_reserved or handler is _budget_settled or handler is _task_started:
-        b = rec.budget
-        assert b.actual_consumption_micro_usd >= 0 and b.ceiling_micro_usd >= 0, b
-        r = b.reservations.get(getattr(p, "reservation_id", ""))
-        assert r is None or (r.amount_micro_usd >= 0 and r.settled_micro_usd >= 0 and r.outstanding_micro_usd >= 0), r
+    _fold_events(rec, (ev,))
     return rec
+
+
+def _fold_events(rec: TrajectoryRecord, events: Iterable[Event]) -> None:
+    """The reducer's loop: every step of :func:`fold_step`, in place, for each event in turn.
+
+    The envelope's running figures (position, prefix digest, owner epoch) are kept in locals and
+    written back to ``rec`` when the loop ends, however it ends (a refused event, an error from the
+    iterator), so ``rec`` then holds exactly the events before the one that failed. No handler
+    reads those three fields. The sequence check before each step is what makes the position
+    advance by exactly one; the budget handlers check the budget invariants themselves.
+    """
+    handlers = _HANDLERS   # looked up per event: tests swap a handler in this very dict
+    supported = SUPPORTED_REDUCER_VERSIONS
+    sha256 = hashlib.sha256
+    trajectory_id = rec.trajectory_id
+    seq = rec.last_sequence_number
+    prefix = rec.prefix_sha256
+    owner_epoch = rec.owner_epoch
+    try:
+        for ev in events:
+            if ev.trajectory_id != trajectory_id:
+                raise FoldError(f"event {ev.event_id} belongs to {ev.trajectory_id}, not {trajectory_id}")
+            n = ev.sequence_number
+            if n != seq + 1:
+                raise FoldError(f"event {ev.event_id} has sequence_number {n}; the record is at "
+                                f"{seq}, so the next must be {seq + 1}")
+            if ev.reducer_version not in supported:
+                raise FoldError(f"event {ev.event_id} was written under reducer version {ev.reducer_version}; this "
+                                f"build folds {sorted(supported)}")
+            p = ev.payload
+            handler = handlers.get(type(p))
+            if handler is None:  # a registered family this reducer version does not interpret
+                rec.recovery_records.append({"sequence_number": n, "event_type": ev.event_type,
+                                             "payload": p.model_dump(mode="json")})
+            else:
+                handler(rec, ev, p)
+            if ev.owner_epoch > owner_epoch:
+                owner_epoch = ev.owner_epoch
+            seq = n
+            prefix = sha256((prefix + ev.digest).encode()).hexdigest()
+    finally:
+        rec.last_sequence_number = seq
+        rec.prefix_sha256 = prefix
+        rec.owner_epoch = owner_epoch
+
+
+#: 2**45 micro-dollars: below it a float is a whole number of micro-dollars exactly when its
+#: product with 1e6 rounds back to it (the fast route of :func:`kernel_lib.core.money.usd_to_micro`).
+_WHOLE_MICRO_LIMIT = float(2 ** 45)
 
 
 def _amount(ev: Event, name: str, amount_usd: Any, rounding: Rounding) -> int:
     """An event's USD amount as integer micro-dollars, a finer amount rounded in the safe
     direction ``rounding`` (:mod:`kernel_lib.core.money`); FoldError (before anything changes) if
     it is not a finite number >= 0 (the schema refuses those; an event built around the schema
-    could still carry one)."""
+    could still carry one).
+
+    A float in [0, 2**45 micro-dollars) that is a whole number of micro-dollars (every amount this
+    kernel writes) is converted inline: the result is the one ``usd_to_micro`` gives in every
+    rounding direction (the same test as its fast route), and it is >= 0. NaN and infinities
+    fail the range test and take the full route, which refuses them."""
+    if type(amount_usd) is float:
+        scaled = amount_usd * MICRO_PER_USD
+        if 0.0 <= scaled < _WHOLE_MICRO_LIMIT:
+            micro = round(scaled)
+            if micro / MICRO_PER_USD == amount_usd:
+                return micro
     try:
         micro = usd_to_micro(amount_usd, rounding)
     except ValueError as exc:
@@ -772,6 +803,20 @@ def _amount(ev: Event, name: str, amount_usd: Any, rounding: Rounding) -> int:
     if micro < 0 or amount_usd < 0:
         raise FoldError(f"event {ev.event_id} ({ev.event_type}): {name} is negative ({amount_usd!r} USD)")
     return micro
+
+
+def _check_budget(b: Budget, r: Reservation | None) -> None:
+    """The budget invariants after a step that touched the budget (a failure is a reducer bug,
+    not bad data: the handlers refuse whatever would break them). A reservation's outstanding
+    amount is ``max(amount - settled, 0)`` or 0, so it is >= 0 by definition; its two terms are
+    what is checked."""
+    assert b.actual_consumption_micro_usd >= 0 and b.ceiling_micro_usd >= 0, b
+    assert r is None or (r.amount_micro_usd >= 0 and r.settled_micro_usd >= 0), r
+
+
+def _kind_clash(ev: Event, op_id: str, kind: str, op: Operation) -> FoldError:
+    return FoldError(f"event {ev.event_id} ({ev.event_type}) names {op_id!r} as a {kind} call, but the log "
+                     f"already uses that id for a {op.kind} call")
 
 
 def _task_started(rec: TrajectoryRecord, ev: Event, p: TaskStarted) -> None:
@@ -783,114 +828,207 @@ def _task_started(rec: TrajectoryRecord, ev: Event, p: TaskStarted) -> None:
     rec.control_state = "RUNNING"
     rec.budget.ceiling_micro_usd = ceiling
     rec.budget.finalization_reserve_micro_usd = reserve
+    _check_budget(rec.budget, None)
+
+
+# The handlers below are the hot ones (a turn of the log is one of each). Each keeps the plain
+# reducer's order of checks and changes (the terminal state where dispatch is concerned, the kind
+# of call the id was first used for, :func:`_kind_clash`, then the handler's own refusals), so a
+# refused event leaves the record as the plain reducer left it. Each settles the operation's
+# status directly where the outcome is known without walking the attempts (an operation whose
+# only attempt has just been given an intent is in doubt; an attempt just established makes the
+# operation established), else through :func:`_settle_status`. They read the payload's fields
+# from its ``__dict__`` (where a pydantic model keeps them): an attribute read on a payload goes
+# through the model class's ``__getattr__`` hook and costs several dict reads. Error messages,
+# built only on a refusal, use plain attributes.
 
 
 def _context_built(rec: TrajectoryRecord, ev: Event, p: ContextBuilt) -> None:
-    _not_terminal(rec, ev)
-    op = _op(rec, p.invocation_id, "model", ev)
-    if p.invocation_id in op.attempts and op.attempts[p.invocation_id].intent_sequence is not None:
-        raise FoldError(f"event {ev.event_id}: invocation {p.invocation_id} was already built; a retry needs a "
+    pf = p.__dict__   # the payload's fields (see above)
+    if rec.control_state in TERMINAL_STATES:
+        _not_terminal(rec, ev)
+    inv = pf["invocation_id"]
+    ops = rec.operations
+    op = ops.get(inv)
+    if op is None:
+        op = ops[inv] = Operation(inv, "model")
+    elif op.kind != "model":
+        raise _kind_clash(ev, inv, "model", op)
+    if not op.attempts:   # the usual case: a new invocation (or one authorized but never built)
+        op.tool = pf["model"]
+        op.input_ref = pf["delivered_input_sha256"]
+        op.attempts[inv] = Attempt(inv, ev.sequence_number)
+        op.current_attempt_id = inv
+        op.status = "in_doubt"   # the request may have left; only a ModelReplied settles it
+        return
+    att = op.attempts.get(inv)
+    if att is not None and att.intent_sequence is not None:
+        raise FoldError(f"event {ev.event_id}: invocation {inv} was already built; a retry needs a "
                         "fresh invocation id")
-    op.tool = p.model
-    op.input_ref = p.delivered_input_sha256
-    att = op.attempts.setdefault(p.invocation_id, Attempt(p.invocation_id))
+    op.tool = pf["model"]
+    op.input_ref = pf["delivered_input_sha256"]
+    if att is None:
+        att = op.attempts[inv] = Attempt(inv)
     att.intent_sequence = ev.sequence_number
-    op.current_attempt_id = p.invocation_id
+    op.current_attempt_id = inv
     _settle_status(op)   # in doubt: the request may have left; only a ModelReplied settles it
 
 
 def _model_replied(rec: TrajectoryRecord, ev: Event, p: ModelReplied) -> None:
-    op = _op(rec, p.invocation_id, "model", ev)
-    att = op.attempts.setdefault(p.invocation_id, Attempt(p.invocation_id))
-    att.last_result_status, att.last_result_sequence = p.status, ev.sequence_number
+    pf = p.__dict__   # the payload's fields (see above)
+    inv = pf["invocation_id"]
+    ops = rec.operations
+    op = ops.get(inv)
+    if op is None:
+        op = ops[inv] = Operation(inv, "model")
+    elif op.kind != "model":
+        raise _kind_clash(ev, inv, "model", op)
+    att = op.attempts.get(inv)
+    if att is None:
+        att = op.attempts[inv] = Attempt(inv)
+    status = pf["status"]
+    att.last_result_status, att.last_result_sequence = status, ev.sequence_number
     if att.intent_sequence is None:
         op.intent_missing = True
-    if p.status == "complete" and not att.established:
+    if status == "complete" and not att.established:
         att.established = True
-        op.outcome = {"reply": p.reply, "proposal": p.proposal, "input_tokens": p.input_tokens,
-                      "output_tokens": p.output_tokens}
+        op.outcome = {"reply": pf["reply"], "proposal": pf["proposal"], "input_tokens": pf["input_tokens"],
+                      "output_tokens": pf["output_tokens"]}
+        op.status = "established"
+        return
     # partial or error replies leave the charge in doubt until usage evidence settles it
     _settle_status(op)
 
 
 def _authorized(rec: TrajectoryRecord, ev: Event, p: Authorized) -> None:
-    rec.decisions[p.decision_id] = {"subject_id": p.subject_id, "decision": p.decision,
-                                    "policy_version": p.policy_version, "grant_id": p.grant_id,
-                                    "sequence_number": ev.sequence_number}
-    op = _op(rec, p.subject_id, p.subject_kind, ev)
-    op.authorization_ref = p.decision_id
-    if op.status == WITHHELD:   # a new attempt of an operation whose attempts were never sent
-        op.status = "denied" if p.decision == "deny" else "proposed"   # admitted once its reservation folds
-    elif op.status in ("proposed", "admitted", "denied"):
-        op.status = "denied" if p.decision == "deny" else ("admitted" if op.reservation_id else "proposed")
+    pf = p.__dict__   # the payload's fields (see above)
+    decision = pf["decision"]
+    rec.decisions[pf["decision_id"]] = {"subject_id": pf["subject_id"], "decision": decision,
+                                        "policy_version": pf["policy_version"], "grant_id": pf["grant_id"],
+                                        "sequence_number": ev.sequence_number}
+    subject, kind = pf["subject_id"], pf["subject_kind"]
+    ops = rec.operations
+    op = ops.get(subject)
+    if op is None:
+        op = ops[subject] = Operation(subject, kind)
+    elif op.kind != kind:
+        raise _kind_clash(ev, subject, kind, op)
+    op.authorization_ref = pf["decision_id"]
+    status = op.status
+    if status == WITHHELD:   # a new attempt of an operation whose attempts were never sent
+        op.status = "denied" if decision == "deny" else "proposed"   # admitted once its reservation folds
+    elif status == "proposed" or status == "admitted" or status == "denied":
+        op.status = "denied" if decision == "deny" else ("admitted" if op.reservation_id else "proposed")
 
 
 def _budget_reserved(rec: TrajectoryRecord, ev: Event, p: BudgetReserved) -> None:
-    if p.reservation_id in rec.budget.reservations:
-        raise FoldError(f"event {ev.event_id}: reservation {p.reservation_id} already exists; a reservation "
+    pf = p.__dict__   # the payload's fields (see above)
+    b = rec.budget
+    reservations = b.reservations
+    rid = pf["reservation_id"]
+    if rid in reservations:
+        raise FoldError(f"event {ev.event_id}: reservation {rid} already exists; a reservation "
                         "is never replaced (that would change the liability it holds)")
-    rec.budget.reservations[p.reservation_id] = Reservation(p.reservation_id, p.subject_id,
-                                                            _amount(ev, "amount_usd", p.amount_usd, "up"))
-    op = rec.operations.get(p.subject_id)
+    r = reservations[rid] = Reservation(rid, pf["subject_id"], _amount(ev, "amount_usd", pf["amount_usd"], "up"))
+    op = rec.operations.get(pf["subject_id"])
     if op is not None:
-        op.reservation_id = p.reservation_id
-        auth = rec.decisions.get(op.authorization_ref or "")
-        if op.status == "proposed" and auth and auth["decision"] == "allow":
-            op.status = "admitted"
+        op.reservation_id = rid
+        if op.status == "proposed":
+            auth = rec.decisions.get(op.authorization_ref or "")
+            if auth and auth["decision"] == "allow":
+                op.status = "admitted"
+    _check_budget(b, r)
 
 
 def _budget_settled(rec: TrajectoryRecord, ev: Event, p: BudgetSettled) -> None:
-    actual = _amount(ev, "actual_usd", p.actual_usd, "up")
-    r = rec.budget.reservations.get(p.reservation_id)
+    pf = p.__dict__   # the payload's fields (see above)
+    actual = _amount(ev, "actual_usd", pf["actual_usd"], "up")
+    b = rec.budget
+    r = b.reservations.get(pf["reservation_id"])
     if r is None:   # usage evidence without a reservation: count it, hold nothing
-        rec.budget.actual_consumption_micro_usd += actual
+        b.actual_consumption_micro_usd += actual
+        _check_budget(b, None)
         return
     if r.released:
         raise FoldError(f"event {ev.event_id}: reservation {p.reservation_id} was already finally settled")
     r.settled_micro_usd += actual
-    rec.budget.actual_consumption_micro_usd += actual
-    if p.final:
+    b.actual_consumption_micro_usd += actual
+    if pf["final"]:
         r.released = True
+    _check_budget(b, r)
 
 
 def _tool_intent(rec: TrajectoryRecord, ev: Event, p: ToolIntent) -> None:
-    _not_terminal(rec, ev)
-    op = _op(rec, p.operation_id, "tool", ev)
-    if p.attempt_id in op.attempts and op.attempts[p.attempt_id].intent_sequence is not None:
-        raise FoldError(f"event {ev.event_id}: attempt {p.attempt_id} of {p.operation_id} already has an intent; "
+    pf = p.__dict__   # the payload's fields (see above)
+    if rec.control_state in TERMINAL_STATES:
+        _not_terminal(rec, ev)
+    op_id, aid = pf["operation_id"], pf["attempt_id"]
+    ops = rec.operations
+    op = ops.get(op_id)
+    if op is None:
+        op = ops[op_id] = Operation(op_id, "tool")
+    elif op.kind != "tool":
+        raise _kind_clash(ev, op_id, "tool", op)
+    attempts = op.attempts
+    arguments = dict(pf["arguments"])
+    if not attempts:   # the usual case: a new operation, or one authorized (and reserved) but never tried
+        op.tool, op.arguments, op.input_ref = pf["tool"], arguments, pf["input_ref"]
+        op.repeat_contract = pf["repeat_contract"]
+        op.authorization_ref = pf["authorization_ref"]
+        op.reservation_id = pf["reservation_ref"]
+        attempts[aid] = Attempt(aid, ev.sequence_number)
+        op.current_attempt_id = aid   # not established: that takes an established attempt
+        op.status = "in_doubt"   # possible dispatch: nothing but evidence settles its one attempt
+        return
+    att = attempts.get(aid)
+    if att is not None and att.intent_sequence is not None:
+        raise FoldError(f"event {ev.event_id}: attempt {aid} of {op_id} already has an intent; "
                         "a new transport attempt needs a new attempt id")
-    if any(a.intent_sequence is not None for a in op.attempts.values()) and (
-            (p.tool, dict(p.arguments), p.input_ref) != (op.tool, op.arguments, op.input_ref)):
-        raise FoldError(f"event {ev.event_id}: attempt {p.attempt_id} of {p.operation_id} changes the operation's "
+    if any(a.intent_sequence is not None for a in attempts.values()) and (
+            (pf["tool"], arguments, pf["input_ref"]) != (op.tool, op.arguments, op.input_ref)):
+        raise FoldError(f"event {ev.event_id}: attempt {aid} of {op_id} changes the operation's "
                         "tool, arguments or input; an operation's request is fixed by its first intent")
-    op.tool, op.arguments, op.input_ref = p.tool, dict(p.arguments), p.input_ref
-    op.repeat_contract = p.repeat_contract
-    op.authorization_ref = p.authorization_ref
-    op.reservation_id = p.reservation_ref
-    att = op.attempts.setdefault(p.attempt_id, Attempt(p.attempt_id))
+    op.tool, op.arguments, op.input_ref = pf["tool"], arguments, pf["input_ref"]
+    op.repeat_contract = pf["repeat_contract"]
+    op.authorization_ref = pf["authorization_ref"]
+    op.reservation_id = pf["reservation_ref"]
+    if att is None:
+        att = attempts[aid] = Attempt(aid)
     att.intent_sequence = ev.sequence_number
     if op.status != "established":
-        op.current_attempt_id = p.attempt_id
+        op.current_attempt_id = aid
     _settle_status(op)   # possible dispatch: nothing but evidence settles this attempt
 
 
 def _tool_result(rec: TrajectoryRecord, ev: Event, p: ToolResult) -> None:
-    op = _op(rec, p.operation_id, "tool", ev)
-    att = op.attempts.setdefault(p.attempt_id, Attempt(p.attempt_id))
+    pf = p.__dict__   # the payload's fields (see above)
+    op_id, aid = pf["operation_id"], pf["attempt_id"]
+    ops = rec.operations
+    op = ops.get(op_id)
+    if op is None:
+        op = ops[op_id] = Operation(op_id, "tool")
+    elif op.kind != "tool":
+        raise _kind_clash(ev, op_id, "tool", op)
+    att = op.attempts.get(aid)
+    if att is None:
+        att = op.attempts[aid] = Attempt(aid)
     if att.intent_sequence is None:
         op.intent_missing = True   # evidence of an effect whose intent was never logged (phantom)
-    att.last_result_status, att.last_result_sequence = p.status, ev.sequence_number
+    status = pf["status"]
+    att.last_result_status, att.last_result_sequence = status, ev.sequence_number
     att.late = ev.control_epoch < rec.control_epoch
-    if p.job_handle:
-        att.job_handle = p.job_handle
+    if pf["job_handle"]:
+        att.job_handle = pf["job_handle"]
     if att.established:
         return   # later evidence never un-settles an established attempt
-    if p.status in SETTLING_STATUSES and p.observation_complete:
+    if status in SETTLING_STATUSES and pf["observation_complete"]:
         att.established = True
         if op.status != "established":   # the first established attempt gives the outcome
-            op.outcome = {"status": p.status, **(p.outcome or {})}
-            op.evidence = p.evidence
-            op.current_attempt_id = p.attempt_id
+            op.outcome = {"status": status, **(pf["outcome"] or {})}
+            op.evidence = pf["evidence"]
+            op.current_attempt_id = aid
+            op.status = "established"
+        return
     _settle_status(op)   # accepted / running / timeout / partial / unreachable leave it in doubt
 
 
