@@ -27,7 +27,9 @@ from tests.helpers import group_gone, process_gone
 def test_zombie_worker_is_fenced_at_every_boundary(tmp_path):
     env = dict(os.environ, TMPDIR=str(tmp_path))
     p = subprocess.run([sys.executable, "-m", "kernel_lib", "worksheet", "--zombie", "--json",
-                        "--test-delay-s", "2.0", "--lease-ttl-s", "1.0"],
+                        # the test must outlast the replacement's start-up (seconds on a loaded
+                        # machine), so that it reconciles a running job, not an inbox record
+                        "--test-delay-s", "6.0", "--lease-ttl-s", "1.0"],
                        capture_output=True, text=True, timeout=300, env=env, check=False)
     assert p.returncode == 0, p.stderr
     r = json.loads(p.stdout)
