@@ -15,11 +15,14 @@ import hashlib
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from kernel_lib.cli import main
 from kernel_lib.errors import ConfigError, WatchdogConfigError, WatchInputError, WatchTimelineError
@@ -73,6 +76,27 @@ def test_an_empty_log_path_is_no_log_not_the_current_directory(capsys, tmp_path,
     (tmp_path / "x.json").write_text("[]")
     assert main(["watchdog", ""]) == 2
     assert "no log given" in _one_error_line(capsys)
+
+
+def test_a_json_file_nested_too_deeply_to_sniff_is_refused(tmp_path, capsys):
+    """Telling the format of ``[[[[...]]]]`` 100,000 deep raised RecursionError (a traceback)."""
+    deep = tmp_path / "deep.json"
+    deep.write_text("[" * 100_000 + "]" * 100_000)
+    assert main(["watchdog", str(deep)]) == 2
+    assert "not a JSON trajectory" in _one_error_line(capsys)
+
+
+def test_an_observation_of_deeply_nested_json_text_is_watched(tmp_path, capsys):
+    """A tool's observation text ``[[[[...`` 100,000 deep made the revealed-state reader raise
+    RecursionError out of watch_steps (a traceback from the command)."""
+    msgs = [{"role": "user", "content": "x"},
+            {"role": "assistant", "content": "t", "tool_calls": [
+                {"id": "c1", "type": "function", "function": {"name": "update_thing", "arguments": "{}"}}]},
+            {"role": "tool", "tool_call_id": "c1", "content": "[" * 100_000}]
+    log = tmp_path / "deep_observation.json"
+    log.write_text(json.dumps(msgs))
+    assert main(["watchdog", str(log), "--json"]) == 0, capsys.readouterr().err
+    assert json.loads(capsys.readouterr().out)["steps"] == 1
 
 
 def test_compare_with_a_baseline_is_refused(capsys):
@@ -132,6 +156,38 @@ def test_a_log_whose_sequence_numbers_repeat_is_refused(tmp_path, capsys):
 
 
 # --- steps, detections, events -------------------------------------------------------------------------
+
+
+def test_a_long_line_full_of_test_counts_is_read_in_linear_time():
+    """An observation line starting with "= " and holding many "3 passed" but no " in 0.5s ===" tail
+    made the pytest-summary regex (lazy parts around an alternation) take time quadratic in the
+    line: 72 KB took 6.6 s, 580 KB would take minutes, per step, every time the log is watched."""
+    probe = ("from kernel_lib.recovery.watchdog.steps import metrics_from_text\n"
+             "print(metrics_from_text('= ' + '3 passed ' * 64000))")
+    try:
+        out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60,
+                             env={**os.environ, "PYTHONPATH": str(ROOT)})
+    except subprocess.TimeoutExpired:
+        pytest.fail("metrics_from_text took more than a minute on one 580 KB line")
+    assert out.returncode == 0 and out.stdout.strip() == "{}", out.stderr
+
+
+_OLD_SUMMARY = re.compile(
+    r"^=+ (?P<body>[^=\n]*?\b(?:passed|failed|errors?)\b[^=\n]*?) in [\d.]+\s*s(?:econds)?(?: \([^)]*\))? =+\s*$"
+    r"|^(?:\w+: )?(?P<plain>\d+ passed, \d+ failed(?:, \d+ skipped)?)\s*$", re.MULTILINE)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.sampled_from(["=", "===", " ", "3", "12", "passed", "failed", "error", "errors", ",", " in ",
+                                 "0.52", "s", "seconds", "(", ")", "0:01", "\n", "x", "warnings", "E: ",
+                                 "1 passed, 2 failed", " =", "= "]), max_size=30).map("".join))
+def test_the_linear_summary_reader_reads_what_the_old_regex_read(text):
+    """Invariant: the linear reader finds the same last summary as the regex it replaces."""
+    from kernel_lib.recovery.watchdog.steps import _summary_bodies
+
+    old = [(m.start(), m.group("body") or m.group("plain")) for m in _OLD_SUMMARY.finditer(text)]
+    new = _summary_bodies(text)
+    assert (old[-1][1] if old else None) == (new[-1][1] if new else None)
 
 
 def _step(i: int, **kw) -> WatchStep:

@@ -114,7 +114,7 @@ def _sniff(path: Path) -> str | None:
         return "swe-agent"
     try:
         doc = json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, ValueError) as exc:
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:   # RecursionError: nested too deeply
         raise UnknownImportFormatError(f"{path}: not a JSON trajectory ({type(exc).__name__}: {exc}); name the "
                                        f"format with --import ({', '.join(IMPORT_FORMATS)})") from None
     if isinstance(doc, list):

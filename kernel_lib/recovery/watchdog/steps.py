@@ -134,9 +134,13 @@ _ACTION_REPORT = re.compile(
     r"found|read)\b[^\n]*)\n\s*\n(?P<rest>.+)\Z", re.DOTALL)
 _ENTITY_KEYS = ("reservation_id", "order_id", "user_id", "booking_id", "ticket_id", "id")
 
-_PYTEST_SUMMARY = re.compile(r"^=+ (?P<body>[^=\n]*?\b(?:passed|failed|errors?)\b[^=\n]*?) in [\d.]+\s*s(?:econds)?"
-                             r"(?: \([^)]*\))? =+\s*$"
-                             r"|^(?:\w+: )?(?P<plain>\d+ passed, \d+ failed(?:, \d+ skipped)?)\s*$", re.MULTILINE)
+# a pytest summary line, "=== 1 failed, 3 passed in 0.52s (0:00:00) ===", is read in linear time: a
+# line starting with "= " is split at one of its last " in " (the tail checked by a regex anchored
+# there); one regex over the whole line with lazy parts took time quadratic in its length
+_RULE_LINE = re.compile(r"^=+ [^\n]*", re.MULTILINE)
+_SUMMARY_TAIL = re.compile(r" in [\d.]+\s*s(?:econds)?(?: \([^)]*\))? =+")
+_SUMMARY_WORD = re.compile(r"\b(?:passed|failed|errors?)\b")
+_PLAIN_SUMMARY = re.compile(r"^(?:\w+: )?(?P<plain>\d+ passed, \d+ failed(?:, \d+ skipped)?)\s*$", re.MULTILINE)
 _COUNT = re.compile(r"(\d+) (passed|failed|errors?|error)\b")
 _LINT_LINE = re.compile(r"^- [EFWC]\d{3,4}\b", re.MULTILINE)
 _COMPILER_LINE = re.compile(r"^[^\s:]+:\d+(?::\d+)?: (?:fatal )?error\b", re.MULTILINE)
@@ -222,10 +226,9 @@ def metrics_from_text(text: str) -> dict[str, float]:
     out: dict[str, float] = {}
     if not isinstance(text, str) or not text:
         return out
-    summaries = list(_PYTEST_SUMMARY.finditer(text))
+    summaries = _summary_bodies(text)
     if summaries:
-        m = summaries[-1]
-        body = m.group("body") or m.group("plain") or ""
+        body = summaries[-1][1]
         counts = {"passed": 0, "failed": 0, "errors": 0}
         for n, what in _COUNT.findall(body):
             key = "errors" if what.startswith("error") else what
@@ -239,6 +242,27 @@ def metrics_from_text(text: str) -> dict[str, float]:
     if compiler:
         out["compiler_errors"] = float(len(compiler))
     return out
+
+
+def _summary_bodies(text: str) -> list[tuple[int, str]]:
+    """(offset, counts text) of every pytest summary in ``text``, in order: the ``=== ... in 0.5s
+    ===`` lines and the plain ``N passed, N failed`` lines."""
+    out = [(m.start(), m.group("plain")) for m in _PLAIN_SUMMARY.finditer(text)]
+    for m in _RULE_LINE.finditer(text):
+        line = m.group(0).rstrip()
+        head = len(line) - len(line.lstrip("="))          # the "=" run; a space follows it
+        end = len(line)
+        for _ in range(3):                                 # the summary's own " in <t>s" is among the last
+            at = line.rfind(" in ", head, end)
+            if at < 0:
+                break
+            if _SUMMARY_TAIL.fullmatch(line, at):
+                body = line[head + 1:at]
+                if "=" not in body and _SUMMARY_WORD.search(body):
+                    out.append((m.start(), body))
+                break
+            end = at
+    return sorted(out)
 
 
 def _metrics_from_outcome(outcome: Mapping[str, Any]) -> dict[str, float]:
@@ -295,7 +319,7 @@ def _json_entities(text: str) -> dict[str, str] | None:
         return None
     try:
         value = json.loads(s)
-    except ValueError:
+    except (ValueError, RecursionError):   # not JSON, or nested too deeply to read: no entity revealed
         return None
     if isinstance(value, Mapping):
         for key in _ENTITY_KEYS + tuple(k for k in value if isinstance(k, str) and k.endswith("_id")):
