@@ -122,6 +122,7 @@ that are retryable)::
                     WorkspaceMissingError
                     WorkspaceUnreadableError
                     WatchTimelineError  (also ValueError)
+                    WatchInputError  (also ValueError)
         Refusal
             AdmissionDenied
                 ActionMaskedRefusal
@@ -1028,3 +1029,20 @@ __all__ += ["WatchTimelineError"]
 class WatchTimelineError(WatchdogError, ValueError):
     """A step asked of a watchdog timeline (:mod:`kernel_lib.recovery.watchdog.timeline`) that the
     trajectory does not have: outside ``0..n`` or not a whole number."""
+
+
+# --- issue 18 wd-adv: adversarial inputs to the semantic watchdog ---------------------------------------
+
+__all__ += ["WatchInputError"]
+
+
+class WatchInputError(WatchdogError, ValueError):
+    """What the watchdog was handed is not what it reads (Failure Recovery, "Semantic Watchdog
+    Timers"): an event, step or detection of the wrong type or with a field of the wrong type or
+    range, log positions that do not increase (a spliced or reordered log), a detection at a
+    position the log does not have yet, or a worker journal line that is not a step record.
+    ``field`` names the offending field when there is one."""
+
+    def __init__(self, message: str, *, field: str | None = None):
+        self.field = field
+        super().__init__(message)

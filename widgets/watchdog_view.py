@@ -21,7 +21,8 @@ and ran every detector once), and moving the slider sets ``step``; the Python si
 
 ``readout`` holds the same facts as sentences. A step outside ``0..max_step``, or a value that is
 not a whole number (set from code or from the page), shows the widget's own message in ``error``
-and keeps the view at the last good step; it never raises.
+and keeps the view at the last good step; it never raises. ``max_step`` (the trajectory's step
+count) cannot be set to another value.
 """
 
 from __future__ import annotations
@@ -146,11 +147,22 @@ class WatchdogView(KernelWidget, static="watchdog_view"):
             return self._good
         value = int(value)
         if not 0 <= value <= n:
-            self.error = f"step {value} is outside the trajectory: choose 0 to {n} (still showing step {self._good})"
+            shown = value if abs(value) < 10**30 else ("a huge negative number" if value < 0 else "a huge number")
+            self.error = f"step {shown} is outside the trajectory: choose 0 to {n} (still showing step {self._good})"
             return self._good
         self._show(value)
         self.error = ""
         return value
+
+    @traitlets.validate("max_step")
+    def _check_max_step(self, proposal: dict[str, Any]) -> int:
+        """``max_step`` is the trajectory's step count (the slider's end), not a setting: another
+        value set from code is refused in ``error`` and the count stays."""
+        n = self.timeline.n_steps
+        if proposal["value"] != n:
+            self.error = (f"max_step is the trajectory's {n} steps and cannot be set to "
+                          f"{clip(repr(proposal['value']), 40)}")
+        return n
 
     def _show(self, step: int) -> None:
         view = self.timeline.at(step)

@@ -192,7 +192,8 @@ def connect(path: str | os.PathLike, *, busy_timeout_s: float = 5.0, read_only: 
     """
     timeout = _busy_timeout(busy_timeout_s)
     if read_only:
-        uri = "file:" + urllib.parse.quote(str(Path(path).resolve())) + "?mode=ro"
+        # the path's bytes, percent-encoded: a name that is not UTF-8 opens too (quote() of the str fails on it)
+        uri = "file:" + urllib.parse.quote(os.fsencode(Path(path).resolve())) + "?mode=ro"
         if immutable:
             uri += "&immutable=1"
         return sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False, timeout=timeout)

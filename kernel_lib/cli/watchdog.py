@@ -114,7 +114,7 @@ def _sniff(path: Path) -> str | None:
         return "swe-agent"
     try:
         doc = json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, ValueError) as exc:
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:   # RecursionError: nested too deeply
         raise UnknownImportFormatError(f"{path}: not a JSON trajectory ({type(exc).__name__}: {exc}); name the "
                                        f"format with --import ({', '.join(IMPORT_FORMATS)})") from None
     if isinstance(doc, list):
@@ -154,11 +154,15 @@ def _targets(args: argparse.Namespace) -> list[tuple[Path, str | None]]:
             if path is not None:
                 raise KernelError("give the file once: as LOG or after --import FORMAT, not both")
             path = args.import_args[1]
-    if path is None:
+    if path is None or path == "":
         raise KernelError("no log given: name a LOG (or --import FORMAT PATH)")
     p = Path(path)
     if not p.exists():
         raise KernelError(f"no such log: {path!r}")
+    if not (p.is_dir() or p.is_file()):   # a FIFO, a device, a socket: reading it could block for ever
+        raise KernelError(f"{path!r} is not a log: neither a regular file nor a directory")
+    if args.compare and args.baseline:
+        raise KernelError("--compare already runs both baselines beside the watchdog; drop --baseline")
     if p.is_dir() and not _is_segment_log(p):
         files = sorted(f for f in p.rglob("*") if f.is_file() and f.suffix.lower() in _FOREIGN_SUFFIXES + _OUR_SUFFIXES
                        and f.name.upper() != "LICENSE")
@@ -168,13 +172,20 @@ def _targets(args: argparse.Namespace) -> list[tuple[Path, str | None]]:
     return [(p, fmt if fmt else _sniff(p))]
 
 
+def _shown(path: Path) -> str:
+    """``path`` as printable text: bytes of a name that are not UTF-8 as ``\\xNN`` escapes (stdout
+    cannot encode the lone surrogates Python keeps them as)."""
+    import os
+    return os.fsencode(path).decode("utf-8", "backslashreplace")
+
+
 def _events(path: Path, fmt: str | None) -> tuple[list[Any], dict[str, Any]]:
     if fmt is not None:
         from kernel_lib.importers import import_file
         result = import_file(fmt, path)
         return result.events, {"format": fmt, **result.source}
     from kernel_lib.log.files import load_events
-    return load_events(path), {"format": "kernel_lib", "file": str(path)}
+    return load_events(path), {"format": "kernel_lib", "file": _shown(path)}
 
 
 # --- the command ---------------------------------------------------------------------------------------------
@@ -242,7 +253,7 @@ def _cmd_watchdog(args: argparse.Namespace) -> int:
         logs = []
         for path, fmt in targets:
             events, _ = _events(path, fmt)
-            logs.append((str(path), events))
+            logs.append((_shown(path), events))
         comparison = compare_baselines(logs, config)
         out = comparison.to_json()
         if args.json:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import os
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -200,6 +201,11 @@ def join(where: str, key: str | int) -> str:
     return key if where == "$" else f"{where}.{key}"
 
 
+def _name_text(name: str) -> str:
+    """A file name as valid text: bytes that are not UTF-8 become ``\\xNN`` escapes."""
+    return os.fsencode(name).decode("utf-8", "backslashreplace")
+
+
 class Source:
     """A parsed source file and the typed accessors its reader uses."""
 
@@ -209,7 +215,9 @@ class Source:
         self.data, raw = read_json(path)
         self.sha256 = hashlib.sha256(raw).hexdigest()
         self.size_bytes = len(raw)
-        self.file = Path(path).name
+        # a file name that is not UTF-8 (os.fsdecode's lone surrogates) is kept as text with \xNN escapes
+        self.file = _name_text(Path(path).name)
+        self.stem = _name_text(Path(path).stem)
 
     def fail(self, where: str, message: str) -> ImportFormatError:
         return ImportFormatError(message, path=self.path, where=where)
@@ -530,7 +538,7 @@ class Builder:
                                             "reducer_version": REDUCER_VERSION,
                                             "sentinel": NOT_RECORDED, "lacks": lacks, "notes": notes}))
         except (ValidationError, ValueError) as exc:
-            raise self.src.fail("$", f"task header cannot be represented: {exc}") from None
+            raise self.src.fail("$", f"task header cannot be represented: {' '.join(str(exc).split())[:500]}") from None
         events = [Event.create(trajectory_id=self.trajectory_id,
                                event_id=default_event_id(self.trajectory_id, 0, i),
                                sequence_number=i, payload=p, owner_epoch=0, control_epoch=0,

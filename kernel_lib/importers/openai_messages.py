@@ -209,7 +209,7 @@ def import_openai_messages(path: str | Path) -> ImportResult:
     first_user = next((m for m in messages if isinstance(m, dict) and m.get("role") == "user"), None)
     objective = src.text(first_user.get("content"), "objective") if first_user else None
     task_id = src.get(meta, "id", (str, int), "$")
-    return b.finish(task_id=str(task_id) if task_id is not None else Path(path).stem, objective=objective,
+    return b.finish(task_id=str(task_id) if task_id is not None else src.stem, objective=objective,
                     requester=None, config={"model": model})
 
 

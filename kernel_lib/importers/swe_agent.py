@@ -289,7 +289,7 @@ def import_swe_agent(path: str | Path) -> ImportResult:
     limit = model_cfg.get("per_instance_cost_limit")
     ceiling = float(limit) if isinstance(limit, (int, float)) and not isinstance(limit, bool) and limit > 0 else 0.0
     ps = replay_d.get("problem_statement") if isinstance(replay_d.get("problem_statement"), dict) else {}
-    task_id = ps.get("id") if isinstance(ps.get("id"), str) else Path(path).stem
+    task_id = ps.get("id") if isinstance(ps.get("id"), str) else src.stem
     objective = next((ps[k] for k in ("text", "github_url") if isinstance(ps.get(k), str)), None)
     if objective is None:
         first = next((m for m in history if m["role"] == "user" and not _is_demo(m)), None)

@@ -85,6 +85,6 @@ def import_tau_bench(path: str | Path) -> ImportResult:
     first_user = next((m for m in traj if isinstance(m, dict) and m.get("role") == "user"), None)
     objective = src.text(first_user.get("content"), join("traj", traj.index(first_user)) + ".content") \
         if first_user is not None else None
-    tid = f"task{task_id:02d}" if isinstance(task_id, int) else (task_id or Path(path).stem)
+    tid = f"task{task_id:02d}" if isinstance(task_id, int) else (task_id or src.stem)
     return b.finish(task_id=tid, objective=objective, requester=requester,
                     config={"model": model, "trial": "" if trial is None else str(trial)})

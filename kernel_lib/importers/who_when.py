@@ -133,5 +133,5 @@ def import_who_when(path: str | Path) -> ImportResult:
     if question is None:   # the first human message states the task
         first = next((m for m in history if m["role"].lower() == "human"), None)
         question = src.text(first.get("content"), "objective") if first is not None else None
-    return b.finish(task_id=str(qid) if qid is not None else Path(path).stem, objective=question,
+    return b.finish(task_id=str(qid) if qid is not None else src.stem, objective=question,
                     requester="human" if human_seen else None)

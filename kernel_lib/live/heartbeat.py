@@ -41,6 +41,7 @@ import contextlib
 import http.client
 import http.server
 import json
+import math
 import os
 import secrets
 import signal
@@ -54,7 +55,7 @@ from pathlib import Path
 from typing import Any
 
 from kernel_lib._support.procs import process_state
-from kernel_lib.errors import ConfigError, LiveProcessError
+from kernel_lib.errors import ConfigError, LiveProcessError, WatchInputError
 from kernel_lib.recovery.watchdog.model import Detection, WatchStep
 
 __all__ = ["HEALTH_PATH", "LivenessProbe", "HeartbeatFallacyReport", "LoopingWorker", "spawn_looping_worker",
@@ -204,22 +205,55 @@ def journal_steps(path: str | os.PathLike) -> list[WatchStep]:
     """The worker's journal as the watchdog's steps: one :class:`WatchStep` per line, ``position``
     and ``observation_position`` the step number, ``state_source="workspace"`` (the runtime hashed
     the real tree after the step), ``mutative`` False for the checks. A partly written last line
-    (the worker is still writing) is left for the next read. Missing file: no steps."""
+    (no newline after it yet: the worker is still writing) is left for the next read; blank lines
+    are skipped. Missing file: no steps.
+
+    Raises :class:`~kernel_lib.errors.WatchInputError` (naming ``file:line``) for a path that is
+    not a regular file, and for a line that ends in a newline but is not UTF-8 JSON, or is not a
+    step record (``step``, ``tool``, ``arguments``, ``observation``, ``metrics``, ``mutative``,
+    ``state_sha256`` of the right types): the worker writes each line whole, so such a line is
+    damage, and reading on past it, or stopping silently there, would hide steps."""
     p = Path(path)
     if not p.exists():
         return []
+    if not p.is_file():
+        raise WatchInputError(f"worker journal {str(p)!r} is not a regular file")
+    lines = p.read_bytes().split(b"\n")
     out = []
-    for line in p.read_text(encoding="utf-8").splitlines():
+    for i, raw in enumerate(lines, start=1):
+        if not raw.strip():
+            continue
+        where = f"{p}:{i}"
         try:
-            e = json.loads(line)
-        except ValueError:
-            break
-        obs = json.dumps(e["observation"], sort_keys=True)
-        out.append(WatchStep(position=e["step"], kind="tool", actor="worker", tool=e["tool"],
-                             arguments=dict(e["arguments"]), observation=obs, observation_position=e["step"],
-                             state_hash=e["state_sha256"], state_source="workspace",
-                             metrics={k: float(v) for k, v in e["metrics"].items()}, mutative=e["mutative"]))
+            e = json.loads(raw.decode("utf-8"))
+        except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+            if i == len(lines):      # no newline after it: still being written
+                break
+            raise WatchInputError(f"{where}: not a JSON line ({type(exc).__name__}); a journal line ending in a "
+                                  "newline was written whole, so this is damage") from None
+        out.append(_journal_step(e, where))
     return out
+
+
+def _journal_step(e: Any, where: str) -> WatchStep:
+    """One journal record as a WatchStep (:func:`journal_steps`); WatchInputError names ``where``."""
+    try:
+        if not isinstance(e, dict):
+            raise TypeError(f"a JSON object, not {type(e).__name__}")
+        metrics, args = e["metrics"], e["arguments"]
+        if not isinstance(metrics, dict) or not isinstance(args, dict):
+            raise TypeError("metrics and arguments must be JSON objects")
+        if any(isinstance(v, bool) or not isinstance(v, (int, float)) for v in metrics.values()):
+            raise TypeError("metrics must be numbers")
+        obs = json.dumps(e["observation"], sort_keys=True)
+        return WatchStep(position=e["step"], kind="tool", actor="worker", tool=e["tool"], arguments=dict(args),
+                         observation=obs, observation_position=e["step"], state_hash=e["state_sha256"],
+                         state_source="workspace", metrics={k: float(v) for k, v in metrics.items()},
+                         mutative=e["mutative"])
+    except KeyError as exc:
+        raise WatchInputError(f"{where}: not a step record: no field {exc}") from None
+    except (TypeError, ValueError) as exc:   # WatchInputError (a field of WatchStep) is a ValueError too
+        raise WatchInputError(f"{where}: not a step record: {exc}") from None
 
 
 @dataclass
@@ -309,11 +343,12 @@ def spawn_looping_worker(workdir: str | os.PathLike, *, step_s: float = 0.1, hea
     """Start the heartbeat worker in ``workdir`` (its workspace, journal, ready file and log go
     there) and wait until it serves health.
 
-    Raises ConfigError for a non-positive interval, LiveProcessError when the worker exits or does
-    not report within ``start_timeout_s``."""
-    for name, v in (("step_s", step_s), ("heartbeat_s", heartbeat_s), ("max_runtime_s", max_runtime_s)):
-        if not isinstance(v, (int, float)) or isinstance(v, bool) or not v > 0:
-            raise ConfigError(f"{name} must be a number > 0, got {v!r}")
+    Raises ConfigError for an interval or timeout that is not a finite number > 0, LiveProcessError
+    when the worker exits or does not report within ``start_timeout_s``."""
+    for name, v in (("step_s", step_s), ("heartbeat_s", heartbeat_s), ("max_runtime_s", max_runtime_s),
+                    ("start_timeout_s", start_timeout_s)):
+        if not isinstance(v, (int, float)) or isinstance(v, bool) or not 0 < v < math.inf:
+            raise ConfigError(f"{name} must be a finite number > 0, got {v!r}")
     from kernel_lib.live.controller import live_env
 
     work = Path(workdir)
@@ -408,13 +443,18 @@ def run_heartbeat_fallacy(workdir: str | os.PathLike, *, duration_s: float = 3.0
     :class:`~kernel_lib.recovery.watchdog.detectors.WatchdogConfig`) over the journal, then stop
     the worker. The numbers are measured on this machine.
 
-    Raises ConfigError for non-positive durations, LiveProcessError when the worker does not start."""
-    from kernel_lib.recovery.watchdog.detectors import run_watchdog
+    Raises ConfigError for durations that are not finite numbers > 0, WatchdogConfigError for a
+    ``config`` that is not a WatchdogConfig (both before a worker starts), LiveProcessError when
+    the worker does not start."""
+    from kernel_lib.errors import WatchdogConfigError
+    from kernel_lib.recovery.watchdog.detectors import WatchdogConfig, run_watchdog
     from kernel_lib.recovery.watchdog.workspace import WorkspaceHasher
 
     for name, v in (("duration_s", duration_s), ("probe_every_s", probe_every_s), ("watchdog_sec", watchdog_sec)):
-        if not isinstance(v, (int, float)) or isinstance(v, bool) or not v > 0:
-            raise ConfigError(f"{name} must be a number > 0, got {v!r}")
+        if not isinstance(v, (int, float)) or isinstance(v, bool) or not 0 < v < math.inf:
+            raise ConfigError(f"{name} must be a finite number > 0, got {v!r}")
+    if config is not None and not isinstance(config, WatchdogConfig):   # before a worker is started
+        raise WatchdogConfigError(f"config must be a WatchdogConfig, not {type(config).__name__}")
     probes: list[LivenessProbe] = []
     first_t: float | None = None
     with spawn_looping_worker(workdir, step_s=step_s, heartbeat_s=heartbeat_s) as worker, \

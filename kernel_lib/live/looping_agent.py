@@ -738,6 +738,27 @@ def _saga_steps(saga: Any, scenario: str) -> None:
                                  "sandbox_id": sb["sandbox_id"]})
 
 
+def _checked_run(workspace: Any, *, seed: Any, obey_interrupt: Any, change_source: Any, trajectory_id: Any) -> Path:
+    """The workspace as a Path, once :func:`run_looping_agent`'s other arguments are checked (before
+    the world, the blob folder or the ledger is written). Raises ConfigError."""
+    if type(seed) is not int:
+        raise ConfigError(f"seed must be an integer, got {seed!r}")
+    if isinstance(obey_interrupt, bool) or not isinstance(obey_interrupt, (int, float)) \
+            or not 0.0 <= obey_interrupt <= 1.0:
+        raise ConfigError(f"obey_interrupt is a probability in [0, 1], got {obey_interrupt!r}")
+    if change_source not in ("auto", "inotify", "scan"):
+        raise ConfigError(f"change_source {change_source!r} is not 'auto', 'inotify' or 'scan'")
+    if not isinstance(trajectory_id, str) or not trajectory_id:
+        raise ConfigError(f"trajectory_id must be a non-empty str, got {trajectory_id!r}")
+    try:
+        ws_dir = Path(workspace)
+        if "\0" in str(ws_dir) or (ws_dir.exists() and not ws_dir.is_dir()):
+            raise ValueError
+    except (TypeError, ValueError):
+        raise ConfigError(f"workspace must be a directory path, got {workspace!r}") from None
+    return ws_dir
+
+
 def run_looping_agent(workspace: str | os.PathLike, *, store: Any = None, fleet: Any = None, blobs: Any = None,
                       trajectory_id: str = "loop-1", scenario: str = "no_pivot", seed: int = 0,
                       obey_interrupt: float = 0.0, turn_ceiling: int = 50, epoch_steps: int = 3,
@@ -774,7 +795,9 @@ def run_looping_agent(workspace: str | os.PathLike, *, store: Any = None, fleet:
 
     Raises:
         ConfigError: an unknown scenario, ledger acknowledgment or change source, a turn ceiling
-            below 1, or a workspace that is neither empty nor this world.
+            below 1, a seed that is not an integer, an ``obey_interrupt`` outside [0, 1], a bad
+            ladder (:class:`LadderPolicy`) or trajectory id, or a workspace that is not a directory
+            or neither empty nor this world; all before anything is written.
     """
     from kernel_lib.checkpoint.blobs import DirectoryBlobStore
     from kernel_lib.log.sqlite import SQLiteStore
@@ -788,7 +811,9 @@ def run_looping_agent(workspace: str | os.PathLike, *, store: Any = None, fleet:
         raise ConfigError(f"ledger_ack must be one of {', '.join(LEDGER_ACKS)}, got {ledger_ack!r}")
     if type(turn_ceiling) is not int or turn_ceiling < 1:
         raise ConfigError(f"turn_ceiling must be an integer >= 1, got {turn_ceiling!r}")
-    ws_dir = Path(workspace)
+    ws_dir = _checked_run(workspace, seed=seed, obey_interrupt=obey_interrupt, change_source=change_source,
+                          trajectory_id=trajectory_id)
+    ladder = LadderPolicy(epoch_steps, backtrack_budget)   # checked before anything is written too
     if not ws_dir.exists() or not any(ws_dir.iterdir()):
         write_world(ws_dir)
     elif not (ws_dir / CONFIG).is_file():
@@ -814,7 +839,7 @@ def run_looping_agent(workspace: str | os.PathLike, *, store: Any = None, fleet:
         gate, saga, checkpointer, log = _build(store, trajectory_id, ws_dir, fleet, blobs, scenario=scenario,
                                                on_position=seen, must_survive=must_survive)
         runner = WatchdogRunner(gate, workspace=_Restorer(ws, gate, checkpointer), saga=saga,
-                                policy=LadderPolicy(epoch_steps, backtrack_budget))
+                                policy=ladder)
         steps, config = _LogSteps(log), watch_config()
         outcome, error, revoked = "ceiling", None, []
         objective = _objective(scenario)

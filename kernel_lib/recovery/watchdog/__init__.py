@@ -36,7 +36,8 @@ the importers' dependencies.
 from kernel_lib._support.lazy import lazy_exports
 
 __all__, __getattr__, __dir__ = lazy_exports(__name__, {
-    "kernel_lib.recovery.watchdog.model": ("DETECTION_KINDS", "DetectionKind", "Detection", "WatchStep", "StepKind"),
+    "kernel_lib.recovery.watchdog.model": ("DETECTION_KINDS", "DetectionKind", "Detection", "WatchStep", "StepKind",
+                                           "STEP_KINDS", "check_steps"),
     "kernel_lib.recovery.watchdog.steps": ("LOG_STATE_MISSES", "log_format", "is_mutative", "metrics_from_text",
                                            "watch_steps", "StepFold", "step_signature"),
     "kernel_lib.recovery.watchdog.detectors": (

@@ -65,7 +65,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from kernel_lib.errors import WatchdogConfigError
-from kernel_lib.recovery.watchdog.model import Detection, WatchStep
+from kernel_lib.recovery.watchdog.model import Detection, WatchStep, check_steps
 from kernel_lib.recovery.watchdog.steps import step_signature
 
 __all__ = ["BASELINES", "OPENHANDS_RULES", "GEMINI_RULES", "openhands_detections", "gemini_detections",
@@ -329,8 +329,9 @@ BASELINES = {"openhands": openhands_detections, "gemini": gemini_detections}
 
 def run_baseline(name: str, steps: Sequence[WatchStep]) -> list[Detection]:
     """The detections of the baseline ``name`` (``"openhands"`` or ``"gemini"``) over ``steps``.
-    Raises :class:`~kernel_lib.errors.WatchdogConfigError` for an unknown name."""
-    fn = BASELINES.get(name)
+    Raises :class:`~kernel_lib.errors.WatchdogConfigError` for an unknown name,
+    :class:`~kernel_lib.errors.WatchInputError` for steps that are not WatchStep objects in log order."""
+    fn = BASELINES.get(name) if isinstance(name, str) else None
     if fn is None:
         raise WatchdogConfigError(f"unknown baseline {name!r}; known: {', '.join(BASELINES)}")
-    return fn(steps)
+    return fn(check_steps(steps))

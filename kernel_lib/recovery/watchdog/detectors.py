@@ -62,7 +62,7 @@ from typing import Any
 
 from kernel_lib.errors import WatchdogConfigError
 from kernel_lib.recovery.signatures import error_signature, extract_signature_parts
-from kernel_lib.recovery.watchdog.model import DETECTION_KINDS, Detection, WatchStep
+from kernel_lib.recovery.watchdog.model import DETECTION_KINDS, Detection, WatchStep, check_steps
 from kernel_lib.recovery.watchdog.steps import step_signature
 
 __all__ = ["WatchdogConfig", "EmbeddingStatus", "Embedder", "METRIC_DIRECTIONS", "assign_tiers",
@@ -100,7 +100,7 @@ class WatchdogConfig:
     :func:`load_embedder` (tests, a notebook's own model).
     ``episode_gap_steps`` (≥ 1): a detection more than this many steps after the previous one
     starts a new episode, whose ladder starts again at tier 1.
-    ``kinds``: the detectors to run (a subset of :data:`DETECTION_KINDS`).
+    ``kinds``: the detectors to run (a subset of :data:`DETECTION_KINDS`, each named once).
 
     Raises :class:`~kernel_lib.errors.WatchdogConfigError` naming the first bad field.
     """
@@ -142,7 +142,8 @@ class WatchdogConfig:
             if not (lo < v < hi if hi_open else lo < v <= hi):
                 raise WatchdogConfigError(f"{name} must be in ({lo:g}, {hi:g}{')' if hi_open else ']'}, got {v}")
         if self.nonce_arguments is not None:
-            if isinstance(self.nonce_arguments, str) or not all(isinstance(a, str) for a in self.nonce_arguments):
+            if isinstance(self.nonce_arguments, str) or not isinstance(self.nonce_arguments, Iterable) \
+                    or not all(isinstance(a, str) for a in self.nonce_arguments):
                 raise WatchdogConfigError("nonce_arguments must be a sequence of argument names (str)")
             object.__setattr__(self, "nonce_arguments", tuple(self.nonce_arguments))
         if isinstance(self.kinds, str) or not isinstance(self.kinds, Iterable):
@@ -151,6 +152,9 @@ class WatchdogConfig:
         unknown = [k for k in kinds if k not in DETECTION_KINDS]
         if unknown:
             raise WatchdogConfigError(f"unknown detection kind(s) {unknown}; known: {', '.join(DETECTION_KINDS)}")
+        twice = sorted({k for k in kinds if kinds.count(k) > 1})
+        if twice:
+            raise WatchdogConfigError(f"kinds names {twice} more than once (each detector would report twice)")
         object.__setattr__(self, "kinds", kinds)
         if self.embedder is not None and not callable(self.embedder):
             raise WatchdogConfigError("embedder must be callable: texts -> vectors")
@@ -643,12 +647,13 @@ def run_watchdog(steps: Sequence[WatchStep], config: WatchdogConfig | None = Non
     Returns the detections sorted by position, each with ``tier`` 1, 2 or 3 (:func:`assign_tiers`)
     and ``detector="watchdog"``. The embedding detector fires only when an embedder is available
     (:func:`embedding_status` says whether). Raises :class:`~kernel_lib.errors.WatchdogConfigError`
-    for a ``config`` that is not a :class:`WatchdogConfig`."""
+    for a ``config`` that is not a :class:`WatchdogConfig`, :class:`~kernel_lib.errors.WatchInputError`
+    for ``steps`` that are not WatchStep objects in log order (:func:`~.model.check_steps`)."""
     if config is None:
         config = WatchdogConfig()
     if not isinstance(config, WatchdogConfig):
         raise WatchdogConfigError(f"config must be a WatchdogConfig, not {type(config).__name__}")
-    steps = list(steps)
+    steps = check_steps(steps)
     found: list[Detection] = []
     for kind in config.kinds:
         found.extend(_DETECTORS[kind](steps, config))

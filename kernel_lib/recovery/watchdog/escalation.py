@@ -38,7 +38,7 @@ from typing import Any
 
 from kernel_lib.core.action_signature import action_signature
 from kernel_lib.core.record import TrajectoryRecord
-from kernel_lib.errors import ConfigError
+from kernel_lib.errors import ConfigError, WatchInputError
 from kernel_lib.recovery.watchdog.model import Detection, WatchStep
 
 __all__ = ["LadderPolicy", "Intervention", "TierDecision", "interventions_of", "unfinished", "decide_tier",
@@ -304,8 +304,17 @@ def decide_tier(history: TrajectoryRecord | Sequence[Intervention], detection: D
 
     Raises:
         ConfigError: ``history`` is a list of interventions and ``steps_since_last`` is missing.
+        WatchInputError: ``detection`` is not a Detection, or names no position of the log (below
+            1, or past the record's last sequence number: an intervention logged for a future
+            position would count every real detection before it as answered already).
     """
     record = history if isinstance(history, TrajectoryRecord) else None
+    if not isinstance(detection, Detection):
+        raise WatchInputError(f"detection must be a Detection, got {type(detection).__name__}")
+    head = record.last_sequence_number if record is not None else None
+    if detection.position < 1 or (head is not None and detection.position > head):
+        raise WatchInputError(f"the detection at #{detection.position} names no position of the log "
+                              f"(1 to {head if head is not None else 'its head'})", field="position")
     items = interventions_of(record) if record is not None else list(history)
     open_one = unfinished(items)
     if open_one is not None:

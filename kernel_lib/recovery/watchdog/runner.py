@@ -31,7 +31,7 @@ from typing import Any, Protocol
 
 from kernel_lib.core.events import FROZEN, ActionMasked, RuntimeInput, WatchdogIntervened
 from kernel_lib.core.record import TERMINAL_STATES
-from kernel_lib.errors import ConfigError, SemanticDeadlockError
+from kernel_lib.errors import ConfigError, SemanticDeadlockError, WatchInputError
 from kernel_lib.gate.dispatch import DispatchGate
 from kernel_lib.recovery.watchdog.escalation import (
     INTERRUPT_INPUT, Intervention, LadderPolicy, TierDecision, decide_tier, interventions_of, unfinished,
@@ -131,6 +131,8 @@ class WatchdogRunner:
 
         Raises:
             SemanticDeadlockError: tier 3 ended the trajectory (compensated or frozen).
+            WatchInputError: ``detection`` is not a Detection, names no position of the log, or
+                holds evidence the log cannot hold (not JSON data); nothing is logged then.
         """
         done = self.resume()
         if done is not None and done.tier == 3:   # pragma: no cover - resume raises for tier 3
@@ -146,11 +148,16 @@ class WatchdogRunner:
 
     # --- intent, effects, completion ----------------------------------------------------------------
     def _intent(self, d: TierDecision, detection: Detection) -> Intervention:
-        self.gate.append(WatchdogIntervened(
-            intervention_id=d.intervention_id, phase="intent", tier=d.tier, detection_kind=detection.kind,
-            detection_position=detection.position, evidence=dict(detection.evidence),
-            action_signature=d.action_signature, onset_position=d.onset_position,
-            checkpoint_restored=d.checkpoint_id, reason=d.reason[:1000]))
+        try:   # built before anything is logged: evidence the log cannot hold is refused, not half-written
+            intent = WatchdogIntervened(
+                intervention_id=d.intervention_id, phase="intent", tier=d.tier, detection_kind=detection.kind,
+                detection_position=detection.position, evidence=dict(detection.evidence),
+                action_signature=d.action_signature, onset_position=d.onset_position,
+                checkpoint_restored=d.checkpoint_id, reason=d.reason[:1000])
+        except ValueError as exc:   # pydantic's ValidationError is a ValueError
+            raise WatchInputError(f"the detection at #{detection.position} cannot be logged: "
+                                  f"{' '.join(str(exc).split())[:300]}", field="evidence") from None
+        self.gate.append(intent)
         return next(i for i in self.interventions() if i.intervention_id == d.intervention_id)
 
     def _complete(self, iv: Intervention, *, outcome: str, checkpoint: str | None = None, reason: str = "") -> None:

@@ -82,6 +82,8 @@ from typing import Any
 import xxhash
 
 from kernel_lib.core.action_signature import action_signature
+from kernel_lib.core.events import Event
+from kernel_lib.errors import WatchInputError
 from kernel_lib.recovery.observations import is_error_text
 from kernel_lib.recovery.signatures import normalize
 from kernel_lib.recovery.watchdog.model import WatchStep
@@ -132,9 +134,13 @@ _ACTION_REPORT = re.compile(
     r"found|read)\b[^\n]*)\n\s*\n(?P<rest>.+)\Z", re.DOTALL)
 _ENTITY_KEYS = ("reservation_id", "order_id", "user_id", "booking_id", "ticket_id", "id")
 
-_PYTEST_SUMMARY = re.compile(r"^=+ (?P<body>[^=\n]*?\b(?:passed|failed|errors?)\b[^=\n]*?) in [\d.]+\s*s(?:econds)?"
-                             r"(?: \([^)]*\))? =+\s*$"
-                             r"|^(?:\w+: )?(?P<plain>\d+ passed, \d+ failed(?:, \d+ skipped)?)\s*$", re.MULTILINE)
+# a pytest summary line, "=== 1 failed, 3 passed in 0.52s (0:00:00) ===", is read in linear time: a
+# line starting with "= " is split at one of its last " in " (the tail checked by a regex anchored
+# there); one regex over the whole line with lazy parts took time quadratic in its length
+_RULE_LINE = re.compile(r"^=+ [^\n]*", re.MULTILINE)
+_SUMMARY_TAIL = re.compile(r" in [\d.]+\s*s(?:econds)?(?: \([^)]*\))? =+")
+_SUMMARY_WORD = re.compile(r"\b(?:passed|failed|errors?)\b")
+_PLAIN_SUMMARY = re.compile(r"^(?:\w+: )?(?P<plain>\d+ passed, \d+ failed(?:, \d+ skipped)?)\s*$", re.MULTILINE)
 _COUNT = re.compile(r"(\d+) (passed|failed|errors?|error)\b")
 _LINT_LINE = re.compile(r"^- [EFWC]\d{3,4}\b", re.MULTILINE)
 _COMPILER_LINE = re.compile(r"^[^\s:]+:\d+(?::\d+)?: (?:fatal )?error\b", re.MULTILINE)
@@ -154,11 +160,19 @@ def _canonical(value: Any) -> str:
 def step_signature(step: WatchStep, nonce_arguments: Iterable[str] | None = None) -> str:
     """h_tool(a_t) of a step: :func:`kernel_lib.core.action_signature.action_signature` of its tool
     and arguments (declared nonce arguments dropped). Arguments that canonical JSON refuses (a
-    NaN) are hashed from their sorted JSON text instead, so any recorded step has a signature."""
+    NaN, an integer beyond 2**53, a lone surrogate) are hashed from their sorted JSON text instead,
+    so any recorded step has a signature. Raises :class:`~kernel_lib.errors.WatchInputError` for
+    arguments that no JSON text holds (nested deeper than the interpreter recurses, a key that
+    is not text in a nested object)."""
     try:
         return action_signature(step.tool, step.arguments, nonce_arguments=nonce_arguments)
     except Exception:   # rfc8785's CanonicalizationError and friends: hash the plain sorted JSON instead
-        return xxhash.xxh64_hexdigest(_canonical({"tool": step.tool, "arguments": step.arguments}))
+        try:
+            text = _canonical({"tool": step.tool, "arguments": step.arguments})
+        except (TypeError, ValueError, RecursionError) as exc:
+            raise WatchInputError(f"the arguments of the step at #{step.position} are not JSON data "
+                                  f"({type(exc).__name__}: {str(exc)[:120]})", field="arguments") from None
+        return xxhash.xxh64_hexdigest(text.encode("utf-8", "surrogatepass"))
 
 
 def log_format(events: Sequence[Any]) -> str:
@@ -212,10 +226,9 @@ def metrics_from_text(text: str) -> dict[str, float]:
     out: dict[str, float] = {}
     if not isinstance(text, str) or not text:
         return out
-    summaries = list(_PYTEST_SUMMARY.finditer(text))
+    summaries = _summary_bodies(text)
     if summaries:
-        m = summaries[-1]
-        body = m.group("body") or m.group("plain") or ""
+        body = summaries[-1][1]
         counts = {"passed": 0, "failed": 0, "errors": 0}
         for n, what in _COUNT.findall(body):
             key = "errors" if what.startswith("error") else what
@@ -229,6 +242,27 @@ def metrics_from_text(text: str) -> dict[str, float]:
     if compiler:
         out["compiler_errors"] = float(len(compiler))
     return out
+
+
+def _summary_bodies(text: str) -> list[tuple[int, str]]:
+    """(offset, counts text) of every pytest summary in ``text``, in order: the ``=== ... in 0.5s
+    ===`` lines and the plain ``N passed, N failed`` lines."""
+    out = [(m.start(), m.group("plain")) for m in _PLAIN_SUMMARY.finditer(text)]
+    for m in _RULE_LINE.finditer(text):
+        line = m.group(0).rstrip()
+        head = len(line) - len(line.lstrip("="))          # the "=" run; a space follows it
+        end = len(line)
+        for _ in range(3):                                 # the summary's own " in <t>s" is among the last
+            at = line.rfind(" in ", head, end)
+            if at < 0:
+                break
+            if _SUMMARY_TAIL.fullmatch(line, at):
+                body = line[head + 1:at]
+                if "=" not in body and _SUMMARY_WORD.search(body):
+                    out.append((m.start(), body))
+                break
+            end = at
+    return sorted(out)
 
 
 def _metrics_from_outcome(outcome: Mapping[str, Any]) -> dict[str, float]:
@@ -285,7 +319,7 @@ def _json_entities(text: str) -> dict[str, str] | None:
         return None
     try:
         value = json.loads(s)
-    except ValueError:
+    except (ValueError, RecursionError):   # not JSON, or nested too deeply to read: no entity revealed
         return None
     if isinstance(value, Mapping):
         for key in _ENTITY_KEYS + tuple(k for k in value if isinstance(k, str) and k.endswith("_id")):
@@ -559,9 +593,10 @@ class StepFold:
 
     def add(self, events: Iterable[Any]) -> "StepFold":
         """Fold ``events`` (in sequence order); events at or before :attr:`last_position`, already
-        folded, are skipped. Returns self."""
+        folded, are skipped. Returns self. Raises WatchInputError for an item that is not an Event."""
         fold = self._fold
         for e in events:
+            _check_event(e)
             if e.sequence_number <= self.last_position:
                 continue
             fold.event(e)
@@ -589,13 +624,31 @@ def watch_steps(events: Sequence[Any]) -> list[WatchStep]:
     ``events``: the log's :class:`~kernel_lib.core.events.Event` list (ours, or an importer's), in
     sequence order. Returns a list of :class:`~kernel_lib.recovery.watchdog.model.WatchStep`
     (empty for a log with no action). Pure; raises ``TypeError`` for something that is not an event
-    sequence. (:class:`StepFold` gives the same steps for a log that grows.)"""
+    sequence, :class:`~kernel_lib.errors.WatchInputError` for an item that is not an Event and for
+    events that are not one trajectory in sequence order (a sequence number repeated or going
+    back: a spliced or reordered log, whose positions would name no single event).
+    (:class:`StepFold` gives the same steps for a log that grows.)"""
     if isinstance(events, (str, bytes)) or not isinstance(events, Sequence):
         raise TypeError(f"events must be a sequence of Event, not {type(events).__name__}")
     fold = StepFold()
+    prev: Any = None
     for e in events:                  # every event as given (no skipping by position)
+        _check_event(e)
+        if prev is not None and (e.trajectory_id != prev.trajectory_id or e.sequence_number <= prev.sequence_number):
+            what = (f"of trajectory {e.trajectory_id!r} after one of {prev.trajectory_id!r}"
+                    if e.trajectory_id != prev.trajectory_id else
+                    f"at sequence number {e.sequence_number} after #{prev.sequence_number}")
+            raise WatchInputError(f"event {e.event_id!r} comes {what}: the watchdog reads one trajectory's log "
+                                  "in sequence order", field="sequence_number")
         fold._fold.event(e)
+        prev = e
     return fold.steps()
+
+
+def _check_event(e: Any) -> None:
+    if not isinstance(e, Event):
+        raise WatchInputError(f"the watchdog reads kernel_lib Event objects (a log's or an importer's events), "
+                              f"got {type(e).__name__}")
 
 
 def _workspace_states(steps: list[_Draft], trees: list[tuple[int, str]]) -> None:

@@ -41,7 +41,7 @@ from kernel_lib.errors import WatchdogConfigError, WatchTimelineError
 from kernel_lib.recovery.watchdog.baselines import gemini_detections, openhands_detections
 from kernel_lib.recovery.watchdog.compare import DETECTORS
 from kernel_lib.recovery.watchdog.detectors import METRIC_DIRECTIONS, WatchdogConfig, run_watchdog
-from kernel_lib.recovery.watchdog.model import Detection, WatchStep
+from kernel_lib.recovery.watchdog.model import Detection, WatchStep, check_steps
 from kernel_lib.recovery.watchdog.steps import step_signature, watch_steps
 
 __all__ = ["DETECTORS", "DETECTOR_LABELS", "WatchTimeline", "watch_timeline", "timeline_of_steps",
@@ -144,7 +144,8 @@ class WatchTimeline:
                                      f"number from 0 to {self.n_steps}")
         step = int(step)
         if not 0 <= step <= self.n_steps:
-            raise WatchTimelineError(f"step {step} is outside the trajectory: choose 0 to {self.n_steps}")
+            shown = step if abs(step) < 10**30 else ("a huge negative number" if step < 0 else "a huge number")
+            raise WatchTimelineError(f"step {shown} is outside the trajectory: choose 0 to {self.n_steps}")
         return step
 
     def state_window(self, step: int) -> dict[str, Any]:
@@ -215,7 +216,7 @@ def timeline_of_steps(steps: Sequence[WatchStep], config: WatchdogConfig | None 
     """A :class:`WatchTimeline` over steps already made (a journal, constructed sequences).
 
     Raises WatchdogConfigError for a ``config`` that is not a WatchdogConfig, TypeError for steps
-    that are not :class:`WatchStep` objects."""
+    that are not :class:`WatchStep` objects, WatchInputError for steps not in log order."""
     cfg = config if config is not None else WatchdogConfig()
     if not isinstance(cfg, WatchdogConfig):
         raise WatchdogConfigError(f"config must be a WatchdogConfig, not {type(cfg).__name__}")
@@ -223,6 +224,7 @@ def timeline_of_steps(steps: Sequence[WatchStep], config: WatchdogConfig | None 
     bad = next((s for s in steps if not isinstance(s, WatchStep)), None)
     if bad is not None:
         raise TypeError(f"steps must be WatchStep objects, got {type(bad).__name__}")
+    check_steps(steps)
     dets = {"watchdog": tuple(run_watchdog(steps, cfg)), "openhands": tuple(openhands_detections(steps)),
             "openhands_calls": tuple(openhands_detections(steps, compare_thought=False)),
             "gemini": tuple(gemini_detections(steps))}

@@ -183,8 +183,8 @@ class _Ignore:
     """The ignore globs as two compiled patterns: one over a name, one over a relative path."""
 
     def __init__(self, globs: Iterable[str]):
-        if isinstance(globs, str):
-            raise ConfigError("ignore_globs is a sequence of glob strings, not one string")
+        if isinstance(globs, str) or not isinstance(globs, Iterable):
+            raise ConfigError(f"ignore_globs is a sequence of glob strings, not {type(globs).__name__}")
         globs = tuple(globs)
         for g in globs:
             if not isinstance(g, str) or not g or g.startswith("/"):
@@ -227,7 +227,13 @@ class WorkspaceHasher:
             raise ConfigError(f"change_source {change_source!r} is not 'auto', 'inotify' or 'scan'")
         if racy_window_ns is not None and (type(racy_window_ns) is not int or racy_window_ns < 0):
             raise ConfigError(f"racy_window_ns {racy_window_ns!r} is not a whole number of nanoseconds >= 0")
-        self.root = Path(os.path.abspath(os.fspath(root)))
+        try:
+            text = os.fsdecode(root)
+        except TypeError:
+            raise ConfigError(f"workspace root must be a path, got {type(root).__name__}") from None
+        if not text or "\0" in text:
+            raise ConfigError(f"workspace root {text!r} is not a path (empty, or holding a NUL character)")
+        self.root = Path(os.path.abspath(text))
         self._ignore = _Ignore(ignore_globs)
         self._root_id = self._stat_root()
         self._racy_window_ns = racy_window_ns
@@ -410,6 +416,7 @@ class WorkspaceHasher:
     def _route(self, paths: Iterable[str], ctx: "_Pass") -> None:
         """Hinted paths: the root or a directory goes to ``ctx.dirs``, anything else to ``ctx.files``."""
         for rel in paths:
+            ctx.hinted.add(rel)
             if rel == "" or os.path.isdir(os.path.join(self.root, rel)) and not os.path.islink(
                     os.path.join(self.root, rel)):
                 ctx.dirs.add(rel)
@@ -440,6 +447,23 @@ class WorkspaceHasher:
             if not self._under_any(f, done):
                 self._visit(f, ctx, force=True)
 
+    def _through_link(self, rel: str, ctx: "_Pass") -> bool:
+        """Whether some directory above ``rel`` (under the root) is not a real directory now: a
+        symbolic link, a file, or gone."""
+        parent = rel.rpartition("/")[0]
+        if not parent:
+            return False
+        cur = str(self.root)
+        for part in parent.split("/"):
+            cur = os.path.join(cur, part)
+            ctx.stat_calls += 1
+            try:
+                if not stat.S_ISDIR(os.lstat(cur).st_mode):
+                    return True
+            except (FileNotFoundError, NotADirectoryError):
+                return True
+        return False
+
     @staticmethod
     def _under_any(path: str, dirs: set[str]) -> bool:
         if not dirs:
@@ -453,7 +477,11 @@ class WorkspaceHasher:
             return
         ctx.stat_calls += 1
         try:
-            st = os.lstat(os.path.join(self.root, rel))
+            # a hinted path whose parent is reached through a symbolic link ("link/x") is no file of
+            # the workspace: the link is one, hashed by its target text, and is not followed (paths
+            # from inotify events and the walk come from real, watched or listed, directories)
+            through = rel in ctx.hinted and self._through_link(rel, ctx)
+            st = None if through else os.lstat(os.path.join(self.root, rel))
         except (FileNotFoundError, NotADirectoryError):
             st = None
         except OSError as exc:
@@ -717,11 +745,18 @@ class WorkspaceHasher:
     def _relative(self, paths: Iterable[str | os.PathLike]) -> set[str]:
         if isinstance(paths, (str, bytes, os.PathLike)):
             raise ConfigError("changed_paths is a collection of paths, not one path")
+        if not isinstance(paths, Iterable):
+            raise ConfigError(f"changed_paths is a collection of paths, not {type(paths).__name__}")
         out: set[str] = set()
         for p in paths:
-            text = os.fspath(p)
+            try:
+                text = os.fspath(p)
+            except TypeError:
+                raise ConfigError(f"changed path {p!r} is not a path ({type(p).__name__})") from None
             if not isinstance(text, str):
                 raise ConfigError(f"changed path {p!r} is not text")
+            if "\0" in text:
+                raise ConfigError(f"changed path {text!r} holds a NUL character")
             q = Path(text)
             if q.is_absolute():
                 try:
@@ -738,10 +773,11 @@ class WorkspaceHasher:
 class _Pass:
     """What one ``hash()`` call collected and did."""
 
-    __slots__ = ("start_ns", "files", "dirs", "reread", "reread_bytes", "changed", "stat_calls")
+    __slots__ = ("start_ns", "files", "dirs", "hinted", "reread", "reread_bytes", "changed", "stat_calls")
 
     def __init__(self, start_ns: int) -> None:
         self.start_ns = start_ns
+        self.hinted: set[str] = set()
         self.files: set[str] = set()
         self.dirs: set[str] = set()
         self.reread: set[str] = set()
