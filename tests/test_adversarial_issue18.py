@@ -172,6 +172,34 @@ def test_a_long_line_full_of_test_counts_is_read_in_linear_time():
     assert out.returncode == 0 and out.stdout.strip() == "{}", out.stderr
 
 
+def test_many_open_screenshot_links_are_read_in_linear_time():
+    """A transcript turn holding "screenshot of [" many times with no closing "]" made the browser
+    state reader re-scan the rest of the text from each one: 128 KB took 6.6 s, 1 MB minutes."""
+    probe = ("from kernel_lib.recovery.watchdog.steps import _browser_state\n"
+             "print(_browser_state('screenshot of [' * 70000, 'WebSurfer'))")
+    try:
+        out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60,
+                             env={**os.environ, "PYTHONPATH": str(ROOT)})
+    except subprocess.TimeoutExpired:
+        pytest.fail("the browser state reader took more than a minute on 1 MB")
+    assert out.returncode == 0 and out.stdout.strip() == "None", out.stderr
+
+
+_OLD_SCREENSHOT = re.compile(r"screenshot of \[(?P<title>[^\]\n]*)\]\((?P<url>[^)\s]*)\)", re.IGNORECASE)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.sampled_from(["screenshot of [", "Screenshot Of [", "]", "(", ")", "x", " ", "\n", "http://a",
+                                 "[", "](u)", "]("]), max_size=16).map("".join))
+def test_the_linear_screenshot_reader_finds_what_the_old_regex_found(text):
+    from kernel_lib.recovery.watchdog.steps import _screenshot
+
+    old, new = _OLD_SCREENSHOT.search(text), _screenshot(text)
+    assert (old is None) == (new is None)
+    if old is not None:
+        assert (old.group("url"), old.end()) == (new.group("url"), new.end())
+
+
 _OLD_SUMMARY = re.compile(
     r"^=+ (?P<body>[^=\n]*?\b(?:passed|failed|errors?)\b[^=\n]*?) in [\d.]+\s*s(?:econds)?(?: \([^)]*\))? =+\s*$"
     r"|^(?:\w+: )?(?P<plain>\d+ passed, \d+ failed(?:, \d+ skipped)?)\s*$", re.MULTILINE)
