@@ -200,6 +200,67 @@ def test_the_linear_screenshot_reader_finds_what_the_old_regex_found(text):
         assert (old.group("url"), old.end()) == (new.group("url"), new.end())
 
 
+def test_gemini_chanting_over_many_short_lines_is_fast():
+    """Gemini's content-loop tracker, as ported, shifted every stored chunk index on each line once
+    its 5,000-character history was full: three messages of 20,000 short lines took 305 s."""
+    probe = ("from kernel_lib.recovery.watchdog.model import WatchStep\n"
+             "from kernel_lib.recovery.watchdog.baselines import gemini_detections\n"
+             "t = '\\n'.join(f'line {i % 7} of {i % 11}' for i in range(20000))\n"
+             "steps = [WatchStep(position=i + 1, kind='message', actor='a', tool='message:a', arguments={'text': t},"
+             " model_text=t) for i in range(3)]\n"
+             "print(len(gemini_detections(steps)))")
+    try:
+        out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60,
+                             env={**os.environ, "PYTHONPATH": str(ROOT)})
+    except subprocess.TimeoutExpired:
+        pytest.fail("the Gemini baseline took more than a minute on 1.3 MB of short lines")
+    assert out.returncode == 0, out.stderr
+
+
+class _ReferenceChanting:
+    """The content-loop tracker as first ported from Gemini CLI (indices shifted on every cut)."""
+
+    def __init__(self) -> None:
+        self.history, self.stats, self.last = "", {}, 0
+
+    def add(self, content: str) -> str | None:   # the reset/code-fence rules are shared and not varied here
+        self.history += content
+        if len(self.history) > 5000:
+            cut = len(self.history) - 5000
+            self.history = self.history[cut:]
+            self.last = max(0, self.last - cut)
+            self.stats = {k: kept for k, v in self.stats.items() if (kept := [i - cut for i in v if i - cut >= 0])}
+        while self.last + 50 <= len(self.history):
+            chunk = self.history[self.last:self.last + 50]
+            seen = self.stats.setdefault(chunk, [])
+            seen.append(self.last)
+            if len(seen) >= 10:
+                recent = seen[-10:]
+                periods = {self.history[recent[i]:recent[i + 1]] for i in range(9)}
+                if (recent[-1] - recent[0]) / 9 <= 250 and len(periods) <= 5:
+                    return chunk
+            self.last += 1
+        return None
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.sampled_from(["ab", "abc ", "x" * 37, "loop loop loop ", "zz", "y" * 61, "\n", "q"]), min_size=1,
+                max_size=12),
+       st.lists(st.lists(st.integers(0, 11), min_size=1, max_size=6), min_size=1, max_size=300))
+def test_the_chanting_tracker_fires_where_the_first_port_fired(words, lines):
+    """Invariant: the tracker with absolute indices reports the same chunk at the same line as the
+    port that shifted indices (histories past 5,000 characters included)."""
+    from kernel_lib.recovery.watchdog.baselines import _Chanting
+
+    new, ref = _Chanting(), _ReferenceChanting()
+    for picks in lines:
+        line = "".join(words[i % len(words)] for i in picks) + "\n"
+        a, b = new.add(line), ref.add(line)
+        assert a == b
+        if a is not None:
+            new, ref = _Chanting(), _ReferenceChanting()
+
+
 _OLD_SUMMARY = re.compile(
     r"^=+ (?P<body>[^=\n]*?\b(?:passed|failed|errors?)\b[^=\n]*?) in [\d.]+\s*s(?:econds)?(?: \([^)]*\))? =+\s*$"
     r"|^(?:\w+: )?(?P<plain>\d+ passed, \d+ failed(?:, \d+ skipped)?)\s*$", re.MULTILINE)

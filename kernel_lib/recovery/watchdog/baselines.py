@@ -228,7 +228,14 @@ _DIVIDER = re.compile(r"[+-_=*\u2500-\u257F]+")       # sic: '+-_' is a range in
 
 
 class _Chanting:
-    """Gemini CLI's content-loop tracker (``checkContentLoop`` and what it calls)."""
+    """Gemini CLI's content-loop tracker (``checkContentLoop`` and what it calls).
+
+    The source shifts every stored chunk index each time its history is cut to the last 5,000
+    characters (``truncateAndUpdate``): a cost of the whole index per line once the history is
+    full, minutes for a text of many short lines. Here indices are absolute in the stream since the
+    last reset (``offset`` characters were cut so far) and those that fell off the front are
+    dropped when their chunk is seen again, with the same counts; chunks not seen for a while are
+    swept out once the index grows past a few histories' worth."""
 
     def __init__(self) -> None:
         self.in_code = False
@@ -236,8 +243,9 @@ class _Chanting:
 
     def reset(self) -> None:
         self.history = ""
-        self.stats: dict[str, list[int]] = {}
+        self.stats: dict[str, list[int]] = {}   # chunk -> absolute start indices (offset + index in history)
         self.last = 0
+        self.offset = 0
 
     def add(self, content: str) -> str | None:
         """Feed one chunk; returns the repeating text when a loop is detected, else None."""
@@ -256,17 +264,22 @@ class _Chanting:
             cut = len(self.history) - _GEMINI_MAX_HISTORY_LENGTH
             self.history = self.history[cut:]
             self.last = max(0, self.last - cut)
-            self.stats = {k: kept for k, v in self.stats.items() if (kept := [i - cut for i in v if i - cut >= 0])}
-        size = _GEMINI_CONTENT_CHUNK_SIZE
+            self.offset += cut
+            if len(self.stats) > 4 * _GEMINI_MAX_HISTORY_LENGTH:    # sweep chunks that fell off the front
+                self.stats = {k: kept for k, v in self.stats.items() if (kept := [i for i in v if i >= self.offset])}
+        size, offset = _GEMINI_CONTENT_CHUNK_SIZE, self.offset
         while self.last + size <= len(self.history):
             chunk = self.history[self.last:self.last + size]
             seen = self.stats.get(chunk)
             if seen is None:
-                self.stats[chunk] = [self.last]
+                self.stats[chunk] = [offset + self.last]
             else:
-                seen.append(self.last)
+                stale = next((k for k, i in enumerate(seen) if i >= offset), len(seen))
+                if stale:
+                    del seen[:stale]
+                seen.append(offset + self.last)
                 if len(seen) >= _GEMINI_CONTENT_LOOP_THRESHOLD:
-                    recent = seen[-_GEMINI_CONTENT_LOOP_THRESHOLD:]
+                    recent = [i - offset for i in seen[-_GEMINI_CONTENT_LOOP_THRESHOLD:]]
                     average = (recent[-1] - recent[0]) / (_GEMINI_CONTENT_LOOP_THRESHOLD - 1)
                     periods = {self.history[recent[i]:recent[i + 1]] for i in range(len(recent) - 1)}
                     if average <= size * 5 and len(periods) <= _GEMINI_CONTENT_LOOP_THRESHOLD // 2:
