@@ -217,6 +217,57 @@ def test_gemini_chanting_over_many_short_lines_is_fast():
     assert out.returncode == 0, out.stderr
 
 
+def test_openhands_over_a_long_log_is_fast():
+    """The OpenHands replay filtered the whole history again for every step (and scanned it for
+    messages and observations): 16,000 failing calls took 91 s."""
+    probe = ("from kernel_lib.recovery.watchdog.model import WatchStep\n"
+             "from kernel_lib.recovery.watchdog.baselines import openhands_detections\n"
+             "steps = [WatchStep(position=i + 1, kind='tool', actor='a', tool='edit', arguments={'x': i % 2},"
+             " observation='Error: x', observation_error=True) for i in range(16000)]\n"
+             "print(len(openhands_detections(steps)))")
+    try:
+        out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60,
+                             env={**os.environ, "PYTHONPATH": str(ROOT)})
+    except subprocess.TimeoutExpired:
+        pytest.fail("the OpenHands baseline took more than a minute on 16,000 steps")
+    assert out.returncode == 0 and out.stdout.strip() == "1", out.stderr
+
+
+_OH_STEP = st.tuples(st.sampled_from(["tool", "tool", "message", "question"]), st.integers(0, 1),
+                     st.sampled_from(["", "hi"]), st.sampled_from([None, "ok", "Error: x"]), st.booleans())
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(_OH_STEP, max_size=40), st.booleans(), st.sampled_from([None, True, False]))
+def test_openhands_grown_history_equals_the_rules_on_every_prefix(spec, compare_thought, headless):
+    """Invariant: the history grown one event at a time gives, at every step, the rules that hold on
+    the history filtered afresh from that prefix (OpenHands' own view)."""
+    from kernel_lib.recovery.watchdog.baselines import _History, _oh_events, _oh_rules, openhands_detections
+
+    steps = [WatchStep(position=2 * i + 1, kind=k, actor="a", tool="edit" if k == "tool" else "message:a",
+                       arguments={"x": x} if k == "tool" else {"text": text}, observation=obs,
+                       observation_error=obs == "Error: x", observation_position=None if obs is None else 2 * i + 2,
+                       mutative=mut if k != "question" else False)
+             for i, (k, x, text, obs, mut) in enumerate(spec)]
+    events = _oh_events(steps, compare_thought)
+    mode = (not any(s.kind == "question" for s in steps)) if headless is None else headless
+    expected, holding = [], set()
+    for n in range(1, len(events) + 1):
+        seen = events[:n]
+        last_user = max((i for i, e in enumerate(seen) if e.role == "user"), default=-1)
+        fresh = _History()
+        for e in (seen if mode else seen[last_user + 1:]):
+            if e.role != "user":
+                fresh.add(e)
+        held = _oh_rules(fresh)
+        expected += [(events[n - 1].position, f"openhands.{r}", [a.position for a in acts])
+                     for r, acts in held.items() if r not in holding]
+        holding = set(held)
+    got = [(d.position, d.kind, d.evidence["occurrences"])
+           for d in openhands_detections(steps, compare_thought=compare_thought, headless=headless)]
+    assert got == expected
+
+
 class _ReferenceChanting:
     """The content-loop tracker as first ported from Gemini CLI (indices shifted on every cut)."""
 

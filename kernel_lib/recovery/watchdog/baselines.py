@@ -126,55 +126,77 @@ def _oh_events(steps: Sequence[WatchStep], compare_thought: bool) -> list[_Ev]:
     return out
 
 
-def _last(events: list[_Ev], roles: tuple[str, ...], n: int) -> list[_Ev]:
-    found: list[_Ev] = []
-    for e in reversed(events):
-        if e.role in roles:
-            found.append(e)
-            if len(found) == n:
-                break
-    return found          # newest first, as OpenHands collects them
+class _History:
+    """The history OpenHands' rules read, grown one event at a time, with the positions of its
+    actions (and agent messages), observations (and errors) and messages kept as it grows: each
+    rule then reads the newest few in constant time, instead of a pass over the whole history per
+    step (quadratic in a long log)."""
+
+    def __init__(self) -> None:
+        self.events: list[_Ev] = []
+        self.acts: list[int] = []          # action or message
+        self.obs: list[int] = []           # observation or error
+        self.msgs: list[int] = []          # message
+        self.empties = 0                   # messages with empty text at the end, unbroken
+        self._monologue: tuple[tuple[int, ...], list[_Ev] | None] = ((), None)
+
+    def add(self, e: _Ev) -> None:
+        i = len(self.events)
+        self.events.append(e)
+        if e.role in ("action", "message"):
+            self.acts.append(i)
+        if e.role in ("observation", "error"):
+            self.obs.append(i)
+        if e.role == "message":
+            self.msgs.append(i)
+            self.empties = 0 if json.loads(e.key).strip() else self.empties + 1
+        elif e.role in ("action", "observation", "error"):
+            self.empties = 0
+
+    def last(self, index: list[int], n: int) -> list[_Ev]:
+        """The newest ``n`` events of ``index``, newest first (as OpenHands collects them)."""
+        return [self.events[i] for i in reversed(index[-n:])]
+
+    def monologue(self) -> list[_Ev] | None:
+        """The last three messages when they are equal and no observation came between them
+        (computed again only when a message arrives)."""
+        last3 = tuple(self.msgs[-_OH_MONOLOGUE:])
+        if last3 != self._monologue[0]:
+            found = None
+            if len(last3) == _OH_MONOLOGUE and len({self.events[i].key for i in last3}) == 1 and not any(
+                    e.role in ("observation", "error") for e in self.events[last3[0] + 1:last3[-1]]):
+                found = [self.events[i] for i in last3]
+            self._monologue = (last3, found)
+        return self._monologue[1]
 
 
-def _oh_rules(history: list[_Ev]) -> dict[str, list[_Ev]]:
+def _oh_rules(history: _History) -> dict[str, list[_Ev]]:
     """The OpenHands rules that hold on ``history`` (already filtered), each with the actions
     that make it hold (oldest first)."""
     held: dict[str, list[_Ev]] = {}
-    if len(history) < 3:
+    if len(history.events) < 3:
         return held
-    acts = _last(history, ("action", "message"), 4)
-    obs = _last(history, ("observation", "error"), 4)
+    acts = history.last(history.acts, 4)
+    obs = history.last(history.obs, 4)
     if len(acts) == 4 and len(obs) == 4 and len({a.key for a in acts}) == 1 and len({o.key for o in obs}) == 1 \
             and acts[0].role == acts[-1].role and len({o.role for o in obs}) == 1:
         held["repeating_action_observation"] = acts[::-1]
     if len(acts) >= 3 and len(obs) >= 3 and len({a.key for a in acts[:3]}) == 1 and \
             len({a.role for a in acts[:3]}) == 1 and all(o.role == "error" for o in obs[:3]):
         held["repeating_action_error"] = acts[:3][::-1]
-    msgs = [(i, e) for i, e in enumerate(history) if e.role == "message"]
-    if len(msgs) >= _OH_MONOLOGUE:
-        last3 = msgs[-_OH_MONOLOGUE:]
-        if len({e.key for _, e in last3}) == 1:
-            between = history[last3[0][0] + 1:last3[-1][0]]
-            if not any(e.role in ("observation", "error") for e in between):
-                held["monologue"] = [e for _, e in last3]
-    if len(history) >= _OH_ALTERNATING:
-        a6 = _last(history, ("action", "message"), _OH_ALTERNATING)
-        o6 = _last(history, ("observation", "error"), _OH_ALTERNATING)
+    mono = history.monologue()
+    if mono is not None:
+        held["monologue"] = mono
+    if len(history.events) >= _OH_ALTERNATING:
+        a6 = history.last(history.acts, _OH_ALTERNATING)
+        o6 = history.last(history.obs, _OH_ALTERNATING)
         if len(a6) == 6 and len(o6) == 6:
             def same(x: _Ev, y: _Ev) -> bool:
                 return x.key == y.key and x.role == y.role
             if all(same(a6[i], a6[i + 2]) for i in range(4)) and all(same(o6[i], o6[i + 2]) for i in range(4)):
                 held["alternating_pattern"] = a6[::-1]
-    empties = []
-    for e in reversed(history):
-        if e.role == "message":
-            if json.loads(e.key).strip():
-                break
-            empties.append(e)
-        elif e.role in ("action", "observation", "error"):
-            break
-    if len(empties) >= _OH_EMPTY:
-        held["empty_response"] = empties[::-1]
+    if history.empties >= _OH_EMPTY:   # a rule's actions matter at its onset, when there are exactly three
+        held["empty_response"] = history.last(history.msgs, _OH_EMPTY)[::-1]
     return held
 
 
@@ -195,13 +217,14 @@ def openhands_detections(steps: Sequence[WatchStep], *, compare_thought: bool = 
         headless = not any(s.kind == "question" for s in steps)
     out: list[Detection] = []
     holding: set[str] = set()
+    history = _History()      # headless: every event but the user's; interactive: those after the user's last
     for n in range(1, len(events) + 1):
-        seen = events[:n]
-        if headless:
-            history = [e for e in seen if e.role != "user"]
+        e = events[n - 1]
+        if e.role == "user":
+            if not headless:
+                history = _History()
         else:
-            last_user = max((i for i, e in enumerate(seen) if e.role == "user"), default=-1)
-            history = seen[last_user + 1:]
+            history.add(e)
         held = _oh_rules(history)
         for rule, acts in held.items():
             if rule in holding:
