@@ -644,3 +644,20 @@ def test_max_step_set_from_code_is_refused():
     for bad in (-1, 100):
         w.max_step = bad
         assert w.max_step == 3 and "max_step" in w.error
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.integers(1, 5), min_size=1, max_size=30), st.integers(-2, 200))
+def test_the_timeline_finds_a_positions_step_by_binary_search(gaps, position):
+    """step_of was a walk over every step for every detection and every scrub (a 3,000-step log:
+    0.5 s per step shown); it is a binary search now, with the walk's answer."""
+    from kernel_lib.recovery.watchdog.timeline import timeline_of_steps
+
+    positions = [sum(gaps[:i + 1]) for i in range(len(gaps))]
+    steps = [WatchStep(position=p, kind="tool", actor="a", tool="edit", arguments={"x": p % 2}) for p in positions]
+    tl = timeline_of_steps(steps)
+    assert tl.step_of(position) == sum(1 for p in positions if p <= position)
+    first = tl.fires()
+    for f in first:
+        f["step"] = -1                     # a caller's change to what fires() returned
+    assert tl.fires() == [{**f, "step": tl.step_of(f["position"])} for f in first]
