@@ -464,6 +464,19 @@ def test_a_detection_from_the_future_is_refused_and_does_not_blind_the_watchdog(
     assert real is not None and real.tier == 1
 
 
+def test_the_ladder_refuses_a_negative_step_count_and_a_policy_that_is_none():
+    """``steps_since_last=-5`` was read as "within the epoch" (tier 2 at once); "3" raised
+    TypeError, a policy given as a dict AttributeError."""
+    from kernel_lib.recovery.watchdog.escalation import Intervention, decide_tier
+
+    history = [Intervention("wd-10-t1", 1, "state_hash_cycle", 10, 11, 13)]
+    for bad in (-5, "3", 1.5, True):
+        with pytest.raises(ConfigError, match="steps_since_last"):
+            decide_tier(history, Detection(20, "state_hash_cycle", {}), steps_since_last=bad)
+    with pytest.raises(ConfigError, match="LadderPolicy"):
+        decide_tier(history, Detection(20, "state_hash_cycle", {}), {"epoch_steps": 3}, steps_since_last=1)
+
+
 def test_evidence_the_log_cannot_hold_is_refused_before_anything_is_logged():
     """Evidence with a NaN or a set raised pydantic's ValidationError from the runner."""
     from kernel_lib.recovery.watchdog.runner import WatchdogRunner
