@@ -477,6 +477,17 @@ def test_the_ladder_refuses_a_negative_step_count_and_a_policy_that_is_none():
         decide_tier(history, Detection(20, "state_hash_cycle", {}), {"epoch_steps": 3}, steps_since_last=1)
 
 
+def test_a_runner_with_a_revoke_that_is_not_callable_is_refused_at_once():
+    """``revoke="nope"`` was accepted; tier 3 logged its intent, then failed on the call, and every
+    resume after that failed the same way (the trajectory could never finish its abort)."""
+    from kernel_lib.recovery.watchdog.runner import WatchdogRunner
+
+    gate = _gate()
+    for kw in (dict(revoke="nope"), dict(workspace=object()), dict(policy={"epoch_steps": 3}), dict(issuer="")):
+        with pytest.raises(ConfigError):
+            WatchdogRunner(gate, **kw)
+
+
 def test_evidence_the_log_cannot_hold_is_refused_before_anything_is_logged():
     """Evidence with a NaN or a set raised pydantic's ValidationError from the runner."""
     from kernel_lib.recovery.watchdog.runner import WatchdogRunner
