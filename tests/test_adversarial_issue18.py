@@ -172,6 +172,163 @@ def test_a_long_line_full_of_test_counts_is_read_in_linear_time():
     assert out.returncode == 0 and out.stdout.strip() == "{}", out.stderr
 
 
+def test_many_open_screenshot_links_are_read_in_linear_time():
+    """A transcript turn holding "screenshot of [" many times with no closing "]" made the browser
+    state reader re-scan the rest of the text from each one: 128 KB took 6.6 s, 1 MB minutes."""
+    probe = ("from kernel_lib.recovery.watchdog.steps import _browser_state\n"
+             "print(_browser_state('screenshot of [' * 70000, 'WebSurfer'))")
+    try:
+        out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60,
+                             env={**os.environ, "PYTHONPATH": str(ROOT)})
+    except subprocess.TimeoutExpired:
+        pytest.fail("the browser state reader took more than a minute on 1 MB")
+    assert out.returncode == 0 and out.stdout.strip() == "None", out.stderr
+
+
+_OLD_SCREENSHOT = re.compile(r"screenshot of \[(?P<title>[^\]\n]*)\]\((?P<url>[^)\s]*)\)", re.IGNORECASE)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.sampled_from(["screenshot of [", "Screenshot Of [", "]", "(", ")", "x", " ", "\n", "http://a",
+                                 "[", "](u)", "]("]), max_size=16).map("".join))
+def test_the_linear_screenshot_reader_finds_what_the_old_regex_found(text):
+    from kernel_lib.recovery.watchdog.steps import _screenshot
+
+    old, new = _OLD_SCREENSHOT.search(text), _screenshot(text)
+    assert (old is None) == (new is None)
+    if old is not None:
+        assert (old.group("url"), old.end()) == (new.group("url"), new.end())
+
+
+def test_gemini_chanting_over_many_short_lines_is_fast():
+    """Gemini's content-loop tracker, as ported, shifted every stored chunk index on each line once
+    its 5,000-character history was full: three messages of 20,000 short lines took 305 s."""
+    probe = ("from kernel_lib.recovery.watchdog.model import WatchStep\n"
+             "from kernel_lib.recovery.watchdog.baselines import gemini_detections\n"
+             "t = '\\n'.join(f'line {i % 7} of {i % 11}' for i in range(20000))\n"
+             "steps = [WatchStep(position=i + 1, kind='message', actor='a', tool='message:a', arguments={'text': t},"
+             " model_text=t) for i in range(3)]\n"
+             "print(len(gemini_detections(steps)))")
+    try:
+        out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60,
+                             env={**os.environ, "PYTHONPATH": str(ROOT)})
+    except subprocess.TimeoutExpired:
+        pytest.fail("the Gemini baseline took more than a minute on 1.3 MB of short lines")
+    assert out.returncode == 0, out.stderr
+
+
+def test_many_questions_are_compared_within_the_window_only():
+    """Every question was compared with every earlier one (those out of the window skipped one by
+    one): 8,000 questions took 3.7 s, 40,000 about 90 s."""
+    probe = ("from kernel_lib.recovery.watchdog.model import WatchStep\n"
+             "from kernel_lib.recovery.watchdog.detectors import detect_repeated_questions\n"
+             "steps = [WatchStep(position=i + 1, kind='question', actor='a', tool='message:a', arguments={},"
+             " observation='no', model_text=f'Could you provide the booking code for flight {i % 3}?')"
+             " for i in range(40000)]\n"
+             "print(len(detect_repeated_questions(steps)))")
+    try:
+        out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60,
+                             env={**os.environ, "PYTHONPATH": str(ROOT)})
+    except subprocess.TimeoutExpired:
+        pytest.fail("the repeated-question detector took more than a minute on 40,000 questions")
+    assert out.returncode == 0 and int(out.stdout) > 0, out.stderr
+
+
+def test_openhands_over_a_long_log_is_fast():
+    """The OpenHands replay filtered the whole history again for every step (and scanned it for
+    messages and observations): 16,000 failing calls took 91 s."""
+    probe = ("from kernel_lib.recovery.watchdog.model import WatchStep\n"
+             "from kernel_lib.recovery.watchdog.baselines import openhands_detections\n"
+             "steps = [WatchStep(position=i + 1, kind='tool', actor='a', tool='edit', arguments={'x': i % 2},"
+             " observation='Error: x', observation_error=True) for i in range(16000)]\n"
+             "print(len(openhands_detections(steps)))")
+    try:
+        out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60,
+                             env={**os.environ, "PYTHONPATH": str(ROOT)})
+    except subprocess.TimeoutExpired:
+        pytest.fail("the OpenHands baseline took more than a minute on 16,000 steps")
+    assert out.returncode == 0 and out.stdout.strip() == "1", out.stderr
+
+
+_OH_STEP = st.tuples(st.sampled_from(["tool", "tool", "message", "question"]), st.integers(0, 1),
+                     st.sampled_from(["", "hi"]), st.sampled_from([None, "ok", "Error: x"]), st.booleans())
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(_OH_STEP, max_size=40), st.booleans(), st.sampled_from([None, True, False]))
+def test_openhands_grown_history_equals_the_rules_on_every_prefix(spec, compare_thought, headless):
+    """Invariant: the history grown one event at a time gives, at every step, the rules that hold on
+    the history filtered afresh from that prefix (OpenHands' own view)."""
+    from kernel_lib.recovery.watchdog.baselines import _History, _oh_events, _oh_rules, openhands_detections
+
+    steps = [WatchStep(position=2 * i + 1, kind=k, actor="a", tool="edit" if k == "tool" else "message:a",
+                       arguments={"x": x} if k == "tool" else {"text": text}, observation=obs,
+                       observation_error=obs == "Error: x", observation_position=None if obs is None else 2 * i + 2,
+                       mutative=mut if k != "question" else False)
+             for i, (k, x, text, obs, mut) in enumerate(spec)]
+    events = _oh_events(steps, compare_thought)
+    mode = (not any(s.kind == "question" for s in steps)) if headless is None else headless
+    expected, holding = [], set()
+    for n in range(1, len(events) + 1):
+        seen = events[:n]
+        last_user = max((i for i, e in enumerate(seen) if e.role == "user"), default=-1)
+        fresh = _History()
+        for e in (seen if mode else seen[last_user + 1:]):
+            if e.role != "user":
+                fresh.add(e)
+        held = _oh_rules(fresh)
+        expected += [(events[n - 1].position, f"openhands.{r}", [a.position for a in acts])
+                     for r, acts in held.items() if r not in holding]
+        holding = set(held)
+    got = [(d.position, d.kind, d.evidence["occurrences"])
+           for d in openhands_detections(steps, compare_thought=compare_thought, headless=headless)]
+    assert got == expected
+
+
+class _ReferenceChanting:
+    """The content-loop tracker as first ported from Gemini CLI (indices shifted on every cut)."""
+
+    def __init__(self) -> None:
+        self.history, self.stats, self.last = "", {}, 0
+
+    def add(self, content: str) -> str | None:   # the reset/code-fence rules are shared and not varied here
+        self.history += content
+        if len(self.history) > 5000:
+            cut = len(self.history) - 5000
+            self.history = self.history[cut:]
+            self.last = max(0, self.last - cut)
+            self.stats = {k: kept for k, v in self.stats.items() if (kept := [i - cut for i in v if i - cut >= 0])}
+        while self.last + 50 <= len(self.history):
+            chunk = self.history[self.last:self.last + 50]
+            seen = self.stats.setdefault(chunk, [])
+            seen.append(self.last)
+            if len(seen) >= 10:
+                recent = seen[-10:]
+                periods = {self.history[recent[i]:recent[i + 1]] for i in range(9)}
+                if (recent[-1] - recent[0]) / 9 <= 250 and len(periods) <= 5:
+                    return chunk
+            self.last += 1
+        return None
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.sampled_from(["ab", "abc ", "x" * 37, "loop loop loop ", "zz", "y" * 61, "\n", "q"]), min_size=1,
+                max_size=12),
+       st.lists(st.lists(st.integers(0, 11), min_size=1, max_size=6), min_size=1, max_size=300))
+def test_the_chanting_tracker_fires_where_the_first_port_fired(words, lines):
+    """Invariant: the tracker with absolute indices reports the same chunk at the same line as the
+    port that shifted indices (histories past 5,000 characters included)."""
+    from kernel_lib.recovery.watchdog.baselines import _Chanting
+
+    new, ref = _Chanting(), _ReferenceChanting()
+    for picks in lines:
+        line = "".join(words[i % len(words)] for i in picks) + "\n"
+        a, b = new.add(line), ref.add(line)
+        assert a == b
+        if a is not None:
+            new, ref = _Chanting(), _ReferenceChanting()
+
+
 _OLD_SUMMARY = re.compile(
     r"^=+ (?P<body>[^=\n]*?\b(?:passed|failed|errors?)\b[^=\n]*?) in [\d.]+\s*s(?:econds)?(?: \([^)]*\))? =+\s*$"
     r"|^(?:\w+: )?(?P<plain>\d+ passed, \d+ failed(?:, \d+ skipped)?)\s*$", re.MULTILINE)
@@ -305,6 +462,30 @@ def test_a_detection_from_the_future_is_refused_and_does_not_blind_the_watchdog(
     assert gate.record.last_sequence_number == head and runner.interventions() == []   # nothing logged
     real = runner.intervene(Detection(head, "state_hash_cycle", {"step_position": head}))
     assert real is not None and real.tier == 1
+
+
+def test_the_ladder_refuses_a_negative_step_count_and_a_policy_that_is_none():
+    """``steps_since_last=-5`` was read as "within the epoch" (tier 2 at once); "3" raised
+    TypeError, a policy given as a dict AttributeError."""
+    from kernel_lib.recovery.watchdog.escalation import Intervention, decide_tier
+
+    history = [Intervention("wd-10-t1", 1, "state_hash_cycle", 10, 11, 13)]
+    for bad in (-5, "3", 1.5, True):
+        with pytest.raises(ConfigError, match="steps_since_last"):
+            decide_tier(history, Detection(20, "state_hash_cycle", {}), steps_since_last=bad)
+    with pytest.raises(ConfigError, match="LadderPolicy"):
+        decide_tier(history, Detection(20, "state_hash_cycle", {}), {"epoch_steps": 3}, steps_since_last=1)
+
+
+def test_a_runner_with_a_revoke_that_is_not_callable_is_refused_at_once():
+    """``revoke="nope"`` was accepted; tier 3 logged its intent, then failed on the call, and every
+    resume after that failed the same way (the trajectory could never finish its abort)."""
+    from kernel_lib.recovery.watchdog.runner import WatchdogRunner
+
+    gate = _gate()
+    for kw in (dict(revoke="nope"), dict(workspace=object()), dict(policy={"epoch_steps": 3}), dict(issuer="")):
+        with pytest.raises(ConfigError):
+            WatchdogRunner(gate, **kw)
 
 
 def test_evidence_the_log_cannot_hold_is_refused_before_anything_is_logged():
@@ -487,3 +668,20 @@ def test_max_step_set_from_code_is_refused():
     for bad in (-1, 100):
         w.max_step = bad
         assert w.max_step == 3 and "max_step" in w.error
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.integers(1, 5), min_size=1, max_size=30), st.integers(-2, 200))
+def test_the_timeline_finds_a_positions_step_by_binary_search(gaps, position):
+    """step_of was a walk over every step for every detection and every scrub (a 3,000-step log:
+    0.5 s per step shown); it is a binary search now, with the walk's answer."""
+    from kernel_lib.recovery.watchdog.timeline import timeline_of_steps
+
+    positions = [sum(gaps[:i + 1]) for i in range(len(gaps))]
+    steps = [WatchStep(position=p, kind="tool", actor="a", tool="edit", arguments={"x": p % 2}) for p in positions]
+    tl = timeline_of_steps(steps)
+    assert tl.step_of(position) == sum(1 for p in positions if p <= position)
+    first = tl.fires()
+    for f in first:
+        f["step"] = -1                     # a caller's change to what fires() returned
+    assert tl.fires() == [{**f, "step": tl.step_of(f["position"])} for f in first]

@@ -45,16 +45,19 @@ watchdog would apply (1 context interrupt, 2 backtrack with the action masked, 3
 
 LOG is this project's log (.jsonl, SQLite, segment directory) or another harness's file: the
 format of a .traj/.json file is recognised (SWE-agent, tau-bench, Who&When, OpenAI messages), or
-named with --import. A directory of such files runs every file in it."""
+named with --import. A directory (not a segment log) runs every such file under it, its
+subdirectories included; anything that is neither a regular file nor a directory (a FIFO, a
+device) is refused."""
 
 _EPILOG = """\
 --baseline openhands|gemini prints that runtime's loop rules instead, in the same shape (tier
 null): OpenHands' stuck detector (the same action and observation 4 times, the same action with
 an error 3 times, a monologue, an A,B,A,B alternation over 6 steps, 3 empty replies) and Gemini
 CLI's loop detection (the same tool call 5 times in a row, repeated content chanting).
---compare runs all three, groups their detections into loops, and reports per detector the loops
-caught and missed, the detection delay (steps from the loop's first repetition to the alarm) and
-the false-positive rate on clean runs (tau-bench runs with reward 1 and no error observation).
+--compare (not with --baseline) runs all three, groups their detections into loops, and reports
+per detector the loops caught and missed, the detection delay (steps from the loop's first
+repetition to the alarm) and the false-positive rate on clean runs (tau-bench runs with reward 1
+and no error observation).
 
 Without a workspace recorded in the log, the state is what the log reveals (file windows a tool
 printed, entities a tool returned, the page a browser showed); the JSON output lists what that

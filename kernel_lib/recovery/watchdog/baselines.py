@@ -126,55 +126,77 @@ def _oh_events(steps: Sequence[WatchStep], compare_thought: bool) -> list[_Ev]:
     return out
 
 
-def _last(events: list[_Ev], roles: tuple[str, ...], n: int) -> list[_Ev]:
-    found: list[_Ev] = []
-    for e in reversed(events):
-        if e.role in roles:
-            found.append(e)
-            if len(found) == n:
-                break
-    return found          # newest first, as OpenHands collects them
+class _History:
+    """The history OpenHands' rules read, grown one event at a time, with the positions of its
+    actions (and agent messages), observations (and errors) and messages kept as it grows: each
+    rule then reads the newest few in constant time, instead of a pass over the whole history per
+    step (quadratic in a long log)."""
+
+    def __init__(self) -> None:
+        self.events: list[_Ev] = []
+        self.acts: list[int] = []          # action or message
+        self.obs: list[int] = []           # observation or error
+        self.msgs: list[int] = []          # message
+        self.empties = 0                   # messages with empty text at the end, unbroken
+        self._monologue: tuple[tuple[int, ...], list[_Ev] | None] = ((), None)
+
+    def add(self, e: _Ev) -> None:
+        i = len(self.events)
+        self.events.append(e)
+        if e.role in ("action", "message"):
+            self.acts.append(i)
+        if e.role in ("observation", "error"):
+            self.obs.append(i)
+        if e.role == "message":
+            self.msgs.append(i)
+            self.empties = 0 if json.loads(e.key).strip() else self.empties + 1
+        elif e.role in ("action", "observation", "error"):
+            self.empties = 0
+
+    def last(self, index: list[int], n: int) -> list[_Ev]:
+        """The newest ``n`` events of ``index``, newest first (as OpenHands collects them)."""
+        return [self.events[i] for i in reversed(index[-n:])]
+
+    def monologue(self) -> list[_Ev] | None:
+        """The last three messages when they are equal and no observation came between them
+        (computed again only when a message arrives)."""
+        last3 = tuple(self.msgs[-_OH_MONOLOGUE:])
+        if last3 != self._monologue[0]:
+            found = None
+            if len(last3) == _OH_MONOLOGUE and len({self.events[i].key for i in last3}) == 1 and not any(
+                    e.role in ("observation", "error") for e in self.events[last3[0] + 1:last3[-1]]):
+                found = [self.events[i] for i in last3]
+            self._monologue = (last3, found)
+        return self._monologue[1]
 
 
-def _oh_rules(history: list[_Ev]) -> dict[str, list[_Ev]]:
+def _oh_rules(history: _History) -> dict[str, list[_Ev]]:
     """The OpenHands rules that hold on ``history`` (already filtered), each with the actions
     that make it hold (oldest first)."""
     held: dict[str, list[_Ev]] = {}
-    if len(history) < 3:
+    if len(history.events) < 3:
         return held
-    acts = _last(history, ("action", "message"), 4)
-    obs = _last(history, ("observation", "error"), 4)
+    acts = history.last(history.acts, 4)
+    obs = history.last(history.obs, 4)
     if len(acts) == 4 and len(obs) == 4 and len({a.key for a in acts}) == 1 and len({o.key for o in obs}) == 1 \
             and acts[0].role == acts[-1].role and len({o.role for o in obs}) == 1:
         held["repeating_action_observation"] = acts[::-1]
     if len(acts) >= 3 and len(obs) >= 3 and len({a.key for a in acts[:3]}) == 1 and \
             len({a.role for a in acts[:3]}) == 1 and all(o.role == "error" for o in obs[:3]):
         held["repeating_action_error"] = acts[:3][::-1]
-    msgs = [(i, e) for i, e in enumerate(history) if e.role == "message"]
-    if len(msgs) >= _OH_MONOLOGUE:
-        last3 = msgs[-_OH_MONOLOGUE:]
-        if len({e.key for _, e in last3}) == 1:
-            between = history[last3[0][0] + 1:last3[-1][0]]
-            if not any(e.role in ("observation", "error") for e in between):
-                held["monologue"] = [e for _, e in last3]
-    if len(history) >= _OH_ALTERNATING:
-        a6 = _last(history, ("action", "message"), _OH_ALTERNATING)
-        o6 = _last(history, ("observation", "error"), _OH_ALTERNATING)
+    mono = history.monologue()
+    if mono is not None:
+        held["monologue"] = mono
+    if len(history.events) >= _OH_ALTERNATING:
+        a6 = history.last(history.acts, _OH_ALTERNATING)
+        o6 = history.last(history.obs, _OH_ALTERNATING)
         if len(a6) == 6 and len(o6) == 6:
             def same(x: _Ev, y: _Ev) -> bool:
                 return x.key == y.key and x.role == y.role
             if all(same(a6[i], a6[i + 2]) for i in range(4)) and all(same(o6[i], o6[i + 2]) for i in range(4)):
                 held["alternating_pattern"] = a6[::-1]
-    empties = []
-    for e in reversed(history):
-        if e.role == "message":
-            if json.loads(e.key).strip():
-                break
-            empties.append(e)
-        elif e.role in ("action", "observation", "error"):
-            break
-    if len(empties) >= _OH_EMPTY:
-        held["empty_response"] = empties[::-1]
+    if history.empties >= _OH_EMPTY:   # a rule's actions matter at its onset, when there are exactly three
+        held["empty_response"] = history.last(history.msgs, _OH_EMPTY)[::-1]
     return held
 
 
@@ -195,13 +217,14 @@ def openhands_detections(steps: Sequence[WatchStep], *, compare_thought: bool = 
         headless = not any(s.kind == "question" for s in steps)
     out: list[Detection] = []
     holding: set[str] = set()
+    history = _History()      # headless: every event but the user's; interactive: those after the user's last
     for n in range(1, len(events) + 1):
-        seen = events[:n]
-        if headless:
-            history = [e for e in seen if e.role != "user"]
+        e = events[n - 1]
+        if e.role == "user":
+            if not headless:
+                history = _History()
         else:
-            last_user = max((i for i, e in enumerate(seen) if e.role == "user"), default=-1)
-            history = seen[last_user + 1:]
+            history.add(e)
         held = _oh_rules(history)
         for rule, acts in held.items():
             if rule in holding:
@@ -228,7 +251,14 @@ _DIVIDER = re.compile(r"[+-_=*\u2500-\u257F]+")       # sic: '+-_' is a range in
 
 
 class _Chanting:
-    """Gemini CLI's content-loop tracker (``checkContentLoop`` and what it calls)."""
+    """Gemini CLI's content-loop tracker (``checkContentLoop`` and what it calls).
+
+    The source shifts every stored chunk index each time its history is cut to the last 5,000
+    characters (``truncateAndUpdate``): a cost of the whole index per line once the history is
+    full, minutes for a text of many short lines. Here indices are absolute in the stream since the
+    last reset (``offset`` characters were cut so far) and those that fell off the front are
+    dropped when their chunk is seen again, with the same counts; chunks not seen for a while are
+    swept out once the index grows past a few histories' worth."""
 
     def __init__(self) -> None:
         self.in_code = False
@@ -236,8 +266,9 @@ class _Chanting:
 
     def reset(self) -> None:
         self.history = ""
-        self.stats: dict[str, list[int]] = {}
+        self.stats: dict[str, list[int]] = {}   # chunk -> absolute start indices (offset + index in history)
         self.last = 0
+        self.offset = 0
 
     def add(self, content: str) -> str | None:
         """Feed one chunk; returns the repeating text when a loop is detected, else None."""
@@ -256,17 +287,22 @@ class _Chanting:
             cut = len(self.history) - _GEMINI_MAX_HISTORY_LENGTH
             self.history = self.history[cut:]
             self.last = max(0, self.last - cut)
-            self.stats = {k: kept for k, v in self.stats.items() if (kept := [i - cut for i in v if i - cut >= 0])}
-        size = _GEMINI_CONTENT_CHUNK_SIZE
+            self.offset += cut
+            if len(self.stats) > 4 * _GEMINI_MAX_HISTORY_LENGTH:    # sweep chunks that fell off the front
+                self.stats = {k: kept for k, v in self.stats.items() if (kept := [i for i in v if i >= self.offset])}
+        size, offset = _GEMINI_CONTENT_CHUNK_SIZE, self.offset
         while self.last + size <= len(self.history):
             chunk = self.history[self.last:self.last + size]
             seen = self.stats.get(chunk)
             if seen is None:
-                self.stats[chunk] = [self.last]
+                self.stats[chunk] = [offset + self.last]
             else:
-                seen.append(self.last)
+                stale = next((k for k, i in enumerate(seen) if i >= offset), len(seen))
+                if stale:
+                    del seen[:stale]
+                seen.append(offset + self.last)
                 if len(seen) >= _GEMINI_CONTENT_LOOP_THRESHOLD:
-                    recent = seen[-_GEMINI_CONTENT_LOOP_THRESHOLD:]
+                    recent = [i - offset for i in seen[-_GEMINI_CONTENT_LOOP_THRESHOLD:]]
                     average = (recent[-1] - recent[0]) / (_GEMINI_CONTENT_LOOP_THRESHOLD - 1)
                     periods = {self.history[recent[i]:recent[i + 1]] for i in range(len(recent) - 1)}
                     if average <= size * 5 and len(periods) <= _GEMINI_CONTENT_LOOP_THRESHOLD // 2:

@@ -55,6 +55,7 @@ from __future__ import annotations
 import math
 import os
 import re
+from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from statistics import median
@@ -409,10 +410,12 @@ def detect_repeated_questions(steps: Sequence[WatchStep], config: WatchdogConfig
     (excerpts of what the user answered)."""
     cfg = config or WatchdogConfig()
     out: list[Detection] = []
-    asked: list[tuple[int, str, set[str], str]] = []     # (step index, sentence, tokens, actor)
+    asked: deque[tuple[int, str, set[str], str]] = deque()     # (step index, sentence, tokens, actor)
     for i, step in enumerate(steps):
         if step.kind != "question":
             continue
+        while asked and i - asked[0][0] > cfg.question_window:   # out of the window for good
+            asked.popleft()
         best: tuple[list[tuple[int, str, float]], str] | None = None
         mine = []
         for q in question_sentences(step.model_text or str(step.arguments.get("text", ""))):

@@ -303,12 +303,17 @@ def decide_tier(history: TrajectoryRecord | Sequence[Intervention], detection: D
     decision is to resume it (``resume=True``, its own tier and id), whatever the detection.
 
     Raises:
-        ConfigError: ``history`` is a list of interventions and ``steps_since_last`` is missing.
+        ConfigError: ``history`` is a list of interventions and ``steps_since_last`` is missing;
+            ``steps_since_last`` is not a whole number >= 0; ``policy`` is not a LadderPolicy.
         WatchInputError: ``detection`` is not a Detection, or names no position of the log (below
             1, or past the record's last sequence number: an intervention logged for a future
             position would count every real detection before it as answered already).
     """
     record = history if isinstance(history, TrajectoryRecord) else None
+    if not isinstance(policy, LadderPolicy):
+        raise ConfigError(f"policy must be a LadderPolicy, got {type(policy).__name__}")
+    if steps_since_last is not None and (type(steps_since_last) is not int or steps_since_last < 0):
+        raise ConfigError(f"steps_since_last must be a whole number of steps >= 0, got {steps_since_last!r}")
     if not isinstance(detection, Detection):
         raise WatchInputError(f"detection must be a Detection, got {type(detection).__name__}")
     head = record.last_sequence_number if record is not None else None

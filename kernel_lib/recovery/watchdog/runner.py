@@ -89,7 +89,8 @@ class WatchdogRunner:
         policy: the ladder's epoch and backtrack budget.
         issuer: who the control transitions are recorded for.
 
-    Raises ConfigError for a gate that is not a DispatchGate.
+    Raises ConfigError for a gate that is not a DispatchGate, a workspace without ``restore``, a
+    ``revoke`` that is not callable, a policy that is not a LadderPolicy or an empty issuer.
     """
 
     def __init__(self, gate: DispatchGate, *, workspace: WorkspaceRestorer | None = None, saga: Any = None,
@@ -97,6 +98,16 @@ class WatchdogRunner:
                  issuer: str = "watchdog"):
         if not isinstance(gate, DispatchGate):
             raise ConfigError(f"gate must be a DispatchGate, got {type(gate).__name__}")
+        # checked here, not when a tier needs them: a tier that fails after its intent is logged
+        # would be resumed, and fail, at every later step
+        if workspace is not None and not callable(getattr(workspace, "restore", None)):
+            raise ConfigError(f"workspace must have a restore(checkpoint) method, got {type(workspace).__name__}")
+        if revoke is not None and not callable(revoke):
+            raise ConfigError(f"revoke must be callable (trajectory id -> lease ids), got {type(revoke).__name__}")
+        if policy is not None and not isinstance(policy, LadderPolicy):
+            raise ConfigError(f"policy must be a LadderPolicy, got {type(policy).__name__}")
+        if not isinstance(issuer, str) or not issuer:
+            raise ConfigError(f"issuer must be a non-empty str, got {issuer!r}")
         self.gate = gate
         self.workspace = workspace
         self.saga = saga

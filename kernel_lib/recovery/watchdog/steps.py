@@ -123,7 +123,10 @@ _WORD = re.compile(r"[A-Za-z_][\w.-]*")
 
 _FILE_HEADER = re.compile(r"^\[File: (?P<path>[^\n]+?) \((?P<n>\d+) lines total\)\]\s*$", re.MULTILINE)
 _NUMBERED = re.compile(r"^(?:\d+:|\(\d+ more lines (?:above|below)\))")
-_SCREENSHOT = re.compile(r"screenshot of \[(?P<title>[^\]\n]*)\]\((?P<url>[^)\s]*)\)", re.IGNORECASE)
+# "screenshot of [title](url)": found by a linear scan (:func:`_screenshot`), since one regex
+# re-scanned the rest of the line from every "screenshot of [" left open (quadratic time)
+_SCREENSHOT_HEAD = re.compile(r"screenshot of \[", re.IGNORECASE)
+_SCREENSHOT_TAIL = re.compile(r"\]\((?P<url>[^)\s]*)\)")
 _POSITIONED = re.compile(r"positioned (?P<where>at the (?:top|bottom) of the page|\d+% down from the top of the page)")
 _ADDRESS = re.compile(r"^Address: (?P<address>\S+)[ \t]*$", re.MULTILINE)
 _TITLE = re.compile(r"^Title: (?P<title>[^\n]*)$", re.MULTILINE)
@@ -329,8 +332,23 @@ def _json_entities(text: str) -> dict[str, str] | None:
     return None
 
 
+def _screenshot(text: str) -> re.Match[str] | None:
+    """The first ``screenshot of [title](url)`` (a title holds no ``]`` and no newline), as the
+    match of its ``](url)`` tail, in time linear in ``text``: every opening shares the end of its
+    title (the next ``]`` or newline), which is looked up once."""
+    stop, tail = -1, None
+    for m in _SCREENSHOT_HEAD.finditer(text):
+        if stop < m.end():
+            close, newline = text.find("]", m.end()), text.find("\n", m.end())
+            stop = min(close if close >= 0 else len(text), newline if newline >= 0 else len(text))
+            tail = _SCREENSHOT_TAIL.match(text, stop) if stop < len(text) and text[stop] == "]" else None
+        if tail is not None:
+            return tail
+    return None
+
+
 def _browser_state(text: str, actor: str) -> dict[str, str] | None:
-    shot = _SCREENSHOT.search(text)
+    shot = _screenshot(text)
     if shot:
         pos = _POSITIONED.search(text, shot.end())
         where = pos.group("where") if pos else ""

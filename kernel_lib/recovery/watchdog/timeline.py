@@ -32,8 +32,10 @@ configuration.
 from __future__ import annotations
 
 import json
+from bisect import bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from numbers import Integral
 from typing import Any
 
@@ -120,23 +122,27 @@ class WatchTimeline:
 
     def step_of(self, position: int) -> int:
         """The step (1-based) a log ``position`` belongs to: the last step whose action is at or
-        before it (0 when it comes before every step)."""
-        at = 0
-        for i, s in enumerate(self.steps, start=1):
-            if s.position <= position:
-                at = i
-            else:
-                break
-        return at
+        before it (0 when it comes before every step). A binary search: the steps' positions
+        increase (:func:`~kernel_lib.recovery.watchdog.model.check_steps`)."""
+        return bisect_right(self._positions, position)
+
+    @cached_property
+    def _positions(self) -> list[int]:
+        return [s.position for s in self.steps]
+
+    @cached_property
+    def _fires(self) -> tuple[dict[str, Any], ...]:
+        out = [{"detector": name, "kind": d.kind, "position": d.position, "step": self.step_of(d.position),
+                "tier": d.tier, "summary": detection_summary(d)}
+               for name in DETECTORS for d in self.detections.get(name, ())]
+        return tuple(sorted(out, key=lambda r: (r["position"], DETECTORS.index(r["detector"]))))
 
     def fires(self) -> list[dict[str, Any]]:
         """Every detection of every detector, in position order: ``detector``, ``kind``,
         ``position`` (log sequence number), ``step`` (1-based), ``tier`` (the watchdog's; None for a
-        baseline) and ``summary`` (:func:`detection_summary`)."""
-        out = [{"detector": name, "kind": d.kind, "position": d.position, "step": self.step_of(d.position),
-                "tier": d.tier, "summary": detection_summary(d)}
-               for name in DETECTORS for d in self.detections.get(name, ())]
-        return sorted(out, key=lambda r: (r["position"], DETECTORS.index(r["detector"])))
+        baseline) and ``summary`` (:func:`detection_summary`). Built once; each call returns fresh
+        dicts."""
+        return [dict(f) for f in self._fires]
 
     def _check(self, step: Any) -> int:
         if isinstance(step, bool) or not isinstance(step, Integral):
