@@ -46,6 +46,8 @@ NOTEBOOK_SECTIONS: dict[str, tuple[str, ...]] = {
     "nm0_2": ("Dynamic arbitration: The recovery policy function",
               "Napkin Math 0.2: Forward repair vs. compensate and rerun"),
     "nm0_3": ("Semantic Watchdog Timers", "Napkin Math 0.3: What an undetected loop costs"),
+    "nm0_4": ("Tool Circuit Breakers", "Jittered backoff protocols",
+              "Napkin Math 0.4: Bulkhead capacity and jitter under RPC stress"),
     "ex0_1": ("The pivot action boundary", "Example 0.1: The dual-commit trap and pivot allocation"),
     "fr_1_sagas": ("The Transactional Boundary Collapse", "The Trajectory Saga Pattern",
                    "Compensating action semantics", "Saga compensation stacks", "Terminal escalation"),
