@@ -13,7 +13,9 @@ real answer, or a synthetic fast fail (``ERR_CIRCUIT_OPEN``, ``ERR_BULKHEAD_FULL
 * ``backoff`` -- deterministic exponential, full, equal and decorrelated jitter (AWS Architecture
   Blog formulas), seeded, capped, with a retry budget; an unbounded policy is a config error;
 * ``breaker`` -- the tri-state breaker as a pure state machine (count and time windows, minimum
-  calls, failure and slow-call rates, single canary, cooldown doubling up to a cap).
+  calls, failure and slow-call rates, single canary, cooldown doubling up to a cap);
+* ``runner`` -- :class:`CircuitBreaker`: the machine applied under a lock for threads and asyncio,
+  its state in the object or in a shared :class:`BreakerStore`.
 
 Clock and randomness are injected everywhere, so the same code runs on the simulator's virtual
 clock and live. Every public name is exported here and loaded on first use (PEP 562).
@@ -34,4 +36,7 @@ __all__, __getattr__, __dir__ = lazy_exports(__name__, {
         "CLOSED", "OPEN", "HALF_OPEN", "BREAKER_STATES", "TRANSITION_REASONS", "WindowKind", "BreakerConfig",
         "BreakerState", "Permit", "Decision", "Transition", "initial_state", "decide", "record", "tick", "force",
         "window_rates", "cooldown_remaining_s", "TABLE_10_BREAKERS"),
+    "kernel_lib.recovery.gateway.runner": (
+        "BreakerStore", "MemoryBreakerStore", "CircuitBreaker", "BreakerSnapshot", "circuit_open_observation",
+        "observation_of"),
 })
