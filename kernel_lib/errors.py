@@ -123,6 +123,9 @@ that are retryable)::
                     WorkspaceUnreadableError
                     WatchTimelineError  (also ValueError)
                     WatchInputError  (also ValueError)
+                GatewayError
+                    GatewayConfigError  (also ConfigError)
+                    BreakerStoreError
         Refusal
             AdmissionDenied
                 ActionMaskedRefusal
@@ -1046,3 +1049,38 @@ class WatchInputError(WatchdogError, ValueError):
     def __init__(self, message: str, *, field: str | None = None):
         self.field = field
         super().__init__(message)
+
+
+# --- issue 19: gateway ---------------------------------------------------------------------------------
+# the tool gateway (Failure Recovery, "Tool Circuit Breakers": figure 4, tables 8-10, Napkin Math 0.4)
+
+__all__ += ["GatewayError", "GatewayConfigError", "BreakerStoreError"]
+
+
+class GatewayError(RecoveryError):
+    """Base class of the tool gateway's faults (Failure Recovery, "Tool Circuit Breakers": the
+    circuit breaker, the backoff policy, the bulkheads). A fast-fail answer of the gateway
+    (``ERR_CIRCUIT_OPEN``, ``ERR_BULKHEAD_FULL``, ...) is not an exception: it is an observation
+    returned to the caller (:mod:`kernel_lib.recovery.gateway`)."""
+
+
+class GatewayConfigError(GatewayError, ConfigError):
+    """The gateway refuses a configuration: a threshold outside (0, 1], a window, cap, timeout or
+    capacity out of range, an unknown strategy or domain, and above all a retry policy with no
+    bound (no ``max_retries`` and no finite retry budget: the chapter's "unbounded retries"
+    pitfall). ``field`` names the offending field."""
+
+    def __init__(self, message: str, *, field: str | None = None):
+        self.field = field
+        super().__init__(message)
+
+
+class BreakerStoreError(GatewayError):
+    """The shared breaker store (SQLite on the host, etcd on the quorum tier) cannot be used: the
+    file is not a breaker store, a row does not decode, the dependency's row was written with
+    another breaker configuration, or the store did not answer. ``dependency_id`` names the
+    breaker when there is one."""
+
+    def __init__(self, message: str, *, dependency_id: str | None = None, retryable: bool | None = None):
+        self.dependency_id = dependency_id
+        super().__init__(message, retryable=retryable)

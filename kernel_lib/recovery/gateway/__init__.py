@@ -1,0 +1,42 @@
+"""``recovery.gateway``: the tool gateway (Failure Recovery, "Tool Circuit Breakers": figure 4,
+tables 8-10, Napkin Math 0.4, the pitfall "Allowing unbounded retries").
+
+Every tool call an agent makes to a dependency passes one gateway that sheds load before an outage
+spreads into the runtime: a bulkhead per domain (table 9), a circuit breaker per dependency
+(table 8), a call timeout, a transport-only classification of the outcome, and a bounded, jittered
+backoff decision (figure 4 (b)). The agent always gets an :class:`Observation` back: the tool's
+real answer, or a synthetic fast fail (``ERR_CIRCUIT_OPEN``, ``ERR_BULKHEAD_FULL``,
+``ERR_RESOURCE_EXHAUSTED``) made without contacting the dependency.
+
+* ``model`` -- the vocabulary: :class:`CallOutcome`, :func:`classify_outcome` -> :class:`Verdict`,
+  :class:`Observation` and its stable codes;
+* ``backoff`` -- deterministic exponential, full, equal and decorrelated jitter (AWS Architecture
+  Blog formulas), seeded, capped, with a retry budget; an unbounded policy is a config error;
+* ``breaker`` -- the tri-state breaker as a pure state machine (count and time windows, minimum
+  calls, failure and slow-call rates, single canary, cooldown doubling up to a cap);
+* ``runner`` -- :class:`CircuitBreaker`: the machine applied under a lock for threads and asyncio,
+  its state in the object or in a shared :class:`BreakerStore`.
+
+Clock and randomness are injected everywhere, so the same code runs on the simulator's virtual
+clock and live. Every public name is exported here and loaded on first use (PEP 562).
+"""
+
+from kernel_lib._support.lazy import lazy_exports
+
+__all__, __getattr__, __dir__ = lazy_exports(__name__, {
+    "kernel_lib.recovery.gateway.model": (
+        "OK", "ERR_TOOL", "ERR_TIMEOUT", "ERR_SERVER", "ERR_RATE_LIMITED", "ERR_TRANSPORT", "ERR_MALFORMED",
+        "ERR_CIRCUIT_OPEN", "ERR_BULKHEAD_FULL", "ERR_RESOURCE_EXHAUSTED", "ERR_RETRY_BUDGET_EXHAUSTED",
+        "OBSERVATION_CODES", "SYNTHETIC_CODES", "FAILURE_KINDS", "CallOutcome", "Verdict", "Observation",
+        "Classifier", "classify_outcome", "status_of"),
+    "kernel_lib.recovery.gateway.backoff": (
+        "BACKOFF_STRATEGIES", "BackoffStrategy", "BackoffPolicy", "RetryBudget", "BackoffSchedule", "ceiling_s",
+        "backoff_delay_s", "bucket_take", "make_rng", "AWS_BACKOFF_SOURCE"),
+    "kernel_lib.recovery.gateway.breaker": (
+        "CLOSED", "OPEN", "HALF_OPEN", "BREAKER_STATES", "TRANSITION_REASONS", "WindowKind", "BreakerConfig",
+        "BreakerState", "Permit", "Decision", "Transition", "initial_state", "decide", "record", "tick", "force",
+        "window_rates", "cooldown_remaining_s", "TABLE_10_BREAKERS"),
+    "kernel_lib.recovery.gateway.runner": (
+        "BreakerStore", "MemoryBreakerStore", "CircuitBreaker", "BreakerSnapshot", "circuit_open_observation",
+        "observation_of"),
+})
