@@ -1084,3 +1084,18 @@ class BreakerStoreError(GatewayError):
     def __init__(self, message: str, *, dependency_id: str | None = None, retryable: bool | None = None):
         self.dependency_id = dependency_id
         super().__init__(message, retryable=retryable)
+
+
+# --- issue 19 herd: the retry-storm simulator and the live gateway lab -----------------------------------
+
+__all__ += ["HerdConfigError"]
+
+
+class HerdConfigError(ConfigError):
+    """A scenario the herd simulator (:mod:`kernel_lib.sim.herd`) or the live gateway lab
+    (:mod:`kernel_lib.live.gateway_lab`) cannot run: a count, rate or duration out of range, an
+    unknown backoff strategy, a policy that is not one. ``field`` names the offending field."""
+
+    def __init__(self, message: str, *, field: str | None = None):
+        self.field = field
+        super().__init__(message)
