@@ -59,7 +59,7 @@ from kernel_lib.recovery.gateway.breaker import (
 )
 
 __all__ = ["HerdConfig", "HerdPolicy", "POLICIES", "OUTAGE_MODES", "DEFAULT_BREAKER", "OUTCOMES", "HerdResult",
-           "run_herd", "compare_herd", "retry_wave", "peak_rate_per_s"]
+           "run_herd", "compare_herd", "retry_wave", "peak_rate_per_s", "sparkline", "format_herd"]
 
 #: how the service misbehaves during the outage (module docstring)
 OUTAGE_MODES = ("stall", "slow")
@@ -543,3 +543,65 @@ def retry_wave(failing_agents: int, timeout_s: float, base_s: float, cap_s: floa
 
 #: re-exported state names, for readers of ``trace`` and ``breaker_transitions``
 BREAKER_STATE_NAMES = (CLOSED, OPEN, HALF_OPEN)
+
+
+# --- text report (the CLI's) ---------------------------------------------------------------------------
+
+_BLOCKS = " ▁▂▃▄▅▆▇█"
+
+
+def sparkline(values: list[float], top: float, width: int = 60) -> str:
+    """``values`` squeezed into ``width`` columns (each the largest of the values it covers), drawn
+    with block characters scaled to ``top`` (a blank column is a zero)."""
+    if not values or top <= 0:
+        return " " * width
+    n = len(values)
+    cols = []
+    for c in range(width):
+        lo, hi = c * n // width, max(c * n // width + 1, (c + 1) * n // width)
+        v = max(values[lo:hi]) if lo < n else 0
+        cols.append(_BLOCKS[0] if v <= 0 else _BLOCKS[max(1, min(8, math.ceil(8 * v / top)))])
+    return "".join(cols)
+
+
+def format_herd(result: dict[str, Any], policies: tuple[str, ...] | None = None, width: int = 60) -> str:
+    """A :func:`compare_herd` result (with series) as text: one table row per policy, then the
+    arrival rate and the queue depth over time on one scale for every policy, then the simulator's
+    speed."""
+    names = policies or tuple(k for k in result if isinstance(result[k], dict) and "totals" in result[k])
+    cfg = result.get("config") or {}
+    lines = [f"retry storm: {cfg.get('agents')} agents, service {cfg.get('capacity_per_s'):g} req/s, timeout "
+             f"{cfg.get('timeout_s'):g} s, {cfg.get('outage_mode')} outage of {cfg.get('outage_s'):g} s, backoff "
+             f"T0 {cfg.get('base_s'):g} s cap {cfg.get('cap_s'):g} s, {cfg.get('max_retries')} retries at most "
+             f"(seed {result.get('seed')})", ""]
+    head = (f"{'policy':<21}{'peak req/s':>12}{'mean req/s':>11}{'peak queue':>11}{'mean queue':>11}"
+            f"{'goodput':>9}{'gave up':>9}{'fast fails':>11}{'wasted s':>10}{'span s':>8}")
+    lines += [head, "-" * len(head)]
+    for k in names:
+        r = result[k]
+        t = r["totals"]
+        lines.append(f"{k:<21}{r['peak_arrival_rate_per_s']:>12,.0f}{r['mean_arrival_rate_per_s']:>11,.1f}"
+                     f"{r['peak_queue_depth']:>11,}{r['mean_queue_depth']:>11,.1f}{r['goodput']:>9,}"
+                     f"{t['calls_given_up']:>9,}{t['fast_failed']:>11,}{t['wasted_server_s']:>10,.1f}"
+                     f"{r['duration_s']:>8,.1f}")
+    peak_bin = result[names[0]]["peak_bin_s"] if names else 0
+    lines += ["", f"peak: arrivals in the busiest {peak_bin * 1e3:g} ms bin (the dispatch jitter), per second; mean: "
+                  "arrivals over the span (until every agent is done and the service idle)"]
+    if names and "series" in result[names[0]]:
+        bin_s = cfg.get("series_bin_s", 1.0)
+        longest = max(len(result[k]["series"]["t_s"]) for k in names)
+        for metric, label in (("arrivals", "arrivals per s"), ("queue_depth", "queue depth"),
+                              ("goodput", "goodput per s")):
+            scale = 1.0 / bin_s if metric != "queue_depth" else 1.0
+            rows = {k: [v * scale for v in result[k]["series"][metric]] for k in names}
+            top = max((max(v) for v in rows.values() if v), default=0.0)
+            lines += ["", f"{label} over time (0 to {longest * bin_s:,.0f} s, {bin_s:g} s bins; full height "
+                          f"{top:,.0f})"]
+            for k in names:
+                padded = rows[k] + [0.0] * (longest - len(rows[k]))
+                lines.append(f"  {k:<21}|{sparkline(padded, top, width)}|")
+    sim = result.get("simulator")
+    if sim:
+        lines += ["", f"simulator: {sim['agent_steps']:,} agent steps ({sim['events']:,} events) in "
+                      f"{sim['wall_s']:.2f} s = {sim['agent_steps_per_s']:,.0f} agent steps/s"]
+    return "\n".join(lines)
