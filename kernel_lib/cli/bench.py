@@ -1,5 +1,5 @@
 """``python -m kernel_lib bench ...``: the benchmarks' command line (append, restore, replay,
-diverge, quorum, startup, read, saga, watchdog). Each benchmark lives in :mod:`kernel_lib.bench`; this
+diverge, quorum, startup, read, saga, watchdog, herd). Each benchmark lives in :mod:`kernel_lib.bench`; this
 module only parses arguments and prints."""
 
 from __future__ import annotations
@@ -94,6 +94,7 @@ def add_commands(subparsers: "argparse._SubParsersAction") -> argparse.ArgumentP
     _add_read_cli(sub)
     _add_saga_cli(sub)
     _add_watchdog_cli(sub)
+    _add_herd_cli(sub)
     return bench
 
 
@@ -353,5 +354,37 @@ def _add_watchdog_cli(sub: "argparse._SubParsersAction") -> None:
     p.add_argument("--seed", type=int, default=0, help="seed of the file contents and edits (default 0)")
     p.add_argument("--dir", metavar="PATH", help="create the temporary directory under PATH (default: the current "
                                                  "directory)")
+    p.add_argument("--json", action="store_true", help="print one JSON object (with targets) instead of a table")
+    p.set_defaults(func=cmd)
+
+
+# --- bench herd: the herd simulator's throughput (issue 19; kernel_lib.bench.herd) ---------------------
+
+_HERD_HELP = """\
+How fast the virtual-clock herd simulator runs (Failure Recovery, "Tool Circuit Breakers"; issue 19:
+10,000 agents simulated in seconds), in one run on this machine: the default retry-storm scenario
+with --agents agents under each of the three policies of `python -m kernel_lib herd`
+(deterministic, full_jitter, full_jitter_breaker), against a bare heapq event loop of the same
+number of events (the floor of any event-driven simulator in Python), in interleaved rounds.
+Figures: wall seconds, agent steps (attempts) and events per second, cost per event as a ratio to
+the floor. Targets: cost per event <= 10x the floor; the three policies together <= 10 s.
+
+exit status: 0 when the benchmark ran, whether its targets passed or not (printed PASS or FAIL);
+2 on bad input, one error: line. Details: kernel_lib.bench.herd."""
+
+
+def _add_herd_cli(sub: "argparse._SubParsersAction") -> None:
+
+    def cmd(args: argparse.Namespace) -> int:
+        import kernel_lib.bench.herd as hb
+        result = hb.run_herd_bench(agents=args.agents, rounds=args.rounds, seed=args.seed)
+        print(json.dumps(result, indent=2) if args.json else hb.format_herd_bench(result))
+        return 0
+
+    p = sub.add_parser("herd", help="the herd simulator: agent steps per second, cost per event vs a heapq loop",
+                       description=_HERD_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--agents", type=int, default=10_000, metavar="N", help="agents (default 10000)")
+    p.add_argument("--rounds", type=int, default=3, metavar="N", help="interleaved rounds (default 3)")
+    p.add_argument("--seed", type=int, default=0, help="scenario seed (default 0)")
     p.add_argument("--json", action="store_true", help="print one JSON object (with targets) instead of a table")
     p.set_defaults(func=cmd)
