@@ -15,7 +15,9 @@ real answer, or a synthetic fast fail (``ERR_CIRCUIT_OPEN``, ``ERR_BULKHEAD_FULL
 * ``breaker`` -- the tri-state breaker as a pure state machine (count and time windows, minimum
   calls, failure and slow-call rates, single canary, cooldown doubling up to a cap);
 * ``runner`` -- :class:`CircuitBreaker`: the machine applied under a lock for threads and asyncio,
-  its state in the object or in a shared :class:`BreakerStore`.
+  its state in the object or in a shared :class:`BreakerStore`;
+* ``shared`` -- :class:`SQLiteBreakerStore`: one breaker per dependency for every process of the
+  host (WAL, transitions as rows, the half-open canary single across processes).
 
 Clock and randomness are injected everywhere, so the same code runs on the simulator's virtual
 clock and live. Every public name is exported here and loaded on first use (PEP 562).
@@ -39,4 +41,5 @@ __all__, __getattr__, __dir__ = lazy_exports(__name__, {
     "kernel_lib.recovery.gateway.runner": (
         "BreakerStore", "MemoryBreakerStore", "CircuitBreaker", "BreakerSnapshot", "circuit_open_observation",
         "observation_of"),
+    "kernel_lib.recovery.gateway.shared": ("SQLiteBreakerStore", "BREAKER_STORE_LAYOUT"),
 })
