@@ -17,7 +17,11 @@ real answer, or a synthetic fast fail (``ERR_CIRCUIT_OPEN``, ``ERR_BULKHEAD_FULL
 * ``runner`` -- :class:`CircuitBreaker`: the machine applied under a lock for threads and asyncio,
   its state in the object or in a shared :class:`BreakerStore`;
 * ``shared`` -- :class:`SQLiteBreakerStore`: one breaker per dependency for every process of the
-  host (WAL, transitions as rows, the half-open canary single across processes).
+  host (WAL, transitions as rows, the half-open canary single across processes);
+* ``bulkhead`` -- per-domain slots, queue and timeouts (table 9's three domains, table 10's
+  shares), for threads (a worker pool per domain) and asyncio;
+* ``gateway`` -- :class:`ToolGateway`: bulkhead -> breaker -> call with timeout -> classification
+  -> backoff decision, one observation per call.
 
 Clock and randomness are injected everywhere, so the same code runs on the simulator's virtual
 clock and live. Every public name is exported here and loaded on first use (PEP 562).
@@ -28,8 +32,8 @@ from kernel_lib._support.lazy import lazy_exports
 __all__, __getattr__, __dir__ = lazy_exports(__name__, {
     "kernel_lib.recovery.gateway.model": (
         "OK", "ERR_TOOL", "ERR_TIMEOUT", "ERR_SERVER", "ERR_RATE_LIMITED", "ERR_TRANSPORT", "ERR_MALFORMED",
-        "ERR_CIRCUIT_OPEN", "ERR_BULKHEAD_FULL", "ERR_RESOURCE_EXHAUSTED", "ERR_RETRY_BUDGET_EXHAUSTED",
-        "OBSERVATION_CODES", "SYNTHETIC_CODES", "FAILURE_KINDS", "CallOutcome", "Verdict", "Observation",
+        "ERR_CIRCUIT_OPEN", "ERR_BULKHEAD_FULL", "ERR_RESOURCE_EXHAUSTED", "OBSERVATION_CODES",
+        "SYNTHETIC_CODES", "FAILURE_KINDS", "CallOutcome", "Verdict", "Observation",
         "Classifier", "classify_outcome", "status_of"),
     "kernel_lib.recovery.gateway.backoff": (
         "BACKOFF_STRATEGIES", "BackoffStrategy", "BackoffPolicy", "RetryBudget", "BackoffSchedule", "ceiling_s",
@@ -42,4 +46,7 @@ __all__, __getattr__, __dir__ = lazy_exports(__name__, {
         "BreakerStore", "MemoryBreakerStore", "CircuitBreaker", "BreakerSnapshot", "circuit_open_observation",
         "observation_of"),
     "kernel_lib.recovery.gateway.shared": ("SQLiteBreakerStore", "BREAKER_STORE_LAYOUT"),
+    "kernel_lib.recovery.gateway.bulkhead": ("DomainSpec", "TABLE_9_DOMAINS", "TABLE_10_SHARES", "domains_for_pool",
+                                             "Bulkhead", "AsyncBulkhead", "BulkheadStats", "Slot"),
+    "kernel_lib.recovery.gateway.gateway": ("ToolGateway", "Route", "bulkhead_observation"),
 })
