@@ -29,8 +29,8 @@ from dataclasses import dataclass
 from typing import Any
 
 __all__ = ["OK", "ERR_TOOL", "ERR_TIMEOUT", "ERR_SERVER", "ERR_RATE_LIMITED", "ERR_TRANSPORT", "ERR_MALFORMED",
-           "ERR_CIRCUIT_OPEN", "ERR_BULKHEAD_FULL", "ERR_RESOURCE_EXHAUSTED", "ERR_RETRY_BUDGET_EXHAUSTED",
-           "OBSERVATION_CODES", "SYNTHETIC_CODES", "FAILURE_KINDS", "CallOutcome", "Verdict", "Observation",
+           "ERR_CIRCUIT_OPEN", "ERR_BULKHEAD_FULL", "ERR_RESOURCE_EXHAUSTED", "OBSERVATION_CODES",
+        "SYNTHETIC_CODES", "FAILURE_KINDS", "CallOutcome", "Verdict", "Observation",
            "Classifier", "classify_outcome", "status_of"]
 
 OK = "OK"                                       # the tool answered and did what was asked
@@ -43,10 +43,9 @@ ERR_MALFORMED = "ERR_MALFORMED"                 # a frame that does not decode (
 ERR_CIRCUIT_OPEN = "ERR_CIRCUIT_OPEN"           # synthetic: the breaker is open (or half-open, probe in flight)
 ERR_BULKHEAD_FULL = "ERR_BULKHEAD_FULL"         # synthetic: all slots busy (no queue, or the wait timed out)
 ERR_RESOURCE_EXHAUSTED = "ERR_RESOURCE_EXHAUSTED"   # synthetic: the domain's queue is full
-ERR_RETRY_BUDGET_EXHAUSTED = "ERR_RETRY_BUDGET_EXHAUSTED"   # the last failure, with no retry left
 
 OBSERVATION_CODES = (OK, ERR_TOOL, ERR_TIMEOUT, ERR_SERVER, ERR_RATE_LIMITED, ERR_TRANSPORT, ERR_MALFORMED,
-                     ERR_CIRCUIT_OPEN, ERR_BULKHEAD_FULL, ERR_RESOURCE_EXHAUSTED, ERR_RETRY_BUDGET_EXHAUSTED)
+                     ERR_CIRCUIT_OPEN, ERR_BULKHEAD_FULL, ERR_RESOURCE_EXHAUSTED)
 #: codes the gateway makes without contacting the dependency
 SYNTHETIC_CODES = (ERR_CIRCUIT_OPEN, ERR_BULKHEAD_FULL, ERR_RESOURCE_EXHAUSTED)
 #: verdict kinds that count as breaker failures, and the code each maps to
