@@ -122,3 +122,24 @@ def test_bad_input_is_refused(service):
     assert e.value.field == "external_threads"
     with pytest.raises(HerdConfigError, match="phase"):
         LabConfig(phases=(Phase("x", 0.0, 1.0),))
+
+
+def test_a_widget_can_drive_the_lab_step_by_step(service):
+    from kernel_lib.live.gateway_lab import GatewayLab
+
+    cfg = LabConfig(call_timeout_s=0.2, breaker_cooldown_s=0.2, agents=6, phases=(Phase("start", 1.0, 0.005),))
+    with GatewayLab("bulkheads", cfg, service) as lab:
+        time.sleep(0.3)
+        first = lab.snapshot()
+        lab.dial(error_rate=1.0, label="errors")
+        time.sleep(0.8)
+        later = lab.snapshot(since_s=first["t_s"])
+        report = lab.stop()
+    service.dial(latency_s=0.005, error_rate=0.0)
+    assert first["local"] and first["external"] and first["phase"] == "start"
+    assert later["phase"] == "errors" and all(r["t_s"] > first["t_s"] for r in later["external"])
+    assert [d["phase"] for d in report["dials"]] == ["start", "errors"] and report["dials"][1]["error_rate"] == 1.0
+    errors = report["phases"]["errors"]["external_codes"]
+    assert errors.get("ERR_SERVER", 0) > 0                  # 503s, counted as failures by the breaker
+    assert any(t["to_state"] == "open" for t in report["breaker_transitions"])
+    assert lab.stop() is report

@@ -43,6 +43,8 @@ in one of two modes:
 
 Everything returned is plain data for a widget: per-call samples, pool occupancy sampled over
 time, the dials applied, the breaker's transitions, per-phase summaries (see :func:`run_gateway_lab`).
+:class:`GatewayLab` runs the same lab step by step: start it, turn the dials whenever you like
+(a widget's sliders), poll :meth:`GatewayLab.snapshot` for new samples, stop it for the report.
 """
 
 from __future__ import annotations
@@ -70,7 +72,7 @@ from kernel_lib._support.procs import kill_group
 from kernel_lib.errors import HerdConfigError, ServiceError
 from kernel_lib.live.orphan import parent_env, watch_parent
 
-__all__ = ["DialService", "Phase", "LabConfig", "LAB_MODES", "DEFAULT_PHASES", "run_gateway_lab",
+__all__ = ["DialService", "Phase", "LabConfig", "LAB_MODES", "DEFAULT_PHASES", "GatewayLab", "run_gateway_lab",
            "compare_gateway_lab", "lab_breaker", "lab_domains", "READY_FILE"]
 
 READY_FILE = "ready.json"
@@ -508,82 +510,77 @@ class _CountingPool:
             return {"running": self.running, "queued": self.submitted - self.finished - self.running}
 
 
-def run_gateway_lab(mode: str, config: LabConfig | None = None, *, service: DialService | None = None
-                    ) -> dict[str, Any]:
-    """One lab run (module docstring) in ``mode`` (``"shared_pool"`` or ``"bulkheads"``) against
-    ``service`` (a :class:`DialService`; one is started and stopped here when None).
+class GatewayLab:
+    """One lab in ``mode`` against ``service``, driven step by step (what a widget does) or by
+    :func:`run_gateway_lab` (a scripted run of the config's phases).
 
-    Returns plain data: ``{"mode", "config", "duration_s", "dials": [{t_s, phase, latency_s,
-    error_rate}], "local": [{t_s, latency_ms, phase}], "external": [{t_s, phase, code, duration_ms,
-    dispatched}], "occupancy": [{t_s, ...}] (shared pool: ``running``, ``queued``; bulkheads: per
-    domain ``<domain>_running`` / ``<domain>_waiting`` and ``breaker``), "breaker_transitions":
-    [{t_s, from_state, to_state, reason, cooldown_s}], "phases": {name: {"local_p50_ms",
-    "local_p99_ms", "local_max_ms", "local_calls", "external_codes": {code: n}, "external_ok"}},
-    "service": the service's counters at the end, "dispatched": external calls that left the
-    host}``. Times ``t_s`` from the run's start (monotonic clock).
-
-    Raises:
-        HerdConfigError: an unknown mode or a bad config; ServiceError: the service did not start.
+    ``start()`` starts the agents, the local tool's scheduler and the sampler; ``dial(latency_s=,
+    error_rate=, label=)`` turns the service's dials and starts a new phase named ``label``;
+    ``snapshot(since_s=)`` returns the samples recorded after ``since_s`` (for a live plot);
+    ``stop()`` stops every thread and returns the report (see :func:`run_gateway_lab`). Also a
+    context manager (``stop`` on exit). Raises HerdConfigError for a bad mode or config.
     """
-    if mode not in LAB_MODES:
-        raise HerdConfigError(f"mode must be one of {', '.join(LAB_MODES)}, got {mode!r}", field="mode")
-    cfg = LabConfig() if config is None else config
-    if not isinstance(cfg, LabConfig):
-        raise HerdConfigError(f"config must be a LabConfig, got {type(cfg).__name__}", field="config")
-    own = service is None
-    svc = DialService(seed=cfg.seed) if own else service
-    try:
-        return _run(mode, cfg, svc)
-    finally:
-        if own:
-            svc.close()
 
+    def __init__(self, mode: str, config: LabConfig | None, service: DialService):
+        from kernel_lib.recovery.gateway.gateway import ToolGateway
 
-def _run(mode: str, cfg: LabConfig, svc: DialService) -> dict[str, Any]:  # noqa: PLR0915 -- one run's threads
-    from kernel_lib.recovery.gateway.gateway import ToolGateway
-    from kernel_lib.recovery.gateway.model import CallOutcome, classify_outcome
+        if mode not in LAB_MODES:
+            raise HerdConfigError(f"mode must be one of {', '.join(LAB_MODES)}, got {mode!r}", field="mode")
+        cfg = LabConfig() if config is None else config
+        if not isinstance(cfg, LabConfig):
+            raise HerdConfigError(f"config must be a LabConfig, got {type(cfg).__name__}", field="config")
+        if not isinstance(service, DialService):
+            raise HerdConfigError(f"service must be a DialService, got {type(service).__name__}", field="service")
+        self.mode, self.cfg, self.svc = mode, cfg, service
+        self.rec = _Recorder(time.monotonic())
+        self.wall0 = time.time()
+        self.stop_event = threading.Event()
+        self.phase = cfg.phases[0].name
+        self.payload = random.Random(cfg.seed).randbytes(cfg.local_file_bytes)
+        self._folder = tempfile.TemporaryDirectory(prefix="gateway-lab-files-")
+        self.folder = Path(self._folder.name)
+        self.dispatched = 0
+        self._dispatched_lock = threading.Lock()
+        self.received0 = 0
+        self.gw: Any = None
+        self.pool: _CountingPool | None = None
+        if mode == "bulkheads":
+            self.gw = ToolGateway(lab_domains(cfg), rng=cfg.seed, on_transition=self._on_transition)
+            self.gw.register("symbol_index", "external_api")
+            self.gw.register("workspace_fs", "local")
+        else:
+            self.pool = _CountingPool(cfg.pool_threads)
+        self.callers = concurrent.futures.ThreadPoolExecutor(cfg.local_callers, thread_name_prefix="local-caller")
+        self.threads = [threading.Thread(target=self._agent, args=(i,), name=f"agent-{i}", daemon=True)
+                        for i in range(cfg.agents)]
+        self.threads += [threading.Thread(target=self._scheduler, name="local-scheduler", daemon=True),
+                         threading.Thread(target=self._sampler, name="sampler", daemon=True)]
+        self.started = False
+        self.report: dict[str, Any] | None = None
 
-    first = cfg.phases[0]
-    svc.dial(latency_s=first.latency_s, error_rate=first.error_rate)
-    received0 = svc.stats()["received"]
-    rec = _Recorder(time.monotonic())
-    wall0 = time.time()
-    stop = threading.Event()
-    phase_now = [first.name]
-    payload = random.Random(cfg.seed).randbytes(cfg.local_file_bytes)
-    folder_ctx = tempfile.TemporaryDirectory(prefix="gateway-lab-files-")
-    folder = Path(folder_ctx.name)
-    dispatched = [0]
-    dispatched_lock = threading.Lock()
+    # --- the threads ---------------------------------------------------------------------------------
+    def _on_transition(self, dep: str, tr: Any) -> None:
+        with self.rec.lock:
+            self.rec.transitions.append({"t_s": tr.at_s - self.wall0, "dependency_id": dep,
+                                         "from_state": tr.from_state, "to_state": tr.to_state, "reason": tr.reason,
+                                         "cooldown_s": tr.cooldown_s})
 
-    def http_call() -> dict[str, Any]:
-        with dispatched_lock:
-            dispatched[0] += 1
-        return svc.call(cfg.call_timeout_s)
+    def _http_call(self) -> dict[str, Any]:
+        with self._dispatched_lock:
+            self.dispatched += 1
+        return self.svc.call(self.cfg.call_timeout_s)
 
-    gw = pool = None
-    if mode == "bulkheads":
-        def on_transition(dep: str, tr: Any) -> None:
-            with rec.lock:
-                rec.transitions.append({"t_s": tr.at_s - wall0, "dependency_id": dep, "from_state": tr.from_state,
-                                        "to_state": tr.to_state, "reason": tr.reason, "cooldown_s": tr.cooldown_s})
+    def _agent(self, i: int) -> None:
+        from kernel_lib.recovery.gateway.model import CallOutcome, classify_outcome
 
-        gw = ToolGateway(lab_domains(cfg), rng=cfg.seed, on_transition=on_transition)
-        gw.register("symbol_index", "external_api")
-        gw.register("workspace_fs", "local")
-    else:
-        pool = _CountingPool(cfg.pool_threads)
-
-    def agent(i: int) -> None:
+        cfg, rec, gw, stop = self.cfg, self.rec, self.gw, self.stop_event
         rng = random.Random(f"{cfg.seed}:{i}")
         attempt, prev = 0, None
         while not stop.is_set():
-            t = rec.now()
-            phase = phase_now[0]
+            t, phase = rec.now(), self.phase
             if gw is not None:
-                obs = gw.call("symbol_index", http_call, attempt=attempt, previous_delay_s=prev)
-                code, disp, dur = obs.code, obs.dispatched, obs.duration_s
-                wait = obs.retry_after_s
+                obs = gw.call("symbol_index", self._http_call, attempt=attempt, previous_delay_s=prev)
+                code, disp, dur, wait = obs.code, obs.dispatched, obs.duration_s, obs.retry_after_s
                 if obs.ok or wait is None:
                     attempt, prev = 0, None
                     if obs.code == "ERR_CIRCUIT_OPEN" and obs.cooldown_remaining_s:
@@ -593,7 +590,7 @@ def _run(mode: str, cfg: LabConfig, svc: DialService) -> dict[str, Any]:  # noqa
             else:
                 t_call = time.perf_counter()
                 try:
-                    value = pool.run(http_call)
+                    value = self.pool.run(self._http_call)
                     outcome = CallOutcome(value=value, duration_s=time.perf_counter() - t_call)
                 except (RuntimeError, concurrent.futures.CancelledError):   # the pool shut down at the end
                     return
@@ -605,91 +602,167 @@ def _run(mode: str, cfg: LabConfig, svc: DialService) -> dict[str, Any]:  # noqa
                                      "dispatched": disp})
             stop.wait(cfg.think_s + (wait or 0.0))
 
-    callers = concurrent.futures.ThreadPoolExecutor(cfg.local_callers, thread_name_prefix="local-caller")
-
-    def local_call(scheduled: float, phase: str) -> None:
-        if gw is not None:
-            obs = gw.call("workspace_fs", _local_tool, folder, cfg.local_file_bytes, payload)
-            ok = obs.ok
+    def _local_call(self, scheduled: float, phase: str) -> None:
+        cfg = self.cfg
+        if self.gw is not None:
+            ok = self.gw.call("workspace_fs", _local_tool, self.folder, cfg.local_file_bytes, self.payload).ok
         else:
             try:
-                pool.run(_local_tool, folder, cfg.local_file_bytes, payload)
+                self.pool.run(_local_tool, self.folder, cfg.local_file_bytes, self.payload)
                 ok = True
             except (RuntimeError, concurrent.futures.CancelledError):    # the pool shut down at the end
                 return
-        with rec.lock:
-            rec.local.append({"t_s": scheduled, "phase": phase, "latency_ms": (rec.now() - scheduled) * 1e3,
-                              "ok": ok})
+        with self.rec.lock:
+            self.rec.local.append({"t_s": scheduled, "phase": phase, "latency_ms": (self.rec.now() - scheduled) * 1e3,
+                                   "ok": ok})
 
-    def scheduler() -> None:
+    def _scheduler(self) -> None:
         n = 0
-        while not stop.is_set():
-            at = n * cfg.local_interval_s
-            delay = at - rec.now()
-            if delay > 0 and stop.wait(delay):
+        while not self.stop_event.is_set():
+            at = n * self.cfg.local_interval_s
+            delay = at - self.rec.now()
+            if delay > 0 and self.stop_event.wait(delay):
                 return
             with contextlib.suppress(RuntimeError):
-                callers.submit(local_call, at, phase_now[0])
+                self.callers.submit(self._local_call, at, self.phase)
             n += 1
 
-    def sampler() -> None:
-        while not stop.is_set():
-            row: dict[str, Any] = {"t_s": rec.now(), "phase": phase_now[0]}
-            if gw is not None:
-                snap = gw.snapshot()
+    def _sampler(self) -> None:
+        while not self.stop_event.is_set():
+            row: dict[str, Any] = {"t_s": self.rec.now(), "phase": self.phase}
+            if self.gw is not None:
+                snap = self.gw.snapshot()
                 for name, d in snap["domains"].items():
                     row[f"{name}_running"], row[f"{name}_waiting"] = d["running"], d["waiting"]
                 row["breaker"] = snap["breakers"]["symbol_index"]["state"]
             else:
-                row.update(pool.view())
-            with rec.lock:
-                rec.occupancy.append(row)
-            stop.wait(cfg.sample_interval_s)
+                row.update(self.pool.view())
+            with self.rec.lock:
+                self.rec.occupancy.append(row)
+            self.stop_event.wait(self.cfg.sample_interval_s)
 
-    threads = [threading.Thread(target=agent, args=(i,), name=f"agent-{i}", daemon=True) for i in range(cfg.agents)]
-    threads += [threading.Thread(target=scheduler, name="local-scheduler", daemon=True),
-                threading.Thread(target=sampler, name="sampler", daemon=True)]
-    try:
-        for t in threads:
+    # --- the controls ---------------------------------------------------------------------------------
+    def start(self) -> "GatewayLab":
+        """Dial the first phase and start every thread (once)."""
+        if self.started:
+            return self
+        first = self.cfg.phases[0]
+        self.svc.dial(latency_s=first.latency_s, error_rate=first.error_rate)
+        self.received0 = self.svc.stats()["received"]
+        self.rec.t0 = time.monotonic()
+        self.wall0 = time.time()
+        with self.rec.lock:
+            self.rec.dials.append({"t_s": 0.0, "phase": first.name, "latency_s": first.latency_s,
+                                   "error_rate": first.error_rate})
+        self.started = True
+        for t in self.threads:
             t.start()
-        end = 0.0
-        for i, p in enumerate(cfg.phases):
-            if i:
-                svc.dial(latency_s=p.latency_s, error_rate=p.error_rate)
-            phase_now[0] = p.name
-            with rec.lock:
-                rec.dials.append({"t_s": rec.now(), "phase": p.name, "latency_s": p.latency_s,
-                                  "error_rate": p.error_rate})
-            end += p.duration_s
-            while (left := end - rec.now()) > 0:
-                time.sleep(min(left, 0.05))
+        return self
+
+    def dial(self, *, latency_s: float | None = None, error_rate: float | None = None,
+             label: str | None = None) -> dict[str, Any]:
+        """Turn the service's dials now and start a phase named ``label`` (default ``"dial N"``);
+        returns the service's view. Raises HerdConfigError for a value the service refuses."""
+        view = self.svc.dial(latency_s=latency_s, error_rate=error_rate)
+        with self.rec.lock:
+            name = label or f"dial {len(self.rec.dials)}"
+            self.phase = name
+            self.rec.dials.append({"t_s": self.rec.now(), "phase": name, "latency_s": view["latency_s"],
+                                   "error_rate": view["error_rate"]})
+        return view
+
+    def snapshot(self, since_s: float = -1.0) -> dict[str, Any]:
+        """What was recorded after ``since_s`` (s from the start): ``{"t_s" (now), "phase",
+        "local", "external", "occupancy", "breaker_transitions", "dials"}`` (lists of the same
+        rows as the report), for a live plot that polls."""
+        with self.rec.lock:
+            return {"t_s": self.rec.now(), "phase": self.phase,
+                    **{k: [r for r in getattr(self.rec, attr) if r["t_s"] > since_s]
+                       for k, attr in (("local", "local"), ("external", "external"), ("occupancy", "occupancy"),
+                                       ("breaker_transitions", "transitions"), ("dials", "dials"))}}
+
+    def stop(self) -> dict[str, Any]:
+        """Stop every thread (waiting at most a call timeout and 2 s for each) and return the
+        report (:func:`run_gateway_lab`); a second call returns the same report."""
+        if self.report is not None:
+            return self.report
+        self.stop_event.set()
+        duration = self.rec.now()
+        if self.pool is not None:          # queued calls are cancelled; running ones end by their timeout
+            self.pool.pool.shutdown(wait=False, cancel_futures=True)
+        for t in self.threads:
+            if t.is_alive():
+                t.join(timeout=self.cfg.call_timeout_s + 2.0)
+        self.callers.shutdown(wait=True, cancel_futures=True)
+        if self.gw is not None:
+            self.gw.close()
+        self._folder.cleanup()
+        stats = self.svc.stats()
+        names = list(dict.fromkeys(d["phase"] for d in self.rec.dials))
+        self.report = _report(self.mode, self.cfg, self.rec, duration, stats, stats["received"] - self.received0,
+                              self.dispatched, names)
+        return self.report
+
+    def __enter__(self) -> "GatewayLab":
+        return self.start()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+
+
+def run_gateway_lab(mode: str, config: LabConfig | None = None, *, service: DialService | None = None
+                    ) -> dict[str, Any]:
+    """One scripted lab run (module docstring): the config's phases one after the other, in
+    ``mode`` (``"shared_pool"`` or ``"bulkheads"``) against ``service`` (a :class:`DialService`;
+    one is started and stopped here when None).
+
+    Returns plain data: ``{"mode", "config", "duration_s", "dials": [{t_s, phase, latency_s,
+    error_rate}], "local": [{t_s, phase, latency_ms, ok}], "external": [{t_s, phase, code,
+    duration_ms, dispatched}], "occupancy": [{t_s, phase, ...}] (shared pool: ``running``,
+    ``queued``; bulkheads: per domain ``<domain>_running`` / ``<domain>_waiting`` and
+    ``breaker``), "breaker_transitions": [{t_s, dependency_id, from_state, to_state, reason,
+    cooldown_s}], "phases": {name: {"local_calls", "local_p50_ms", "local_p99_ms", "local_max_ms",
+    "external_codes": {code: n}, "external_ok"}}, "service": the service's dials and counters at
+    the end, "service_received": calls the service received during the run, "dispatched": external
+    calls that left the host}``. Times ``t_s`` in seconds from the run's start.
+
+    Raises:
+        HerdConfigError: an unknown mode or a bad config; ServiceError: the service did not start.
+    """
+    cfg = LabConfig() if config is None else config
+    own = service is None
+    svc = DialService(seed=cfg.seed if isinstance(cfg, LabConfig) else 0) if own else service
+    try:
+        lab = GatewayLab(mode, cfg, svc)
+        try:
+            lab.start()
+            end = 0.0
+            for i, p in enumerate(cfg.phases):
+                if i:
+                    lab.dial(latency_s=p.latency_s, error_rate=p.error_rate, label=p.name)
+                end += p.duration_s
+                while (left := end - lab.rec.now()) > 0:
+                    time.sleep(min(left, 0.05))
+        finally:
+            report = lab.stop()
+        return report
     finally:
-        stop.set()
-        duration = rec.now()
-        if pool is not None:          # queued calls are cancelled; running ones end by their timeout
-            pool.pool.shutdown(wait=False, cancel_futures=True)
-        for t in threads:
-            t.join(timeout=cfg.call_timeout_s + 2.0)
-        callers.shutdown(wait=True, cancel_futures=True)
-        if gw is not None:
-            gw.close()
-        folder_ctx.cleanup()
-    stats = svc.stats()
-    return _report(mode, cfg, rec, duration, stats, stats["received"] - received0, dispatched[0])
+        if own:
+            svc.close()
 
 
 def _report(mode: str, cfg: LabConfig, rec: _Recorder, duration: float, stats: dict[str, Any], received: int,
-            dispatched: int) -> dict[str, Any]:
+            dispatched: int, phase_names: list[str]) -> dict[str, Any]:
     phases: dict[str, Any] = {}
-    for p in cfg.phases:
-        lat = [r["latency_ms"] for r in rec.local if r["phase"] == p.name]
+    for name in phase_names:
+        lat = [r["latency_ms"] for r in rec.local if r["phase"] == name]
         codes: dict[str, int] = {}
         for r in rec.external:
-            if r["phase"] == p.name:
+            if r["phase"] == name:
                 codes[r["code"]] = codes.get(r["code"], 0) + 1
-        phases[p.name] = {"local_calls": len(lat), "local_p50_ms": _quantile(lat, 0.5),
-                          "local_p99_ms": _quantile(lat, 0.99), "local_max_ms": max(lat) if lat else None,
-                          "external_codes": codes, "external_ok": codes.get("OK", 0)}
+        phases[name] = {"local_calls": len(lat), "local_p50_ms": _quantile(lat, 0.5),
+                        "local_p99_ms": _quantile(lat, 0.99), "local_max_ms": max(lat) if lat else None,
+                        "external_codes": codes, "external_ok": codes.get("OK", 0)}
     return {"mode": mode, "config": cfg.to_json(), "duration_s": duration, "dials": rec.dials,
             "local": sorted(rec.local, key=lambda r: r["t_s"]),
             "external": sorted(rec.external, key=lambda r: r["t_s"]),
