@@ -27,6 +27,11 @@ the store's atomic update (a transaction, a compare-and-swap), decisions that do
 (closed admission, an open refusal before the cooldown, a success into a clean full window) read a
 cached copy that the store vouches is current (:meth:`BreakerStore.is_fresh`) and write nothing.
 
+With a store that does I/O (SQLite, etcd), a decision that writes blocks the caller for that
+write; from asyncio that is the event loop (a local SQLite commit at ``synchronous=NORMAL`` is
+tens to hundreds of microseconds; an etcd round trip is a network round trip -- run such calls in
+a thread, ``asyncio.to_thread``, where that matters).
+
 A fast fail is not a dispatch: nothing leaves the host, so no ``ToolIntent`` precedes it and the
 trajectory log needs none (§11.3 eq. 1 constrains effects, and there is none).
 """
