@@ -386,3 +386,32 @@ def test_acquire_returns_a_permit_or_the_synthetic_observation():
     assert isinstance(p, Permit) and p.canary
     verdict, state = cb.complete(p, CallOutcome(value={"ok": 1}, duration_s=0.2))
     assert not verdict.failure and state == CLOSED
+
+
+@given(st.lists(st.tuples(st.booleans(), st.floats(0, 3), st.floats(0, 20)), max_size=80),
+       st.sampled_from(["count", "time"]), st.booleans())
+@settings(max_examples=150, deadline=None)
+def test_the_runner_agrees_with_the_pure_machine(steps, kind, slow):
+    """The runner's inline fast paths (closed admission, the no-op success, the open refusal)
+    give the same states and refusals as folding the pure decide/record over the same steps."""
+    cfg = BreakerConfig(window_kind=kind, window_size=5, minimum_calls=3, failure_rate_threshold=0.6,
+                        slow_call_rate_threshold=0.5 if slow else None, slow_call_duration_s=2.0 if slow else None,
+                        cooldown_s=4.0, cooldown_max_s=16.0, canary_timeout_s=100.0)
+    clock = ManualClock(0.0)
+    cb = CircuitBreaker("dep", cfg, clock=clock)
+    s = initial_state(cfg)
+    for i, (fail, dur, dt) in enumerate(steps):
+        clock.advance(dt)
+        now = clock()
+        d = decide(cfg, s, now, f"p{i}")
+        p = cb.acquire()
+        assert isinstance(p, Permit) == d.admitted
+        s = d.state
+        if d.admitted:
+            s, _ = record(cfg, s, d.permit, fail, dur, now)
+            cb.record(p, fail, dur)
+        else:
+            assert p.cooldown_remaining_s == pytest.approx(d.cooldown_remaining_s)
+        got = cb.state()
+        assert (got.state, got.generation, got.calls, got.fail_bits, got.slow_bits, got.cooldown_s) == \
+            (s.state, s.generation, s.calls, s.fail_bits, s.slow_bits, s.cooldown_s)

@@ -227,3 +227,18 @@ def test_bad_domains_are_typed_errors(kw):
     base = {"name": "d", "max_concurrent": 1, "queue_capacity": 0, "queue_timeout_s": 0.0, "call_timeout_s": 1.0}
     with pytest.raises(GatewayConfigError):
         DomainSpec(**{**base, **kw})
+
+
+def test_acall_works_from_one_event_loop_after_another():
+    gw = ToolGateway(_domains(), clock=ManualClock(), rng=2)
+    gw.register("read_file", "local")
+
+    async def read():
+        return "text"
+
+    async def burst():
+        return await asyncio.gather(*(gw.acall("read_file", read) for _ in range(12)))
+
+    for _ in range(2):                        # a second asyncio.run gets its own slots and queue
+        assert [o.code for o in asyncio.run(burst())] == [OK] * 12
+    gw.close()

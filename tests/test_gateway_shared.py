@@ -181,6 +181,13 @@ def test_a_worker_with_other_thresholds_is_refused(tmp_path):
         assert e.value.dependency_id == DEP
 
 
+def test_in_dir_shares_one_file_per_state_directory(tmp_path):
+    with SQLiteBreakerStore.in_dir(tmp_path / "state") as a, SQLiteBreakerStore.in_dir(tmp_path / "state") as b:
+        CircuitBreaker(DEP, CFG, store=a).force("open")
+        assert CircuitBreaker(DEP, CFG, store=b).state().state == OPEN
+    assert (tmp_path / "state" / "breakers.sqlite").is_file()
+
+
 def test_a_foreign_file_is_refused_and_left_alone(tmp_path):
     p = tmp_path / "notes.txt"
     p.write_bytes(b"not a database at all")

@@ -10,7 +10,9 @@
 * :mod:`.growth` — bytes written and restore time of full snapshots against delta chains on a
   growing trajectory (notebook 11.4);
 * :mod:`.watchdog` — the watchdog's workspace state hash: a one-file re-hash and a no-change
-  re-hash against a full hash, and against the step it watches (Failure Recovery).
+  re-hash against a full hash, and against the step it watches (Failure Recovery);
+* :mod:`.gateway` — the tool gateway's per-call overhead (breaker, bulkhead, full gateway, the
+  shared SQLite breaker) against a bare call and pybreaker (Failure Recovery).
 
 All of them time through :mod:`.harness`: interleaved rounds, summaries, ratios against a
 baseline of the same run, machine info and which disk was measured.
@@ -33,4 +35,5 @@ __all__, __getattr__, __dir__ = lazy_exports(__name__, {
     "kernel_lib.bench.batching": ("measure_batch_caps",),
     "kernel_lib.bench.saga": ("run_saga_bench",),
     "kernel_lib.bench.watchdog": ("run_watchdog_bench",),
+    "kernel_lib.bench.gateway": ("run_gateway_bench",),
 })

@@ -1,6 +1,6 @@
 """``python -m kernel_lib bench ...``: the benchmarks' command line (append, restore, replay,
-diverge, quorum, startup, read, saga, watchdog, herd). Each benchmark lives in :mod:`kernel_lib.bench`; this
-module only parses arguments and prints."""
+diverge, quorum, startup, read, saga, watchdog, gateway, herd). Each benchmark lives in :mod:`kernel_lib.bench`;
+this module only parses arguments and prints."""
 
 from __future__ import annotations
 
@@ -94,6 +94,7 @@ def add_commands(subparsers: "argparse._SubParsersAction") -> argparse.ArgumentP
     _add_read_cli(sub)
     _add_saga_cli(sub)
     _add_watchdog_cli(sub)
+    _add_gateway_cli(sub)
     _add_herd_cli(sub)
     return bench
 
@@ -356,6 +357,45 @@ def _add_watchdog_cli(sub: "argparse._SubParsersAction") -> None:
                                                  "directory)")
     p.add_argument("--json", action="store_true", help="print one JSON object (with targets) instead of a table")
     p.set_defaults(func=cmd)
+
+
+# --- bench gateway: the tool gateway's per-call overhead (issue 19; kernel_lib.bench.gateway) ----
+
+_GATEWAY_HELP = """\
+What the tool gateway adds to one call (Failure Recovery, "Tool Circuit Breakers", tables 8-10),
+measured in one run on this machine against a bare call and against pybreaker (when installed:
+pip install pybreaker, or the 'peers' extra): the circuit breaker (admission + recording alone, and
+the full call with classification and an Observation), a bulkhead slot, a call on the domain's
+worker pool, the full ToolGateway call, the breaker with its state in the shared SQLite store
+(healthy: no write; with failures in the window: one write per call), and a refusal by an open
+breaker. Ratios of overheads (median per call, batches of --batch calls, interleaved rounds).
+
+targets: breaker overhead <= pybreaker's (like for like); the full call <= 2x pybreaker's; an
+open refusal <= pybreaker's; a healthy call on the shared breaker writes nothing. exit status: 0
+when the benchmark ran, whether its targets passed or not (printed PASS or FAIL); 2 on bad input.
+Details: kernel_lib.bench.gateway."""
+
+
+def _add_gateway_cli(sub: "argparse._SubParsersAction") -> None:
+
+    def cmd(args: argparse.Namespace) -> int:
+        import kernel_lib.bench.gateway as gb
+        rounds = args.rounds if args.rounds is not None else (3 if args.quick else 10)
+        batch = args.batch if args.batch is not None else (100 if args.quick else 500)
+        result = gb.run_gateway_bench(rounds=rounds, batch=batch, peers=not args.no_peers, dir=args.dir,
+                                      progress=None if not args.json else False)
+        print(json.dumps(result, indent=2) if args.json else gb.format_gateway_bench(result))
+        return 0
+
+    p = sub.add_parser("gateway", help="breaker, bulkhead and gateway overhead per call vs a bare call and pybreaker "
+                                       "(ratios); the shared SQLite breaker's cost",
+                       description=_GATEWAY_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--rounds", type=int, metavar="N", help="interleaved rounds (default 10; --quick 3)")
+    p.add_argument("--batch", type=int, metavar="N", help="calls per timed sample (default 500; --quick 100)")
+    p.add_argument("--quick", action="store_true", help="few rounds and small batches: a smoke run")
+    p.add_argument("--no-peers", action="store_true", help="skip pybreaker even if installed")
+    p.add_argument("--dir", metavar="PATH", help="create the temporary directory (the shared breaker's SQLite file) "
+                                                 "under PATH (default: the current directory)")
 
 
 # --- bench herd: the herd simulator's throughput (issue 19; kernel_lib.bench.herd) ---------------------

@@ -38,11 +38,17 @@ thin runner that applies it. Built so far:
 * ``watchdog`` — semantic watchdogs (table 6: state-hash cycles over the workspace or what a log
   reveals, metric stagnation and oscillation, action repetition, repeated questions, entropy
   collapse, optional embedding drift), the baselines other runtimes ship, and the table-7
-  three-tier intervention (interrupt, backtrack with an action mask, ERR_SEMANTIC_DEADLOCK).
+  three-tier intervention (interrupt, backtrack with an action mask, ERR_SEMANTIC_DEADLOCK);
+* ``gateway`` — the tool gateway (tables 8-10, figure 4): a pure tri-state circuit breaker
+  (count / time windows, minimum calls, failure and slow-call rates, one canary, cooldown
+  doubling) run for threads and asyncio with its state shared by every process of the host
+  (SQLite); bounded, jittered backoff (AWS schedules, retry budgets); per-domain bulkheads; the
+  ``ToolGateway`` answering every call with a real or synthetic observation
+  (``ERR_CIRCUIT_OPEN``, ``ERR_BULKHEAD_FULL``, ``ERR_RESOURCE_EXHAUSTED``); the comparison with
+  resilience4j and pybreaker.
 
 Still to come:
 
-* ``gateway`` — the tool gateway: circuit breakers (closed, open, half-open), backoff, bulkheads;
 * ``quarantine`` — quarantine and taint tracking.
 
 May import: ``cadence``, ``resume``, ``history``, ``retention``, ``gate``, ``ownership``,

@@ -67,7 +67,7 @@ __all__, __getattr__, __dir__ = lazy_exports(__name__, {
     "kernel_lib.recovery.gateway.runner": (
         "BreakerStore", "MemoryBreakerStore", "CircuitBreaker", "BreakerSnapshot", "circuit_open_observation",
         "observation_of"),
-    "kernel_lib.recovery.gateway.shared": ("SQLiteBreakerStore", "BREAKER_STORE_LAYOUT"),
+    "kernel_lib.recovery.gateway.shared": ("SQLiteBreakerStore", "BREAKER_STORE_LAYOUT", "BREAKER_STORE_FILE"),
     "kernel_lib.recovery.gateway.bulkhead": ("DomainSpec", "TABLE_9_DOMAINS", "TABLE_10_SHARES", "domains_for_pool",
                                              "Bulkhead", "AsyncBulkhead", "BulkheadStats", "Slot"),
     "kernel_lib.recovery.gateway.gateway": ("ToolGateway", "Route", "bulkhead_observation"),

@@ -27,6 +27,10 @@ A call is admitted with a :class:`Permit` naming the state's ``generation`` (inc
 transition). An outcome whose permit is from an older generation is ignored: a slow call admitted
 while closed that returns after the breaker opened cannot decide a later half-open probe.
 
+The records (:class:`BreakerState`, :class:`Permit`, :class:`Transition`, :class:`Decision`) are
+slots dataclasses without ``frozen`` (a frozen one costs several times more to build, and the
+closed path builds some per call): treat them as values; nothing here changes one after building it.
+
 Windows: ``"count"`` keeps the last ``window_size`` outcomes as two bit strings (failures, slow
 calls) in ints, O(1) per outcome; ``"time"`` keeps per-second buckets of the last ``window_size``
 seconds (calls, failures, slow calls), as resilience4j aggregates its time-based window.
@@ -166,7 +170,7 @@ TABLE_10_BREAKERS: dict[str, BreakerConfig | None] = {
 }
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class BreakerState:
     """One breaker's recorded state (plain data; what a shared store holds).
 
@@ -219,7 +223,7 @@ class BreakerState:
         return s
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Permit:
     """Admission of one call: the ``generation`` it was admitted in, whether it is a half-open
     ``canary``, and the canary's ``permit_id`` (empty for an ordinary call)."""
@@ -229,7 +233,7 @@ class Permit:
     permit_id: str = ""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Transition:
     """One state change, as recorded (a row of the shared store's transition table).
 
@@ -254,7 +258,7 @@ class Transition:
                 "slow_call_rate": self.slow_call_rate, "calls": self.calls}
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Decision:
     """The answer to "may this call go out now?".
 

@@ -163,7 +163,7 @@ class BulkheadStats:
                 "completed": self.completed, "peak_running": self.peak_running}
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Slot:
     """A granted slot: ``queue_wait_s`` is how long the caller waited for it (s)."""
 

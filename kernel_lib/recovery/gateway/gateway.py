@@ -12,7 +12,8 @@ For one call to ``dependency_id`` (registered in a domain with :meth:`ToolGatewa
 3. the breaker admits the call (closed, or as the half-open canary) or answers
    ``ERR_CIRCUIT_OPEN`` (the slot is given back);
 4. the call runs on the domain's worker pool (threads) or is awaited (asyncio), given up after
-   the domain's call timeout;
+   the domain's call timeout (the asyncio slots are the domain's caps again, per event loop, apart
+   from the threads' slots);
 5. the outcome is classified (transport failures only; replaceable) and recorded by the breaker;
 6. a failure gets a backoff decision from the domain's policy: ``retry_after_s`` (a jittered delay,
    when ``attempt < max_retries`` and the retry budget pays for it) or None.
@@ -31,9 +32,11 @@ virtual clock's).
 
 from __future__ import annotations
 
+import asyncio
 import random
 import threading
 import time
+import weakref
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
@@ -113,7 +116,9 @@ class ToolGateway:
         self.breaker_store = breaker_store
         self.on_transition = on_transition
         self.bulkheads = {name: Bulkhead(spec) for name, spec in domains.items()}
-        self._async_bulkheads: dict[str, AsyncBulkhead] = {}
+        # one AsyncBulkhead per (event loop, domain): asyncio primitives belong to one loop
+        self._async_bulkheads: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, AsyncBulkhead]]" = \
+            weakref.WeakKeyDictionary()
         self.routes: dict[str, Route] = {}
         self._lock = threading.Lock()
 
@@ -233,9 +238,10 @@ class ToolGateway:
         refused = self._peek_open(r, attempt)
         if refused is not None:
             return refused
-        bh = self._async_bulkheads.get(r.domain)
+        per_loop = self._async_bulkheads.setdefault(asyncio.get_running_loop(), {})
+        bh = per_loop.get(r.domain)
         if bh is None:
-            bh = self._async_bulkheads.setdefault(r.domain, AsyncBulkhead(self.domains[r.domain]))
+            bh = per_loop[r.domain] = AsyncBulkhead(self.domains[r.domain])
         slot = await bh.acquire()
         if not isinstance(slot, Slot):
             return bulkhead_observation(slot, dependency_id, r.domain, bh.spec, attempt=attempt)

@@ -14,6 +14,9 @@ answered, so the breaker records a success, and the agent still sees the error. 
 :func:`classify_outcome`; pass another function of the same shape to the breaker or the gateway
 to replace it (``classify=``).
 
+The three records are slots dataclasses without ``frozen`` (building a frozen one costs several
+times more, and one of each is built per call): treat them as values, never change one.
+
 Observation codes (:data:`OBSERVATION_CODES`) are stable strings; a synthetic observation
 (``synthetic=True``) is made by the gateway without contacting the dependency, and
 ``dispatched`` says whether the call reached the dependency at all.
@@ -53,7 +56,7 @@ FAILURE_KINDS = {"timeout": ERR_TIMEOUT, "server_error": ERR_SERVER, "rate_limit
                  "transport": ERR_TRANSPORT, "malformed": ERR_MALFORMED}
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class CallOutcome:
     """What one call produced, as the classifier sees it.
 
@@ -67,7 +70,7 @@ class CallOutcome:
     duration_s: float = 0.0
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Verdict:
     """The breaker's reading of one outcome: ``failure`` (counted in the window's failure rate),
     ``kind`` (``ok``, ``domain_error``, or a key of :data:`FAILURE_KINDS`), the observation
@@ -96,6 +99,9 @@ _TRANSPORT_NAMES = frozenset({"ConnectError", "ConnectionError", "NetworkError",
                               "herror"})
 _NETWORK_ERRNOS = frozenset({errno.ECONNREFUSED, errno.ECONNRESET, errno.ECONNABORTED, errno.ETIMEDOUT, errno.EPIPE,
                              errno.ENETUNREACH, errno.ENETDOWN, errno.ENETRESET, errno.EHOSTUNREACH, errno.EHOSTDOWN})
+
+
+_PLAIN = frozenset({str, bytes, int, float, bool, list, tuple})
 
 
 def status_of(obj: Any) -> int | None:
@@ -141,6 +147,13 @@ def classify_outcome(outcome: CallOutcome) -> Verdict:
     A ``KeyboardInterrupt`` / ``SystemExit`` is never passed here (the gateway re-raises them).
     """
     err = outcome.error
+    if err is None and not outcome.timed_out:
+        value = outcome.value
+        t = type(value)
+        if value is None or t in _PLAIN:               # the common case, without attribute probes
+            return Verdict(False, "ok", OK)
+        if t is dict and "status" not in value and "status_code" not in value:
+            return Verdict(False, "ok", OK)
     if outcome.timed_out:
         return Verdict(True, "timeout", ERR_TIMEOUT)
     if err is not None and (_names(err) & _TIMEOUT_NAMES):
@@ -175,7 +188,7 @@ def _brief(value: Any, limit: int = 500) -> str:
     return text if len(text) <= limit else text[:limit] + "..."
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Observation:
     """What the agent is shown for one tool call through the gateway (plain data).
 

@@ -27,6 +27,11 @@ the store's atomic update (a transaction, a compare-and-swap), decisions that do
 (closed admission, an open refusal before the cooldown, a success into a clean full window) read a
 cached copy that the store vouches is current (:meth:`BreakerStore.is_fresh`) and write nothing.
 
+With a store that does I/O (SQLite, etcd), a decision that writes blocks the caller for that
+write; from asyncio that is the event loop (a local SQLite commit at ``synchronous=NORMAL`` is
+tens to hundreds of microseconds; an etcd round trip is a network round trip -- run such calls in
+a thread, ``asyncio.to_thread``, where that matters).
+
 A fast fail is not a dispatch: nothing leaves the host, so no ``ToolIntent`` precedes it and the
 trajectory log needs none (§11.3 eq. 1 constrains effects, and there is none).
 """
@@ -45,7 +50,7 @@ from typing import Any, Protocol, TypeVar
 from kernel_lib._support.clock import wall_clock
 from kernel_lib.errors import GatewayConfigError
 from kernel_lib.recovery.gateway.breaker import (
-    CLOSED, BreakerConfig, BreakerState, Permit, Transition, cooldown_remaining_s, decide, force, initial_state,
+    CLOSED, OPEN, BreakerConfig, BreakerState, Permit, Transition, cooldown_remaining_s, decide, force, initial_state,
     record, tick, window_rates,
 )
 from kernel_lib.recovery.gateway.model import (
@@ -138,8 +143,12 @@ def observation_of(dependency_id: str, outcome: CallOutcome, verdict: Verdict, *
                    retry_after_s: float | None = None, code: str | None = None) -> Observation:
     """The real observation of a dispatched call (``dispatched=True``, ``synthetic=False``)."""
     err = outcome.error
-    error = None if err is None else f"{type(err).__name__}: {err}"[:500]
     c = code or verdict.code
+    if c == "OK" and err is None:                   # the common case, built positionally
+        return Observation(c, dependency_id, domain, False, True, "ok", outcome.value, None, verdict.status, False,
+                           breaker_state, None, outcome.duration_s + queue_wait_s, queue_wait_s, attempt,
+                           retry_after_s)
+    error = None if err is None else f"{type(err).__name__}: {err}"[:500]
     if c == "OK":
         msg = "ok"
     elif outcome.timed_out:
@@ -228,6 +237,11 @@ class CircuitBreaker:
             self._token: object = None
         else:
             self._state, self._token = store.load(dependency_id, config)
+        self._closed_permit = Permit(-1)          # the permit of the current closed generation, reused
+        # record()'s no-op case, checked inline on the hot path: a success (not slow) into a full count
+        # window holding no failure and no slow call leaves the state as it is (breaker.record agrees)
+        self._full_w = config.window_size if config.window_kind == "count" else -1
+        self._slow_s = config.slow_call_duration_s
 
     # --- state access (the only code that knows where the state lives) -------------------------------
     def _current(self) -> BreakerState:
@@ -263,11 +277,17 @@ class CircuitBreaker:
         """A :class:`Permit` when the call may be dispatched now; otherwise the synthetic
         ``ERR_CIRCUIT_OPEN`` observation (open, or half-open with its canaries in flight)."""
         with self._lock:
-            st = self._current()
+            st = self._state if self.store is None else self._current()
             if st.state == CLOSED:                      # the common case: nothing to decide or write
-                return Permit(st.generation)
-            pid = f"{self._tag}.{next(self._ids)}"
+                p = self._closed_permit
+                if p.generation != st.generation:
+                    p = self._closed_permit = Permit(st.generation)
+                return p
             now = float(self.clock())
+            if st.state == OPEN and st.opened_at_s is not None and now < st.opened_at_s + st.cooldown_s:
+                remaining = st.opened_at_s + st.cooldown_s - now      # refused, nothing changes: decide() agrees
+                return circuit_open_observation(self.dependency_id, remaining, OPEN, domain=domain, attempt=attempt)
+            pid = f"{self._tag}.{next(self._ids)}"
 
             def fn(s: BreakerState) -> tuple[BreakerState, tuple[Transition, ...], Any]:
                 d = decide(self.config, s, now, pid)
@@ -284,13 +304,27 @@ class CircuitBreaker:
         """Record an outcome already classified (``failure``: transport criteria) of a call
         admitted under ``permit`` that took ``duration_s``. Returns the breaker state after it."""
         with self._lock:
-            now = float(self.clock())
+            if self.store is None:                      # the state is ours: no closure, no dry run
+                st = self._state
+                if (not failure and st.calls == self._full_w and not st.fail_bits and not st.slow_bits
+                        and st.state == CLOSED and permit.generation == st.generation
+                        and (self._slow_s is None or duration_s < self._slow_s)):
+                    return CLOSED
+                now = float(self.clock())
+                new, trs = record(self.config, st, permit, failure, duration_s, now)
+                if new is st:
+                    return st.state
+                self._state = new
+                if trs:
+                    self.recent_transitions.extend(trs)
+                state = new.state
+            else:
+                def fn(s: BreakerState) -> tuple[BreakerState, tuple[Transition, ...], Any]:
+                    new, trs = record(self.config, s, permit, failure, duration_s, now)
+                    return new, trs, new.state
 
-            def fn(s: BreakerState) -> tuple[BreakerState, tuple[Transition, ...], Any]:
-                new, trs = record(self.config, s, permit, failure, duration_s, now)
-                return new, trs, new.state
-
-            trs, state = self._apply(fn)
+                now = float(self.clock())
+                trs, state = self._apply(fn)
         self._emit(trs)
         return state
 
@@ -307,17 +341,19 @@ class CircuitBreaker:
         p = self.acquire()
         if type(p) is not Permit:
             return p
-        t0 = time.perf_counter()
+        clock = time.perf_counter
+        t0 = clock()
         try:
             value = fn(*args, **kwargs)
         except (KeyboardInterrupt, SystemExit):
-            self.record(p, True, time.perf_counter() - t0)
+            self.record(p, True, clock() - t0)
             raise
         except BaseException as exc:           # noqa: B036 -- classified, recorded, returned as an observation
-            outcome = CallOutcome(error=exc, duration_s=time.perf_counter() - t0)
+            outcome = CallOutcome(None, exc, False, clock() - t0)
         else:
-            outcome = CallOutcome(value=value, duration_s=time.perf_counter() - t0)
-        verdict, state = self.complete(p, outcome)
+            outcome = CallOutcome(value, None, False, clock() - t0)
+        verdict = self.classify(outcome)
+        state = self.record(p, verdict.failure, outcome.duration_s)
         return observation_of(self.dependency_id, outcome, verdict, breaker_state=state)
 
     async def acall(self, fn: Callable[..., Awaitable[Any]], /, *args: Any, timeout_s: float | None = None,

@@ -46,7 +46,10 @@ from kernel_lib.errors import BreakerStoreError, GatewayConfigError
 from kernel_lib.recovery.gateway.breaker import BreakerConfig, BreakerState, Transition, initial_state
 from kernel_lib.recovery.gateway.runner import Update
 
-__all__ = ["SQLiteBreakerStore", "BREAKER_STORE_LAYOUT"]
+__all__ = ["SQLiteBreakerStore", "BREAKER_STORE_LAYOUT", "BREAKER_STORE_FILE"]
+
+#: the store's file name inside a state directory (:meth:`SQLiteBreakerStore.in_dir`)
+BREAKER_STORE_FILE = "breakers.sqlite"
 
 _SCHEMA = statements("""
 CREATE TABLE IF NOT EXISTS breaker (
@@ -108,6 +111,17 @@ class SQLiteBreakerStore:
         self._lock = threading.Lock()
         self._writes = 0
         self.stats = {"loads": 0, "fresh_checks": 0, "transactions": 0, "writes": 0}
+
+    @classmethod
+    def in_dir(cls, state_dir: "str | os.PathLike[str]", **kwargs: Any) -> "SQLiteBreakerStore":
+        """The store at ``state_dir / BREAKER_STORE_FILE`` (the directory is created if missing):
+        every worker given the same state directory shares its breakers."""
+        d = os.fspath(state_dir)
+        try:
+            os.makedirs(d, exist_ok=True)
+        except OSError as exc:
+            raise BreakerStoreError(f"cannot create the breaker store's directory {d}: {exc}") from exc
+        return cls(os.path.join(d, BREAKER_STORE_FILE), **kwargs)
 
     # --- lifecycle ----------------------------------------------------------------------------------
     def close(self) -> None:
