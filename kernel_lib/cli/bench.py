@@ -396,6 +396,8 @@ def _add_gateway_cli(sub: "argparse._SubParsersAction") -> None:
     p.add_argument("--no-peers", action="store_true", help="skip pybreaker even if installed")
     p.add_argument("--dir", metavar="PATH", help="create the temporary directory (the shared breaker's SQLite file) "
                                                  "under PATH (default: the current directory)")
+    p.add_argument("--json", action="store_true", help="print one JSON object (with targets) instead of a table")
+    p.set_defaults(func=cmd)
 
 
 # --- bench herd: the herd simulator's throughput (issue 19; kernel_lib.bench.herd) ---------------------
