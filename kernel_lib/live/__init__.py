@@ -27,6 +27,9 @@
 * :mod:`.heartbeat` — the heartbeat fallacy run: a worker process that answers HTTP health probes
   and sd_notify heartbeats while its workspace flips between two states, and the supervisor that
   probes it and runs the semantic watchdog over its journal.
+* :mod:`.gateway_lab` — the gateway lab: a loopback service process whose latency and error rate
+  are dialed at run time, real worker threads calling it on one shared pool or through the
+  gateway's bulkheads and breaker, a local file tool's latency measured beside them.
 
 The seeded model stand-in the worker uses is deterministic and lives in :mod:`kernel_lib.sim`.
 

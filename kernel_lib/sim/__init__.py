@@ -13,6 +13,9 @@
   incident channel, for notebook FR.1 and the saga stepper widget.
 * :mod:`.repairer` — a seeded repair-pass stand-in (success, spin or drift), fallback models with
   prices, and the measured break-even of repair first against unwind and rerun (Napkin Math 0.2).
+* :mod:`.herd` — the retry storm on a virtual clock: N agents, one FIFO service that stalls and
+  restarts (or slows and errs), the gateway's backoff and one shared breaker; deterministic backoff
+  against full jitter against full jitter with the breaker (Napkin Math 0.4, figure 4 (b)).
 
 May import: every layer below it (``importers`` and down); never ``quorum``, ``live`` or a real
 process or socket.
