@@ -260,3 +260,29 @@ def test_bench_restore_runs_a_repeated_size_once(tmp_path):
     assert r["results"][0]["reach_last_position"]["restore_equals_fold"] is True
     assert r["temp_dir_removed"] and list(tmp_path.iterdir()) == []
 
+
+
+@pytest.mark.parametrize("in_step_us, unreachable", [(480.0, True), (300.0, False)])
+def test_the_in_step_engine_floor_is_no_peer_and_says_when_it_is_above_the_limit(in_step_us, unreachable):
+    """engine/sqlite+step (the same SQLite work inside the gate's step) is a floor, never a peer;
+    the ours/sqlite row reports it, what our store adds over it, and whether the floor itself is
+    already above the limit."""
+    steps = {"systems": {
+        "ours/sqlite": {"durable_step_us": 900.0, "durability_overhead_us": 500.0, "barriers_per_step": 1.0},
+        bench.ENGINE_FLOOR: {"durable_step_us": 320.0, "durability_overhead_us": 320.0},
+        bench.ENGINE_IN_STEP: {"durable_step_us": in_step_us + 300.0, "durability_overhead_us": in_step_us},
+        "langgraph": {"durable_step_us": 400.0, "durability_overhead_us": 1000.0}}}
+    cmp_ = bench._compare_to_peers(steps, raw_fdatasync_us=200.0)
+    over = cmp_["durability_overhead_us"]
+    assert over["faster_peer"] == "langgraph"   # the floors are faster per step, yet no peer
+    assert bench.ENGINE_IN_STEP not in over["ours_over_faster_peer"]
+    assert over["floor"]["sqlite_engine_in_step"]["ratio"] == pytest.approx(in_step_us / 1000.0)
+    (row,) = bench._overhead_targets(3, False, cmp_)
+    assert row["engine_in_step_floor_ratio"] == pytest.approx(in_step_us / 1000.0)
+    assert f"our store adds {0.5 - in_step_us / 1000.0:+.2f}" in row["detail"]
+    assert ("no store doing these two SQLite commits" in row["detail"]) is unreachable
+    for v in steps["systems"].values():
+        v.update(non_durable_step_us=v["durable_step_us"] - v["durability_overhead_us"], durability={}, notes=[])
+    report = "\n".join(bench._format_steps({**steps, "trajectories": 1, "steps_short_run": 1, "steps_long_run": 21,
+                                             "runs": 1, "note": "", "skipped_peers": {}, "comparison": cmp_}, "3."))
+    assert bench.ENGINE_IN_STEP in report

@@ -582,6 +582,9 @@ class SQLiteStore(LogStore):
             self._barrier(commit)   # outside the lock: other threads' commits go on meanwhile
         return out
 
+    #: the statement of :meth:`_append_in_one_statement` for each batch size (built once)
+    _one_statement_sql: dict[int, str] = {}
+
     #: most events :meth:`_append_in_one_statement` takes (5 bound parameters each, well under
     #: SQLite's limit on parameters per statement)
     _ONE_STATEMENT_EVENTS_MAX = 32
@@ -602,7 +605,7 @@ class SQLiteStore(LogStore):
         an event id already stored (a retry or a conflict), or a busy database (the transaction
         path waits for the lock). Sets the writer's cached head and fence of the trajectory (both
         are facts of the database at this commit), valid while ``PRAGMA data_version`` stays as
-        it was read just before the statement."""
+        it was read before the statement (by this call when no reading is held, else earlier)."""
         first = events[0]
         t, epoch, seq0 = first.trajectory_id, first.owner_epoch, first.sequence_number
         n = len(events)
@@ -614,18 +617,26 @@ class SQLiteStore(LogStore):
                 return None
             params += (t, ev.sequence_number, ev.event_id, ev.digest, ev.canonical)
         params += (t, seq0 - 1, t, epoch)
-        # read PRAGMA data_version before the statement (dropping caches another connection's commit
-        # made stale): after a successful insert this connection's head and fence of ``t`` are facts
-        # as of a commit no later than that version, so fence() can answer the gate's dispatch-time
-        # recheck from the cache until another connection commits (was a read through a second
-        # connection at every step); a commit by another connection in between changes the version,
-        # so the cache is then dropped at the next look, never trusted
-        self._refresh_cache()
-        sql = ("INSERT INTO events (trajectory_id, sequence_number, event_id, digest, body) "
-               "SELECT column1, column2, column3, column4, column5 FROM (VALUES "
-               + ",".join(["(?,?,?,?,?)"] * n) + ") "
-               "WHERE (SELECT coalesce(max(sequence_number), 0) FROM events WHERE trajectory_id=?) = ? "
-               "AND coalesce((SELECT owner_epoch FROM fences WHERE trajectory_id=?), 0) = ?")
+        # the cache's PRAGMA data_version must have been read before the statement: after a
+        # successful insert this connection's head and fence of ``t`` are facts as of this commit,
+        # which is later than that reading, so fence() can answer the gate's dispatch-time recheck
+        # from the cache while the version stays the one read (no other connection committed since
+        # the reading, hence none since this commit either); a commit by another connection at any
+        # point after the reading changes the version, so the cache is dropped at the next look and
+        # never trusted. A reading kept from an earlier call is as good as a fresh one for this
+        # (the decision itself is the statement's own check, not the cache), so the PRAGMA is read
+        # only when no reading is held (open, after a failure or a retire): one statement fewer in
+        # the common append (the statement runs once per step at least, twice with deferred evidence)
+        if self._data_version is None:
+            self._refresh_cache()
+        sql = self._one_statement_sql.get(n)
+        if sql is None:
+            sql = self._one_statement_sql[n] = (
+                "INSERT INTO events (trajectory_id, sequence_number, event_id, digest, body) "
+                "SELECT column1, column2, column3, column4, column5 FROM (VALUES "
+                + ",".join(["(?,?,?,?,?)"] * n) + ") "
+                "WHERE (SELECT coalesce(max(sequence_number), 0) FROM events WHERE trajectory_id=?) = ? "
+                "AND coalesce((SELECT owner_epoch FROM fences WHERE trajectory_id=?), 0) = ?")
         try:
             inserted = self._db.execute(sql, params).rowcount
         except sqlite3.IntegrityError:   # an event id (or position) already stored: nothing written
