@@ -18,6 +18,7 @@ module                      commands
 :mod:`.importers`           ``import``
 :mod:`.recovery`            ``recovery decide``, ``recovery spin``
 :mod:`.watchdog`            ``watchdog``
+:mod:`.quarantine`          ``quarantine demo``
 ==========================  =====================================================================
 
 Every command has ``--help``. One exit-code policy, in :func:`main`: 0 success; 1 the command ran
@@ -45,7 +46,7 @@ __all__ = ["build_parser", "main"]
 #: ``COMMANDS`` (top-level command -> one-line help) and imports what a command needs only inside
 #: ``add_commands`` and the command itself, so ``--help`` and each command load only what they use.
 COMMAND_GROUPS = ("log", "verify", "bench", "exercises", "live", "cadence", "diverge", "quorum", "importers",
-                  "course", "saga", "recovery", "plan", "watchdog")
+                  "course", "saga", "recovery", "plan", "watchdog", "quarantine")
 
 
 def _group(name: str):

@@ -226,9 +226,12 @@ def tombstone(trigger: QuarantineTrigger, *, quarantine_id: str, taint_from_sequ
     Raises ConfigError when t_taint is after the detection or a field cannot be logged."""
     from kernel_lib.core.events import TrajectoryQuarantined, redact_secrets
 
+    evidence, redacted = redact_secrets(dict(trigger.evidence))
+    if redacted:
+        evidence = {**evidence, "redacted_paths": list(redacted)}
     try:
         return TrajectoryQuarantined(
-            quarantine_id=quarantine_id, trigger_kind=trigger.kind, trigger=redact_secrets(dict(trigger.evidence)),
+            quarantine_id=quarantine_id, trigger_kind=trigger.kind, trigger=evidence,
             detected_at_sequence=trigger.detected_at_sequence, taint_from_sequence=taint_from_sequence,
             mechanisms=dict(mechanisms or {}), stage_ms={k: round(float(v), 3) for k, v in (stage_ms or {}).items()},
             revoked_leases=list(revoked_leases), tainted_artifacts=list(tainted_artifacts),
