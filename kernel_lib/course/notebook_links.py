@@ -47,6 +47,7 @@ NOTEBOOK_SECTIONS: dict[str, tuple[str, ...]] = {
               "Napkin Math 0.2: Forward repair vs. compensate and rerun"),
     "nm0_3": ("Semantic Watchdog Timers", "Napkin Math 0.3: What an undetected loop costs"),
     "ex0_1": ("The pivot action boundary", "Example 0.1: The dual-commit trap and pivot allocation"),
+    "ex0_2": ("Blast Radius Quarantine", "Example 0.2: Containment latency and blast radius budget"),
     "fr_1_sagas": ("The Transactional Boundary Collapse", "The Trajectory Saga Pattern",
                    "Compensating action semantics", "Saga compensation stacks", "Terminal escalation"),
     "fr_1b_agent_tools": ("Saga compensation stacks", "The tripartite action reversibility taxonomy"),
