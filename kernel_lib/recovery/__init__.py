@@ -38,12 +38,15 @@ thin runner that applies it. Built so far:
 * ``watchdog`` — semantic watchdogs (table 6: state-hash cycles over the workspace or what a log
   reveals, metric stagnation and oscillation, action repetition, repeated questions, entropy
   collapse, optional embedding drift), the baselines other runtimes ship, and the table-7
-  three-tier intervention (interrupt, backtrack with an action mask, ERR_SEMANTIC_DEADLOCK).
+  three-tier intervention (interrupt, backtrack with an action mask, ERR_SEMANTIC_DEADLOCK);
+* ``quarantine`` — blast-radius quarantine (tables 11-12, definition 0.3, Example 0.2): the
+  pre-execution egress check and gateway severing, the four-stage protocol's decisions, the
+  ``TrajectoryQuarantined`` tombstone, taint lineage, the durable taint ledger and the mediation
+  gateway (its effects run in ``kernel_lib.live.quarantine``).
 
 Still to come:
 
-* ``gateway`` — the tool gateway: circuit breakers (closed, open, half-open), backoff, bulkheads;
-* ``quarantine`` — quarantine and taint tracking.
+* ``gateway`` — the tool gateway: circuit breakers (closed, open, half-open), backoff, bulkheads.
 
 May import: ``cadence``, ``resume``, ``history``, ``retention``, ``gate``, ``ownership``,
 ``checkpoint``, ``log``, ``core`` and the leaves; never ``importers``, ``sim``, ``live``,
