@@ -31,6 +31,7 @@ that are retryable)::
     KernelException
         KernelError
             ConfigError
+                HerdConfigError
             EventError
                 UnknownEventTypeError
                 UnknownSchemaVersionError
@@ -126,11 +127,20 @@ that are retryable)::
                 GatewayError
                     GatewayConfigError  (also ConfigError)
                     BreakerStoreError
+                QuarantineError
+                    ContainmentError
+                        ContainmentUnavailableError
+                    TaintLedgerError
+                    ArtifactError  (also ValueError)
         Refusal
             AdmissionDenied
                 ActionMaskedRefusal
             DispatchWithheld
             TrajectoryFrozenRefusal
+                TrajectoryQuarantinedRefusal
+            ArtifactQuarantined
+            ClearanceRefused
+            EgressDenied
 
 This module imports nothing from kernel_lib (it is the lowest layer), so every module may raise
 and catch these. ``tests/test_errors.py`` checks that no exception class is defined elsewhere in
@@ -1098,4 +1108,107 @@ class HerdConfigError(ConfigError):
 
     def __init__(self, message: str, *, field: str | None = None):
         self.field = field
+        super().__init__(message)
+
+
+# --- issue 19: quarantine ------------------------------------------------------------------------------
+# blast-radius quarantine and taint (Failure Recovery, "Blast Radius Quarantine": tables 11-12,
+# definition 0.3, Example 0.2; kernel_lib.recovery.quarantine and kernel_lib.live.quarantine)
+
+__all__ += ["QuarantineError", "ContainmentError", "ContainmentUnavailableError", "TaintLedgerError", "ArtifactError",
+            "TrajectoryQuarantinedRefusal", "ArtifactQuarantined", "ClearanceRefused", "EgressDenied"]
+
+
+class QuarantineError(RecoveryError):
+    """Base of the quarantine faults: a containment stage could not be applied, the taint ledger
+    cannot be used, or an artifact's description is malformed."""
+
+
+class ContainmentError(QuarantineError):
+    """A containment primitive failed while it was being applied (a cgroup file refused the write,
+    ``ip``/``tc`` exited non-zero, a process tree did not reach the frozen state in time).
+    ``stage`` names the quarantine stage (``suspend``, ``sever``, ``revoke``, ``taint``),
+    ``mechanism`` the primitive (``cgroup_freezer``, ``sigstop``, ``netns``, ``gateway``...)."""
+
+    def __init__(self, message: str, *, stage: str | None = None, mechanism: str | None = None):
+        self.stage = stage
+        self.mechanism = mechanism
+        super().__init__(message)
+
+
+class ContainmentUnavailableError(ContainmentError):
+    """The machine does not offer a containment mechanism that was asked for by name (not root,
+    no writable cgroup freezer, no ``ip`` command, no network namespaces). ``reason`` says which
+    check failed; the automatic choice falls back instead of raising this."""
+
+    def __init__(self, message: str, *, stage: str | None = None, mechanism: str | None = None,
+                 reason: str = ""):
+        self.reason = reason
+        super().__init__(message, stage=stage, mechanism=mechanism)
+
+
+class TaintLedgerError(QuarantineError):
+    """The taint ledger cannot be opened or used: the file is not a taint ledger (or another
+    layout version), or an operation names what the ledger does not hold."""
+
+
+class ArtifactError(QuarantineError, ValueError):
+    """An artifact's envelope is malformed: a hash that is not 64 lowercase hex digits, an empty
+    producer, a negative epoch, an unknown parent, a parent that is the artifact itself, or the
+    same hash registered again with another producer, epoch or parents. ``sha256`` names it."""
+
+    def __init__(self, message: str, *, sha256: str | None = None):
+        self.sha256 = sha256
+        super().__init__(message)
+
+
+class TrajectoryQuarantinedRefusal(TrajectoryFrozenRefusal):
+    """The trajectory is quarantined (a ``TrajectoryQuarantined`` tombstone is in its log): it is
+    neither resumed nor dispatched; only an operator may cancel or fail it. ``quarantine_id`` names
+    the tombstone, ``taint_from_sequence`` the log position from which its output is tainted."""
+
+    def __init__(self, message: str, *, quarantine_id: str | None = None, taint_from_sequence: int | None = None):
+        self.quarantine_id = quarantine_id
+        self.taint_from_sequence = taint_from_sequence
+        super().__init__(message, incident_id=quarantine_id)
+
+
+class ArtifactQuarantined(Refusal):
+    """The mediation gateway refused a peer's read of an artifact whose taint state is TAINTED or
+    SUSPECT (Failure Recovery, definition 0.3). ``sha256`` names the artifact, ``state`` its taint
+    state, ``producer`` the trajectory that produced it, ``reader`` who asked, ``blocked_by`` the
+    tainted artifact(s) its state comes from (itself when TAINTED, ancestors when SUSPECT)."""
+
+    def __init__(self, message: str, *, sha256: str | None = None, state: str | None = None,
+                 producer: str | None = None, reader: str | None = None, blocked_by: list | None = None):
+        self.sha256 = sha256
+        self.state = state
+        self.producer = producer
+        self.reader = reader
+        self.blocked_by = list(blocked_by or [])
+        super().__init__(message)
+
+
+class ClearanceRefused(Refusal):
+    """A clearance of a tainted artifact was refused: only an external verifier or an operator
+    may clear taint, never the model (or any agent trajectory) vouching for its own output
+    (definition 0.3's common pitfall). ``verifier_kind`` and ``verifier_id`` name who asked."""
+
+    def __init__(self, message: str, *, verifier_kind: str | None = None, verifier_id: str | None = None):
+        self.verifier_kind = verifier_kind
+        self.verifier_id = verifier_id
+        super().__init__(message)
+
+
+class EgressDenied(Refusal):
+    """The pre-execution egress check refused a tool call: a destination not on the allow-list,
+    or any call at all from a trajectory whose egress is severed at the gateway. ``host`` names
+    the destination (None when the call was refused as severed), ``trajectory_id`` the caller,
+    ``severed`` whether the trajectory's egress is cut."""
+
+    def __init__(self, message: str, *, host: str | None = None, trajectory_id: str | None = None,
+                 severed: bool = False):
+        self.host = host
+        self.trajectory_id = trajectory_id
+        self.severed = severed
         super().__init__(message)

@@ -159,7 +159,11 @@ def test_refusals_are_not_faults():
     assert not issubclass(Refusal, KernelError) and not issubclass(KernelError, Refusal)
     assert [c for c in _error_classes() if issubclass(c, Refusal)] == [Refusal, AdmissionDenied, DispatchWithheld,
                                                                        errors.TrajectoryFrozenRefusal,
-                                                                       errors.ActionMaskedRefusal]
+                                                                       errors.ActionMaskedRefusal,
+                                                                       errors.TrajectoryQuarantinedRefusal,
+                                                                       errors.ArtifactQuarantined,
+                                                                       errors.ClearanceRefused,
+                                                                       errors.EgressDenied]
 
 
 def test_except_kernel_error_around_a_step_does_not_swallow_a_denial():

@@ -19,6 +19,7 @@ module                      commands
 :mod:`.recovery`            ``recovery decide``, ``recovery spin``
 :mod:`.watchdog`            ``watchdog``
 :mod:`.herd`                ``herd``
+:mod:`.quarantine`          ``quarantine demo``
 ==========================  =====================================================================
 
 Every command has ``--help``. One exit-code policy, in :func:`main`: 0 success; 1 the command ran
@@ -46,7 +47,7 @@ __all__ = ["build_parser", "main"]
 #: ``COMMANDS`` (top-level command -> one-line help) and imports what a command needs only inside
 #: ``add_commands`` and the command itself, so ``--help`` and each command load only what they use.
 COMMAND_GROUPS = ("log", "verify", "bench", "exercises", "live", "cadence", "diverge", "quorum", "importers",
-                  "course", "saga", "recovery", "plan", "watchdog", "herd")
+                  "course", "saga", "recovery", "plan", "watchdog", "herd", "quarantine")
 
 
 def _group(name: str):

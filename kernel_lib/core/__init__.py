@@ -25,6 +25,7 @@ from kernel_lib.core.events import (
     ApprovalResolved, Compacted, RuntimeInput, Checkpoint, CheckpointV2, WorkspaceChanged,
     CompensationIssued, QuarantineChanged, WatchdogIntervened, SagaStepChanged, SagaChanged, TrajectoryFrozen,
     RecoveryDecided, RepairOutcome, PivotVerified, PivotCrossed, OutboxChanged, WatchdogIntervenedV1, ActionMasked,
+    TrajectoryQuarantined,
     SAGA_STEP_STATES, FROZEN, Provenance, Event, encode, digest, decode, from_dict,
     decode_stored
 )
@@ -55,7 +56,7 @@ __all__ = [
     "Checkpoint", "CheckpointV2", "WorkspaceChanged", "CompensationIssued", "QuarantineChanged",
     "WatchdogIntervened",
     "SagaStepChanged", "SagaChanged", "TrajectoryFrozen", "RecoveryDecided", "RepairOutcome",
-    "PivotVerified", "PivotCrossed", "OutboxChanged", "WatchdogIntervenedV1", "ActionMasked",
+    "PivotVerified", "PivotCrossed", "OutboxChanged", "WatchdogIntervenedV1", "ActionMasked", "TrajectoryQuarantined",
     "SAGA_STEP_STATES",
     "FROZEN",
     "Provenance", "Event", "encode", "digest", "decode", "from_dict", "decode_stored",

@@ -981,6 +981,54 @@ class ActionMasked(Payload):
     nonce_arguments: list[str] | None = None
 
 
+#: What set a quarantine off (Failure Recovery, table 11's trigger row): a pre-execution egress
+#: check refusing a destination, a broken invariant, a watchdog trip, a capability the
+#: trajectory was never granted, or an operator's decision.
+QuarantineTriggerKind = Literal["egress_violation", "invariant_violation", "watchdog", "capability_request",
+                                "operator"]
+
+
+@register
+class TrajectoryQuarantined(Payload):
+    """The quarantine tombstone (Failure Recovery, "Blast Radius Quarantine", table 12 stage 4;
+    issue 19): the trajectory is contained and everything it produced from log position
+    ``taint_from_sequence`` (t_taint) on is tainted. The fold keeps it as a recovery record and
+    sets the control state to ``FROZEN`` (unless the trajectory had already ended): admission
+    refuses every model call and dispatch, and only an operator's ``CANCELLED``/``FAILED`` leaves
+    it, so a quarantined trajectory is never resumed.
+
+    ``quarantine_id`` names the incident. ``trigger_kind`` and ``trigger`` (plain JSON evidence,
+    credentials redacted) say what set it off; ``detected_at_sequence`` is t*, the last log
+    position when it was detected (0: an empty log); t_taint <= t*. ``mechanisms``: the
+    primitive each stage used (``{"suspend": "cgroup_freezer", "sever": "netns", ...}``);
+    ``stage_ms``: the measured latency of each stage, milliseconds; ``revoked_leases``: the
+    capability leases revoked at the broker; ``tainted_artifacts``: SHA-256 hashes of the
+    artifacts the ledger tainted when the tombstone was written (the ledger re-derives them from
+    ``taint_from_sequence``, so a missing entry here taints nothing less)."""
+    event_type: ClassVar[str] = "TrajectoryQuarantined"
+    schema_version: ClassVar[int] = 1
+    quarantine_id: str = Field(min_length=1)
+    trigger_kind: QuarantineTriggerKind
+    trigger: dict[str, JSONValue] = {}
+    detected_at_sequence: int = Field(ge=0)
+    taint_from_sequence: int = Field(ge=1)
+    mechanisms: dict[str, str] = {}
+    stage_ms: dict[str, float] = {}
+    revoked_leases: list[str] = []
+    tainted_artifacts: list[str] = []
+    reason: str = ""
+
+    @model_validator(mode="after")
+    def _taint_not_after_detection(self) -> "TrajectoryQuarantined":
+        if self.taint_from_sequence > max(self.detected_at_sequence, 1):
+            raise ValueError(f"taint_from_sequence {self.taint_from_sequence} is after the detection at "
+                             f"{self.detected_at_sequence}: t_taint <= t*")
+        bad = [h for h in self.tainted_artifacts if not re.fullmatch(_SHA256_HEX, h)]
+        if bad:
+            raise ValueError(f"tainted_artifacts must be SHA-256 hex digests, got {bad[0]!r}")
+        return self
+
+
 #: The directives of the recovery policy D(Ω) (Failure Recovery, figure 2).
 RecoveryDirective = Literal["TRANSIENT_RETRY", "FORWARD_REPAIR", "BACKWARD_ROLLBACK", "OPERATOR_ESCALATE"]
 #: The remedies a decision may name: retry unchanged (transient), and the three forward repairs.

@@ -85,6 +85,7 @@ from kernel_lib.core.events import (
     WorkspaceChanged,
 )
 from kernel_lib.core.events import ActionMasked, WatchdogIntervenedV1   # issue 18 (wd-tiers)
+from kernel_lib.core.events import TrajectoryQuarantined   # issue 19 (quarantine)
 
 #: Reducer versions this build can fold. An event stamped with another version is refused.
 SUPPORTED_REDUCER_VERSIONS = frozenset({1})
@@ -1146,6 +1147,19 @@ def _action_masked(rec: TrajectoryRecord, ev: Event, p: ActionMasked) -> None:
             "nonce_arguments": p.nonce_arguments, "sequence_number": ev.sequence_number}}
 
 
+def _quarantined(rec: TrajectoryRecord, ev: Event, p: TrajectoryQuarantined) -> None:
+    """The quarantine tombstone (Failure Recovery, table 12 stage 4): kept as a recovery record;
+    a trajectory that has not ended becomes FROZEN (admission refuses everything; only an
+    operator's CANCELLED or FAILED leaves it). One that had ended keeps its state: the tombstone
+    then only taints what it produced. t_taint must name a position the log already has."""
+    if p.taint_from_sequence > ev.sequence_number:
+        raise FoldError(f"event {ev.event_id}: taint_from_sequence {p.taint_from_sequence} is after the tombstone "
+                        f"itself (#{ev.sequence_number})")
+    _recovery(rec, ev, p)
+    if rec.control_state not in TERMINAL_STATES:
+        rec.control_state = FROZEN
+
+
 _HANDLERS = {
     TaskStarted: _task_started, ContextBuilt: _context_built, ModelReplied: _model_replied,
     Authorized: _authorized, BudgetReserved: _budget_reserved, BudgetSettled: _budget_settled,
@@ -1161,6 +1175,7 @@ _HANDLERS = {
     RecoveryDecided: _recovery, RepairOutcome: _recovery,
     PivotVerified: _recovery, PivotCrossed: _recovery, OutboxChanged: _recovery,
     WatchdogIntervenedV1: _recovery, ActionMasked: _action_masked,   # issue 18 (wd-tiers)
+    TrajectoryQuarantined: _quarantined,   # issue 19 (quarantine)
 }
 
 #: Payload types whose handlers :func:`fork` was checked against: they change only the record's
@@ -1175,4 +1190,5 @@ _FORK_REVIEWED = frozenset({
     AttemptWithheld, ToolIntentV2, SagaStepChanged, SagaChanged, TrajectoryFrozen, RecoveryDecided, RepairOutcome,
     PivotVerified, PivotCrossed, OutboxChanged,
     WatchdogIntervenedV1, ActionMasked,   # issue 18: masked_actions is replaced, never edited
+    TrajectoryQuarantined,   # issue 19: a scalar (control_state) and an appended recovery record
 })

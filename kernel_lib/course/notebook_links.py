@@ -49,6 +49,7 @@ NOTEBOOK_SECTIONS: dict[str, tuple[str, ...]] = {
     "nm0_4": ("Tool Circuit Breakers", "Jittered backoff protocols",
               "Napkin Math 0.4: Bulkhead capacity and jitter under RPC stress"),
     "ex0_1": ("The pivot action boundary", "Example 0.1: The dual-commit trap and pivot allocation"),
+    "ex0_2": ("Blast Radius Quarantine", "Example 0.2: Containment latency and blast radius budget"),
     "fr_1_sagas": ("The Transactional Boundary Collapse", "The Trajectory Saga Pattern",
                    "Compensating action semantics", "Saga compensation stacks", "Terminal escalation"),
     "fr_1b_agent_tools": ("Saga compensation stacks", "The tripartite action reversibility taxonomy"),

@@ -30,6 +30,10 @@
 * :mod:`.gateway_lab` — the gateway lab: a loopback service process whose latency and error rate
   are dialed at run time, real worker threads calling it on one shared pool or through the
   gateway's bulkheads and breaker, a local file tool's latency measured beside them.
+* :mod:`.quarantine` — the quarantine's effects (issue 19): cgroup v1/v2 freezer and SIGSTOP of a
+  trajectory's process tree, a network namespace on a veth pair cut over netlink, the supervisor
+  running table 12's four stages; :mod:`.quarantine_demo` runs Example 0.2 for real and
+  :mod:`.quarantine_sandbox` is the processes inside the sandbox.
 
 The seeded model stand-in the worker uses is deterministic and lives in :mod:`kernel_lib.sim`.
 
@@ -51,6 +55,10 @@ __all__, __getattr__, __dir__ = lazy_exports(__name__, {
     "kernel_lib.live.session": ("WorksheetSession",),
     "kernel_lib.live.client": ("ExecutorClient", "JobAnswer"),
     "kernel_lib.live.services": ("LiveFleet", "LiveEndpoints"),
+    "kernel_lib.live.quarantine": ("CgroupFreezer", "SigstopFreezer", "NetnsSandbox", "GatewaySever",
+                                   "QuarantineSupervisor", "QuarantineReport", "probe_host", "tree_progress",
+                                   "spawn_in_sandbox", "leftovers"),
+    "kernel_lib.live.quarantine_demo": ("run_quarantine_demo",),
     "kernel_lib.live.workspace": (
         "BASE_DIR", "DATASET_DIR", "PATCH_FILE", "SNAPSHOT_NAME", "Snapshot", "apply_patch", "build_snapshot",
         "copy_verified", "manifest_digest", "manifest_of", "verify"),

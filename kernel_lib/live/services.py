@@ -7,7 +7,8 @@ dns, payments, git, email, routing) runs as its own OS process, serving the same
     python -m kernel_lib.live.services serve --service NAME --state-dir DIR --broker URL
     python -m kernel_lib.live.services broker --state-dir DIR
 
-Both bind ``127.0.0.1`` only (a free port, or ``--port`` on a restart), and report by writing
+Both bind ``127.0.0.1`` only (a free port, or ``--port`` on a restart; ``serve --host ADDR``, repeatable,
+binds other addresses, such as a quarantine sandbox's veth address), and report by writing
 ``DIR/ready.json`` atomically (``{"name", "url", "port", "pid"}``). SIGTERM stops them cleanly.
 
 Durability. A process keeps its whole state (the JSON-able dict of the logic) in an SQLite file
@@ -304,20 +305,25 @@ def build_service_app(name: str, state: ServiceState, broker_url: str | None, *,
                              Route("/health", health, methods=["GET"])])
 
 
-def _serve(app: Any, name: str, state_dir: Path, port: int) -> int:
+def _serve(app: Any, name: str, state_dir: Path, port: int, hosts: tuple[str, ...] = ("127.0.0.1",)) -> int:
+    """Serve ``app`` on ``port`` of every address in ``hosts`` (the first one's URL goes in the
+    ready file; a quarantine sandbox reaches a service on its veth address, issue 19)."""
     import uvicorn
 
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        sock.bind(("127.0.0.1", port))
-    except OSError:
-        if not port:
-            raise
-        sock.bind(("127.0.0.1", 0))   # the old port was taken meanwhile: a new one (ready.json says which)
-    sock.listen(128)
-    port = sock.getsockname()[1]
-    url = f"http://127.0.0.1:{port}"
+    socks = []
+    for i, host in enumerate(hosts):
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError:
+            if not port or i:
+                raise
+            sock.bind((host, 0))   # the old port was taken meanwhile: a new one (ready.json says which)
+        sock.listen(128)
+        port = sock.getsockname()[1]
+        socks.append(sock)
+    url = f"http://{hosts[0]}:{port}"
 
     server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off", access_log=False,
                                            timeout_graceful_shutdown=1))
@@ -331,9 +337,10 @@ def _serve(app: Any, name: str, state_dir: Path, port: int) -> int:
     server.startup = startup   # ready.json only once the socket serves
     watch_parent(lambda: os.kill(os.getpid(), signal.SIGTERM))
     try:
-        server.run(sockets=[sock])
+        server.run(sockets=socks)
     finally:
-        sock.close()
+        for sock in socks:
+            sock.close()
     return 0
 
 
@@ -349,6 +356,8 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--broker", default=None, help="the broker's base URL (none: leases are not checked)")
     s.add_argument("--hold-s", type=float, default=30.0,
                    help="longest an injected timeout holds its answer, seconds (default %(default)s)")
+    s.add_argument("--host", action="append", default=None,
+                   help="an IPv4 address to listen on (repeatable; default 127.0.0.1; the first one's URL is reported)")
     s.add_argument("--simulate-durations", action="store_true",
                    help="really sleep each action's duration (the chapter's figures: compile takes 4.2 s)")
     b = sub.add_parser("broker", help="serve the credential broker")
@@ -372,7 +381,7 @@ def main(argv: list[str] | None = None) -> int:
             ap.error(f"--hold-s must be in (0, 3600], got {args.hold_s}")
         app = build_service_app(args.service, state, args.broker, hold_s=args.hold_s,
                                 simulate_durations=args.simulate_durations)
-        return _serve(app, args.service, state_dir, args.port)
+        return _serve(app, args.service, state_dir, args.port, tuple(args.host or ("127.0.0.1",)))
     finally:
         state.close()
 

@@ -45,11 +45,11 @@ thin runner that applies it. Built so far:
   (SQLite); bounded, jittered backoff (AWS schedules, retry budgets); per-domain bulkheads; the
   ``ToolGateway`` answering every call with a real or synthetic observation
   (``ERR_CIRCUIT_OPEN``, ``ERR_BULKHEAD_FULL``, ``ERR_RESOURCE_EXHAUSTED``); the comparison with
-  resilience4j and pybreaker.
-
-Still to come:
-
-* ``quarantine`` — quarantine and taint tracking.
+  resilience4j and pybreaker;
+* ``quarantine`` — blast-radius quarantine (tables 11-12, definition 0.3, Example 0.2): the
+  pre-execution egress check and gateway severing, the four-stage protocol's decisions, the
+  ``TrajectoryQuarantined`` tombstone, taint lineage, the durable taint ledger and the mediation
+  gateway (its effects run in ``kernel_lib.live.quarantine``).
 
 May import: ``cadence``, ``resume``, ``history``, ``retention``, ``gate``, ``ownership``,
 ``checkpoint``, ``log``, ``core`` and the leaves; never ``importers``, ``sim``, ``live``,
