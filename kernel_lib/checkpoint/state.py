@@ -526,6 +526,19 @@ _STORED = msgspec.msgpack.Decoder(_StoredSnapshot)
 _DECODED = msgspec.msgpack.Decoder(_DecodedSnapshot)
 _BYTES = msgspec.msgpack.Decoder(_ByteSnapshot)
 _EMPTY_VIEW = memoryview(b"")
+#: 0, 1, 2, ... shared by every format-4 restore: the stored form of a lazy row is its row number,
+#: and zipping ids with one list of ready-made ints builds a 28 000-row table's dict about a third
+#: quicker than with a fresh ``range`` (whose ints past 256 are each a new object).
+_ROW_NUMBERS: list[int] = []
+
+
+def _row_numbers(count: int) -> list[int]:
+    """A list starting 0, 1, ..., count - 1 (maybe longer: zip stops at the ids)."""
+    global _ROW_NUMBERS
+    numbers = _ROW_NUMBERS
+    if len(numbers) < count:
+        numbers = _ROW_NUMBERS = list(range(max(count, 2 * len(numbers))))
+    return numbers
 
 
 def _record_from_rows(data: bytes, name: str, lazy: bool, fmt: str) -> "TrajectoryRecord | None":
@@ -629,7 +642,7 @@ def _record_from_rows(data: bytes, name: str, lazy: bool, fmt: str) -> "Trajecto
         if in_bytes:
             ends = _row_ends(x.row_ends, len(x.ids), len(x.row_bytes), what)
             build = sliced(f, what, x.row_bytes, ends)
-            positions = range(len(x.ids))
+            positions = _row_numbers(len(x.ids))
             table = dict(zip(x.ids, positions)) if lazy else dict(zip(x.ids, map(build, x.ids, positions)))
         else:
             table = dict(zip(x.ids, x.rows)) if lazy else dict(zip(x.ids, map(f, x.ids, x.rows)))
