@@ -463,8 +463,7 @@ def _restore(store: LogStore, trajectory_id: str, blobs: BlobStore, target: int 
         raise ConfigError(f"target position {target!r} is outside the log of {trajectory_id!r} (0..{head})")
     checks: list[PendingCheck] | None = [] if pipelined else None
     try:
-        with cyclic_gc_paused():   # decoding and folding build many objects and free few
-            found = _find_load_fold(store, trajectory_id, blobs, target, checkpoint_id, lazy_rows, checks)
+        found = _find_load_fold(store, trajectory_id, blobs, target, checkpoint_id, lazy_rows, checks)
         if _damage_in(checks) is not None:   # nothing derived from the snapshot is used before this
             raise _DamageFoundLate()
     except _DamageFoundLate:
@@ -549,7 +548,8 @@ def _find_load_fold(store: LogStore, trajectory_id: str, blobs: BlobStore, targe
         p: CheckpointV2 = ev.payload
         attempt: list[PendingCheck] | None = None if checks is None else []
         try:
-            loaded = _load_checkpoint(blobs, p.manifest_sha256, trajectory_id, p, True, lazy_rows, attempt)
+            with cyclic_gc_paused():   # decoding a chain builds many objects and frees few
+                loaded = _load_checkpoint(blobs, p.manifest_sha256, trajectory_id, p, True, lazy_rows, attempt)
             check_binding(store, trajectory_id, loaded.manifest, p.manifest_sha256, events=window)
             if checks is not None and attempt:
                 checks.extend(attempt)
