@@ -11,7 +11,13 @@ else, and calls no model and no tool. Its steps:
 2. read its manifest and, for an incremental one, every manifest of its chain back to a full
    base, verifying each object's SHA-256 as it is read, and check that the manifest is bound to
    this log: the digest of the event at p it records must be the digest of this log's event p
-   (:func:`check_binding`);
+   (:func:`check_binding`). The record snapshot, the one large object, is the exception: its
+   SHA-256 is computed in a background thread (:meth:`BlobStore.get_pending
+   <kernel_lib.checkpoint.blobs.BlobStore.get_pending>`) while steps 3 and 4 decode it and fold
+   the suffix into the record, and restore waits for that check before it goes on to the
+   workspace (step 5) or returns. If the bytes turn out damaged, whatever else failed
+   meanwhile, the restore is run again verifying as it reads, so the error (or the fallback to
+   an older checkpoint) is the one a verified read gives;
 3. rebuild the record at the covered position p (full snapshot, then each record delta, then a
    check of the resulting record's digest) and the tree at p (tree, then each workspace delta,
    each result checked against its tree id);
@@ -302,7 +308,7 @@ def load_checkpoint(blobs: BlobStore, manifest_sha256: str, *, trajectory_id: st
         as_record: also build the :class:`TrajectoryRecord` (``record``); for a full checkpoint
             it is built straight from the snapshot and ``state`` is None.
         lazy_rows: with ``as_record``, leave a full checkpoint's table rows stored until first
-            read (:func:`~kernel_lib.checkpoint.state.record_from_snapshot`, format 3).
+            read (:func:`~kernel_lib.checkpoint.state.record_from_snapshot`, formats 3 and 4).
 
     This checks the checkpoint's own consistency; whether it belongs to a given log is checked
     by :func:`check_binding`.

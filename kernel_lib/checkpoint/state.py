@@ -429,19 +429,24 @@ def record_from_snapshot(data: bytes, *, name: str = "record snapshot", format: 
     and several times faster for a large record. ``format``: the snapshot format the manifest
     names (None: either, told by the bytes).
 
-    Format 3 with ``lazy`` (the default): the document is decoded down to its table rows, which
-    stay in their stored form inside :class:`~kernel_lib.core.lazy_table.LazyTable` tables
-    (operations, reservations, decisions) until first read; a restore then pays for the record's
-    shell, its ids and the rows the log suffix touches, not for every object of a long
-    trajectory. The stored rows hold on to ``data`` until they are all built. ``lazy=False``
-    builds every row now (then a malformed row fails here rather than when first read; the
-    bytes were checked against their digest before they reach this function either way).
+    Formats 4 and 3 with ``lazy`` (the default): the document is decoded down to its table
+    rows, which stay in their stored form inside :class:`~kernel_lib.core.lazy_table.LazyTable`
+    tables (operations, reservations, decisions) until first read; a restore then pays for the
+    record's shell, its ids and the rows the log suffix touches, not for every object of a long
+    trajectory. Format 4 stores a row as its row number (the row is sliced out of the table's
+    ``row_bytes`` by its end offsets when read; no row is parsed before), format 3 as the row's
+    own ``msgspec.Raw`` bytes (found by parsing past every row). The stored rows hold on to
+    ``data`` until they are all built. ``lazy=False`` builds every row now (then a malformed row
+    or offset fails here rather than when first read). The bytes are trusted to be the ones the
+    manifest names: the caller checks their digest, before or (restore) alongside this call.
     Formats 1 and 2 are always built in full (each row's field dict becomes the instance's
     ``__dict__``; no intermediate state dict).
 
     Raises:
         UnrecoverableStateError: the bytes are not a record snapshot (of that format) this build
-            reads; with ``lazy``, also a row that turns out malformed when it is first read.
+            reads, or a format-4 table's offsets are not one per id ending with its row bytes;
+            with ``lazy``, also a row that turns out malformed (or whose offsets are out of
+            range or not increasing) when it is first read.
     """
     with cyclic_gc_paused():   # hundreds of thousands of new objects and no garbage: skip the collector's passes
         try:
