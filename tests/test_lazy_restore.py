@@ -28,7 +28,7 @@ from kernel_lib.bench.restore import TRAJECTORY, make_events
 from kernel_lib.checkpoint import Checkpointer, MemoryBlobStore
 from kernel_lib.checkpoint.manifest import CheckpointManifest
 from kernel_lib.checkpoint.restore import restore
-from kernel_lib.core.lazy_table import LazyTable
+from kernel_lib.core.lazy_table import IndexedLazyTable, LazyTable
 from kernel_lib.core.record import TrajectoryRecord, fold, fold_into, initial_record
 from kernel_lib.errors import UnrecoverableStateError
 from kernel_lib.log import MemoryStore, TrajectoryLog
@@ -106,6 +106,93 @@ def test_a_lazy_table_behaves_as_the_dict_it_stands_for_and_builds_each_row_once
         assert len(built) == len(set(built))              # no row built twice
     assert table.materialize() == model and list(table.materialize()) == list(model)
     assert table.pending == 0
+
+
+class ListIndex:
+    """A KeyIndex over a list of keys (the stand-in for a snapshot's stored id index), counting
+    the calls that need every key."""
+
+    def __init__(self, keys: list[str]) -> None:
+        self._keys, self.full_reads = keys, 0
+
+    def __len__(self) -> int:
+        return len(self._keys)
+
+    def find(self, key: str) -> int:
+        return self._keys.index(key) if key in self._keys else -1
+
+    def keys(self) -> list[str]:
+        self.full_reads += 1
+        return list(self._keys)
+
+
+_INDEXED_OPS = ["get", "set", "del", "in", "len", "pending", "iter", "copy", "deepcopy", "pickle", "eq"]
+_indexed_ops = st.lists(st.tuples(st.sampled_from(_INDEXED_OPS), st.sampled_from("abcdefgh"), st.integers(0, 9)),
+                        max_size=30)
+
+
+@settings(max_examples=300, deadline=None)
+@given(initial=st.dictionaries(st.sampled_from("abcdef"), st.integers(0, 9)), ops=_indexed_ops)
+def test_an_indexed_lazy_table_behaves_as_the_dict_it_stands_for_and_reads_every_key_only_when_asked(initial, ops):
+    """Invariant (random sequences of mapping operations, format 4's tables): an IndexedLazyTable
+    over stored rows found through a key index gives what a dict of the built values gives, in
+    the same key order (a deleted and re-added key at the end), for reads, writes, deletes,
+    membership, length, iteration, copies and pickling; a row is built only when read, at most
+    once; the index is asked for every key only by an operation that needs them all, once."""
+    built: list[int] = []
+    keys = list(initial)
+
+    def build(key: str, row: int) -> list[int]:
+        assert keys[row] == key
+        built.append(row)
+        return [initial[key]]
+
+    index = ListIndex(keys)
+    table = IndexedLazyTable(index, build)
+    model = {k: [v] for k, v in initial.items()}
+    whole = False                                      # has an operation needed every key yet?
+    for op, key, val in ops:
+        if op == "get":
+            assert table.get(key) == model.get(key)
+            if key in model:
+                assert table[key] is table[key]
+            else:
+                with pytest.raises(KeyError):
+                    table[key]
+        elif op == "set":
+            table[key] = model[key] = [val]
+        elif op == "del":
+            if key in model:
+                del table[key], model[key]
+            else:
+                with pytest.raises(KeyError):
+                    del table[key]
+        elif op == "in":
+            assert (key in table) == (key in model)
+        elif op == "len":
+            assert len(table) == len(model)
+        elif op == "pending":
+            assert 0 <= table.pending <= len(model)
+        elif op == "iter":
+            assert list(table) == list(model)
+            whole = True
+        elif op in ("copy", "deepcopy"):
+            c, mark = (copy.copy if op == "copy" else copy.deepcopy)(table), len(built)
+            c[key] = [val]
+            assert list(table) == list(model)
+            del built[mark:]
+            whole = True
+        elif op == "pickle":
+            back = pickle.loads(pickle.dumps(table))
+            assert type(back) is dict and back == model and list(back) == list(model)
+            whole = True
+        elif op == "eq":
+            assert table == model and model == table
+            whole = True
+        assert index.full_reads == (1 if whole else 0)
+        assert len(built) == len(set(built))
+    assert table.materialize() == model and list(table.materialize()) == list(model)
+    assert table.pending == 0 and index.full_reads == 1
 
 
 # --- format 3 and 4 snapshots ------------------------------------------------------------------------
@@ -295,8 +382,9 @@ def test_a_snapshot_whose_tables_do_not_add_up_is_refused_not_read_as_fewer_or_e
     empty ``attempt_fields`` (they built Attempt objects without a field, an AttributeError on first
     use), or an id given twice in a table or in an operation's attempts (the later row silently
     replaced the earlier one: an operation, reservation, decision or attempt gone). Invariant:
-    UnrecoverableStateError naming the snapshot, lazily (at the latest when the row is read) and
-    eagerly, and from decode_record_state; never a record with fewer rows."""
+    UnrecoverableStateError naming the snapshot, lazily (at the latest when the row, or in
+    format 4 the whole table, is read) and eagerly, and from decode_record_state; never a record
+    with fewer rows."""
     _rec, doc = _v3_doc(fmt=fmt)
     mutate(doc)
     data = _encoded(doc, fmt)
@@ -304,7 +392,8 @@ def test_a_snapshot_whose_tables_do_not_add_up_is_refused_not_read_as_fewer_or_e
         S.record_from_snapshot(data, name="snap-t", format=fmt, lazy=False)
     with pytest.raises(UnrecoverableStateError, match="snap-t"):
         lazy = S.record_from_snapshot(data, name="snap-t", format=fmt)
-        lazy.operations.materialize()
+        for table in (lazy.operations, lazy.budget.reservations, lazy.decisions):
+            table.materialize()
     with pytest.raises(UnrecoverableStateError, match="snap-t"):
         S.decode_record_state(data, name="snap-t", format=fmt)
 

@@ -21,6 +21,7 @@ import struct
 
 import msgspec
 import pytest
+import xxhash
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -83,22 +84,38 @@ def test_format_4_rebuilds_the_record_format_3_rebuilds_and_encodes_deterministi
     assert S.record_digest(back, version, format=S.RECORD_FORMAT) == (sha256_hex(v4), v4)
 
 
-def test_a_format_4_table_is_its_ids_the_concatenated_rows_and_their_little_endian_end_offsets():
+def _cut(data: bytes, raw_ends: bytes) -> list[bytes]:
+    ends = list(struct.unpack(f"<{len(raw_ends) // 8}Q", raw_ends))
+    assert ends == sorted(set(ends)) and (ends[-1] if ends else 0) == len(data)
+    return [data[a:b] for a, b in zip([0, *ends], ends)]
+
+
+def test_a_format_4_table_is_its_ids_and_rows_back_to_back_with_end_offsets_and_a_hash_index_of_the_ids():
     """Invariant: each row of a format-4 table is the sorted-key MessagePack of the format-3 row,
-    stored back to back in ``row_bytes``; ``row_ends`` holds one little-endian uint64 end per id,
-    the last one the length of ``row_bytes``; the ids are format 3's, in table order."""
+    stored back to back in ``row_bytes`` and cut by ``row_ends`` (one little-endian uint64 end
+    per row, the last one the length of the bytes); the ids are format 3's, in table order,
+    stored alike (``id_bytes``, ``id_ends``); ``id_order`` lists the rows by the bucket of their
+    id (xxh3_64 of its encoding modulo a power of two >= the row count, row order within a
+    bucket) and ``id_buckets`` says where each bucket starts there (little-endian uint32)."""
     rec = fold(initial_record(TRAJECTORY), make_events(300))
     v3 = msgspec.msgpack.decode(S.encode_record_state(S.state_of(rec), format=S.RECORD_FORMAT_NESTED))
     v4 = msgspec.msgpack.decode(S.encode_record_state(S.state_of(rec), format=S.RECORD_FORMAT))
     assert v4["format"] == "kernel_lib.record-snapshot/4" and v4["record"] == v3["record"]
     for name in ("operations", "reservations", "decisions"):
         t3, t4 = v3["tables"][name], v4["tables"][name]
-        assert t4["ids"] == t3["ids"] and t4["fields"] == t3["fields"] and "rows" not in t4
-        encoded = [_SORTED.encode(row) for row in t3["rows"]]
-        assert t4["row_bytes"] == b"".join(encoded)
-        ends = list(struct.unpack(f"<{len(encoded)}Q", t4["row_ends"]))
-        assert ends[-1] == len(t4["row_bytes"]) and ends == sorted(set(ends)) and len(ends) == len(t3["ids"])
-        assert [t4["row_bytes"][a:b] for a, b in zip([0, *ends], ends)] == encoded
+        assert t4["fields"] == t3["fields"] and "rows" not in t4 and "ids" not in t4
+        assert _cut(t4["row_bytes"], t4["row_ends"]) == [_SORTED.encode(row) for row in t3["rows"]]
+        encoded = [_SORTED.encode(i) for i in t3["ids"]]
+        assert _cut(t4["id_bytes"], t4["id_ends"]) == encoded
+        n = len(encoded)
+        buckets = 1
+        while buckets < n:
+            buckets *= 2
+        bucket_of = [xxhash.xxh3_64_intdigest(e) % buckets for e in encoded]
+        order = list(struct.unpack(f"<{n}I", t4["id_order"]))
+        starts = list(struct.unpack(f"<{buckets + 1}I", t4["id_buckets"]))
+        assert order == sorted(range(n), key=lambda i: (bucket_of[i], i))
+        assert starts == [sum(b < k for b in bucket_of) for k in range(buckets + 1)]
 
 
 def _doc(n: int = 120):
@@ -148,23 +165,45 @@ def _ends_not_whole(t):
     t["row_ends"] = t["row_ends"][:-3]
 
 
-def _ids_and_ends_of_other_lengths(t):
-    t["ids"] = t["ids"][:-1]
+def _ids_and_rows_of_other_counts(t):
+    ends = _ends({"row_ends": t["id_ends"]})
+    t["id_bytes"], t["id_ends"] = t["id_bytes"][:ends[-2]], struct.pack(f"<{len(ends) - 1}Q", *ends[:-1])
+
+
+def _id_ends_not_between_ids(t):
+    ends = _ends({"row_ends": t["id_ends"]})
+    ends[1] += 1
+    t["id_ends"] = struct.pack(f"<{len(ends)}Q", *ends)
+
+
+def _index_order_shuffled(t):
+    order = list(struct.unpack(f"<{len(t['id_order']) // 4}I", t["id_order"]))
+    order[0], order[-1] = order[-1], order[0]
+    t["id_order"] = struct.pack(f"<{len(order)}I", *order)
+
+
+def _index_bucket_past_the_rows(t):
+    starts = list(struct.unpack(f"<{len(t['id_buckets']) // 4}I", t["id_buckets"]))
+    starts[1:-1] = [len(starts) * 4] * (len(starts) - 2)
+    t["id_buckets"] = struct.pack(f"<{len(starts)}I", *starts)
 
 
 @pytest.mark.parametrize("table", ["operations", "reservations", "decisions"])
 @pytest.mark.parametrize("mutate", [_last_end_short, _end_past_the_bytes, _ends_swapped, _an_empty_row, _an_end_missing,
-                                    _an_end_too_many, _ends_not_whole, _ids_and_ends_of_other_lengths],
+                                    _an_end_too_many, _ends_not_whole, _ids_and_rows_of_other_counts,
+                                    _id_ends_not_between_ids, _index_order_shuffled, _index_bucket_past_the_rows],
                          ids=["last-end-short", "end-past-the-bytes", "ends-not-increasing", "an-empty-row",
                               "an-end-missing", "an-end-too-many", "ends-not-whole-integers",
-                              "ids-and-ends-of-other-lengths"])
-def test_a_malformed_offset_table_is_refused_naming_the_snapshot(mutate, table):
-    """Fault: digest-valid bytes of a faulty writer whose offset table does not fit its rows:
-    the last end short of the row bytes, an end past them, two ends swapped (not increasing), a
-    row of no bytes, one end too few or too many, a table of ends that is not whole uint64s, or
-    one id fewer than ends. Invariant: UnrecoverableStateError naming the snapshot, from the lazy
-    restore (at the latest when the table's rows are read), the eager one and decode_record_state;
-    never a record with rows shifted, merged or missing."""
+                              "ids-and-rows-of-other-counts", "id-ends-not-between-ids", "index-order-shuffled",
+                              "index-bucket-past-the-rows"])
+def test_a_malformed_offset_table_or_id_index_is_refused_naming_the_snapshot(mutate, table):
+    """Fault: digest-valid bytes of a faulty writer whose offsets or id index do not fit: the
+    last row end short of the row bytes, an end past them, two ends swapped (not increasing), a
+    row of no bytes, one end too few or too many, ends that are not whole uint64s, one id fewer
+    than rows, id ends that cut inside an id, an id index whose order is not the ids' buckets or
+    whose buckets run past the rows. Invariant: UnrecoverableStateError naming the snapshot,
+    from the lazy restore (at the latest when the table is read in full), the eager one and
+    decode_record_state; never a record with rows shifted, merged or missing."""
     _rec, doc = _doc()
     mutate(doc["tables"][table])
     data = _SORTED.encode(doc)
@@ -186,11 +225,12 @@ def test_rows_before_a_bad_offset_still_read_and_the_bad_row_is_refused_when_rea
     with an UnrecoverableStateError naming the snapshot and the row."""
     rec, doc = _doc()
     t = doc["tables"]["operations"]
+    ids = list(rec.operations)
     _end_past_the_bytes(t)
     lazy = S.record_from_snapshot(_SORTED.encode(doc), name="snap-p", format=S.RECORD_FORMAT)
-    assert lazy.operations[t["ids"][0]] == rec.operations[t["ids"][0]]
-    assert lazy.operations[t["ids"][5]] == rec.operations[t["ids"][5]]
-    for bad in (t["ids"][2], t["ids"][3]):
+    assert lazy.operations[ids[0]] == rec.operations[ids[0]]
+    assert lazy.operations[ids[5]] == rec.operations[ids[5]]
+    for bad in (ids[2], ids[3]):
         with pytest.raises(UnrecoverableStateError, match=rf"snap-p.*operation row of '{bad}'") as info:
             lazy.operations[bad]
         assert ("record snapshot", "snap-p") in info.value.missing
@@ -258,11 +298,10 @@ def _another_valid_snapshot(data: bytes) -> bytes:
     return S.encode_record_state(state, version, format=S.RECORD_FORMAT)
 
 
-def _flip_in_ids(data: bytes) -> bytes:
-    """The bytes with the first id of the operation table made invalid UTF-8 (decoding fails)."""
-    first = msgspec.msgpack.decode(data)["tables"]["operations"]["ids"][0].encode()
-    at = data.index(first)
-    return data[:at] + b"\xff" + data[at + 1:]
+def _undecodable(data: bytes) -> bytes:
+    """The bytes with their first byte (the document's map header) made one MessagePack never
+    uses (0xc1): no decoder gets past it."""
+    return b"\xc1" + data[1:]
 
 
 @pytest.mark.parametrize("lazy_rows", [True, False], ids=["lazy", "all-rows"])
@@ -276,7 +315,7 @@ def test_restore_refuses_a_damaged_snapshot_with_the_error_a_verified_read_raise
     error and never a record; no workspace file is written; load_checkpoint refuses it alike."""
     store, blobs, r = _checkpointed(workspace={"a.txt": b"alpha", "b/c.txt": b"gamma"})
     good = blobs.objects[r.record_sha256]
-    blobs.objects[r.record_sha256] = {"another-valid-snapshot": _another_valid_snapshot, "undecodable": _flip_in_ids,
+    blobs.objects[r.record_sha256] = {"another-valid-snapshot": _another_valid_snapshot, "undecodable": _undecodable,
                                       "truncated": lambda d: d[:len(d) // 2]}[damage](good)
     assert sha256_hex(blobs.objects[r.record_sha256]) != r.record_sha256
     dest = tmp_path / "ws"

@@ -69,13 +69,14 @@ from __future__ import annotations
 import json
 import sys
 from array import array
-from collections import deque
-from itertools import repeat
+from collections import Counter, deque
+from itertools import accumulate, repeat
 from operator import itemgetter, setitem
 from typing import TYPE_CHECKING, Any, Sequence
 
 import msgspec
 import rfc8785
+from xxhash import xxh3_64_intdigest
 
 from kernel_lib._support.gc_pause import cyclic_gc_paused
 from kernel_lib.errors import CheckpointError, UnrecoverableStateError
@@ -103,8 +104,10 @@ DELTA_FORMAT_OF = {RECORD_FORMAT_JSON: RECORD_DELTA_FORMAT_JSON, RECORD_FORMAT_A
 _BINARY_FORMATS = frozenset({RECORD_FORMAT_ATTEMPT_TABLE, RECORD_FORMAT_NESTED, RECORD_FORMAT, RECORD_DELTA_FORMAT})
 #: The formats whose operation rows hold their attempts (and whose rows a restore can leave stored).
 _NESTED_FORMATS = frozenset({RECORD_FORMAT_NESTED, RECORD_FORMAT})
-#: Format 4's row offsets: little-endian unsigned 64-bit integers.
+#: Format 4's row and id offsets: little-endian unsigned 64-bit integers.
 _END_BYTES = 8
+#: The array type code of 32-bit unsigned integers (format 4's id index).
+_U32 = "I" if array("I").itemsize == 4 else "L"
 READABLE_RECORD_FORMATS = tuple(DELTA_FORMAT_OF)
 #: Reservation fields as a format-1 record snapshot holds them (USD figures, TrajectoryRecord.snapshot_state).
 _RESERVATION_USD_FIELDS = frozenset({"reservation_id", "subject_id", "amount_usd", "settled_usd", "released"})
@@ -313,13 +316,62 @@ def encode_record_state(state: dict[str, Any], reducer_version: int = REDUCER_VE
     return _encode_doc(doc, format in _BINARY_FORMATS)
 
 
+def _uints(code: str, values: Any) -> bytes:
+    """Little-endian unsigned integers (``Q``: 64-bit, ``_U32``: 32-bit) as bytes."""
+    out = array(code, values)
+    if sys.byteorder != "little":
+        out.byteswap()
+    return out.tobytes()
+
+
+def _uint_view(raw: Any, code: str) -> Sequence[int]:
+    """The little-endian unsigned integers of ``raw`` (``Q`` or ``_U32``), without a copy on a
+    little-endian machine; ValueError if ``raw`` is not a whole number of them."""
+    size = array(code).itemsize
+    if len(raw) % size:
+        raise ValueError(f"{len(raw)} bytes are not a whole number of {size}-byte integers")
+    if sys.byteorder == "little":
+        return memoryview(raw).cast("B").cast(code)
+    out = array(code, bytes(raw))
+    out.byteswap()
+    return out
+
+
+def _bucket_count(count: int) -> int:
+    """Buckets of the id index of ``count`` ids: the least power of two >= count (1 for none)."""
+    return 1 << (count - 1).bit_length() if count > 1 else 1
+
+
+def _id_index(encoded: list[bytes]) -> tuple[bytes, bytes]:
+    """``(id_buckets, id_order)`` of ids given by their MessagePack encodings: an id's bucket is
+    xxh3_64 of its encoding modulo :func:`_bucket_count`; ``id_order`` is the row numbers sorted
+    by bucket (row order within one) and ``id_buckets`` where each bucket starts in it, one more
+    entry than buckets (the last one the row count); both little-endian uint32."""
+    count = len(encoded)
+    if count >= 1 << 32:
+        raise CheckpointError(f"a record table of {count} rows is more than a record snapshot indexes")
+    mask = _bucket_count(count) - 1
+    buckets = [h & mask for h in map(xxh3_64_intdigest, encoded)]
+    counts = Counter(buckets)
+    starts = accumulate((counts.get(b, 0) for b in range(mask + 1)), initial=0)
+    return _uints(_U32, starts), _uints(_U32, sorted(range(count), key=buckets.__getitem__))
+
+
 def _rows_as_bytes(table: dict[str, Any]) -> dict[str, Any]:
-    """A packed table with its ``rows`` list replaced by format 4's ``row_bytes`` (each row's
-    sorted-key MessagePack, one after the other) and ``row_ends`` (where each row ends, as
-    little-endian uint64); a table stored as ``values`` is returned as it is."""
+    """A packed table in format 4's layout: its ``rows`` list replaced by ``row_bytes`` (each
+    row's sorted-key MessagePack, one after the other) and ``row_ends`` (where each row ends,
+    little-endian uint64), and (when every id is a string) its ``ids`` by ``id_bytes`` and
+    ``id_ends`` (the ids' encodings and ends, alike) with the hash index ``id_buckets`` and
+    ``id_order`` (:func:`_id_index`). A table stored as ``values`` is returned as it is."""
     if "rows" not in table:
         return table
     out = {k: v for k, v in table.items() if k != "rows"}
+    ids = table["ids"]
+    if all(type(k) is str for k in ids):
+        del out["ids"]
+        encoded = list(map(_MSGPACK.encode, ids))
+        out["id_bytes"], out["id_ends"] = b"".join(encoded), _uints("Q", accumulate(map(len, encoded)))
+        out["id_buckets"], out["id_order"] = _id_index(encoded)
     buf, ends = bytearray(), array("Q")
     try:
         for row in table["rows"]:
@@ -334,19 +386,14 @@ def _rows_as_bytes(table: dict[str, Any]) -> dict[str, Any]:
 
 
 def _row_ends(raw: Any, count: int, size: int, what: str) -> Sequence[int]:
-    """The row end offsets of a format-4 table (``row_ends`` bytes): ``count`` of them, the last
-    one ``size`` (the length of ``row_bytes``). ValueError if they are not; whether each row
-    starts before it ends is checked when the row is sliced (:func:`_row_slice`)."""
+    """The end offsets of a format-4 table's rows (or ids): ``count`` little-endian uint64, the
+    last one ``size`` (the length of the bytes they cut). ValueError if they are not; whether
+    each row starts before it ends is checked when the row is sliced (:func:`_row_slice`)."""
     if len(raw) != count * _END_BYTES:
-        raise ValueError(f"{what} table: {len(raw)} bytes of row ends for {count} ids "
-                         f"({_END_BYTES} bytes per row)")
-    if sys.byteorder == "little":
-        ends: Sequence[int] = memoryview(raw).cast("B").cast("Q")
-    else:
-        ends = array("Q", bytes(raw))
-        ends.byteswap()
+        raise ValueError(f"{what} table: {len(raw)} bytes of ends for {count} rows ({_END_BYTES} bytes per row)")
+    ends = _uint_view(raw, "Q")
     if (ends[-1] if count else 0) != size:
-        raise ValueError(f"{what} table: its rows end at byte {ends[-1] if count else 0}, its row bytes at {size}")
+        raise ValueError(f"{what} table: its last end is byte {ends[-1] if count else 0}, its bytes end at {size}")
     return ends
 
 
@@ -356,25 +403,120 @@ def _row_slice(rows: Any, ends: Sequence[int], i: int) -> Any:
     increasing)."""
     start, end = (ends[i - 1] if i else 0), ends[i]
     if not start < end <= len(rows):
-        raise ValueError(f"row {i} would run from byte {start} to {end} of {len(rows)}: the row ends are not "
-                         "increasing offsets into the row bytes")
+        raise ValueError(f"row {i} would run from byte {start} to {end} of {len(rows)}: the ends are not "
+                         "increasing offsets into the bytes")
     return rows[start:end]
 
 
+def _array_header(count: int) -> bytes:
+    """The MessagePack header of an array of ``count`` items (the shortest form, as encoders write)."""
+    if count < 16:
+        return bytes([0x90 | count])
+    return (b"\xdc" + count.to_bytes(2, "big")) if count < 1 << 16 else (b"\xdd" + count.to_bytes(4, "big"))
+
+
+def _checked_ids(id_bytes: Any, id_ends: Any, buckets: Any, order: Any, count: int, what: str) -> list[str]:
+    """The ids of a format-4 table, decoded and checked against everything stored about them:
+    ``count`` strings whose encodings are ``id_bytes`` cut at ``id_ends``, none twice, and the
+    hash index the writer makes of them (:func:`_id_index`). ValueError if not."""
+    ends = _row_ends(id_ends, count, len(id_bytes), f"{what} id")
+    try:
+        ids = _UNPACK.decode(_array_header(count) + bytes(id_bytes))
+    except msgspec.DecodeError as exc:
+        raise ValueError(f"{what} table: its ids are not {count} MessagePack values ({exc})") from None
+    if type(ids) is not list or len(ids) != count or any(type(k) is not str for k in ids):
+        raise ValueError(f"{what} table: its id bytes do not hold {count} strings")
+    encoded = list(map(_MSGPACK.encode, ids))
+    if list(accumulate(map(len, encoded))) != list(ends):
+        raise ValueError(f"{what} table: its id ends do not fall between its ids")
+    if len(set(ids)) != count:
+        raise ValueError(f"{what} table: it names {count - len(set(ids))} id(s) twice")
+    if _id_index(encoded) != (bytes(buckets), bytes(order)):
+        raise ValueError(f"{what} table: its id index is not the index of its ids")
+    return ids
+
+
+class _IdIndex:
+    """A format-4 table's stored id index (:func:`_id_index`), read in place: the
+    :class:`~kernel_lib.core.lazy_table.KeyIndex` of its
+    :class:`~kernel_lib.core.lazy_table.IndexedLazyTable`. :meth:`find` hashes the key's
+    encoding and compares it with the ids in its bucket; offsets found out of range raise
+    UnrecoverableStateError naming the snapshot. Whether the index is the index of its ids is
+    checked when every key is asked for (:meth:`keys`), not per lookup."""
+
+    __slots__ = ("_ids", "_ends", "_starts", "_order", "_mask", "_count", "_what", "_name", "_raw")
+
+    def __init__(self, t: "_ByteTable", count: int, what: str, name: str) -> None:
+        self._ids, self._count, self._what, self._name = t.id_bytes, count, what, name
+        self._ends = _row_ends(t.id_ends, count, len(t.id_bytes), f"{what} id")
+        self._starts, self._order = _uint_view(t.id_buckets, _U32), _uint_view(t.id_order, _U32)
+        buckets = _bucket_count(count)
+        if len(self._starts) != buckets + 1 or len(self._order) != count or self._starts[0] != 0 \
+                or self._starts[buckets] != count:
+            raise ValueError(f"{what} table: its id index does not index {count} ids in {buckets} buckets")
+        self._mask = buckets - 1
+        self._raw = (t.id_ends, t.id_buckets, t.id_order)
+
+    def __len__(self) -> int:
+        return self._count
+
+    def _bad(self, why: str) -> UnrecoverableStateError:
+        return UnrecoverableStateError(f"{self._name}: the {self._what} table's id index {why}",
+                                       missing=[("record snapshot", self._name)])
+
+    def find(self, key: Any) -> int:
+        if not isinstance(key, str):
+            return -1
+        kb = _MSGPACK.encode(key)
+        b = xxh3_64_intdigest(kb) & self._mask
+        lo, hi = self._starts[b], self._starts[b + 1]
+        if not lo <= hi <= self._count:
+            raise self._bad(f"gives bucket {b} the rows {lo}..{hi} of {self._count}")
+        ids, ends, order = self._ids, self._ends, self._order
+        for j in range(lo, hi):
+            i = order[j]
+            if i >= self._count:
+                raise self._bad(f"names row {i} of {self._count}")
+            start = ends[i - 1] if i else 0
+            if not start < ends[i] <= len(ids):
+                raise self._bad(f"finds id {i} at bytes {start}..{ends[i]} of {len(ids)}")
+            if ids[start:ends[i]] == kb:
+                return i
+        return -1
+
+    def keys(self) -> list[str]:
+        try:
+            return _checked_ids(self._ids, *self._raw, self._count, self._what)
+        except ValueError as exc:
+            raise UnrecoverableStateError(f"{self._name} is not a record snapshot: {exc}",
+                                          missing=[("record snapshot", self._name)]) from None
+
+
 def _rows_from_bytes(table: Any, what: str) -> Any:
-    """A format-4 packed table (plain decoded data) with ``row_bytes``/``row_ends`` decoded back
-    into a ``rows`` list, every row decoded; a table stored as ``values`` as it is. ValueError
-    if the offsets or a row are malformed."""
+    """A format-4 packed table (plain decoded data) back in format 3's layout: ``ids`` (checked
+    as :func:`_checked_ids` does) and a ``rows`` list, every row decoded; a table stored as
+    ``values`` as it is. ValueError if the ids, the offsets or a row are malformed."""
     if not isinstance(table, dict) or "values" in table:
         return table
     if "rows" in table:
         raise ValueError(f"{what} table: format 4 stores rows as row_bytes and row_ends, not as a list")
-    ids, rows, raw_ends = table["ids"], table["row_bytes"], table["row_ends"]
-    if type(ids) is not list or type(rows) is not bytes or type(raw_ends) is not bytes:
-        raise ValueError(f"{what} table: ids must be a list, row_bytes and row_ends byte strings")
+    rows, raw_ends = table["row_bytes"], table["row_ends"]
+    if type(rows) is not bytes or type(raw_ends) is not bytes:
+        raise ValueError(f"{what} table: row_bytes and row_ends must be byte strings")
+    if "id_bytes" in table:
+        parts = [table[k] for k in ("id_bytes", "id_ends", "id_buckets", "id_order")]
+        if any(type(x) is not bytes for x in parts):
+            raise ValueError(f"{what} table: its id bytes, ends and index must be byte strings")
+        ids = _checked_ids(*parts, len(parts[1]) // _END_BYTES, what)
+    else:
+        ids = table["ids"]
+        if type(ids) is not list:
+            raise ValueError(f"{what} table: ids must be a list")
     ends = _row_ends(raw_ends, len(ids), len(rows), what)
     view = memoryview(rows)
-    out = {k: v for k, v in table.items() if k not in ("row_bytes", "row_ends")}
+    out = {k: v for k, v in table.items() if k not in ("row_bytes", "row_ends", "id_bytes", "id_ends", "id_buckets",
+                                                       "id_order")}
+    out["ids"] = ids
     out["rows"] = [_UNPACK.decode(_row_slice(view, ends, i)) for i in range(len(ids))]
     return out
 
@@ -504,10 +646,15 @@ class _DecodedSnapshot(_StoredSnapshot):
 
 
 class _ByteTable(msgspec.Struct):
-    """A format-4 table: its ids, and its rows as views of the stored bytes (no row parsed)."""
-    ids: list[str]
+    """A format-4 table as stored: its ids' and rows' bytes, ends and id index as views of the
+    stored bytes (no id or row parsed); ``ids`` only for a table stored as ``values``."""
+    ids: list[str] | None = None
     fields: list[str] = []
     attempt_fields: list[str] = []
+    id_bytes: memoryview | None = None
+    id_ends: memoryview | None = None
+    id_buckets: memoryview | None = None
+    id_order: memoryview | None = None
     row_bytes: memoryview | None = None
     row_ends: memoryview | None = None
     values: msgspec.Raw = msgspec.Raw()          # empty: absent
@@ -530,20 +677,27 @@ class _ByteSnapshot(msgspec.Struct):
 _STORED = msgspec.msgpack.Decoder(_StoredSnapshot)
 _DECODED = msgspec.msgpack.Decoder(_DecodedSnapshot)
 _BYTES = msgspec.msgpack.Decoder(_ByteSnapshot)
-_EMPTY_VIEW = memoryview(b"")
-#: 0, 1, 2, ... shared by every format-4 restore: the stored form of a lazy row is its row number,
-#: and zipping ids with one list of ready-made ints builds a 28 000-row table's dict about a third
-#: quicker than with a fresh ``range`` (whose ints past 256 are each a new object).
-_ROW_NUMBERS: list[int] = []
 
 
-def _row_numbers(count: int) -> list[int]:
-    """A list starting 0, 1, ..., count - 1 (maybe longer: zip stops at the ids)."""
-    global _ROW_NUMBERS
-    numbers = _ROW_NUMBERS
-    if len(numbers) < count:
-        numbers = _ROW_NUMBERS = list(range(max(count, 2 * len(numbers))))
-    return numbers
+def _row_counts(tables: tuple[Any, ...], in_bytes: bool) -> list[int] | None:
+    """The row count of each lazily read table (format 4 when ``in_bytes``, else format 3), or
+    None when one does not have the layout the lazy builders read."""
+    counts = []
+    for x in tables:
+        if in_bytes:
+            if x.id_bytes is None and x.ids == [] and x.row_bytes is None:
+                counts.append(0)           # an empty table, stored as values
+                continue
+            if None in (x.id_bytes, x.id_ends, x.id_buckets, x.id_order, x.row_bytes, x.row_ends):
+                return None
+            counts.append(len(x.id_ends) // _END_BYTES)
+        else:
+            if not x.ids and x.rows is None:
+                x.rows = []              # an empty table, stored as values
+            if x.rows is None or len(x.rows) != len(x.ids):
+                return None
+            counts.append(len(x.ids))
+    return counts
 
 
 def _record_from_rows(data: bytes, name: str, lazy: bool, fmt: str) -> "TrajectoryRecord | None":
@@ -551,9 +705,11 @@ def _record_from_rows(data: bytes, name: str, lazy: bool, fmt: str) -> "Trajecto
     the layout these builders read (then the caller decodes it in full).
 
     Format 3's stored rows are ``msgspec.Raw`` values (msgspec parsed past each to find the
-    next); format 4's are row numbers into the table's ``row_bytes`` (nothing parsed), each row
-    sliced out by its end offsets and decoded when first read."""
-    from kernel_lib.core.lazy_table import LazyTable
+    next) in a :class:`~kernel_lib.core.lazy_table.LazyTable` keyed by the decoded ids. Format
+    4's tables are :class:`~kernel_lib.core.lazy_table.IndexedLazyTable` over the stored id
+    index (no id decoded, no dict built, no row parsed): a key is found through the index when
+    first used, and its row sliced out by its end offsets and decoded when first read."""
+    from kernel_lib.core.lazy_table import IndexedLazyTable, LazyTable
     from kernel_lib.core.record import FIELD_NAMES, Attempt, Operation, Reservation, TrajectoryRecord
 
     in_bytes = fmt == RECORD_FORMAT
@@ -567,21 +723,13 @@ def _record_from_rows(data: bytes, name: str, lazy: bool, fmt: str) -> "Trajecto
     op_t, res_t, dec_t = t.operations, t.reservations, t.decisions
     if op_t is None or res_t is None or dec_t is None:
         return None
-    for x in (op_t, res_t, dec_t):
-        if in_bytes:
-            if not x.ids and x.row_bytes is None and x.row_ends is None:
-                x.row_bytes = x.row_ends = _EMPTY_VIEW          # an empty table, stored as values
-            if x.row_bytes is None or x.row_ends is None:
-                return None
-        else:
-            if not x.ids and x.rows is None:
-                x.rows = []              # an empty table, stored as values
-            if x.rows is None or len(x.rows) != len(x.ids):
-                return None
-    op_f, att_f, res_f, dec_f = list(op_t.fields), list(op_t.attempt_fields), list(res_t.fields), list(dec_t.fields)
-    if op_t.ids and (set(op_f) != FIELD_NAMES[Operation] or (att_f and set(att_f) != FIELD_NAMES[Attempt])):
+    counts = _row_counts((op_t, res_t, dec_t), in_bytes)
+    if counts is None:
         return None
-    if (res_t.ids and set(res_f) != FIELD_NAMES[Reservation]) or (dec_t.ids and not dec_f):
+    op_f, att_f, res_f, dec_f = list(op_t.fields), list(op_t.attempt_fields), list(res_t.fields), list(dec_t.fields)
+    if counts[0] and (set(op_f) != FIELD_NAMES[Operation] or (att_f and set(att_f) != FIELD_NAMES[Attempt])):
+        return None
+    if (counts[1] and set(res_f) != FIELD_NAMES[Reservation]) or (counts[2] and not dec_f):
         return None
     approvals: dict[str, Any] = {}
     if len(t.approvals):
@@ -590,8 +738,8 @@ def _record_from_rows(data: bytes, name: str, lazy: bool, fmt: str) -> "Trajecto
     shell = dict(d.record, operations={}, decisions={}, approvals=approvals)
     shell["budget"] = {**shell["budget"], "reservations": {}}
     rec = TrajectoryRecord.from_dict(shell)
-    at = op_f.index("attempts") if op_t.ids else 0
-    micro = [res_f.index(f) for f in ("amount_micro_usd", "settled_micro_usd")] if res_t.ids else []
+    at = op_f.index("attempts") if counts[0] else 0
+    micro = [res_f.index(f) for f in ("amount_micro_usd", "settled_micro_usd")] if counts[1] else []
 
     def bad(what: str, key: str, why: str) -> UnrecoverableStateError:
         return UnrecoverableStateError(f"{name}: the {what} row of {key!r} {why}", missing=[("record snapshot", name)])
@@ -642,21 +790,25 @@ def _record_from_rows(data: bytes, name: str, lazy: bool, fmt: str) -> "Trajecto
             return decoded(f, what, key, raw)
         return build
 
-    tables = []
-    for x, f, what in built:
+    tables: list[Any] = []
+    for (x, f, what), count in zip(built, counts):
+        if in_bytes and x.id_bytes is None:      # empty
+            tables.append(LazyTable({}, int, f) if lazy else {})
+            continue
         if in_bytes:
-            ends = _row_ends(x.row_ends, len(x.ids), len(x.row_bytes), what)
-            build = sliced(f, what, x.row_bytes, ends)
-            positions = _row_numbers(len(x.ids))
-            table = dict(zip(x.ids, positions)) if lazy else dict(zip(x.ids, map(build, x.ids, positions)))
-        else:
-            table = dict(zip(x.ids, x.rows)) if lazy else dict(zip(x.ids, map(f, x.ids, x.rows)))
+            index = _IdIndex(x, count, what, name)
+            build = sliced(f, what, x.row_bytes, _row_ends(x.row_ends, count, len(x.row_bytes), what))
+            if lazy:
+                tables.append(IndexedLazyTable(index, build))
+                continue
+            ids: list[Any] = index.keys()       # every id checked (none twice), with its index
+            tables.append(dict(zip(ids, map(build, ids, range(count)))))
+            continue
+        table = dict(zip(x.ids, x.rows)) if lazy else dict(zip(x.ids, map(f, x.ids, x.rows)))
         if len(table) != len(x.ids):   # a later row would silently replace an earlier one
             raise UnrecoverableStateError(f"{name}: the {what} table names {len(x.ids) - len(table)} id(s) twice",
                                           missing=[("record snapshot", name)])
-        if lazy:
-            table = LazyTable(table, int, build) if in_bytes else LazyTable(table, msgspec.Raw, stored(f, what))
-        tables.append(table)
+        tables.append(LazyTable(table, msgspec.Raw, stored(f, what)) if lazy else table)
     rec.operations, rec.budget.reservations, rec.decisions = tables
     return rec
 
