@@ -14,14 +14,16 @@ temporary directory:
    * *fold from the start*: read and decode every event from the store and fold from record_0;
    * *restore from the latest checkpoint*: find it, verify and load its manifest and record
      snapshot, read and fold the suffix (:func:`kernel_lib.checkpoint.restore`, its default
-     ``lazy_rows=True``). The snapshot is in ``kernel_lib.record-snapshot/4``: each table's rows
-     are one byte string with a table of end offsets, so decoding it reads the ids and skips the
-     rows without parsing them, and a row is built from its slice when first read
-     (:class:`kernel_lib.core.lazy_table.LazyTable`): the restore pays for the rows the suffix
-     touches. The snapshot's SHA-256 is computed in a background thread while the main thread
-     decodes it and reads and folds the suffix; restore waits for it before returning anything
-     (damaged bytes fail the restore as a verified read would), so on two idle cores the hash
-     costs little wall time (the ``check_wait`` phase is what was left of it);
+     ``lazy_rows=True``). The snapshot is in ``kernel_lib.record-snapshot/4``: each table's ids
+     and rows are byte strings with end offsets, plus a stored hash index of the ids, so
+     decoding it parses no id and no row and builds no dict; a key is found through the index
+     and its row built from its slice when the suffix first uses it
+     (:class:`kernel_lib.core.lazy_table.IndexedLazyTable`): the restore pays for the keys and
+     rows the suffix touches. The snapshot's SHA-256 is computed in a background thread while
+     the main thread decodes it and reads and folds the suffix; restore waits for it before
+     returning anything (damaged bytes fail the restore as a verified read would), so on two
+     idle cores the hash costs little wall time (the ``check_wait`` phase is what was left of
+     it);
    * the same *with every row built* (``lazy_rows=False``, what a resuming worker asks for, so a
      malformed row fails the restore itself): shown beside it, not a target;
    * *restore through the delta chain*: the same from the last incremental checkpoint (its

@@ -10,17 +10,23 @@ A **record snapshot** holds one document::
 in one of four formats, named by the ``record_format`` of the manifest that points at it:
 
 * ``kernel_lib.record-snapshot/4`` (written today for every new chain): format 3's document
-  with each table's rows stored as two byte strings instead of a list: ``row_bytes``, the rows'
-  own MessagePack encodings one after the other, and ``row_ends``, where each row ends in
-  ``row_bytes`` (little-endian unsigned 64-bit offsets, one per id, the last one equal to the
-  length of ``row_bytes``). A reader finds row i between ``row_ends[i-1]`` (0 for the first)
-  and ``row_ends[i]`` without parsing any other row, so a restore decodes the ids and skips the
-  rows in one step (the bytes come back as views of the stored object, no copy), and builds a
-  row from its slice when it is first read (:func:`record_from_snapshot`,
-  :class:`~kernel_lib.core.lazy_table.LazyTable`; ``bench restore``). Format 3 had to walk
-  every stored row to find where the next one starts: about 17 ms for the 56 000 rows of a
-  100 000-event record, against under 3 ms here. Offsets out of range, not increasing or not one
-  per id are refused as a damaged snapshot;
+  with each table's ids and rows stored as byte strings instead of lists. ``row_bytes`` holds
+  the rows' own MessagePack encodings one after the other and ``row_ends`` where each ends
+  (little-endian uint64, one per row, the last one the length of ``row_bytes``), so row i lies
+  between ``row_ends[i-1]`` (0 for the first) and ``row_ends[i]``; ``id_bytes`` and
+  ``id_ends`` hold the ids (strings) alike. ``id_order`` and ``id_buckets`` (little-endian
+  uint32) are a hash index of the ids: an id's bucket is the xxh3_64 of its encoding modulo
+  the least power of two at or above the row count, ``id_order`` lists the row numbers by
+  bucket (row order within one) and ``id_buckets`` where each bucket starts in it. A restore
+  therefore decodes no id and no row and builds no dict of ids: the bytes come back as views
+  of the stored object, a key the log suffix uses is found through the index, and its row
+  decoded from its slice, when first used (:func:`record_from_snapshot`,
+  :class:`~kernel_lib.core.lazy_table.IndexedLazyTable`; ``bench restore``). For the 56 000
+  rows of a 100 000-event record, format 3's restore spends about 17 ms parsing past rows and
+  7 ms decoding ids into dicts; format 4's about 0.3 ms. Offsets out of range, not increasing
+  or not one per row, and an index that is not the index of its ids, are refused as a damaged
+  snapshot (an index is checked in full when every key is first needed). A table whose ids
+  are not all strings keeps its ``ids`` list;
 * ``kernel_lib.record-snapshot/3`` (still read, and still written for the delta chains that
   started in it): MessagePack (msgspec), every map's keys sorted, holding
   :meth:`TrajectoryRecord.state_dict` (the budget in integer micro-dollars). Each value keeps its

@@ -13,6 +13,10 @@ was) and is copied, deep-copied and pickled as one. It is not a ``dict`` subclas
 C code that reads a dict's storage directly (``dict(d)`` fast paths, encoders) would see the
 stored rows instead of the objects.
 
+:class:`IndexedLazyTable` goes one step further for format-4 record snapshots: it does not even
+hold a dict of the keys until one is needed, and finds a key through an index stored with the
+rows (:class:`KeyIndex`).
+
 Like a dict it is not safe for concurrent mutation from several threads: the record that holds
 it is owned by one thread at a time (the dispatch gate's), as every record is.
 """
