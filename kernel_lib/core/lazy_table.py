@@ -30,6 +30,7 @@ from typing import Any, Generic, Protocol, TypeVar
 __all__ = ["IndexedLazyTable", "KeyIndex", "LazyTable", "materialized"]
 
 V = TypeVar("V")
+_UNSET: Any = object()     # "no such key" (a stored value may be None)
 
 
 class LazyTable(MutableMapping[str, V], Generic[V]):
@@ -58,10 +59,12 @@ class LazyTable(MutableMapping[str, V], Generic[V]):
         return v
 
     def get(self, key: str, default: Any = None) -> Any:
-        try:
-            return self[key]
-        except KeyError:
+        v = self._data.get(key, _UNSET)      # no KeyError raised and caught for a missing key
+        if v is _UNSET:
             return default
+        if type(v) is self._stored_type:
+            v = self._data[key] = self._build(key, v)
+        return v
 
     def __setitem__(self, key: str, value: V) -> None:
         self._data[key] = value
@@ -135,8 +138,6 @@ class KeyIndex(Protocol):
     def keys(self) -> list[Any]:
         """Every key, in row order (checked: no key twice)."""
 
-
-_UNSET: Any = object()
 
 
 class IndexedLazyTable(LazyTable[V]):
@@ -228,6 +229,20 @@ class IndexedLazyTable(LazyTable[V]):
         if self._data is not None:
             return super().__len__()
         return len(self._index) - len(self._deleted) + len(self._added)   # type: ignore[arg-type]
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        if self._data is not None:
+            return super().get(key, default)
+        v = self._added.get(key, _UNSET)
+        if v is not _UNSET:
+            return v
+        i = self._row(key)
+        if i < 0:
+            return default
+        v = self._changed.get(i, _UNSET)
+        if v is _UNSET:
+            v = self._changed[i] = self._build(key, i)
+        return v
 
     @property
     def pending(self) -> int:
