@@ -430,8 +430,10 @@ def restore(store: LogStore, trajectory_id: str, blobs: BlobStore, *, target: in
         checkpoint_id: start from this checkpoint instead of the newest one at or before t.
         verify_blobs: hash every file blob of the final tree even without ``dest`` (default).
         lazy_rows: leave the record's table rows in their stored form until first read (default;
-            :class:`~kernel_lib.core.lazy_table.LazyTable`): the restore costs the record's shell
-            and the rows the suffix touches. False builds every row before returning, so a
+            :class:`~kernel_lib.core.lazy_table.LazyTable`, and for a format-4 snapshot
+            :class:`~kernel_lib.core.lazy_table.IndexedLazyTable`, which also leaves the ids
+            stored, found through their index): the restore costs the record's shell and the
+            keys and rows the suffix touches. False builds every row before returning, so a
             malformed row fails the restore itself (what a resuming worker asks for).
 
     Returns:
