@@ -27,9 +27,10 @@ from __future__ import annotations
 import hashlib
 import posixpath
 import re
+import threading
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Iterable, Iterator
+from typing import Callable, Iterable, Iterator
 
 from kernel_lib.errors import CheckpointError, UnrecoverableStateError
 from kernel_lib.log.fs import FileSystem, OsFileSystem
@@ -186,18 +187,47 @@ class BlobStore(ABC):
                                           f"({exc.strerror or exc})"
                                           + (f"; needed by {needed_by}" if needed_by else ""),
                                           missing=[(kind, digest)]) from None
-        why = ""
         if raw is None:
-            why = "is missing"
-        else:
-            self.stats.bytes_read += len(raw)
-            if sha256_hex(raw) != digest:
-                why = f"is damaged (its {len(raw)} bytes hash to {sha256_hex(raw)[:12]}…, not to its name)"
-        if why:
-            raise UnrecoverableStateError(f"{kind} {digest[:16]}… {why} in blob store {self.name}"
-                                          + (f"; needed by {needed_by}" if needed_by else ""),
-                                          missing=[(kind, digest)])
+            raise self._unusable(digest, "is missing", kind, needed_by)
+        self.stats.bytes_read += len(raw)
+        got = sha256_hex(raw)
+        if got != digest:
+            raise self._unusable(digest, _damaged(len(raw), got), kind, needed_by)
         return raw
+
+    def get_pending(self, digest: str, *, kind: str = "object", needed_by: str = "") -> tuple[bytes, "PendingCheck"]:
+        """The bytes of ``digest`` now, and the check of their digest still running: the restore
+        path's read of a large record snapshot (:func:`kernel_lib.checkpoint.restore.restore`),
+        which decodes the bytes while a background thread hashes them (hashlib releases the GIL
+        on large buffers, so on two cores the hash costs no wall time).
+
+        The bytes are **unverified** until :meth:`PendingCheck.wait` returns: nothing derived
+        from them may be returned, written or acted upon before that, and if anything derived
+        from them fails, the caller waits first, so that damage is reported as damage (the
+        error :meth:`get` raises) rather than as whatever the damaged bytes made fail. Objects
+        under :data:`PENDING_CHECK_MIN_BYTES` are hashed before returning (a thread would cost
+        more than it hides).
+
+        Raises:
+            UnrecoverableStateError: the object is missing or unreadable (as :meth:`get`); its
+                damage is raised by :meth:`PendingCheck.wait`.
+        """
+        if not is_digest(digest):
+            return self.get(digest, kind=kind, needed_by=needed_by), PendingCheck.done(None)
+        try:
+            raw = self._read(digest)
+        except OSError:
+            return self.get(digest, kind=kind, needed_by=needed_by), PendingCheck.done(None)
+        if raw is None:
+            raise self._unusable(digest, "is missing", kind, needed_by)
+        self.stats.bytes_read += len(raw)
+        return raw, PendingCheck(raw, digest, lambda got: self._unusable(digest, _damaged(len(raw), got), kind,
+                                                                         needed_by))
+
+    def _unusable(self, digest: str, why: str, kind: str, needed_by: str) -> UnrecoverableStateError:
+        return UnrecoverableStateError(f"{kind} {digest[:16]}… {why} in blob store {self.name}"
+                                       + (f"; needed by {needed_by}" if needed_by else ""),
+                                       missing=[(kind, digest)])
 
     def delete(self, digest: str) -> bool:
         """Remove one object (durably for a durable store); False if it was not stored.
@@ -219,6 +249,67 @@ class BlobStore(ABC):
         except OSError:
             return None
         return None if raw is None else len(raw)
+
+
+def _damaged(size: int, got: str) -> str:
+    return f"is damaged (its {size} bytes hash to {got[:12]}…, not to its name)"
+
+
+#: Objects at least this large (bytes) are hashed in a background thread by
+#: :meth:`BlobStore.get_pending`; smaller ones are hashed at once.
+PENDING_CHECK_MIN_BYTES = 1 << 20
+
+
+class PendingCheck:
+    """The SHA-256 check of bytes already handed out by :meth:`BlobStore.get_pending`, running
+    in a daemon thread (or already done). :meth:`wait` joins it and raises the damage error if
+    the bytes do not hash to their name; :meth:`damaged` joins it and says whether they do not.
+    Waiting again returns (or raises) the same answer."""
+
+    __slots__ = ("_thread", "_got", "_failure", "_digest", "_error")
+
+    def __init__(self, data: bytes | None, digest: str | None,
+                 error: "Callable[[str], UnrecoverableStateError] | None" = None) -> None:
+        self._digest, self._error = digest, error
+        self._got: str | None = None
+        self._failure: BaseException | None = None
+        self._thread: threading.Thread | None = None
+        if data is None:
+            return
+        if len(data) < PENDING_CHECK_MIN_BYTES:
+            self._got = sha256_hex(data)
+            return
+        self._thread = threading.Thread(target=self._hash, args=(data,), name="blob-digest-check", daemon=True)
+        self._thread.start()
+
+    @classmethod
+    def done(cls, digest: str | None) -> "PendingCheck":
+        """A check with nothing left to do (the bytes were verified already)."""
+        return cls(None, digest)
+
+    def _hash(self, data: bytes) -> None:
+        try:
+            self._got = sha256_hex(data)
+        except BaseException as exc:   # handed to the waiting thread  # noqa: BLE001
+            self._failure = exc
+
+    def _join(self) -> None:
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        if self._failure is not None:
+            raise self._failure
+
+    def damaged(self) -> bool:
+        """Wait for the check; True if the bytes do not hash to their name."""
+        self._join()
+        return self._digest is not None and self._got != self._digest
+
+    def wait(self) -> None:
+        """Wait for the check. Raises UnrecoverableStateError (the message and ``missing`` of
+        :meth:`BlobStore.get`) if the bytes do not hash to their name."""
+        if self.damaged() and self._error is not None:
+            raise self._error(self._got or "")
 
 
 class MemoryBlobStore(BlobStore):

@@ -8,7 +8,7 @@
    event), the workspace read must be that tree; otherwise the pair would be torn and nothing
    is captured.
 2. **serialize**: a full checkpoint encodes the complete record snapshot (binary,
-   ``record-snapshot/3``: :mod:`kernel_lib.checkpoint.state`) and tree object; an incremental
+   ``record-snapshot/4``: :mod:`kernel_lib.checkpoint.state`) and tree object; an incremental
    one encodes a record delta and a workspace delta against the previous published checkpoint
    (its base), plus the digest of the complete record snapshot, so restore can check what the
    chain rebuilds. An incremental checkpoint (and a consolidation) keeps the record format of
@@ -359,7 +359,7 @@ class Checkpointer:
         bad = [a for a in artifact_refs if not is_digest(a) or not self.blobs.has(a)]
         if bad:
             raise CheckpointError(f"required artifact(s) not stored intact in {self.blobs.name}: {bad[:3]}")
-        # 1. freeze (the layout of record-snapshot/3; a chain begun in format 1 takes its own below)
+        # 1. freeze (the state of record-snapshot/2 to /4; a chain begun in format 1 takes its own below)
         state = state_of(record, RECORD_FORMAT)
         tree, datas = (read_workspace(workspace, self.blobs, ignore=self.ignore) if workspace is not None
                        else (None, {}))

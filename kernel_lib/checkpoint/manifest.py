@@ -12,9 +12,10 @@ trajectory to:
   inputs);
 * the log prefix digest at p (``TrajectoryRecord.prefix_sha256``), and the reducer version and
   formats needed to read all of it (``versions``; ``record_format`` is
-  ``kernel_lib.record-snapshot/3``, MessagePack with each operation row holding its attempts,
-  for checkpoints written today; ``.../2`` (MessagePack, attempts in a table of their own) and
-  ``.../1`` (canonical JSON) for older ones and the delta chains built on them; all are read);
+  ``kernel_lib.record-snapshot/4``, MessagePack with each table's rows as one byte string and
+  their end offsets, for chains begun today; ``.../3`` (each row a MessagePack array of its
+  own), ``.../2`` (attempts in a table of their own) and ``.../1`` (canonical JSON) for older
+  ones and the delta chains built on them; all are read);
 * (format 2) ``covered_event_sha256``: the SHA-256 of the canonical bytes of the event at p
   (``Event.digest``; None when p is 0). The prefix digest chains every event 1..p, so checking
   it means reading the whole prefix; the event digest is checked by reading event p alone, and

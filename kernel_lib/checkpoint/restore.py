@@ -11,7 +11,13 @@ else, and calls no model and no tool. Its steps:
 2. read its manifest and, for an incremental one, every manifest of its chain back to a full
    base, verifying each object's SHA-256 as it is read, and check that the manifest is bound to
    this log: the digest of the event at p it records must be the digest of this log's event p
-   (:func:`check_binding`);
+   (:func:`check_binding`). The record snapshot, the one large object, is the exception: its
+   SHA-256 is computed in a background thread (:meth:`BlobStore.get_pending
+   <kernel_lib.checkpoint.blobs.BlobStore.get_pending>`) while steps 3 and 4 decode it and fold
+   the suffix into the record, and restore waits for that check before it goes on to the
+   workspace (step 5) or returns. If the bytes turn out damaged, whatever else failed
+   meanwhile, the restore is run again verifying as it reads, so the error (or the fallback to
+   an older checkpoint) is the one a verified read gives;
 3. rebuild the record at the covered position p (full snapshot, then each record delta, then a
    check of the resulting record's digest) and the tree at p (tree, then each workspace delta,
    each result checked against its tree id);
@@ -43,7 +49,7 @@ from kernel_lib.errors import CheckpointRetiredError, ConfigError, Unrecoverable
 from kernel_lib.core.events import CheckpointV2, Event, WorkspaceChanged
 from kernel_lib.log.base import LogStore
 from kernel_lib.core.record import TrajectoryRecord, fold_into, initial_record
-from kernel_lib.checkpoint.blobs import BlobStore
+from kernel_lib.checkpoint.blobs import BlobStore, PendingCheck
 from kernel_lib.checkpoint.manifest import CheckpointManifest
 from kernel_lib.checkpoint.retired import Tombstone, TrajectoryObjects, scan_trajectory
 from kernel_lib.checkpoint.state import (
@@ -92,8 +98,10 @@ class RestoreResult:
     ``checkpoint`` is the manifest used (None: folded from record_0), with ``chain_length`` deltas
     behind it. ``suffix_events`` were folded and ``workspace_changes`` applied after it.
     ``bytes_read`` counts blob-store bytes. ``timings_s`` (seconds): ``find``, ``load`` (manifests,
-    record and tree with their deltas, digests checked), ``fold``, ``workspace`` (logged deltas),
-    ``materialize`` (blob checks and file writes) and ``total``.
+    record and tree with their deltas, digests checked; the record snapshot's own digest is
+    checked in the background meanwhile), ``fold``, ``check_wait`` (what was left of that
+    background check when the fold ended), ``workspace`` (logged deltas), ``materialize`` (blob
+    checks and file writes) and ``total``.
 
     When the newest checkpoint at or before the target was retired (consolidated, §11.4.2),
     ``retired`` holds the tombstones met (who retired each checkpoint, and when), ``fallback``
@@ -300,7 +308,7 @@ def load_checkpoint(blobs: BlobStore, manifest_sha256: str, *, trajectory_id: st
         as_record: also build the :class:`TrajectoryRecord` (``record``); for a full checkpoint
             it is built straight from the snapshot and ``state`` is None.
         lazy_rows: with ``as_record``, leave a full checkpoint's table rows stored until first
-            read (:func:`~kernel_lib.checkpoint.state.record_from_snapshot`, format 3).
+            read (:func:`~kernel_lib.checkpoint.state.record_from_snapshot`, formats 3 and 4).
 
     This checks the checkpoint's own consistency; whether it belongs to a given log is checked
     by :func:`check_binding`.
@@ -310,12 +318,44 @@ def load_checkpoint(blobs: BlobStore, manifest_sha256: str, *, trajectory_id: st
             damaged, the chain is inconsistent (trajectory, positions, digests), or the rebuilt
             record or tree does not hash to the digest the manifest promises.
     """
+    checks: list[PendingCheck] = []
     with cyclic_gc_paused():   # decoding a chain builds many objects and frees few: skip the collector's passes
-        return _load_checkpoint(blobs, manifest_sha256, trajectory_id, expect, as_record, lazy_rows)
+        try:
+            loaded = _load_checkpoint(blobs, manifest_sha256, trajectory_id, expect, as_record, lazy_rows, checks)
+        except BaseException:
+            damage = _damage_in(checks)
+            if damage is None:
+                raise
+            raise damage from None
+        damage = _damage_in(checks)
+        if damage is not None:
+            raise damage
+    return loaded
+
+
+def _damage_in(checks: list[PendingCheck] | None) -> UnrecoverableStateError | None:
+    """Wait for every pending digest check; the damage error of the first whose bytes do not hash
+    to their name (as :meth:`BlobStore.get` would have raised it), or None."""
+    for check in checks or ():
+        try:
+            check.wait()
+        except UnrecoverableStateError as exc:
+            return exc
+    return None
+
+
+class _DamageFoundLate(Exception):
+    """Internal to :func:`restore`: the record snapshot's pending digest check failed after the
+    checkpoint was chosen; the restore is run again with every object verified as it is read."""
 
 
 def _load_checkpoint(blobs: BlobStore, manifest_sha256: str, trajectory_id: str | None,
-                     expect: CheckpointV2 | None, as_record: bool, lazy_rows: bool) -> LoadedCheckpoint:
+                     expect: CheckpointV2 | None, as_record: bool, lazy_rows: bool,
+                     checks: list[PendingCheck] | None = None) -> LoadedCheckpoint:
+    """:func:`load_checkpoint` itself. With ``checks`` (a list), the base's record snapshot is read
+    with :meth:`BlobStore.get_pending`: it is decoded while its digest is checked in the
+    background, and the check is appended to ``checks`` for the caller to wait for before it
+    trusts anything returned (or lets an error out: damage must be reported as damage)."""
     start = blobs.stats.bytes_read
     chain = load_chain(blobs, manifest_sha256, trajectory_id=trajectory_id, expect=expect)
     top = chain[-1][1]
@@ -327,7 +367,11 @@ def _load_checkpoint(blobs: BlobStore, manifest_sha256: str, trajectory_id: str 
             raise UnrecoverableStateError(f"checkpoint {m.checkpoint_id} holds record format {m.record_format!r} "
                                           f"on a chain whose base {base.checkpoint_id} holds {fmt!r}",
                                           missing=[("record delta", m.record["delta"])])
-    snapshot = blobs.get(base.record["snapshot"], kind="record snapshot", needed_by=who)
+    if checks is None:
+        snapshot = blobs.get(base.record["snapshot"], kind="record snapshot", needed_by=who)
+    else:
+        snapshot, check = blobs.get_pending(base.record["snapshot"], kind="record snapshot", needed_by=who)
+        checks.append(check)
     record = None
     if as_record and len(chain) == 1:
         state, record = None, record_from_snapshot(snapshot, name=base.record["snapshot"][:16], format=fmt,
@@ -386,8 +430,10 @@ def restore(store: LogStore, trajectory_id: str, blobs: BlobStore, *, target: in
         checkpoint_id: start from this checkpoint instead of the newest one at or before t.
         verify_blobs: hash every file blob of the final tree even without ``dest`` (default).
         lazy_rows: leave the record's table rows in their stored form until first read (default;
-            :class:`~kernel_lib.core.lazy_table.LazyTable`): the restore costs the record's shell
-            and the rows the suffix touches. False builds every row before returning, so a
+            :class:`~kernel_lib.core.lazy_table.LazyTable`, and for a format-4 snapshot
+            :class:`~kernel_lib.core.lazy_table.IndexedLazyTable`, which also leaves the ids
+            stored, found through their index): the restore costs the record's shell and the
+            keys and rows the suffix touches. False builds every row before returning, so a
             malformed row fails the restore itself (what a resuming worker asks for).
 
     Returns:
@@ -403,11 +449,101 @@ def restore(store: LogStore, trajectory_id: str, blobs: BlobStore, *, target: in
             link, under a regular file, a name or path too long); nothing is left at ``dest``.
         FoldError: the log suffix does not fold (from the reducer).
     """
+    try:
+        return _restore(store, trajectory_id, blobs, target, dest, checkpoint_id, verify_blobs, lazy_rows, True)
+    except _DamageFoundLate:
+        # the record snapshot was damaged: run again verifying every object as it is read, so the
+        # damage is met where it always was (an UnrecoverableStateError naming the snapshot, or the
+        # fallback to an older checkpoint when this one was retired)
+        return _restore(store, trajectory_id, blobs, target, dest, checkpoint_id, verify_blobs, lazy_rows, False)
+
+
+def _restore(store: LogStore, trajectory_id: str, blobs: BlobStore, target: int | None,
+             dest: str | os.PathLike | None, checkpoint_id: str | None, verify_blobs: bool, lazy_rows: bool,
+             pipelined: bool) -> RestoreResult:
+    """:func:`restore`; ``pipelined``: check the record snapshot's digest in the background while
+    it is decoded and the suffix is read and folded, waiting for the check before anything
+    further (raises _DamageFoundLate if it fails after the checkpoint was chosen)."""
     t0 = time.perf_counter()
     head = store.head(trajectory_id)
     target = head if target is None else target
     if type(target) is not int or not 0 <= target <= head:
         raise ConfigError(f"target position {target!r} is outside the log of {trajectory_id!r} (0..{head})")
+    checks: list[PendingCheck] | None = [] if pipelined else None
+    try:
+        found = _find_load_fold(store, trajectory_id, blobs, target, checkpoint_id, lazy_rows, checks)
+        if _damage_in(checks) is not None:   # nothing derived from the snapshot is used before this
+            raise _DamageFoundLate()
+    except _DamageFoundLate:
+        raise
+    except BaseException:
+        if _damage_in(checks) is not None:
+            raise _DamageFoundLate() from None
+        raise
+    record, tree, covered, suffix, window, loaded = (found.record, found.tree, found.covered, found.suffix,
+                                                     found.window, found.loaded)
+    t1, t2, t3 = found.t_found, found.t_loaded, time.perf_counter()
+    try:
+        tree, changes = _suffix_workspace(store, trajectory_id, blobs, suffix, covered, tree, found.log_tree_at_start,
+                                          window)
+    except UnrecoverableStateError as exc:
+        tomb = _tombstone_of(blobs, trajectory_id, exc, [], found.scanned)
+        if tomb is None:
+            raise
+        raise _retired_error(tomb, target, f"the workspace at position {target} is known only from that checkpoint",
+                             exc) from None
+    if record.workspace_tree_sha256 is not None and (tree is None or tree.sha256 != record.workspace_tree_sha256):
+        raise UnrecoverableStateError(
+            f"the log says the workspace at position {target} is tree {record.workspace_tree_sha256[:12]}…, but the "
+            f"restore arrived at {tree.sha256[:12] + '…' if tree is not None else 'no tree'}",
+            missing=[("workspace tree", record.workspace_tree_sha256)])
+    t4 = time.perf_counter()
+    out_dir = None
+    if tree is not None and (dest is not None or verify_blobs):
+        materialize(tree, blobs, dest, needed_by=f"the workspace at position {target}")
+        out_dir = Path(dest) if dest is not None else None
+    t5 = time.perf_counter()
+    return RestoreResult(
+        record=record, target=target, tree=tree, workspace_dir=out_dir,
+        checkpoint=loaded.manifest if loaded else None,
+        checkpoint_manifest_sha256=loaded.manifest_sha256 if loaded else None,
+        chain_length=len(loaded.chain) - 1 if loaded else 0, suffix_events=len(suffix), workspace_changes=changes,
+        bytes_read=blobs.stats.bytes_read - found.read0,
+        timings_s={"find": t1 - t0, "load": t2 - t1, "fold": found.t_folded - t2,
+                   "check_wait": t3 - found.t_folded, "workspace": t4 - t3, "materialize": t5 - t4, "total": t5 - t0},
+        retired=tuple(found.retired), fallback=found.fallback,
+        fallback_to=(None if not found.retired else f"checkpoint {loaded.manifest.checkpoint_id}" if loaded
+                     else "log"))
+
+
+
+
+@dataclass
+class _Folded:
+    """What :func:`_find_load_fold` reached: the record at the target and the tree at the covered
+    position, with what the rest of :func:`restore` needs and the phase clocks (perf_counter s)."""
+
+    record: TrajectoryRecord
+    tree: Tree | None
+    covered: int
+    suffix: list[Event]
+    window: list[Event]
+    loaded: LoadedCheckpoint | None
+    log_tree_at_start: str | None
+    retired: list[Tombstone]
+    scanned: list[TrajectoryObjects]
+    fallback: str | None
+    read0: int
+    t_found: float
+    t_loaded: float
+    t_folded: float
+
+
+def _find_load_fold(store: LogStore, trajectory_id: str, blobs: BlobStore, target: int, checkpoint_id: str | None,
+                    lazy_rows: bool, checks: list[PendingCheck] | None) -> _Folded:
+    """Steps 1 to 4 of the module docstring for the record: find the checkpoint, load it (when
+    ``checks`` is a list, the record snapshot is read with its digest check pending, appended
+    there), fold the suffix."""
     ev, window = find_checkpoint(store, trajectory_id, target, checkpoint_id=checkpoint_id)
     if checkpoint_id is not None and ev is None:
         raise ConfigError(f"no published checkpoint {checkpoint_id!r} at or before position {target}")
@@ -418,15 +554,21 @@ def restore(store: LogStore, trajectory_id: str, blobs: BlobStore, *, target: in
     scanned: list[TrajectoryObjects] = []
     while ev is not None:
         p: CheckpointV2 = ev.payload
+        attempt: list[PendingCheck] | None = None if checks is None else []
         try:
-            loaded = load_checkpoint(blobs, p.manifest_sha256, trajectory_id=trajectory_id, expect=p, as_record=True,
-                                     lazy_rows=lazy_rows)
+            with cyclic_gc_paused():   # decoding a chain builds many objects and frees few
+                loaded = _load_checkpoint(blobs, p.manifest_sha256, trajectory_id, p, True, lazy_rows, attempt)
             check_binding(store, trajectory_id, loaded.manifest, p.manifest_sha256, events=window)
+            if checks is not None and attempt:
+                checks.extend(attempt)
             break
-        except UnrecoverableStateError as exc:
+        except UnrecoverableStateError as caught:
+            exc = _damage_in(attempt) or caught   # damaged bytes are reported as damage, as a verified read would
             tomb = _tombstone_of(blobs, trajectory_id, exc, [p.manifest_sha256], scanned)
             if tomb is None:
-                raise
+                if exc is caught:
+                    raise
+                raise exc from None
             retired.append(tomb)
             if checkpoint_id is not None:
                 raise _retired_error(tomb, target, f"checkpoint {checkpoint_id} was asked for by name", exc) from None
@@ -457,37 +599,8 @@ def restore(store: LogStore, trajectory_id: str, blobs: BlobStore, *, target: in
         suffix = list(store.read(trajectory_id, covered + 1, first - 1)) + suffix
     log_tree_at_start = record.workspace_tree_sha256
     fold_into(record, suffix)
-    t3 = time.perf_counter()
-    try:
-        tree, changes = _suffix_workspace(store, trajectory_id, blobs, suffix, covered, tree, log_tree_at_start,
-                                          window)
-    except UnrecoverableStateError as exc:
-        tomb = _tombstone_of(blobs, trajectory_id, exc, [], scanned)
-        if tomb is None:
-            raise
-        raise _retired_error(tomb, target, f"the workspace at position {target} is known only from that checkpoint",
-                             exc) from None
-    if record.workspace_tree_sha256 is not None and (tree is None or tree.sha256 != record.workspace_tree_sha256):
-        raise UnrecoverableStateError(
-            f"the log says the workspace at position {target} is tree {record.workspace_tree_sha256[:12]}…, but the "
-            f"restore arrived at {tree.sha256[:12] + '…' if tree is not None else 'no tree'}",
-            missing=[("workspace tree", record.workspace_tree_sha256)])
-    t4 = time.perf_counter()
-    out_dir = None
-    if tree is not None and (dest is not None or verify_blobs):
-        materialize(tree, blobs, dest, needed_by=f"the workspace at position {target}")
-        out_dir = Path(dest) if dest is not None else None
-    t5 = time.perf_counter()
-    return RestoreResult(
-        record=record, target=target, tree=tree, workspace_dir=out_dir,
-        checkpoint=loaded.manifest if loaded else None,
-        checkpoint_manifest_sha256=loaded.manifest_sha256 if loaded else None,
-        chain_length=len(loaded.chain) - 1 if loaded else 0, suffix_events=len(suffix), workspace_changes=changes,
-        bytes_read=blobs.stats.bytes_read - read0,
-        timings_s={"find": t1 - t0, "load": t2 - t1, "fold": t3 - t2, "workspace": t4 - t3,
-                   "materialize": t5 - t4, "total": t5 - t0},
-        retired=tuple(retired), fallback=fallback,
-        fallback_to=(None if not retired else f"checkpoint {loaded.manifest.checkpoint_id}" if loaded else "log"))
+    return _Folded(record, tree, covered, suffix, window, loaded, log_tree_at_start, retired, scanned, fallback, read0,
+                   t1, t2, time.perf_counter())
 
 
 def _tombstone_of(blobs: BlobStore, trajectory_id: str, exc: UnrecoverableStateError, also: list[str],
