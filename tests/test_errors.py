@@ -39,7 +39,8 @@ PACKAGE = Path(kernel_lib.__file__).parent
 ERRORS_PY = PACKAGE / "errors.py"
 #: private control-flow signals that never leave their module: the segment reader's unsupported frame,
 # and core.canonical's "this value needs the reference RFC 8785 encoder"
-ALLOWED_ELSEWHERE = {("log/segment.py", "_Unsupported"), ("core/canonical.py", "_Slow")}
+ALLOWED_ELSEWHERE = {("log/segment.py", "_Unsupported"), ("core/canonical.py", "_Slow"),
+                     ("checkpoint/restore.py", "_DamageFoundLate")}   # private control flow, never raised out
 
 RETRYABLE = {StoreBusyError, QuorumUnavailableError, CoordinatorUnavailableError, LeaseHeldError, BackpressureError}
 
