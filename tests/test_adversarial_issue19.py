@@ -58,3 +58,35 @@ def test_an_unreadable_or_hidden_host_argument_is_refused(args):
 def test_legitimate_calls_still_pass(command):
     d = check_tool_call(POLICY, "t1", "shell", {"command": command})
     assert d.allowed, (command, d.destinations)
+
+
+# --- the gateway's call arguments are checked before the tool runs (gateway.py) -------------------------------
+
+from kernel_lib.errors import GatewayConfigError  # noqa: E402
+from kernel_lib.recovery.gateway.gateway import ToolGateway  # noqa: E402
+
+
+@pytest.mark.parametrize("kwargs", [
+    {"attempt": -1}, {"attempt": True}, {"attempt": 1.0}, {"timeout_s": "5"}, {"timeout_s": float("nan")},
+    {"timeout_s": -1.0}, {"timeout_s": 0}, {"previous_delay_s": "x"}, {"previous_delay_s": float("inf")},
+])
+def test_a_bad_call_argument_is_refused_before_the_tool_runs(kwargs):
+    ran = []
+    g = ToolGateway(rng=1)
+    g.register("dep", "internal_rpc")
+    try:
+        with pytest.raises(GatewayConfigError):
+            g.call("dep", lambda: ran.append(1), **kwargs)
+        assert ran == []
+        assert g.bulkheads["internal_rpc"].running == 0
+    finally:
+        g.close()
+
+
+@pytest.mark.parametrize("dependency_id", ["", 5, None, "x" * 513])
+def test_a_bad_dependency_id_is_refused_even_without_a_breaker(dependency_id):
+    g = ToolGateway()
+    with pytest.raises(GatewayConfigError):
+        g.register(dependency_id, "local")
+    with pytest.raises(GatewayConfigError):
+        g.register("ok", ["local"])

@@ -33,6 +33,7 @@ virtual clock's).
 from __future__ import annotations
 
 import asyncio
+import math
 import random
 import threading
 import time
@@ -65,6 +66,21 @@ class Route:
     domain: str
     breaker: CircuitBreaker | None
     backoff: BackoffPolicy | None
+
+
+def _call_arguments(attempt: Any, previous_delay_s: Any, timeout_s: Any) -> None:
+    """Check a call's own arguments before anything is dispatched (a bad one found after the tool
+    ran would lose its observation). Raises GatewayConfigError."""
+    if type(attempt) is not int or attempt < 0:
+        raise GatewayConfigError(f"attempt must be an integer >= 0 (0 for the first call), got {attempt!r}",
+                                 field="attempt")
+    for name, v, positive in (("previous_delay_s", previous_delay_s, False), ("timeout_s", timeout_s, True)):
+        if v is None:
+            continue
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) \
+                or (v <= 0 if positive else v < 0):
+            raise GatewayConfigError(f"{name} must be None or a finite number of seconds {'> 0' if positive else '>= 0'}"
+                                     f", got {v!r}", field=name)
 
 
 def bulkhead_observation(code: str, dependency_id: str, domain: str, spec: DomainSpec, *, attempt: int = 0
@@ -128,8 +144,11 @@ class ToolGateway:
         None (no breaker), or omitted (the domain's, table 10). ``backoff``: a :class:`BackoffPolicy`,
         None, or omitted (the domain's). Registering again replaces the route (and its breaker).
 
-        Raises GatewayConfigError for an unknown domain or a bad policy."""
-        if domain not in self.domains:
+        Raises GatewayConfigError for an unknown domain, a bad dependency id or a bad policy."""
+        if not isinstance(dependency_id, str) or not dependency_id or len(dependency_id) > 512:
+            raise GatewayConfigError(f"dependency_id must be a non-empty str of at most 512 characters, got "
+                                     f"{dependency_id!r}", field="dependency_id")
+        if not isinstance(domain, str) or domain not in self.domains:
             raise GatewayConfigError(f"unknown domain {domain!r}; known: {', '.join(self.domains)}", field="domain")
         spec = self.domains[domain]
         cfg = spec.breaker if breaker is _DEFAULT else breaker
@@ -151,7 +170,8 @@ class ToolGateway:
         return route
 
     def route(self, dependency_id: str) -> Route:
-        """The registered route. Raises GatewayConfigError for an unregistered dependency."""
+        """The registered route. Raises GatewayConfigError for an unregistered dependency or a bad ``attempt`` / ``timeout_s`` / ``previous_delay_s``
+        (checked before anything is dispatched)."""
         r = self.routes.get(dependency_id)
         if r is None:
             raise GatewayConfigError(f"dependency {dependency_id!r} is not registered with the gateway "
@@ -205,8 +225,10 @@ class ToolGateway:
         ``previous_delay_s``: the last delay (decorrelated jitter); ``timeout_s``: overrides the
         domain's call timeout. Returns the real or synthetic observation; never raises for what the
         tool did (``KeyboardInterrupt`` / ``SystemExit`` propagate). Raises GatewayConfigError
-        for an unregistered dependency."""
+        for an unregistered dependency or a bad ``attempt`` / ``timeout_s`` / ``previous_delay_s``
+        (checked before anything is dispatched)."""
         r = self.route(dependency_id)
+        _call_arguments(attempt, previous_delay_s, timeout_s)
         refused = self._peek_open(r, attempt)
         if refused is not None:
             return refused
@@ -235,6 +257,7 @@ class ToolGateway:
         """The asyncio form of :meth:`call` (``fn`` is a coroutine function; the domain's
         :class:`AsyncBulkhead` on this loop; a timed-out call is cancelled)."""
         r = self.route(dependency_id)
+        _call_arguments(attempt, previous_delay_s, timeout_s)
         refused = self._peek_open(r, attempt)
         if refused is not None:
             return refused
