@@ -79,8 +79,9 @@ def _call_arguments(attempt: Any, previous_delay_s: Any, timeout_s: Any) -> None
             continue
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) \
                 or (v <= 0 if positive else v < 0):
-            raise GatewayConfigError(f"{name} must be None or a finite number of seconds {'> 0' if positive else '>= 0'}"
-                                     f", got {v!r}", field=name)
+            bound = "> 0" if positive else ">= 0"
+            raise GatewayConfigError(f"{name} must be None or a finite number of seconds {bound}, got {v!r}",
+                                     field=name)
 
 
 def bulkhead_observation(code: str, dependency_id: str, domain: str, spec: DomainSpec, *, attempt: int = 0
@@ -170,8 +171,7 @@ class ToolGateway:
         return route
 
     def route(self, dependency_id: str) -> Route:
-        """The registered route. Raises GatewayConfigError for an unregistered dependency or a bad ``attempt`` / ``timeout_s`` / ``previous_delay_s``
-        (checked before anything is dispatched)."""
+        """The registered route. Raises GatewayConfigError for an unregistered dependency."""
         r = self.routes.get(dependency_id)
         if r is None:
             raise GatewayConfigError(f"dependency {dependency_id!r} is not registered with the gateway "
