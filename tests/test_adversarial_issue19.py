@@ -90,3 +90,22 @@ def test_a_bad_dependency_id_is_refused_even_without_a_breaker(dependency_id):
         g.register(dependency_id, "local")
     with pytest.raises(GatewayConfigError):
         g.register("ok", ["local"])
+
+
+# --- herd: a run too large to finish is refused up front (sim/herd.py) -----------------------------------------
+
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+
+from kernel_lib.errors import HerdConfigError  # noqa: E402
+from kernel_lib.sim.herd import HerdConfig  # noqa: E402
+
+
+def test_ten_million_agents_is_a_clear_error_not_an_hours_long_run():
+    with pytest.raises(HerdConfigError):
+        HerdConfig(agents=10_000_000)
+    with pytest.raises(HerdConfigError):
+        HerdConfig(agents=100_000, calls_per_agent=1000)
+    r = subprocess.run([sys.executable, "-m", "kernel_lib", "herd", "--agents", "10000000", "--json"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "agents" in r.stderr and "Traceback" not in r.stderr

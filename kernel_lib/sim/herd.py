@@ -81,6 +81,13 @@ def _num(name: str, value: Any, low: float, high: float = math.inf, *, low_open:
     return float(value)
 
 
+#: the most agents one run simulates (10,000 take about a second, 100,000 about ten; the time per
+#: agent grows with the queue, so ten million would take hours and gigabytes)
+AGENTS_MAX = 1_000_000
+#: the most first calls (agents x calls_per_agent) one run simulates
+CALLS_MAX = 10_000_000
+
+
 def _int(name: str, value: Any, low: int, high: int) -> int:
     if type(value) is not int or not low <= value <= high:
         raise HerdConfigError(f"{name} must be an integer in [{low}, {high}], got {value!r}", field=name)
@@ -94,7 +101,8 @@ class HerdConfig:
     Defaults: the chapter's numbers where it gives them (a service of 200 req/s, figure 4's text;
     L_nom = 50 ms; T_timeout = 5 s; T_0 = 1 s and T_max = 30 s, Napkin Math 0.4; a 2 ms dispatch
     jitter; L_degraded = 2 s for the ``"slow"`` mode), agents whose first calls spread over 2 s, a
-    3 s ``"stall"`` outage from t = 0 that ends in a restart, and 8 retries at most.
+    3 s ``"stall"`` outage from t = 0 that ends in a restart, and 8 retries at most. At most
+    :data:`AGENTS_MAX` agents and :data:`CALLS_MAX` first calls in one run.
 
     Raises:
         HerdConfigError: a field out of range (``field`` names it).
@@ -122,8 +130,11 @@ class HerdConfig:
     horizon_s: float = 3600.0
 
     def __post_init__(self) -> None:
-        _int("agents", self.agents, 1, 10_000_000)
+        _int("agents", self.agents, 1, AGENTS_MAX)
         _int("calls_per_agent", self.calls_per_agent, 1, 1_000_000)
+        if self.agents * self.calls_per_agent > CALLS_MAX:
+            raise HerdConfigError(f"agents x calls_per_agent = {self.agents * self.calls_per_agent} exceeds "
+                                  f"{CALLS_MAX}: a run that size takes hours and gigabytes", field="calls_per_agent")
         _num("think_s", self.think_s, 0)
         _num("start_spread_s", self.start_spread_s, 0)
         _num("capacity_per_s", self.capacity_per_s, 0, low_open=True)
