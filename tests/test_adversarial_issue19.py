@@ -109,3 +109,48 @@ def test_ten_million_agents_is_a_clear_error_not_an_hours_long_run():
     r = subprocess.run([sys.executable, "-m", "kernel_lib", "herd", "--agents", "10000000", "--json"],
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 2 and "agents" in r.stderr and "Traceback" not in r.stderr
+
+
+# --- taint: a long tainted lineage stays linear (taint.py: blocked_by names at most BLOCKED_BY_MAX) -------------
+
+import hashlib  # noqa: E402
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from kernel_lib.recovery.quarantine.taint import BLOCKED_BY_MAX, Artifact, TaintState, taint_states  # noqa: E402
+
+
+def _h(i: int) -> str:
+    return hashlib.sha256(str(i).encode()).hexdigest()
+
+
+def _chain(n: int) -> dict[str, Artifact]:
+    return {_h(i): Artifact(_h(i), "t1", i, (_h(i - 1),) if i else ()) for i in range(n)}
+
+
+@settings(max_examples=30, deadline=None)
+@given(n=st.integers(1, 60), tainted=st.sets(st.integers(0, 59)))
+def test_blocked_by_is_the_smallest_of_the_true_origins(n, tainted):
+    arts = _chain(n)
+    marked = {i for i in tainted if i < n}
+    views = taint_states(arts, [(_h(i), 7) for i in marked], [])
+    for i in range(n):
+        v = views[_h(i)]
+        origins = {_h(j) for j in marked if j <= i}      # every tainted ancestor (no clearance)
+        if not origins:
+            assert v.state is TaintState.UNTAINTED and v.blocked_by == ()
+            continue
+        if i in marked:
+            assert v.state is TaintState.TAINTED and v.blocked_by[0] == _h(i)
+            assert list(v.blocked_by[1:]) == sorted(origins - {_h(i)})[:BLOCKED_BY_MAX - 1]
+        else:
+            assert v.state is TaintState.SUSPECT
+            assert list(v.blocked_by) == sorted(origins)[:BLOCKED_BY_MAX]
+
+
+def test_a_long_fully_tainted_chain_is_computed_with_bounded_views():
+    n = 5000           # before the fix: every view named all its tainted ancestors, O(n^2) (about 5 s here)
+    arts = _chain(n)
+    views = taint_states(arts, [(h, 3) for h in arts], [])
+    assert all(v.state is TaintState.TAINTED and len(v.blocked_by) <= BLOCKED_BY_MAX for v in views.values())

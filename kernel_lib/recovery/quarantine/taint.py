@@ -28,6 +28,7 @@ clearance released: a clearance covers only the marks before it.
 
 from __future__ import annotations
 
+import heapq
 import re
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -171,7 +172,8 @@ def check_clearance(clearance: Clearance, *, agent_ids: Collection[str] = ()) ->
 class TaintView:
     """One artifact's state. ``blocked_since``: the ledger sequence number of the taint mark that
     blocks it (None when readable); ``blocked_by``: the tainted artifacts its state comes from
-    (itself when TAINTED); ``cleared_at``: its latest clearance's sequence number, if any."""
+    (itself first when TAINTED; at most :data:`BLOCKED_BY_MAX`, the smallest hashes);
+    ``cleared_at``: its latest clearance's sequence number, if any."""
 
     sha256: str
     state: TaintState
@@ -214,6 +216,20 @@ def _topological(artifacts: Mapping[str, Artifact]) -> list[str]:
     return order
 
 
+#: The most hashes a view's ``blocked_by`` names: the smallest ones (an artifact deep in a long
+#: tainted lineage is blocked by every tainted ancestor; naming them all made a chain of n tainted
+#: artifacts cost O(n^2) time and memory).
+BLOCKED_BY_MAX = 16
+
+
+def _smallest(hashes: set[str]) -> frozenset[str]:
+    """The :data:`BLOCKED_BY_MAX` smallest of ``hashes`` (the k smallest of a union are the k
+    smallest of the union of each part's k smallest, so trimming at every node is exact)."""
+    if len(hashes) <= BLOCKED_BY_MAX:
+        return frozenset(hashes)
+    return frozenset(heapq.nsmallest(BLOCKED_BY_MAX, hashes))
+
+
 def taint_states(artifacts: Mapping[str, Artifact], taint_marks: Iterable[tuple[str, int]],
                  clearances: Iterable[tuple[str, int]]) -> dict[str, TaintView]:
     """The state of every artifact (module docstring). ``taint_marks`` and ``clearances`` are
@@ -244,14 +260,17 @@ def taint_states(artifacts: Mapping[str, Artifact], taint_marks: Iterable[tuple[
                 inherited = b if inherited is None else max(inherited, b)
                 inh_origins |= origins[p]
         if own is not None:
-            state, b, orig = TaintState.TAINTED, max(own, inherited or own), frozenset({sha}) | inh_origins
+            state, b, orig = TaintState.TAINTED, max(own, inherited or own), _smallest(inh_origins | {sha})
         elif inherited is not None:
-            state, b, orig = TaintState.SUSPECT, inherited, frozenset(inh_origins)
+            state, b, orig = TaintState.SUSPECT, inherited, _smallest(inh_origins)
         else:
             state, b, orig = (TaintState.CLEARED if sha in cleared else TaintState.UNTAINTED), None, frozenset()
         block[sha], origins[sha] = b, orig
-        out[sha] = TaintView(sha, state, b, tuple(sorted(orig)) if state is not TaintState.TAINTED
-                             else (sha,) + tuple(sorted(orig - {sha})), cleared.get(sha))
+        if state is TaintState.TAINTED:
+            by = (sha,) + tuple(sorted(orig - {sha}))[:BLOCKED_BY_MAX - 1]
+        else:
+            by = tuple(sorted(orig))
+        out[sha] = TaintView(sha, state, b, by, cleared.get(sha))
     return {sha: out[sha] for sha in artifacts}
 
 
