@@ -154,3 +154,17 @@ def test_a_long_fully_tainted_chain_is_computed_with_bounded_views():
     arts = _chain(n)
     views = taint_states(arts, [(h, 3) for h in arts], [])
     assert all(v.state is TaintState.TAINTED and len(v.blocked_by) <= BLOCKED_BY_MAX for v in views.values())
+
+
+# --- clearance: an agent in disguise is still an agent (taint.py: identities compared normalized) -----------
+
+from kernel_lib.errors import ClearanceRefused  # noqa: E402
+from kernel_lib.recovery.quarantine.taint import Clearance, Verifier, check_clearance  # noqa: E402
+
+
+@pytest.mark.parametrize("identity", [" t1", "t1 ", "T1", "\uff54\uff11", "t1\n"])
+def test_an_agent_disguised_as_an_operator_cannot_clear(identity):
+    c = Clearance(_h(1), Verifier("operator", identity), "reviewed the diff")
+    with pytest.raises(ClearanceRefused):
+        check_clearance(c, agent_ids={"t1"})
+    check_clearance(Clearance(_h(1), Verifier("operator", "alice"), "reviewed the diff"), agent_ids={"t1"})

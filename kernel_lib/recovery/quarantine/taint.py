@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import heapq
 import re
+import unicodedata
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
@@ -133,6 +134,12 @@ class Clearance:
     statement: str = ""
 
 
+def _ident(text: str) -> str:
+    """An identity as compared with the agents' ids: without surrounding blanks, case-folded, with
+    compatibility forms folded (a full-width "ｔ１" or " T1 " is the trajectory t1 in disguise)."""
+    return unicodedata.normalize("NFKC", text).strip().casefold()
+
+
 def check_clearance(clearance: Clearance, *, agent_ids: Collection[str] = ()) -> None:
     """Refuse a clearance that is not independent (definition 0.3's common pitfall).
 
@@ -156,7 +163,7 @@ def check_clearance(clearance: Clearance, *, agent_ids: Collection[str] = ()) ->
     if not isinstance(v.identity, str) or not v.identity.strip():
         raise ClearanceRefused("a clearance must name its verifier's identity", verifier_kind=v.kind,
                                verifier_id=v.identity)
-    if v.identity in set(agent_ids):
+    if _ident(v.identity) in {_ident(a) for a in agent_ids if isinstance(a, str)}:   # " t1", "T1" are t1
         raise ClearanceRefused(f"{v.identity!r} is an agent trajectory, not an independent verifier: a trajectory "
                                "cannot clear output, its own or a peer's", verifier_kind=v.kind,
                                verifier_id=v.identity)
