@@ -168,3 +168,85 @@ def test_an_agent_disguised_as_an_operator_cannot_clear(identity):
     with pytest.raises(ClearanceRefused):
         check_clearance(c, agent_ids={"t1"})
     check_clearance(Clearance(_h(1), Verifier("operator", "alice"), "reviewed the diff"), agent_ids={"t1"})
+
+
+# --- a caller's cancellation is not the dependency's failure (runner.py / gateway.py: CircuitBreaker.abandon) ---
+
+import asyncio  # noqa: E402
+
+from kernel_lib.recovery.gateway.breaker import BreakerConfig  # noqa: E402
+from kernel_lib.recovery.gateway.bulkhead import DomainSpec  # noqa: E402
+from kernel_lib.recovery.gateway.runner import CircuitBreaker  # noqa: E402
+
+_CFG = BreakerConfig(window_size=2, minimum_calls=2, cooldown_s=1.0, cooldown_max_s=4.0, canary_timeout_s=100.0)
+
+
+def _gateway(clock):
+    g = ToolGateway({"ext": DomainSpec("ext", 2, 8, 1.0, 5.0, _CFG)}, clock=lambda: clock[0], rng=1)
+    g.register("dep", "ext")
+    return g
+
+
+async def _hang():
+    await asyncio.sleep(100)
+
+
+async def _fail():
+    raise ConnectionError("refused")
+
+
+def test_cancelled_callers_do_not_trip_the_breaker_of_a_healthy_dependency():
+    clock = [0.0]
+    g = _gateway(clock)
+
+    async def main():
+        tasks = [asyncio.create_task(g.acall("dep", _hang)) for _ in range(6)]
+        await asyncio.sleep(0.05)
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        bh = g._async_bulkheads[asyncio.get_running_loop()]["ext"]
+        return g.breaker("dep").state().state, bh.running, bh.waiting
+
+    assert asyncio.run(main()) == ("closed", 0, 0)
+    cb = CircuitBreaker("d", _CFG, clock=lambda: clock[0])
+
+    async def cancelled():
+        t = asyncio.create_task(cb.acall(_hang))
+        await asyncio.sleep(0.01)
+        t.cancel()
+        await asyncio.gather(t, return_exceptions=True)
+
+    for _ in range(3):
+        asyncio.run(cancelled())
+    assert cb.state().state == "closed"
+
+
+def test_a_cancelled_canary_reopens_at_once_and_concurrent_callers_get_one_canary():
+    clock = [0.0]
+    g = _gateway(clock)
+    dispatched = []
+
+    async def probe():
+        dispatched.append(1)
+        await asyncio.sleep(0.05)
+        return "ok"
+
+    async def main():
+        for _ in range(2):
+            await g.acall("dep", _fail)
+        assert g.breaker("dep").state().state == "open"
+        clock[0] = 2.0
+        t = asyncio.create_task(g.acall("dep", _hang))
+        await asyncio.sleep(0.01)
+        t.cancel()
+        await asyncio.gather(t, return_exceptions=True)
+        st = g.breaker("dep").state()
+        assert st.state == "open" and st.canaries == () and st.cooldown_s == 2.0   # not wedged half-open
+        clock[0] = 10.0
+        obs = await asyncio.gather(*(g.acall("dep", probe) for _ in range(50)))
+        return [o.code for o in obs]
+
+    codes = asyncio.run(main())
+    assert len(dispatched) == 1 and codes.count("OK") == 1 and codes.count("ERR_CIRCUIT_OPEN") == 49
+    assert g.breaker("dep").state().state == "closed"

@@ -247,7 +247,7 @@ class ToolGateway:
             outcome = bh.call_in_slot(fn, args, kwargs, timeout_s)
         except (KeyboardInterrupt, SystemExit):
             if permit is not None:
-                r.breaker.record(permit, True, 0.0)
+                r.breaker.abandon(permit)
             raise
         return self._finish(r, permit, outcome, slot, attempt, previous_delay_s)
 
@@ -279,7 +279,7 @@ class ToolGateway:
             outcome = await bh.call_in_slot(fn, args, kwargs, timeout_s)
         except BaseException:
             if permit is not None:
-                r.breaker.record(permit, True, 0.0)
+                r.breaker.abandon(permit)
             raise
         return self._finish(r, permit, outcome, slot, attempt, previous_delay_s)
 

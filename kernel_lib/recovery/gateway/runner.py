@@ -328,6 +328,17 @@ class CircuitBreaker:
         self._emit(trs)
         return state
 
+    def abandon(self, permit: Permit, duration_s: float = 0.0) -> str:
+        """The caller gave up on a call admitted under ``permit`` before it answered (its task was
+        cancelled, the process is being interrupted). The dependency did nothing wrong, so an
+        ordinary call is not counted at all (counting it as a failure let cancelled callers trip
+        the breaker of a healthy dependency); a half-open canary counts as failed, so the breaker
+        reopens now instead of waiting out the canary's lease. Returns the state after it."""
+        if not permit.canary:
+            with self._lock:
+                return (self._state if self.store is None else self._current()).state
+        return self.record(permit, True, duration_s)
+
     def complete(self, permit: Permit, outcome: CallOutcome) -> tuple[Verdict, str]:
         """Classify ``outcome`` with :attr:`classify` and record it; ``(verdict, state after)``."""
         verdict = self.classify(outcome)
@@ -337,7 +348,7 @@ class CircuitBreaker:
         """Call ``fn(*args, **kwargs)`` through the breaker: a fast ``ERR_CIRCUIT_OPEN`` when it
         refuses, else the real observation (its ``value`` is what ``fn`` returned). An exception
         from ``fn`` is classified and returned as an observation, not raised (``KeyboardInterrupt``
-        and ``SystemExit`` propagate after the outcome is recorded as a failure)."""
+        and ``SystemExit`` propagate after :meth:`abandon`)."""
         p = self.acquire()
         if type(p) is not Permit:
             return p
@@ -346,7 +357,7 @@ class CircuitBreaker:
         try:
             value = fn(*args, **kwargs)
         except (KeyboardInterrupt, SystemExit):
-            self.record(p, True, clock() - t0)
+            self.abandon(p, clock() - t0)
             raise
         except BaseException as exc:           # noqa: B036 -- classified, recorded, returned as an observation
             outcome = CallOutcome(None, exc, False, clock() - t0)
@@ -372,7 +383,7 @@ class CircuitBreaker:
         except asyncio.TimeoutError:
             outcome = CallOutcome(timed_out=True, duration_s=time.perf_counter() - t0)
         except asyncio.CancelledError:
-            self.record(p, True, time.perf_counter() - t0)
+            self.abandon(p, time.perf_counter() - t0)
             raise
         except Exception as exc:
             outcome = CallOutcome(error=exc, duration_s=time.perf_counter() - t0)
