@@ -250,3 +250,31 @@ def test_a_cancelled_canary_reopens_at_once_and_concurrent_callers_get_one_canar
     codes = asyncio.run(main())
     assert len(dispatched) == 1 and codes.count("OK") == 1 and codes.count("ERR_CIRCUIT_OPEN") == 49
     assert g.breaker("dep").state().state == "closed"
+
+
+# --- backoff's pure functions check T0 / T_max / previous delay (backoff.py) ----------------------------------
+
+import random  # noqa: E402
+
+from kernel_lib.recovery.gateway.backoff import backoff_delay_s  # noqa: E402
+
+
+@pytest.mark.parametrize("strategy, base_s, cap_s", [
+    ("exponential", 1.0, float("inf")), ("exponential", -1.0, 30.0), ("full_jitter", 1.0, float("nan")),
+    ("equal_jitter", 5.0, 1.0), ("decorrelated_jitter", 0.0, 30.0), ("full_jitter", True, 30.0),
+])
+def test_a_bad_slot_or_cap_is_refused_not_turned_into_an_unbounded_delay(strategy, base_s, cap_s):
+    with pytest.raises(GatewayConfigError):
+        backoff_delay_s(strategy, base_s, cap_s, 1000, random.Random(1))
+
+
+@pytest.mark.parametrize("previous_s", ["x", float("nan"), -1.0, True])
+def test_decorrelated_jitter_refuses_a_bad_previous_delay(previous_s):
+    with pytest.raises(GatewayConfigError):
+        backoff_delay_s("decorrelated_jitter", 1.0, 30.0, 3, random.Random(1), previous_s)
+
+
+@pytest.mark.parametrize("previous_s", [None, 0.0, 0, float("inf"), 1e308])
+def test_decorrelated_jitter_stays_in_its_bounds_for_odd_previous_delays(previous_s):
+    d = backoff_delay_s("decorrelated_jitter", 1.0, 30.0, 3, random.Random(1), previous_s)
+    assert 1.0 <= d <= 30.0

@@ -223,10 +223,21 @@ def _retry_index(k: object) -> int:
     return k
 
 
+def _slot(base_s: object, cap_s: object) -> tuple[float, float]:
+    """T0 and T_max checked as :class:`BackoffPolicy` checks them (finite, > 0, T0 <= T_max): a
+    bad pair given straight to the pure functions gave negative, NaN or astronomically large delays."""
+    b, c = _seconds("base_s", base_s), _seconds("cap_s", cap_s)
+    if c < b:
+        raise GatewayConfigError(f"cap_s ({c} s) is below base_s ({b} s): T_max must be at least T0", field="cap_s")
+    return b, c
+
+
 def ceiling_s(base_s: float, cap_s: float, k: int) -> float:
     """min(cap_s, base_s * 2**k) in seconds, for a retry index k in [0, 1000] (no overflow).
-    Raises GatewayConfigError for a k out of range."""
+    Raises GatewayConfigError for a k out of range, or a base_s / cap_s that is not finite and
+    > 0 with base_s <= cap_s."""
     k = _retry_index(k)
+    base_s, cap_s = _slot(base_s, cap_s)
     return min(cap_s, base_s * (2.0 ** k))
 
 
@@ -236,7 +247,9 @@ def backoff_delay_s(strategy: str, base_s: float, cap_s: float, k: int, rng: ran
     drawing from ``rng``. ``previous_s`` is the previous delay (decorrelated jitter only; None:
     T0). Deterministic exponential draws nothing.
 
-    Returns a float in [0, cap_s]. Raises GatewayConfigError for an unknown strategy or a bad k."""
+    Returns a float in [0, cap_s]. Raises GatewayConfigError for an unknown strategy, a bad k,
+    bad base_s / cap_s (:func:`ceiling_s`), or a ``previous_s`` that is not None or a number >= 0
+    (an infinite one draws up to the cap)."""
     if strategy == "exponential":
         return ceiling_s(base_s, cap_s, k)
     if strategy == "full_jitter":
@@ -246,6 +259,11 @@ def backoff_delay_s(strategy: str, base_s: float, cap_s: float, k: int, rng: ran
         return c / 2 + rng.uniform(0.0, c / 2)
     if strategy == "decorrelated_jitter":
         _retry_index(k)
+        base_s, cap_s = _slot(base_s, cap_s)
+        if previous_s is not None and (isinstance(previous_s, bool) or not isinstance(previous_s, (int, float))
+                                       or not previous_s >= 0):
+            raise GatewayConfigError(f"previous_s must be None or a number of seconds >= 0, got {previous_s!r}",
+                                     field="previous_s")
         prev = base_s if previous_s is None else previous_s
         return min(cap_s, rng.uniform(base_s, max(base_s, 3.0 * prev)))
     raise GatewayConfigError(f"strategy must be one of {', '.join(BACKOFF_STRATEGIES)}, got {strategy!r}",
