@@ -1155,6 +1155,11 @@ def _quarantined(rec: TrajectoryRecord, ev: Event, p: TrajectoryQuarantined) -> 
     if p.taint_from_sequence > ev.sequence_number:
         raise FoldError(f"event {ev.event_id}: taint_from_sequence {p.taint_from_sequence} is after the tombstone "
                         f"itself (#{ev.sequence_number})")
+    if p.detected_at_sequence >= ev.sequence_number:   # t* is a position the log held before the tombstone
+        raise FoldError(f"event {ev.event_id}: detected_at_sequence {p.detected_at_sequence} is not before the "
+                        f"tombstone itself (#{ev.sequence_number})")
+    if rec.task is None:   # TaskStarted would set RUNNING and thaw it without an operator
+        raise FoldError(f"event {ev.event_id}: a quarantine tombstone before TaskStarted")
     _recovery(rec, ev, p)
     if rec.control_state not in TERMINAL_STATES:
         rec.control_state = FROZEN
