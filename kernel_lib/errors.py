@@ -1212,3 +1212,22 @@ class EgressDenied(Refusal):
         self.trajectory_id = trajectory_id
         self.severed = severed
         super().__init__(message)
+
+
+# --- adv19b: adversarial review of issue 19's quarantine -----------------------------------------
+
+
+class QuarantineIncompleteError(ContainmentError):
+    """A quarantine ran every stage but one or more failed (Failure Recovery, table 12): the
+    stages that could run did, and the tombstone was written when the taint stage succeeded.
+    ``stage`` names the first failed stage in protocol order (``suspend``, ``sever``,
+    ``revoke``, ``taint``), ``failed_stages`` maps each failed stage to its error text, and
+    ``report`` is the supervisor's QuarantineReport (its ``errors`` the same map)."""
+
+    def __init__(self, message: str, *, failed_stages: dict[str, str], report: object = None,
+                 mechanism: str | None = None):
+        order = ("suspend", "sever", "revoke", "taint")
+        self.failed_stages = dict(failed_stages)
+        self.report = report
+        first = next((s for s in order if s in self.failed_stages), next(iter(self.failed_stages), None))
+        super().__init__(message, stage=first, mechanism=mechanism)

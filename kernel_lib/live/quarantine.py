@@ -36,13 +36,13 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from kernel_lib._support.procs import process_state
-from kernel_lib.errors import ConfigError, ContainmentError, ContainmentUnavailableError
+from kernel_lib.errors import ConfigError, ContainmentError, ContainmentUnavailableError, QuarantineIncompleteError
 from kernel_lib.recovery.quarantine.protocol import HostCapabilities, MechanismChoice, QuarantineTrigger
 
 __all__ = ["NAME_PREFIX", "probe_host", "CgroupFreezer", "SigstopFreezer", "NetnsSandbox", "GatewaySever",
@@ -564,13 +564,17 @@ class GatewaySever:
                                                                     "refused"], "netlink": False}
 
 
-def leftovers(prefix: str = NAME_PREFIX, *, pid: int | None = None) -> dict[str, list[str]]:
+def leftovers(prefix: str = NAME_PREFIX, *, pid: int | None = None,
+              names: Collection[str] | None = None) -> dict[str, list[str]]:
     """Cgroups, namespaces and veth links with ``prefix`` that still exist (``pid``: only those
-    made by that process, whose names carry it)."""
+    made by that process, whose names carry it; ``names``: only those with one of these names,
+    e.g. one run's own cgroup, namespace and veth ends, so two runs in one process do not count
+    each other's)."""
     tag = f"-{pid}-" if pid is not None else ""
+    only = None if names is None else frozenset(names)
 
     def mine(n: str) -> bool:
-        return n.startswith(prefix) and (not tag or tag in n)
+        return n.startswith(prefix) and (not tag or tag in n) and (only is None or n in only)
 
     out: dict[str, list[str]] = {"cgroups": [], "netns": [], "links": []}
     for base in (V1_FREEZER, _cgroup2_mount()):
@@ -579,10 +583,11 @@ def leftovers(prefix: str = NAME_PREFIX, *, pid: int | None = None) -> dict[str,
     if shutil.which("ip"):
         out["netns"] = [n for n in _run("ip", "netns", "list", check=False).stdout.split() if mine(n)]
     with contextlib.suppress(OSError):
-        links = [n for n in os.listdir("/sys/class/net") if n.startswith(prefix)]
+        links = [n for n in os.listdir("/sys/class/net") if n.startswith(prefix) and (only is None or n in only)]
         # a veth's name carries no pid: with ``pid`` given, only those of a namespace of that pid
-        out["links"] = links if pid is None else [n for n in links if any(n[len(prefix):len(prefix) + 6] in ns
-                                                                          for ns in out["netns"])]
+        if pid is not None and only is None:
+            links = [n for n in links if any(n[len(prefix):len(prefix) + 6] in ns for ns in out["netns"])]
+        out["links"] = links
     return out
 
 
@@ -668,12 +673,19 @@ class QuarantineSupervisor:
         guard: an :class:`~kernel_lib.recovery.quarantine.egress.EgressGuard` severed as well
             whatever ``sever`` is (defence in depth: the gateway refuses the trajectory too).
         clock: seconds, monotonic (default ``time.perf_counter``).
+        freeze_timeout_s: how long stage 1 waits for the kernel to report the tree frozen (s);
+            past it the stage fails (reported, never a hang).
 
-    Raises ConfigError for a revoke that is not callable."""
+    Raises ConfigError for a revoke that is not callable or a freeze timeout that is not a
+    positive finite number."""
 
     def __init__(self, *, gate: Any = None, freezer: Any = None, sever: Any = None,
                  revoke: Callable[[str], list[str]] | None = None, ledger: Any = None, guard: Any = None,
-                 clock: Callable[[], float] = time.perf_counter):
+                 clock: Callable[[], float] = time.perf_counter, freeze_timeout_s: float = 5.0):
+        if isinstance(freeze_timeout_s, bool) or not isinstance(freeze_timeout_s, (int, float)) \
+                or not 0 < freeze_timeout_s < float("inf"):
+            raise ConfigError(f"freeze_timeout_s must be a positive finite number of seconds, got {freeze_timeout_s!r}")
+        self.freeze_timeout_s = float(freeze_timeout_s)
         if revoke is not None and not callable(revoke):
             raise ConfigError(f"revoke must be callable (trajectory id -> lease ids), got {type(revoke).__name__}")
         self.gate, self.freezer, self.sever_ = gate, freezer, sever
@@ -712,7 +724,9 @@ class QuarantineSupervisor:
         start of the policy check (default: now), so ``at_ms`` counts from the trigger.
 
         A failing stage is recorded in ``errors`` and the others still run; the tombstone is
-        written whatever happened (it names the mechanisms that were applied)."""
+        written whatever happened (it names the mechanisms that were applied). Then, when any
+        stage failed, raises :class:`~kernel_lib.errors.QuarantineIncompleteError` naming the
+        first failed stage, with the report attached (``.report``)."""
         t0 = self.clock() if t0 is None else t0
         tid = trigger.trajectory_id
         qid = quarantine_id or f"q-{tid}-{secrets.token_hex(4)}"
@@ -726,7 +740,7 @@ class QuarantineSupervisor:
         def suspend() -> dict[str, Any]:
             if self.freezer is None:
                 return {"skipped": "no freezer"}
-            ms = self.freezer.freeze()
+            ms = self.freezer.freeze(timeout_s=self.freeze_timeout_s)
             report.stage_ms["suspend"] = ms   # the kernel's own transition, from the write to frozen
             return {"freeze_ms": ms, "pids": self.freezer.pids()}
 
@@ -749,6 +763,10 @@ class QuarantineSupervisor:
 
         self._wave(report, t0, [("suspend", suspend), ("sever", sever)])
         self._wave(report, t0, [("revoke", revoke), ("taint", taint)])
+        if report.errors:
+            failed = "; ".join(f"{k}: {v}" for k, v in report.errors.items())
+            raise QuarantineIncompleteError(f"quarantine {qid} of {tid} is incomplete ({failed})",
+                                            failed_stages=report.errors, report=report)
         return report
 
     def _taint(self, trigger: QuarantineTrigger, qid: str, taint_from: int, report: QuarantineReport,

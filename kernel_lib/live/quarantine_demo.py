@@ -367,7 +367,10 @@ def _run(tmp: Path, stack: contextlib.ExitStack, caps: Any, choice: Any, childre
     out["token_ms"] = chapter.token_ms
     out["sealed_within_one_token"] = out["local_seal_ms"] < chapter.token_ms
     stack.close()   # everything down before the leftovers are counted
-    out["leftovers"] = leftovers(pid=os.getpid())
+    # this run's own names only: a demo running beside it in this process is not a leftover of this one
+    own = ([freezer.name] if isinstance(freezer, CgroupFreezer) else []) + \
+        ([netns.name, netns.host_if, netns.ns_if] if netns is not None else [])
+    out["leftovers"] = leftovers(pid=os.getpid(), names=own)
     out["clean"] = not any(out["leftovers"].values())
     return _rounded(out)
 
