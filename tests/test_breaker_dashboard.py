@@ -102,6 +102,19 @@ def test_a_bad_control_value_is_refused_with_the_widgets_own_message(name, bad):
     assert d.error == "" and getattr(d, name) == 0.5
 
 
+@pytest.mark.parametrize("name, bad", [("advance_s", -1), ("advance_s", "abc"), ("latency_s", 9999),
+                                       ("error_rate", -0.5)])
+def test_a_bad_value_from_the_page_is_refused_too(name, bad):
+    """The page's values arrive through set_state, inside hold_trait_notifications: the trait holds
+    the new value while the validator runs, and must still end with the previous one."""
+    d = BreakerDashboard()
+    before = getattr(d, name)
+    d.set_state({name: bad})
+    assert getattr(d, name) == before and d.error.startswith(f"{name} = ") and f"it stays {before!r}" in d.error
+    d.set_state({name: 0.25})
+    assert getattr(d, name) == 0.25 and d.error == ""
+
+
 def test_buttons_of_the_other_mode_and_malformed_commands_are_refused():
     d = BreakerDashboard()
     click = _Clicks(d)

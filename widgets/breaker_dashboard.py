@@ -131,6 +131,7 @@ class BreakerDashboard(CommandWidget, static="breaker_dashboard"):
     def __init__(self, config: BreakerConfig | None = None, *, dependency_id: str = "symbol_index",
                  advance_s: float = 5.0, _lab: Any = None, **kw: Any):
         self._ready = False
+        self.__dict__["_good_values"] = {n: float(type(self).class_traits()[n].default_value) for n in LIMITS}
         self.lab = _lab
         if _lab is None:
             self._config = DEFAULT_CONFIG if config is None else config
@@ -174,7 +175,10 @@ class BreakerDashboard(CommandWidget, static="breaker_dashboard"):
     # --- the control traits: refused values keep the previous one ---------------------------------
     def _check_number(self, name: str, value: Any) -> Any:
         low, high, low_open = LIMITS[name]
-        previous = self._trait_values.get(name)
+        # the last accepted value, kept here: a value set from the page arrives inside
+        # hold_trait_notifications, where the trait already holds the new value when this runs
+        good = self.__dict__["_good_values"]
+        previous = good[name]
         ok = (not isinstance(value, bool) and isinstance(value, Real) and math.isfinite(value)
               and (value > low if low_open else value >= low) and value <= high)
         if not ok:
@@ -184,6 +188,7 @@ class BreakerDashboard(CommandWidget, static="breaker_dashboard"):
             return previous
         if self._ready and self.error.startswith(f"{name} = "):
             self.error = ""
+        good[name] = float(value)
         return float(value)
 
     @traitlets.validate("advance_s")
