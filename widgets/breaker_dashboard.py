@@ -215,7 +215,8 @@ class BreakerDashboard(CommandWidget, static="breaker_dashboard"):
             return f"refused without a call: {permit.context_text()}"
         kind = "canary" if permit.canary else "call"
         after = self.cb.record(permit, failure, duration_s)
-        return f"{kind} dispatched, {'failed (transport)' if failure else 'succeeded'}; breaker now {STATE_LABELS[after]}"
+        outcome = "failed (transport)" if failure else "succeeded"
+        return f"{kind} dispatched, {outcome}; breaker now {STATE_LABELS[after]}"
 
     def advance(self, seconds: float | None = None) -> str:
         """Move the virtual clock ``seconds`` (default ``advance_s``) and apply the transitions due.
