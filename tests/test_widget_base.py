@@ -37,6 +37,7 @@ WIDGETS = {   # module -> (class, static name, root CSS class)
     "widgets.saga_stepper": ("SagaStepper", "saga_stepper", "dal-saga-stepper"),
     "widgets.policy_explorer": ("PolicyExplorer", "policy_explorer", "dal-policy"),
     "widgets.watchdog_view": ("WatchdogView", "watchdog_view", "dal-watchdog"),
+    "widgets.breaker_dashboard": ("BreakerDashboard", "breaker_dashboard", "dal-breaker"),
 }
 
 
@@ -209,6 +210,16 @@ def _watchdog_view():
     return WatchdogView(steps, name="constructed flip-flop", step=1)
 
 
+def _breaker_dashboard():
+    """A hand-stepped breaker that tripped (five failures), so the transitions table has a row."""
+    from widgets.breaker_dashboard import BreakerDashboard
+
+    d = BreakerDashboard()
+    for n in range(1, 6):
+        d.command = {"action": "failure", "n": n}
+    return d
+
+
 def _instances(tmp_path):
     from kernel_lib.live.session import WorksheetSession
     from kernel_lib.resume.stages import PrefillModel, ResumeTimeline
@@ -229,6 +240,7 @@ def _instances(tmp_path):
         "widgets.retention_planner": RetentionPlanner(),
         "widgets.policy_explorer": PolicyExplorer(draw_svg=False),
         "widgets.watchdog_view": _watchdog_view(),
+        "widgets.breaker_dashboard": _breaker_dashboard(),
     }
 
 
@@ -288,6 +300,13 @@ def test_every_bundle_renders_in_chromium_and_keeps_its_keys(browser, tmp_path):
                 el.locator(f"circle.dal-mark[data-step='{first['step']}']").first.click()
                 sent = page.evaluate("() => window.__dal.sent.filter(([k]) => k === 'step').map(([, v]) => v)")
                 assert sent == [first["step"], first["step"]]
+            if module == "widgets.breaker_dashboard":   # the state the kernel published, one row per transition
+                assert el.get_attribute("data-state") == "open" and el.locator(".dal-state").inner_text() == "Open"
+                assert el.locator("table.dal-transitions tr").count() == 1 + len(w.transitions) == 2
+                assert el.locator("rect.dal-seg").count() == len(w.timeline)
+                el.locator("button[data-action=advance]").click()
+                sent = page.evaluate("() => window.__dal.sent.filter(([k]) => k === 'command').map(([, v]) => v)")
+                assert [c["action"] for c in sent] == ["advance"]
             if module == "widgets.retention_planner":
                 assert el.locator("table.dal-costs tr[data-policy]").count() == len(w.cost_cells)
                 assert el.locator("table.dal-promises td.dal-broken-cell").count() >= 1

@@ -14,6 +14,7 @@ import importlib
 from typing import Any
 
 _EXPORTS = {
+    "BreakerDashboard": "widgets.breaker_dashboard",
     "CadenceExplorer": "widgets.cadence_explorer",
     "CrashPanel": "widgets.crash_panel",
     "LogScrubber": "widgets.scrubber",

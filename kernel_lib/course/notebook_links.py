@@ -59,6 +59,11 @@ NOTEBOOK_SECTIONS: dict[str, tuple[str, ...]] = {
     "fr_3_watchdogs": ("Semantic Watchdog Timers", "The failure of classical OS liveness probes",
                        "Quantifiable semantic progress invariants", "Napkin Math 0.3: What an undetected loop costs",
                        "Watchdog intervention protocols", "Fallacies and Pitfalls"),
+    "fr_4_gateway_quarantine": ("Tool Circuit Breakers", "Tri-state circuit breakers", "Jittered backoff protocols",
+                                "Napkin Math 0.4: Bulkhead capacity and jitter under RPC stress",
+                                "Bulkhead resource partitioning", "Blast Radius Quarantine",
+                                "The four-stage quarantine protocol", "Dynamic taint tracking",
+                                "Example 0.2: Containment latency and blast radius budget"),
 }
 _MARK = ("<!-- chapter-links: written by `python -m kernel_lib course link-chapters`; "
          "the sections come from kernel_lib/course/notebook_links.py -->")

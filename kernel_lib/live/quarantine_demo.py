@@ -31,6 +31,8 @@ computed from its givens (:data:`~kernel_lib.recovery.quarantine.protocol.EXAMPL
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import contextlib
 import json
 import os
@@ -167,8 +169,26 @@ def run_quarantine_demo(directory: str | os.PathLike | None = None, *, suspend: 
     if type(children) is not int or not 0 <= children <= 8:
         from kernel_lib.errors import ConfigError
         raise ConfigError(f"children must be an integer 0..8, got {children!r}")
-    with tempfile.TemporaryDirectory(prefix="klq-demo-", dir=directory) as tmp, contextlib.ExitStack() as stack:
-        return _run(Path(tmp), stack, caps, choice, children)
+
+    def run() -> dict[str, Any]:
+        with tempfile.TemporaryDirectory(prefix="klq-demo-", dir=directory) as tmp, contextlib.ExitStack() as stack:
+            return _run(Path(tmp), stack, caps, choice, children)
+
+    if _loop_running():
+        # pyroute2's synchronous sockets drive an asyncio loop of their own, which cannot start in a
+        # thread whose loop already runs (a Jupyter kernel's): the whole demo runs on a thread of its own
+        with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="quarantine-demo") as pool:
+            return pool.submit(run).result()
+    return run()
+
+
+def _loop_running() -> bool:
+    """True when this thread runs an asyncio event loop (a notebook kernel's, or inside a coroutine)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
 
 
 def _run(tmp: Path, stack: contextlib.ExitStack, caps: Any, choice: Any, children: int) -> dict[str, Any]:   # noqa: PLR0915
