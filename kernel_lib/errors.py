@@ -130,6 +130,7 @@ that are retryable)::
                 QuarantineError
                     ContainmentError
                         ContainmentUnavailableError
+                        QuarantineIncompleteError
                     TaintLedgerError
                     ArtifactError  (also ValueError)
         Refusal
