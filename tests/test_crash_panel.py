@@ -319,3 +319,20 @@ def test_the_status_line_follows_a_freely_running_worker_without_a_click(tmp_pat
         assert w.completed == 1      # nothing else was sent
     finally:
         s.close()
+
+
+def test_a_wrong_position_sent_from_the_page_keeps_the_last_good_one(tmp_path):
+    """Situation: the page sends a position that is no crash point (``set_state``, as the
+    browser does: the value arrives inside ``hold_trait_notifications``, where the trait already
+    holds it when the validator runs). Invariant: the position stays the last accepted one and
+    the message names it. Goal: a bad value from the page is refused like one set from code."""
+    s = WorksheetSession(store_kind="sqlite", seed=0, test_delay_s=0.0, workdir=tmp_path)
+    try:
+        w = CrashPanel(s)
+        w.position = 3
+        assert w.position == "BudgetReserved#1"
+        w.set_state({"position": "Lunch"})
+        assert w.position == "BudgetReserved#1"
+        assert "kept BudgetReserved#1" in w.error
+    finally:
+        s.close()

@@ -330,3 +330,17 @@ def test_contracts_incident_verdict_and_answers_read_as_text():
     assert [r["count"] for r in verdict] == [4, 2, 0, 0, 0]
     assert verdict[-1]["the services' records show"].startswith("resources still live and listed nowhere")
     demo.close()
+
+
+def test_a_bad_value_sent_from_the_page_keeps_the_last_good_one(stepper):
+    """Situation: the page sends ``fault_step = 99`` and an unknown fault kind through
+    ``set_state`` (as the browser does: inside ``hold_trait_notifications``, so the trait already
+    holds the refused value when the validator runs). Invariant: both keep the last accepted
+    value and the message says so. Goal: bad values from the page and from code are refused alike."""
+    w = stepper
+    w.fault_step = 3
+    kind = w.fault_kind
+    w.set_state({"fault_step": 99})
+    assert w.fault_step == 3 and "fault_step = 99 was refused" in w.error and "it stays 3" in w.error
+    w.set_state({"fault_kind": "meteor"})
+    assert w.fault_kind == kind and f"it stays {kind!r}" in w.error

@@ -138,7 +138,9 @@ class CrashPanel(CommandWidget, static="crash_panel"):
         """Any spec of a crash point becomes its NAME; anything else keeps the previous position
         and says why in ``error`` (no TraitError reaches the caller)."""
         value = proposal["value"]
-        previous = self._trait_values.get("position", "")
+        # the last accepted position, kept here: a value sent from the page arrives inside
+        # hold_trait_notifications, where the trait already holds the refused value when this runs
+        previous = self.__dict__.get("_good_position", self._trait_values.get("position", ""))
         if value == "" and not previous:     # the empty default, before __init__ picks ToolResult
             return ""
         try:
@@ -150,6 +152,7 @@ class CrashPanel(CommandWidget, static="crash_panel"):
             self.error = f"position: {exc}; kept {previous or 'the previous position'}"
             return previous
         self.error = ""
+        self.__dict__["_good_position"] = name
         return name
 
     def resolve(self, position: Any) -> str:

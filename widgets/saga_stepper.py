@@ -118,6 +118,10 @@ class SagaStepper(CommandWidget, static="saga_stepper"):
         self._ready = False
         self._refused: str | None = None
         super().__init__(**kw)
+        # defaults are never validated: seed the last accepted values with them
+        self.__dict__.setdefault("_good_values", {}).update(
+            {n: getattr(self, n) for n in ("fault_kind", "fault_target", "fault_step", "crash_after")
+             if n not in self.__dict__["_good_values"]})
         self.kinds = list(FAULT_KINDS)
         self.steps = [{"value": i, "label": f"{i}: {t}"} for i, t in enumerate(DEPLOYMENT_STEPS, start=1)]
         self._ready = True
@@ -125,12 +129,15 @@ class SagaStepper(CommandWidget, static="saga_stepper"):
 
     # --- the control traits: refused values keep the previous one ---------------------------------
     def _refuse(self, name: str, value: Any, why: str) -> Any:
-        previous = self._trait_values.get(name)
+        # the last accepted value, kept here: a value sent from the page arrives inside
+        # hold_trait_notifications, where the trait already holds the refused value when this runs
+        previous = self.__dict__.setdefault("_good_values", {}).get(name, self._trait_values.get(name))
         self.error = self._refused = clip(f"{name} = {clip(repr(value), 60)} was refused: {why}; it stays "
                                           f"{previous!r}", 400)
         return previous
 
-    def _accept(self, value: Any) -> Any:
+    def _accept(self, name: str, value: Any) -> Any:
+        self.__dict__.setdefault("_good_values", {})[name] = value
         if self._ready and self.error.startswith(("fault_", "crash_after")):
             self.error = ""
         return value
@@ -140,14 +147,14 @@ class SagaStepper(CommandWidget, static="saga_stepper"):
         v = proposal["value"]
         if v not in FAULT_KINDS:
             return self._refuse("fault_kind", v, f"choose one of {', '.join(FAULT_KINDS)}")
-        return self._accept(v)
+        return self._accept("fault_kind", v)
 
     @traitlets.validate("fault_target")
     def _check_target(self, proposal: dict[str, Any]) -> Any:
         v = proposal["value"]
         if v not in TARGETS:
             return self._refuse("fault_target", v, "choose 'forward' (T_k) or 'compensator' (C_k)")
-        return self._accept(v)
+        return self._accept("fault_target", v)
 
     @staticmethod
     def _whole(v: Any) -> int | None:
@@ -166,7 +173,7 @@ class SagaStepper(CommandWidget, static="saga_stepper"):
         v = self._whole(proposal["value"])
         if v is None or not 1 <= v <= len(DEPLOYMENT_STEPS):
             return self._refuse("fault_step", proposal["value"], f"k is a whole number 1..{len(DEPLOYMENT_STEPS)}")
-        return self._accept(v)
+        return self._accept("fault_step", v)
 
     @traitlets.validate("crash_after")
     def _check_after(self, proposal: dict[str, Any]) -> Any:
@@ -175,7 +182,7 @@ class SagaStepper(CommandWidget, static="saga_stepper"):
             return self._refuse("crash_after", proposal["value"],
                                 "the number of compensators sent before the crash is a whole number "
                                 f"1..{len(DEPLOYMENT_STEPS)}")
-        return self._accept(v)
+        return self._accept("crash_after", v)
 
     # --- actions -------------------------------------------------------------------------------------
     def run(self, action: str, **fields: Any) -> bool:
