@@ -70,8 +70,10 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
         prog="python -m kernel_lib",
         description="durable-agents-lab kernel: trajectory logs, fold, intent before dispatch, "
                     "crash analysis, the live crash worksheet, checkpoints and cadence, resume, "
-                    "replay and divergence, imports of other agents' logs, exercises, "
-                    "benchmarks (Durable Execution §11.1-11.9).")
+                    "replay and divergence, imports of other agents' logs (Durable Execution §11.1-11.9); "
+                    "sagas, forward recovery and pivots, semantic watchdogs, the tool gateway's "
+                    "breakers and bulkheads, the retry-storm simulator, quarantine and taint (Failure "
+                    "Recovery); exercises and benchmarks of both.")
     ap.add_argument("--version", action="version", version=f"kernel_lib {__version__}")
     sub = ap.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMAND_GROUPS:

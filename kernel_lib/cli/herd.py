@@ -100,7 +100,13 @@ def add_commands(subparsers: "argparse._SubParsersAction") -> argparse.ArgumentP
     p.add_argument("--outage-s", type=nonneg, default=3.0, metavar="S", help="outage length from t = 0 (default 3)")
     p.add_argument("--degraded-latency", type=nonneg, default=2.0, metavar="S",
                    help="latency during a slow outage (default 2)")
-    p.add_argument("--error-rate", type=nonneg, default=0.0, metavar="P",
+    def probability(text: str) -> float:
+        v = nonneg(text)
+        if v > 1:
+            raise argparse.ArgumentTypeError(f"is a probability, 0 to 1, got {text!r}")
+        return v
+
+    p.add_argument("--error-rate", type=probability, default=0.0, metavar="P",
                    help="failure probability during a slow outage, 0..1 (default 0)")
     p.add_argument("--drop-expired", action="store_true",
                    help="the server skips a request it can no longer answer before the client's timeout")

@@ -113,7 +113,12 @@ def _print_text(r: dict[str, Any]) -> None:
     print(f"\n  {'event':40s} {'chapter ms':>11s} {'measured ms':>12s}")
     for row in r["timeline"]["rows"]:
         print(f"  {row['event']:40s} {_fmt(row['chapter_ms']):>11s} {_fmt(row['measured_ms']):>12s}")
-    print(f"  ({r['timeline']['labels']['measured']};\n   {r['timeline']['labels']['chapter']})")
+    print(f"  measured: {r['timeline']['labels']['measured']}")
+    print(f"  chapter: {r['timeline']['labels']['chapter']}")
+    began = (r.get("report") or {}).get("started_ms") or {}
+    if began.get("revoke") is not None or began.get("taint") is not None:
+        print(f"  stages 2 and 4 began here at {_fmt(began.get('revoke'))} / {_fmt(began.get('taint'))} ms: they wait "
+              "for stage 3, whose cut includes blackhole qdiscs on both veth ends; their own durations are below")
     print("\n  stage durations, ms        chapter   measured")
     for k in ("policy_check_ms", "egress_cut_ms", "freeze_ms", "taint_ms", "revocation_ms"):
         print(f"  {k:24s} {_fmt(r['timeline']['stage_ms']['chapter'][k]):>9s} {_fmt(r[k]):>10s}")
@@ -123,7 +128,7 @@ def _print_text(r: dict[str, Any]) -> None:
     print("\n  checks:")
     for k in CHECKS:
         print(f"    {k:36s} {r.get(k)}")
-    print(f"    {'revoked_request_status':36s} {r.get('revoked_request_status')}")
+    print(f"  the revoked lease's request got HTTP {r.get('revoked_request_status')} from the service")
     if r["report"]["errors"]:
         print(f"  stage errors: {r['report']['errors']}")
 

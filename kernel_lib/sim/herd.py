@@ -606,8 +606,9 @@ def format_herd(result: dict[str, Any], policies: tuple[str, ...] | None = None,
             scale = 1.0 / bin_s if metric != "queue_depth" else 1.0
             rows = {k: [v * scale for v in result[k]["series"][metric]] for k in names}
             top = max((max(v) for v in rows.values() if v), default=0.0)
-            lines += ["", f"{label} over time (0 to {longest * bin_s:,.0f} s, {bin_s:g} s bins; full height "
-                          f"{top:,.0f})"]
+            col_s = bin_s * max(1.0, longest / width)    # a column shows the largest of the bins it covers
+            lines += ["", f"{label} over time (0 to {longest * bin_s:,.0f} s; {bin_s:g} s bins, one column per "
+                          f"{col_s:.3g} s showing its busiest bin; full height {top:,.0f})"]
             for k in names:
                 padded = rows[k] + [0.0] * (longest - len(rows[k]))
                 lines.append(f"  {k:<21}|{sparkline(padded, top, width)}|")
