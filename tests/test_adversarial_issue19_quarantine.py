@@ -167,41 +167,20 @@ def test_the_quarantine_survives_a_format_4_snapshot_round_trip(state):
 # --- the live runner -------------------------------------------------------------------------------------------
 
 from kernel_lib.live.quarantine import (   # noqa: E402
-    CgroupFreezer, NetnsSandbox, QuarantineSupervisor, SigstopFreezer, leftovers, probe_host, python_module,
-    spawn_in_sandbox, tree_progress,
+    CgroupFreezer, NetnsSandbox, QuarantineSupervisor, SigstopFreezer, tree_progress,
 )
-
-CAPS = probe_host()
-SANDBOX = "kernel_lib.live.quarantine_sandbox"
-need_v1 = pytest.mark.skipif(not CAPS.cgroup_v1_freezer, reason=f"no cgroup v1 freezer: {CAPS.notes.get('cgroup_v1')}")
-need_all = pytest.mark.skipif(not (CAPS.netns and (CAPS.cgroup_v1_freezer or CAPS.cgroup_v2)),
-                              reason="needs root, a cgroup freezer and network namespaces")
+from tests.quarantine_support import (   # noqa: E402
+    CAPS, assert_nothing_left, need_all, need_v1, start_agent, stop_agent,
+)
 
 
 @pytest.fixture
 def nothing_left_behind():
     yield
-    left = leftovers(pid=os.getpid())
-    assert not any(left.values()), left
+    assert_nothing_left()
 
 
-def _agent(tmp_path, freezer=None, netns=None, children=2):
-    counters = tmp_path / "counters"
-    proc = spawn_in_sandbox(python_module(SANDBOX, "agent", "--counter-dir", str(counters), "--children",
-                                          str(children)), freezer=freezer, netns=netns)
-    deadline = time.monotonic() + 20
-    while len(list(counters.glob("counter-*"))) < 2 + children and time.monotonic() < deadline:
-        time.sleep(0.02)
-    return proc, counters
-
-
-def _stop(proc):
-    for sig in (signal.SIGKILL, signal.SIGCONT):
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            pass
-    proc.wait(timeout=10)
+_agent, _stop = start_agent, stop_agent
 
 
 @need_all

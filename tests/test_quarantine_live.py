@@ -14,53 +14,30 @@ from __future__ import annotations
 
 import http.server
 import json
-import os
 import subprocess
 import sys
 import threading
-import time
 
 import pytest
 
 from kernel_lib.live.quarantine import (
-    CgroupFreezer, NetnsSandbox, QuarantineSupervisor, SigstopFreezer, leftovers, probe_host, python_module,
-    spawn_in_sandbox, tree_progress,
+    CgroupFreezer, NetnsSandbox, QuarantineSupervisor, SigstopFreezer, python_module,
+    tree_progress,
 )
 from kernel_lib.recovery.quarantine import QuarantineTrigger
+from tests.quarantine_support import (
+    CAPS, SANDBOX, assert_nothing_left, need_netns, need_v1, need_v2, start_agent, stop_agent,
+)
 
-CAPS = probe_host()
-SANDBOX = "kernel_lib.live.quarantine_sandbox"
-
-need_v1 = pytest.mark.skipif(not CAPS.cgroup_v1_freezer, reason=f"no writable cgroup v1 freezer: "
-                                                                 f"{CAPS.notes.get('cgroup_v1')}")
-need_v2 = pytest.mark.skipif(not CAPS.cgroup_v2, reason=f"no writable cgroup v2: {CAPS.notes.get('cgroup_v2')}")
-need_netns = pytest.mark.skipif(not CAPS.netns, reason=f"no network namespaces: {CAPS.notes.get('netns')}")
 
 
 @pytest.fixture(autouse=True)
 def nothing_left_behind():
     yield
-    left = leftovers(pid=os.getpid())
-    assert not any(left.values()), left
+    assert_nothing_left()
 
 
-def _agent(tmp_path, freezer=None, netns=None, children=2):
-    counters = tmp_path / "counters"
-    proc = spawn_in_sandbox(python_module(SANDBOX, "agent", "--counter-dir", str(counters), "--children",
-                                          str(children)), freezer=freezer, netns=netns)
-    deadline = time.monotonic() + 20
-    while len(list(counters.glob("counter-*"))) < 2 + children and time.monotonic() < deadline:
-        time.sleep(0.02)
-    return proc, counters
-
-
-def _stop(proc):
-    for sig in (9, 18):
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            pass
-    proc.wait(timeout=10)
+_agent, _stop = start_agent, stop_agent
 
 
 @pytest.mark.parametrize("version", [pytest.param(1, marks=need_v1), pytest.param(2, marks=need_v2)])
