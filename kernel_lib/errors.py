@@ -98,6 +98,8 @@ that are retryable)::
                     UnrecoveredRunError
                     NoWorkerRunningError
                 UnknownCrashPointError  (also ConfigError)
+                FleetError
+                    FleetTimeoutError
             RecoveryError
                 ToolContractError  (also ConfigError)
                 PlanError  (also ConfigError)
@@ -1232,3 +1234,22 @@ class QuarantineIncompleteError(ContainmentError):
         self.report = report
         first = next((s for s in order if s in self.failed_stages), next(iter(self.failed_stages), None))
         super().__init__(message, stage=first, mechanism=mechanism)
+
+
+# --- issue 20: the worker fleet (kernel_lib.live.fleet) ------------------------------------------
+
+
+class FleetError(LiveError):
+    """The worker fleet could not do what was asked: its queue file cannot be opened or stayed
+    locked, a worker process failed to start, or the fleet was used after :meth:`stop`
+    (:mod:`kernel_lib.live.fleet`). Nothing half-done is left: a refused claim claims nothing."""
+
+
+class FleetTimeoutError(FleetError):
+    """A wait on the fleet ran out of time with trajectories still unfinished (``pending`` names
+    them, ``waited_s`` is how long it waited). The fleet keeps running; nothing was stopped."""
+
+    def __init__(self, message: str, *, pending: list | None = None, waited_s: float = 0.0):
+        self.pending = list(pending or [])
+        self.waited_s = waited_s
+        super().__init__(message)

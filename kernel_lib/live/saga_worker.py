@@ -53,10 +53,14 @@ SCENARIOS = ("deployment", "compensator_panic")
 
 def build_runner(store: Any, fleet: Any, trajectory_id: str, saga_id: str, *,
                  on_position: Callable[[str, Any], None] | None = None, must_survive: str = "host_crash",
-                 on_log: Callable[[Any], None] | None = None) -> Any:
+                 on_log: Callable[[Any], None] | None = None, owner_epoch: int = 0,
+                 fence_check: Callable[[str, int], "str | None"] | None = None, endpoints: Any = None) -> Any:
     """A :class:`~kernel_lib.recovery.runner.SagaRunner` for the deployment saga over ``store``
     (the trajectory started when its log is empty), reaching the services through ``fleet``.
-    ``on_log(log)`` is told the trajectory log before anything is appended."""
+    ``on_log(log)`` is told the trajectory log before anything is appended. A worker that owns
+    the trajectory under a lease passes its ``owner_epoch`` (stamped on every append) and the
+    gate's ``fence_check`` (:class:`~kernel_lib.ownership.leases.LeaseCheck`); ``endpoints``
+    replaces ``fleet.client(trajectory_id)`` (e.g. the same client behind circuit breakers)."""
     from kernel_lib.gate.dispatch import AdmissionPolicy, DispatchGate
     from kernel_lib.log import TrajectoryLog
     from kernel_lib.recovery.runner import RetryPolicy, SagaRunner
@@ -64,14 +68,15 @@ def build_runner(store: Any, fleet: Any, trajectory_id: str, saga_id: str, *,
     from kernel_lib.sim.saga_sweep import GRANT_ID, start_task
 
     reg = deployment_registry()
-    log = TrajectoryLog(store, trajectory_id, must_survive=must_survive)
+    log = TrajectoryLog(store, trajectory_id, must_survive=must_survive, owner_epoch=owner_epoch)
     if on_log is not None:
         on_log(log)
     gate = DispatchGate(log, AdmissionPolicy({GRANT_ID: set(reg.names())}), coalesce_admission=True,
-                        on_position=on_position)
+                        on_position=on_position, fence_check=fence_check)
     if gate.record.task is None:
         start_task(gate, trajectory_id)
-    return SagaRunner(gate, reg, fleet.client(trajectory_id), saga_id=saga_id, grant_id=GRANT_ID,
+    return SagaRunner(gate, reg, endpoints if endpoints is not None else fleet.client(trajectory_id),
+                      saga_id=saga_id, grant_id=GRANT_ID,
                       retry=RetryPolicy(max_attempts=4, base_s=0.01, cap_s=0.2), sleep=fleet.clock.advance)
 
 

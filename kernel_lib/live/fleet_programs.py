@@ -1,0 +1,137 @@
+"""Trajectory programs the worker fleet runs, by name (:mod:`kernel_lib.live.fleet`).
+
+A program is the trajectory's script: given a :class:`TrajectoryContext` (the log store, the
+owner's epoch and the gate's lease check, the service endpoints behind the fleet's shared
+breakers, the position hook), it builds its runner over the log and runs it to an end. It must
+be safe to run again on the same log by another worker (Chapter 11's resume): every registered
+program builds a :class:`~kernel_lib.recovery.runner.SagaRunner`, so a re-run answers committed
+steps from the log, settles an in-doubt step with the service's status lookup and continues.
+
+:data:`PROGRAMS` maps a name to a :class:`Program`; :func:`register_program` adds one (a user's
+own script, or the sysadmin trajectory once :mod:`kernel_lib.sim.sysadmin` exists).
+
+``deployment`` -- the deployment saga of :mod:`kernel_lib.sim.deployment` (T1..T5, five tier II
+steps on the sandbox, egress_ip, build, firewall and dns services). Parameters: ``domain`` (the
+DNS name T5 publishes; default a name derived from the trajectory id, so T5 succeeds and the saga
+COMPLETES), ``fail_at_dns`` (True: publish the name another account owns, so T5's 409 makes the
+saga unwind C4..C1 to ABORT_CONSISTENT), ``extra_steps`` (git branches before T5).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from kernel_lib.errors import ConfigError, SagaPanicError, TrajectoryFrozenRefusal
+
+__all__ = ["TrajectoryContext", "Program", "PROGRAMS", "register_program", "get_program"]
+
+
+@dataclass
+class TrajectoryContext:
+    """What a worker hands a program for one claim of one trajectory.
+
+    Fields:
+        trajectory_id: the trajectory.
+        params: the submitted parameters (JSON-able dict).
+        store: the trajectory's log store (SQLite file, segment directory, or a memory store when
+            durability is off).
+        must_survive: the failure domain the trajectory's log declares (``host_crash``, or
+            ``none`` with durability off).
+        owner_epoch: this worker's ownership generation (stamp it on the log: ``TrajectoryLog``).
+        fence_check: the dispatch gate's ownership hook (:class:`~kernel_lib.ownership.leases.LeaseCheck`).
+        endpoints: the runner's :class:`~kernel_lib.recovery.runner.Endpoints` (the live services,
+            each behind the fleet's shared circuit breaker).
+        services: the attached :class:`~kernel_lib.live.services.LiveFleet` (resources, audits).
+        on_position: the gate's position hook (the worker counts positions, times the first
+            append, pauses where a test asked it to).
+        mark: ``mark(name)`` records a milestone; a program calls ``mark("folded")`` once its
+            runner has opened and folded the log.
+    """
+
+    trajectory_id: str
+    params: dict[str, Any]
+    store: Any
+    must_survive: str
+    owner_epoch: int
+    fence_check: Callable[[str, int], "str | None"] | None
+    endpoints: Any
+    services: Any
+    on_position: Callable[[str, Any], None]
+    mark: Callable[[str], None] = field(default=lambda name: None)
+
+
+@dataclass(frozen=True)
+class Program:
+    """A registered trajectory program.
+
+    Fields:
+        name: the registry key (what ``submit`` names).
+        run: ``run(ctx) -> {"outcome": str, ...}`` (``COMPLETED``, ``ABORT_CONSISTENT``, ``PANIC``,
+            ``FROZEN``, ...); may raise the fencing errors of a stale owner (StaleOwnerError,
+            LeaseLostError), which the worker reports as fenced.
+        saga_id: ``saga_id(trajectory_id) -> str``: the saga id the program runs under (the prefix
+            of its operation ids, by which the services' audits are judged).
+        description: one line for ``--help`` and reports.
+    """
+
+    name: str
+    run: Callable[[TrajectoryContext], dict[str, Any]]
+    saga_id: Callable[[str], str] = lambda trajectory_id: trajectory_id
+    description: str = ""
+
+
+PROGRAMS: dict[str, Program] = {}
+
+
+def register_program(program: Program) -> Program:
+    """Add ``program`` to :data:`PROGRAMS` (replacing one of the same name). Returns it.
+    Raises ConfigError: not a Program, or an empty name."""
+    if not isinstance(program, Program) or not isinstance(program.name, str) or not program.name:
+        raise ConfigError(f"a fleet program is a Program with a name, got {program!r}")
+    PROGRAMS[program.name] = program
+    return program
+
+
+def get_program(name: str) -> Program:
+    """The registered program ``name``. Raises ConfigError naming the known ones."""
+    try:
+        return PROGRAMS[name]
+    except (KeyError, TypeError):
+        raise ConfigError(f"unknown fleet program {name!r}; known: {', '.join(sorted(PROGRAMS))}") from None
+
+
+def default_domain(trajectory_id: str) -> str:
+    """A DNS name nobody owns, one per trajectory (so T5 of the deployment saga succeeds)."""
+    return f"t{hashlib.sha256(trajectory_id.encode()).hexdigest()[:16]}.fleet.example.test"
+
+
+def _deployment(ctx: TrajectoryContext) -> dict[str, Any]:
+    from kernel_lib.live.saga_worker import build_runner
+    from kernel_lib.sim.deployment import TAKEN_DOMAIN, run_deployment
+
+    p = ctx.params
+    extra = p.get("extra_steps", 0)
+    if isinstance(extra, bool) or not isinstance(extra, int) or not 0 <= extra <= 100:
+        raise ConfigError(f"extra_steps must be an integer 0..100, got {extra!r}")
+    domain = TAKEN_DOMAIN if p.get("fail_at_dns") else (p.get("domain") or default_domain(ctx.trajectory_id))
+    runner = build_runner(ctx.store, ctx.services, ctx.trajectory_id, ctx.trajectory_id, on_position=ctx.on_position,
+                          must_survive=ctx.must_survive, owner_epoch=ctx.owner_epoch, fence_check=ctx.fence_check,
+                          endpoints=ctx.endpoints)
+    ctx.mark("folded")
+    out: dict[str, Any] = {"saga_id": ctx.trajectory_id}
+    try:
+        result = run_deployment(runner, domain=domain, extra_steps=extra)
+        out.update(outcome=result["state"], failed_step=result["failed_step"])
+    except SagaPanicError as exc:
+        out.update(outcome="PANIC", error=str(exc)[:500], residue=exc.residue)
+    except TrajectoryFrozenRefusal as exc:
+        out.update(outcome="FROZEN", error=str(exc)[:500], incident_id=exc.incident_id)
+    runner.gate.sync()   # the deferred evidence is durable before the trajectory is reported ended
+    out["log_head"] = runner.gate.log.head
+    return out
+
+
+register_program(Program("deployment", _deployment,
+                         description="the deployment saga T1..T5 (sandbox, egress IP, build, firewall, DNS)"))
