@@ -37,8 +37,9 @@ Results (:meth:`Fleet.results`), per trajectory: ``state``, ``outcome``, the own
 (worker, pid, ``owner_epoch``, times, fenced or killed), ``takeovers``, and for each takeover
 after a kill the recovery time objective decomposed, all measured on the wall clock:
 ``lease_expiry_wait_s`` (kill -> the dead owner's lease expired), ``claim_s`` (-> a worker
-claimed the row), ``takeover_s`` (-> the new lease was granted and installed as the log's
-fence), ``log_open_fold_s`` (-> the log was opened and folded), ``probes_s`` (status lookups of
+claimed the row: a free worker's next look at the queue), ``takeover_s`` (-> the new lease was
+granted, installed as the log's fence, the old owner's capability tokens revoked and a new one
+issued), ``log_open_fold_s`` (-> the log was opened and folded), ``probes_s`` (status lookups of
 in-doubt operations before the first new event), ``other_s`` (the rest until the first new
 event), and ``rto_s`` (kill -> the first event the new owner appended: forward progress again).
 The services' own audit trails judge each trajectory (:func:`kernel_lib.sim.saga_sweep.account`):
@@ -478,7 +479,8 @@ class Fleet:
         """Per trajectory (module docstring): ``{trajectory_id, program, durability, state,
         outcome, result, claims, takeovers, owners: [...], rto: [...], fast_fails, elapsed_s,
         services: {forward_repeated, compensators_repeated, effects_left_unlisted, effects_committed,
-        compensations_applied}}`` (``services`` only with ``judge``: read from the services' audits)."""
+        compensations_applied}}``. ``takeovers``: later claims that were granted ownership;
+        ``services`` only with ``judge`` (read from the services' audits)."""
         from kernel_lib.live.fleet_programs import get_program
         from kernel_lib.sim.saga_sweep import account
 
@@ -506,11 +508,11 @@ class Fleet:
                                 "owner_epoch": a["owner_epoch"], "killed_at_s": prev_kill["killed_at_s"],
                                 "lease_expires_at_s": prev_kill["lease_expires_at_s"],
                                 **rto_decomposition(prev_kill["killed_at_s"], prev_kill["lease_expires_at_s"], a)})
-            epochs = [a["owner_epoch"] for a in atts if a["owner_epoch"] is not None]
+            takeovers = sum(1 for i, a in enumerate(atts) if i > 0 and a["granted_at_s"] is not None)
             rec: dict[str, Any] = {
                 "trajectory_id": tid, "program": row["program"], "durability": row["durability"],
                 "state": row["state"], "outcome": row["outcome"], "result": row["result"], "claims": row["claims"],
-                "takeovers": max(0, len(epochs) - 1), "owners": owners, "rto": rto,
+                "takeovers": takeovers, "owners": owners, "rto": rto,
                 "fast_fails": sum(a["fast_fails"] for a in atts),
                 "elapsed_s": round(row["finished_at_s"] - row["submitted_at_s"], 6) if row["finished_at_s"] else None}
             if judge:
