@@ -136,8 +136,8 @@ def add_commands(subparsers: "argparse._SubParsersAction") -> argparse.ArgumentP
                    help="the durable log store, one log per trajectory (default sqlite)")
     p.add_argument("--durability", choices=("on", "off"), default="on",
                    help="on: logs at the fdatasync tier; off: logs in the worker's memory (default on)")
-    p.add_argument("--lease-ttl", type=positive_seconds, default=1.0, metavar="S",
-                   help="ownership lease term in seconds, renewed every third of it (default 1)")
+    p.add_argument("--lease-ttl", type=positive_seconds, default=None, metavar="S",
+                   help="ownership lease term in seconds, renewed every third of it (default 1 on sqlite, 2 on etcd)")
     p.add_argument("--program", default="deployment", help="the registered trajectory program (default deployment)")
     p.add_argument("--timeout", type=positive_seconds, default=120.0, metavar="S",
                    help="give up waiting after S seconds (exit 1; default 120)")

@@ -137,8 +137,9 @@ class Fleet:
         coordinator: ``"sqlite"`` or ``"etcd"``.
         store: the durable log store kind, ``"sqlite"`` or ``"segment"`` (one log per trajectory).
         durability: ``"on"`` or ``"off"``: the default of submitted trajectories.
-        lease_ttl_s: the ownership lease's term (s); renewed every third of it. With etcd it is
-            rounded up to whole seconds by etcd.
+        lease_ttl_s: the ownership lease's term (s); renewed every third of it. Default 1 s on
+            SQLite, 2 s on etcd (etcd rounds a term up to whole seconds and reports what is left
+            rounded down, so it needs at least 2 s).
         services: a running :class:`~kernel_lib.live.services.LiveFleet` to use (not stopped by
             :meth:`stop`); default: one is started in the fleet directory.
         workdir: where the fleet directory is created (default: the system temporary folder).
@@ -158,7 +159,7 @@ class Fleet:
     """
 
     def __init__(self, workers: int = 2, *, coordinator: str = "sqlite", store: str = "sqlite",
-                 durability: str = "on", lease_ttl_s: float = 1.0, services: Any = None,
+                 durability: str = "on", lease_ttl_s: float | None = None, services: Any = None,
                  workdir: str | os.PathLike | None = None, etcd_endpoints: list[str] | None = None,
                  etcd_members: int = 3, breaker: dict[str, Any] | None = None, poll_s: float = 0.02,
                  max_claims: int = 5, client_timeout_s: float = 5.0, keep_dir: bool = False):
@@ -170,7 +171,13 @@ class Fleet:
             raise ConfigError(f"store must be one of {', '.join(STORES)}, got {store!r}")
         if durability not in DURABILITY:
             raise ConfigError(f"durability must be one of {', '.join(DURABILITY)}, got {durability!r}")
+        if lease_ttl_s is None:
+            lease_ttl_s = 2.0 if coordinator == "etcd" else 1.0
         self.lease_ttl_s = _check_seconds("lease_ttl_s", lease_ttl_s, high=600.0)
+        if coordinator == "etcd" and self.lease_ttl_s < 2.0:
+            raise ConfigError(f"with etcd, lease_ttl_s must be at least 2 s (etcd counts a lease's remaining time "
+                              "in whole seconds, rounded down: a 1 s lease reads as expired at once), got "
+                              f"{lease_ttl_s!r}")
         _check_seconds("poll_s", poll_s, high=5.0)
         _check_seconds("client_timeout_s", client_timeout_s, high=600.0)
         if isinstance(max_claims, bool) or not isinstance(max_claims, int) or not 1 <= max_claims <= 100:
