@@ -1,5 +1,5 @@
 """``python -m kernel_lib bench ...``: the benchmarks' command line (append, restore, replay,
-diverge, quorum, startup, read, saga, watchdog, gateway, herd). Each benchmark lives in :mod:`kernel_lib.bench`;
+diverge, quorum, startup, read, saga, watchdog, gateway, herd, fleet). Each benchmark lives in :mod:`kernel_lib.bench`;
 this module only parses arguments and prints."""
 
 from __future__ import annotations
@@ -96,6 +96,7 @@ def add_commands(subparsers: "argparse._SubParsersAction") -> argparse.ArgumentP
     _add_watchdog_cli(sub)
     _add_gateway_cli(sub)
     _add_herd_cli(sub)
+    _add_fleet_cli(sub)
     return bench
 
 
@@ -428,5 +429,43 @@ def _add_herd_cli(sub: "argparse._SubParsersAction") -> None:
     p.add_argument("--agents", type=int, default=10_000, metavar="N", help="agents (default 10000)")
     p.add_argument("--rounds", type=int, default=3, metavar="N", help="interleaved rounds (default 3)")
     p.add_argument("--seed", type=int, default=0, help="scenario seed (default 0)")
+    p.add_argument("--json", action="store_true", help="print one JSON object (with targets) instead of a table")
+    p.set_defaults(func=cmd)
+
+
+# --- bench fleet: the worker fleet's throughput, durability on vs off (issue 20; kernel_lib.bench.fleet) ----
+
+_FLEET_HELP = """\
+The worker fleet's throughput (Failure Recovery, "Fault-Tolerant System Synthesis"; issue 20) with
+each trajectory's log durable (an SQLite file at the fdatasync tier) against the same fleet with it
+off (the log in the worker's memory), in one run on this machine: one fleet of --workers real worker
+processes and the live tool services runs batches of --trajectories deployment sagas, durability on
+and off in interleaved rounds. Figures: trajectories per second and seconds per trajectory for each,
+the ratio on/off, and the services' verdict on every trajectory (completed, no effect applied twice).
+Targets: ratio on/off >= 0.5; no trajectory lost or duplicated.
+
+exit status: 0 when the benchmark ran, whether its targets passed or not (printed PASS or FAIL);
+2 on bad input, one error: line. Details: kernel_lib.bench.fleet."""
+
+
+def _add_fleet_cli(sub: "argparse._SubParsersAction") -> None:
+
+    def cmd(args: argparse.Namespace) -> int:
+        import kernel_lib.bench.fleet as fb
+        progress = None if args.json or not sys.stderr.isatty() else (lambda m: print(m, file=sys.stderr))
+        result = fb.run_fleet_bench(args.workers, args.trajectories, rounds=args.rounds, coordinator=args.coordinator,
+                                    workdir=args.dir, progress=progress)
+        print(json.dumps(result, indent=2) if args.json else fb.format_fleet_bench(result))
+        return 0
+
+    p = sub.add_parser("fleet", help="the worker fleet: trajectories per second, durability on vs off (ratio)",
+                       description=_FLEET_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--workers", type=int, default=2, metavar="N", help="worker processes (default 2)")
+    p.add_argument("--trajectories", type=int, default=20, metavar="M", help="trajectories per batch (default 20)")
+    p.add_argument("--rounds", type=int, default=3, metavar="N", help="interleaved rounds (default 3)")
+    p.add_argument("--coordinator", choices=("sqlite", "etcd"), default="sqlite",
+                   help="where ownership leases live (default sqlite)")
+    p.add_argument("--dir", default=None, help="where the fleet's directory (and so the logs) go (default: system "
+                                               "temp; give a directory on the disk you mean to measure)")
     p.add_argument("--json", action="store_true", help="print one JSON object (with targets) instead of a table")
     p.set_defaults(func=cmd)
