@@ -507,8 +507,10 @@ class Fleet:
                 owners.append({"worker_id": a["worker_id"], "pid": a["pid"], "owner_epoch": a["owner_epoch"],
                                "claimed_at_s": a["claimed_at_s"], "granted_at_s": a["granted_at_s"],
                                "finished_at_s": a["finished_at_s"], "outcome": a["outcome"], "fenced": a["fenced"],
-                               "error": a["error"], "killed": kill is not None, "probes": a["probes"],
-                               "fast_fails": a["fast_fails"], "events_appended": a["events_appended"]})
+                               "error": a["error"], "killed": kill is not None,
+                               # counted by the worker at its end: not known for one that died first
+                               **{k: a[k] if a["finished_at_s"] is not None else None
+                                  for k in ("probes", "fast_fails", "events_appended")}})
                 prev_kill = kills.get(atts[i - 1]["id"]) if i > 0 else None
                 if prev_kill is not None and a["granted_at_s"] is not None:
                     rto.append({"from_worker": atts[i - 1]["worker_id"], "to_worker": a["worker_id"],

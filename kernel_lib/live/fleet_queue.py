@@ -314,16 +314,31 @@ class FleetQueue:
             return cur.rowcount == 1
 
     def finish(self, trajectory_id: str, worker_id: str, owner_epoch: int, state: str, outcome: str,
-               result: dict[str, Any]) -> bool:
-        """End the trajectory (``done``/``failed``) if this worker and epoch still hold it; False otherwise."""
+               result: dict[str, Any], *, attempt_id: int | None = None, **attempt: Any) -> bool:
+        """End the trajectory (``done``/``failed``) if this worker and epoch still hold it; False
+        otherwise. With ``attempt_id``, the attempt row is closed in the same transaction (its
+        ``outcome``, ``finished_at_s`` and the given columns; ``fenced`` when the row was not
+        this worker's any more), so no kill can separate the result from its attempt's record."""
         if state not in TERMINAL:
             raise ConfigError(f"a trajectory ends done or failed, not {state!r}")
+        bad = set(attempt) - _ATTEMPT_SETTABLE
+        if bad:
+            raise ConfigError(f"not attempt columns: {sorted(bad)}")
         with self._lock, self._write("finish") as db:
+            now = _now()
             cur = db.execute("UPDATE trajectories SET state = ?, outcome = ?, result = ?, finished_at_s = ? WHERE "
                              "trajectory_id = ? AND state = 'claimed' AND worker_id = ? AND owner_epoch IS ?",
-                             (state, outcome, json.dumps(result, default=str), _now(), trajectory_id, worker_id,
+                             (state, outcome, json.dumps(result, default=str), now, trajectory_id, worker_id,
                               owner_epoch))
-            return cur.rowcount == 1
+            ok = cur.rowcount == 1
+            if attempt_id is not None:
+                fields = {**attempt, "finished_at_s": now, "outcome": outcome if ok else "FENCED",
+                          "fenced": int(not ok)}
+                if not ok:
+                    fields["error"] = "the queue refused the result: another worker holds the trajectory"
+                cols = ", ".join(f"{k} = ?" for k in fields)
+                db.execute(f"UPDATE attempts SET {cols} WHERE id = ?", (*fields.values(), attempt_id))
+            return ok
 
     def fail_claim(self, trajectory_id: str, worker_id: str, outcome: str, result: dict[str, Any]) -> bool:
         """End a claim that cannot run at all (an unknown program, a log that cannot be opened) as

@@ -406,10 +406,7 @@ class Worker:
             return
         outcome = str(result.get("outcome"))
         state = "done" if outcome in ("COMPLETED", "ABORT_CONSISTENT") else "failed"
-        ok = q.finish(tid, self.worker_id, lease.owner_epoch, state, outcome, result)
-        q.update_attempt(aid, **measured(), finished_at_s=time.time(), outcome=outcome if ok else "FENCED",
-                         fenced=int(not ok),
-                         error=None if ok else "the queue refused the result: another worker holds the trajectory")
+        q.finish(tid, self.worker_id, lease.owner_epoch, state, outcome, result, attempt_id=aid, **measured())
 
     def _lease_lost(self, lease: Any, renewer: _Renewer) -> bool:
         if renewer.lost is not None:
