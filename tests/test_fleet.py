@@ -169,8 +169,9 @@ def test_a_fleet_runs_every_trajectory_once_and_the_services_count_each_effect_o
     assert ran_on <= set(f.pids())
 
 
-def test_a_worker_sigkilled_mid_trajectory_is_taken_over_and_resumed_from_the_log(services):
-    with Fleet(2, services=services, lease_ttl_s=1.0) as f:
+@pytest.mark.parametrize("store", ["sqlite", "segment"])
+def test_a_worker_sigkilled_mid_trajectory_is_taken_over_and_resumed_from_the_log(services, store):
+    with Fleet(2, services=services, lease_ttl_s=1.0, store=store) as f:
         [tid] = f.submit([{"params": {"pause_at": AFTER_T2_DISPATCH}}])
         paused = f.wait_marker(tid)
         assert paused["name"] == "after:dispatch"
