@@ -200,6 +200,22 @@ def test_a_worker_sigkilled_mid_trajectory_is_taken_over_and_resumed_from_the_lo
     assert sum(rto[p] for p in parts) == pytest.approx(rto["rto_s"], abs=1e-5)
 
 
+def test_a_worker_that_sigkills_itself_at_a_drawn_position_is_replaced_and_its_trajectory_taken_over(services):
+    with Fleet(2, services=services) as f:
+        [tid] = f.submit([{"params": {"kill_at": AFTER_T2_DISPATCH}}])
+        f.wait([tid], timeout_s=30)
+        [r] = f.results([tid])
+        [kill] = f.queue.kills()
+        alive = f.alive_workers()
+        dead = [w for w, p in f._procs.items() if p.poll() is not None]
+        codes = [f._procs[w].returncode for w in dead]
+    assert kill["sent_by"] == "self" and kill["trajectory_id"] == tid and kill["detail"]["name"] == "after:dispatch"
+    assert codes == [-signal.SIGKILL] and len(alive) == 2          # the dead worker was replaced
+    assert r["outcome"] == "COMPLETED" and [o["owner_epoch"] for o in r["owners"]] == [1, 2]
+    assert r["owners"][0]["killed"] and r["rto"][0]["lease_expires_at_s"] == kill["lease_expires_at_s"]
+    assert applied_for(services, tid) == {t: 1 for t in DEPLOYMENT_TOOLS}
+
+
 def test_a_stalled_owner_is_fenced_by_the_log_and_the_queue_after_the_takeover(services):
     with Fleet(2, services=services, lease_ttl_s=1.0) as f:
         [tid] = f.submit([{"params": {"pause_at": AFTER_T2_DISPATCH, "stall": True}}])

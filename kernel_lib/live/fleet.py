@@ -192,6 +192,7 @@ class Fleet:
         self.dir = Path(tempfile.mkdtemp(prefix="kl-fleet-", dir=workdir))
         self.keep_dir = keep_dir
         self._procs: dict[str, Any] = {}
+        self._replaced: set[str] = set()   # dead workers already replaced (or not to be)
         self._stopped = False
         self._own_services = services is None
         self.services = services
@@ -364,8 +365,9 @@ class Fleet:
              respawn: bool = True, seed: int | None = None) -> float:
         """Wait until every trajectory (or those named) has ended; returns the seconds waited.
 
-        ``kill_every_s``: meanwhile, SIGKILL a random busy worker every that many seconds (and
-        start a replacement when ``respawn``). Raises FleetTimeoutError (naming the unfinished
+        ``kill_every_s``: meanwhile, SIGKILL a random busy worker every that many seconds. With
+        ``respawn`` (default), every worker that dies meanwhile (killed by this controller, or by
+        itself at a drawn crash position) is replaced by a new one. Raises FleetTimeoutError (naming the unfinished
         ones) after ``timeout_s``; FleetError when every worker has died and none is respawned."""
         self._check_running()
         want = None if ids is None else list(ids)
@@ -383,6 +385,11 @@ class Fleet:
             if now - t0 > timeout_s:
                 raise FleetTimeoutError(f"{len(pending)} trajectories unfinished after {timeout_s:g} s "
                                         f"(first: {pending[:3]})", pending=pending, waited_s=now - t0)
+            for wid, p in list(self._procs.items()):   # a worker that died (a drawn self-kill, a bug)
+                if p.poll() is not None and wid not in self._replaced:
+                    self._replaced.add(wid)
+                    if respawn:
+                        self.spawn_worker()
             if not self.alive_workers():
                 raise FleetError(f"every worker has exited with {len(pending)} trajectories unfinished; see "
                                  f"{self.dir / 'workers'}")
@@ -426,6 +433,7 @@ class Fleet:
                 if cur is not None and cur.owner_epoch == flight["owner_epoch"]:
                     expires = cur.expires_at_s
         row = self.queue.record_kill(pid, killed_at, lease_expires_at_s=expires)
+        self._replaced.add(next(w for w, p in self._procs.items() if p.pid == pid))
         row.update(worker_exit=code, respawned=self.spawn_worker() if respawn else None)
         return row
 

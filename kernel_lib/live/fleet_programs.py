@@ -48,6 +48,8 @@ class TrajectoryContext:
             append, pauses where a test asked it to).
         mark: ``mark(name)`` records a milestone; a program calls ``mark("folded")`` once its
             runner has opened and folded the log.
+        kill_self: ``kill_self(detail)`` records a kill of this worker in the queue and sends it a
+            real SIGKILL (a program's drawn process-kill fault); it does not return.
     """
 
     trajectory_id: str
@@ -60,6 +62,7 @@ class TrajectoryContext:
     services: Any
     on_position: Callable[[str, Any], None]
     mark: Callable[[str], None] = field(default=lambda name: None)
+    kill_self: Callable[[dict[str, Any]], None] | None = None
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,8 @@ Tables (WAL, ``synchronous=FULL``: a claim or a result is on disk before it is a
   when a boundary rejected a stale owner.
 * ``workers``: one row per worker process (pid, state ``idle``/``busy``/``exited``/``killed``,
   the trajectory it holds).
-* ``kills``: every SIGKILL the controller sent (pid, trajectory and lease expiry at that moment).
+* ``kills``: every SIGKILL, sent by the controller or by a worker to itself at a drawn crash
+  position (pid, trajectory, the lease expiry at that moment, who sent it).
 
 A claim is one ``BEGIN IMMEDIATE`` transaction (the write lock is taken before the row is chosen,
 so two workers never claim the same row): the next claimable row is a ``claimed`` row whose lease
@@ -104,7 +105,9 @@ CREATE TABLE IF NOT EXISTS kills (
     attempt_id INTEGER,
     killed_at_s REAL NOT NULL,
     lease_expires_at_s REAL,
-    signal TEXT NOT NULL
+    signal TEXT NOT NULL,
+    sent_by TEXT NOT NULL,
+    detail TEXT
 )
 """)
 
@@ -120,7 +123,7 @@ _LAYOUT = Layout(
                                    "error"}),
             "workers": frozenset({"worker_id", "pid", "started_at_s", "state", "trajectory_id", "updated_at_s"}),
             "kills": frozenset({"id", "pid", "worker_id", "trajectory_id", "owner_epoch", "attempt_id", "killed_at_s",
-                                "lease_expires_at_s", "signal"})},
+                                "lease_expires_at_s", "signal", "sent_by", "detail"})},
     schema=_SCHEMA, application_id=0x4B4C4651)   # "KLFQ"
 
 #: the columns of an attempt row, in table order
@@ -222,9 +225,11 @@ class FleetQueue:
         return ids
 
     def record_kill(self, pid: int, killed_at_s: float, *, lease_expires_at_s: float | None = None,
-                    signal_name: str = "SIGKILL") -> dict[str, Any]:
+                    signal_name: str = "SIGKILL", sent_by: str = "controller",
+                    detail: dict[str, Any] | None = None) -> dict[str, Any]:
         """Record a kill of worker ``pid`` and the attempt it was running (the unfinished attempt of
-        that pid, if any). Returns the kill row as a dict."""
+        that pid, if any). ``sent_by``: ``controller`` or ``self`` (a worker that kills itself at a
+        drawn crash position records the kill first). Returns the kill row as a dict."""
         with self._lock, self._write("record kill") as db:
             w = db.execute("SELECT worker_id FROM workers WHERE pid = ? ORDER BY started_at_s DESC LIMIT 1",
                            (pid,)).fetchone()
@@ -232,11 +237,13 @@ class FleetQueue:
                            "NULL ORDER BY id DESC LIMIT 1", (pid,)).fetchone()
             row = {"pid": pid, "worker_id": w[0] if w else None, "trajectory_id": a[1] if a else None,
                    "owner_epoch": a[2] if a else None, "attempt_id": a[0] if a else None, "killed_at_s": killed_at_s,
-                   "lease_expires_at_s": lease_expires_at_s, "signal": signal_name}
+                   "lease_expires_at_s": lease_expires_at_s, "signal": signal_name, "sent_by": sent_by,
+                   "detail": detail}
             db.execute("INSERT INTO kills (pid, worker_id, trajectory_id, owner_epoch, attempt_id, killed_at_s, "
-                       "lease_expires_at_s, signal) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                       "lease_expires_at_s, signal, sent_by, detail) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                        (pid, row["worker_id"], row["trajectory_id"], row["owner_epoch"], row["attempt_id"],
-                        killed_at_s, lease_expires_at_s, signal_name))
+                        killed_at_s, lease_expires_at_s, signal_name, sent_by,
+                        json.dumps(detail) if detail is not None else None))
             if w:
                 db.execute("UPDATE workers SET state = 'killed', updated_at_s = ? WHERE worker_id = ?",
                            (killed_at_s, w[0]))
@@ -396,10 +403,10 @@ class FleetQueue:
 
     def kills(self) -> list[dict[str, Any]]:
         keys = ("id", "pid", "worker_id", "trajectory_id", "owner_epoch", "attempt_id", "killed_at_s",
-                "lease_expires_at_s", "signal")
+                "lease_expires_at_s", "signal", "sent_by", "detail")
         with self._lock:
             rows = self._conn().execute(f"SELECT {', '.join(keys)} FROM kills ORDER BY id").fetchall()
-        return [dict(zip(keys, r)) for r in rows]
+        return [{**dict(zip(keys, r)), "detail": json.loads(r[10]) if r[10] else None} for r in rows]
 
     def workers(self) -> list[dict[str, Any]]:
         keys = ("worker_id", "pid", "started_at_s", "state", "trajectory_id", "updated_at_s")

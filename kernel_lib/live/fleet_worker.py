@@ -30,7 +30,10 @@ time spent waiting for the previous lease), end of log open + fold, first event 
 trajectory moves forward again), status lookups before that (count and seconds), breaker fast
 fails, end. The controller turns them into the RTO decomposition.
 
-Test hooks, from the trajectory's parameters: ``pause_at`` K (and ``pause_epoch``, default 1):
+Test hooks, from the trajectory's parameters: ``kill_at`` K (and ``kill_epoch``, default 1):
+right after the gate's K-th position the owner of that epoch records the kill in the queue and
+sends itself a real SIGKILL (a program can do the same at a crash position it draws:
+``ctx.kill_self(detail)``). ``pause_at`` K (and ``pause_epoch``, default 1):
 right after the gate's K-th position, the owner of that epoch writes ``MARKERS/<name>.json``
 (``{pid, worker_id, trajectory_id, owner_epoch, position, name}``) and waits for
 ``MARKERS/<name>.go``; with ``stall`` true it stops renewing its lease first (so a SIGSTOP of
@@ -366,6 +369,16 @@ class Worker:
         counts = {"positions": 0, "appended": 0}
         pause_at = params.get("pause_at")
         pause_epoch = params.get("pause_epoch", 1)
+        kill_at = params.get("kill_at")
+        kill_epoch = params.get("kill_epoch", 1)
+
+        def kill_self(detail: dict[str, Any]) -> None:
+            """A real SIGKILL of this worker, recorded first (the program's drawn process kill)."""
+            q.record_kill(self.pid, time.time(), lease_expires_at_s=renewer.lease.expires_at_s,
+                          signal_name="SIGKILL", sent_by="self", detail=detail)
+            os.kill(self.pid, signal.SIGKILL)
+            while True:   # pragma: no cover - the signal is delivered before this runs
+                time.sleep(1)
 
         def on_position(name: str, ev: Any) -> None:
             counts["positions"] += 1
@@ -375,6 +388,8 @@ class Worker:
                     marks["first_append"] = time.time()
             if pause_at == counts["positions"] and lease.owner_epoch == pause_epoch:
                 self._pause(claim, lease, counts["positions"], name, renewer, bool(params.get("stall")))
+            if kill_at == counts["positions"] and lease.owner_epoch == kill_epoch:
+                kill_self({"position": counts["positions"], "name": name})
 
         endpoints = GuardedEndpoints(client, self.breaker_of,
                                      max_wait_s=float(self.cfg["breaker_max_wait_s"]))
@@ -382,7 +397,7 @@ class Worker:
                                 owner_epoch=lease.owner_epoch,
                                 fence_check=LeaseCheck(self.coord, lease, margin_s=float(self.cfg["lease_margin_s"])),
                                 endpoints=endpoints, services=self.services, on_position=on_position,
-                                mark=lambda name: marks.setdefault(name, time.time()))
+                                mark=lambda name: marks.setdefault(name, time.time()), kill_self=kill_self)
 
         def measured() -> dict[str, Any]:
             first = marks.get("first_append")
