@@ -23,18 +23,21 @@ runs.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from kernel_lib.errors import ConfigError
 from kernel_lib.recovery.contracts import ToolRegistry
 from kernel_lib.recovery.repair import ToolCost
-from kernel_lib.recovery.synthesis.harness import Task, TurnSpec
+from kernel_lib.recovery.synthesis.config import RuntimeConfig, config_named
+from kernel_lib.recovery.synthesis.faults import Fault, FaultPlan, ScriptedFaultPlan
+from kernel_lib.recovery.synthesis.harness import Harness, SimulatedKill, Task, TurnSpec
 from kernel_lib.recovery.verification import Check, StateCheck
-from kernel_lib.sim.services import ACTIONS, config_sha256, schema_sha256, sysadmin_contracts
+from kernel_lib.sim.services import ACTIONS, TwinFleet, config_sha256, schema_sha256, sysadmin_contracts
 
 __all__ = ["REPO_URL", "RELEASE", "SYSADMIN_STEPS", "sysadmin_registry", "sysadmin_turns", "migration",
-           "settings_text", "pivot_checks", "sysadmin_tool_costs", "SYSADMIN_TASK", "GRANT_ID"]
+           "settings_text", "pivot_checks", "sysadmin_tool_costs", "SYSADMIN_TASK", "GRANT_ID", "account_effects",
+           "trajectory_of", "FIGURE5_SCRIPT", "crash_sweep"]
 
 REPO_URL = "https://git.example.test/acme/api.git"
 RELEASE = "v2.4.0"
@@ -212,3 +215,145 @@ def sysadmin_tool_costs(*, proposal_s: float = 2.0) -> dict[str, ToolCost]:
 SYSADMIN_TASK = Task(name="sysadmin", objective="migrate the staging schema, update the configuration, deploy",
                      grant_id=GRANT_ID, registry=sysadmin_registry(), turns=sysadmin_turns,
                      pivot_checks=pivot_checks, tool_costs=sysadmin_tool_costs())
+
+
+# ------------------------------------------------------------------------------------------------
+# what the services say happened, and the crash sweep
+# ------------------------------------------------------------------------------------------------
+
+
+def trajectory_of(operation_id: str) -> str:
+    """The trajectory an operation id belongs to (``<trajectory>.T<i>``, ``<trajectory>.T<i>.C``,
+    ``<trajectory>.gate.r<n>``)."""
+    head, _, _ = operation_id.partition(".T")
+    return head if head != operation_id else operation_id.partition(".gate.")[0]
+
+
+def account_effects(audits: Mapping[str, Iterable[Mapping[str, Any]]],
+                    resources: Mapping[str, Mapping[str, Mapping[str, Any]]],
+                    kept: Mapping[str, Iterable[str] | None]) -> dict[str, Any]:
+    """Judge the trajectories named in ``kept`` from the services' own records (never our log).
+
+    ``audits``: per service, its audit trail; ``resources``: per service, every resource it holds
+    or held (``live_only=False``); ``kept``: per trajectory id, the resource ids it keeps (a
+    completed trajectory's outputs) or None (it did not complete: it keeps nothing).
+
+    * ``duplicated_effects``: applied creates beyond the first for one logical step (same
+      trajectory, action and arguments), pivots included;
+    * ``leaked_resources``: non-pivot resources still live at the end that a trajectory created and
+      does not keep.
+
+    Returns ``{duplicated_effects, duplicates_by_action, leaked_resources, leaked_by_kind,
+    leaked (first 20), effects_applied}``."""
+    keep = {t: (set(v) if v is not None else None) for t, v in kept.items()}
+    seen: dict[tuple[str, str, str], int] = {}
+    by_action: dict[str, int] = {}
+    applied = 0
+    for service, trail in audits.items():
+        held = resources.get(service, {})
+        for e in trail:
+            act = ACTIONS.get(str(e.get("action")))
+            rid = e.get("resource")
+            if act is None or not act.creates or rid is None or e.get("refused"):
+                continue
+            tid = trajectory_of(str(e.get("operation_id", "")))
+            if tid not in keep:
+                continue
+            applied += 1
+            args = (held.get(rid) or {}).get("arguments", {})
+            key = (tid, act.name, json.dumps(args, sort_keys=True, default=str))
+            seen[key] = seen.get(key, 0) + 1
+            if seen[key] > 1:
+                by_action[act.name] = by_action.get(act.name, 0) + 1
+    leaked: list[dict[str, Any]] = []
+    by_kind: dict[str, int] = {}
+    for service, held in resources.items():
+        for rid, r in held.items():
+            if r.get("pivot") or r.get("state") == "released":
+                continue
+            tid = trajectory_of(str(r.get("operation_id", "")))
+            if tid not in keep:
+                continue
+            mine = keep[tid]
+            if mine is None or rid not in mine:
+                by_kind[str(r.get("kind"))] = by_kind.get(str(r.get("kind")), 0) + 1
+                if len(leaked) < 20:
+                    leaked.append({"trajectory_id": tid, "service": service, "resource_id": rid, "kind": r.get("kind")})
+    return {"duplicated_effects": sum(by_action.values()), "duplicates_by_action": by_action,
+            "leaked_resources": sum(by_kind.values()), "leaked_by_kind": by_kind, "leaked": leaked,
+            "effects_applied": applied}
+
+
+#: Figure 5's injected failures as a scripted plan: the answer to T3 (provision the staging
+#: database) dropped after the effect, T4's first SQL broken (repaired forward at the first
+#: repair), the worker killed at T5 after its intent was durable. The pivot's gate runs its checks
+#: at T6. ``(turn, nth proposal within the turn) -> Fault``.
+FIGURE5_SCRIPT: dict[tuple[int, int], Fault] = {
+    (3, 0): Fault("network_drop", after_effect=True),
+    (4, 0): Fault("tool_exception"),
+    (5, 0): Fault("process_kill", position="after_intent"),
+}
+
+
+def crash_sweep(config: RuntimeConfig | str = "synthesized", *, plan: FaultPlan | None = None, turns: int = 6,
+                positions: Iterable[int] | None = None,
+                progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
+    """Kill the worker at every gate position of one systems-administration trajectory (or at
+    ``positions``) and recover, as :func:`kernel_lib.sim.saga_sweep.sweep_twins` does for the
+    deployment saga: a clean run under ``plan`` (default: :data:`FIGURE5_SCRIPT` without its
+    kill) counts the positions; run k kills the worker right after the k-th, on fresh twins,
+    then the harness recovers (a configuration with a durable log resumes from it).
+
+    Each run is judged by the services (:func:`account_effects`) and by the crash-consistency
+    invariant on the state the kill left (the harness checks it at the restart). Returns
+    ``{config, positions, position_names, runs, duplicated_effects, leaked_resources,
+    unclassified, invariant_violations, completed, ok}``; ``ok``: no duplicate, no leak, every
+    restart state classified and consistent, every run completed or unwound. ConfigError for a
+    position past the clean run's last."""
+    cfg = config_named(config) if isinstance(config, str) else config
+    if plan is None:
+        plan = ScriptedFaultPlan({k: f for k, f in FIGURE5_SCRIPT.items() if f.kind != "process_kill"})
+    names: list[str] = []
+
+    def one(k: int | None) -> dict[str, Any]:
+        fleet = TwinFleet(simulate_durations=True)
+        count = [0]
+
+        def step(h: Harness, name: str, ev: Any) -> None:
+            count[0] += 1
+            if k is None:
+                names.append(name)
+            elif count[0] == k:
+                raise SimulatedKill(name)
+
+        tid = f"sweep-{k or 0:04d}"
+        harness = Harness(cfg, fleet, SYSADMIN_TASK, plan=plan, turns=turns, audit=fleet.audits, on_step=step)
+        out = harness.run(tid)
+        verdict = account_effects(fleet.audits(), fleet.resources(live_only=False),
+                                  {tid: out.kept if out.completed else None})
+        restart = [r for r in out.invariant if r["when"] != "end"]
+        return {"position": k, "crashed_after": names[k - 1] if k else None, "state": out.state,
+                "rpo_turns": [x["rpo_turns"] for x in out.kills],
+                "restart_classification": [r["classification"] for r in restart],
+                "invariant_ok": all(r["ok"] for r in out.invariant), **{x: verdict[x] for x in (
+                    "duplicated_effects", "leaked_resources", "leaked")}}
+
+    clean = one(None)
+    total = len(names)
+    todo = list(positions) if positions is not None else list(range(1, total + 1))
+    bad = [k for k in todo if not 1 <= k <= total]
+    if bad:
+        raise ConfigError(f"positions {bad} are outside the clean run's 1..{total}")
+    rows = []
+    for i, k in enumerate(todo):
+        rows.append(one(k))
+        if progress is not None:
+            progress(i + 1, len(todo))
+    unclassified = sum(1 for r in rows for c in r["restart_classification"] if c is None)
+    return {"config": cfg.name, "clean_state": clean["state"], "positions": len(rows), "position_names": names,
+            "runs": rows, "duplicated_effects": sum(r["duplicated_effects"] for r in rows),
+            "leaked_resources": sum(r["leaked_resources"] for r in rows), "unclassified": unclassified,
+            "invariant_violations": sum(1 for r in rows if not r["invariant_ok"]),
+            "completed": sum(1 for r in rows if r["state"] == "COMPLETED"),
+            "ok": all(r["duplicated_effects"] == 0 and r["leaked_resources"] == 0 and r["invariant_ok"]
+                      and r["state"] in ("COMPLETED", "ABORT_CONSISTENT") for r in rows)}

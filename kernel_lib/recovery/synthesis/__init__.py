@@ -26,8 +26,9 @@ from kernel_lib._support.lazy import lazy_exports
 __all__, __getattr__, __dir__ = lazy_exports(__name__, {
     "kernel_lib.recovery.synthesis.config": ("RuntimeConfig", "CONFIGS", "CONFIG_NAMES", "config_named"),
     "kernel_lib.recovery.synthesis.faults": ("FaultProfile", "Timings", "Fault", "FaultPlan", "FAULT_KINDS",
-                                            "KILL_POSITIONS"),
-    "kernel_lib.recovery.synthesis.harness": ("Harness", "TrajectoryOutcome", "TurnSpec", "Task"),
+                                            "KILL_POSITIONS", "ScriptedFaultPlan"),
+    "kernel_lib.recovery.synthesis.harness": ("Harness", "TrajectoryOutcome", "TurnSpec", "Task",
+                                             "SimulatedKill"),
     "kernel_lib.recovery.synthesis.invariant": ("InvariantReport", "check_crash_consistency", "classify",
                                                "CLASSIFICATIONS"),
     "kernel_lib.recovery.synthesis.completion": ("completion_forms", "completion_rate", "per_turn_success"),

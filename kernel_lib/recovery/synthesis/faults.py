@@ -35,7 +35,7 @@ from typing import Any
 
 from kernel_lib.errors import ConfigError
 
-__all__ = ["FAULT_KINDS", "KILL_POSITIONS", "FaultProfile", "Timings", "Fault", "FaultPlan"]
+__all__ = ["FAULT_KINDS", "KILL_POSITIONS", "FaultProfile", "Timings", "Fault", "FaultPlan", "ScriptedFaultPlan"]
 
 FAULT_KINDS = ("network_drop", "tool_exception", "process_kill", "format_corruption")
 KILL_POSITIONS = ("before_intent", "after_intent", "after_dispatch")
@@ -143,7 +143,10 @@ class FaultPlan:
                       ("process_kill", p.network_drop + p.tool_exception + p.process_kill),
                       ("format_corruption", p.total))
 
-    def draw(self, trajectory: int, proposal: int) -> Fault:
+    def draw(self, trajectory: int, proposal: int, *, turn: int = 0, nth: int = 0) -> Fault:
+        """The fault of proposal ``proposal`` (0-based, counted over the whole trajectory) of
+        trajectory ``trajectory``; ``turn`` (1-based) and ``nth`` (the proposal's place within its
+        turn) are for scripted plans and not used here."""
         rng = random.Random((self.seed * 1_000_003 + trajectory) * 1_000_003 + proposal)
         u, v, r = rng.random(), rng.random(), rng.random()
         kind = next((k for k, cut in self._cuts if u < cut), None)
@@ -152,3 +155,26 @@ class FaultPlan:
         if kind == "process_kill":
             return Fault(kind, position=KILL_POSITIONS[min(2, int(v * 3))], repair_u=r)
         return Fault(kind, repair_u=r)
+
+
+class ScriptedFaultPlan(FaultPlan):
+    """A plan that injects exactly the faults it is given (a scenario, figure 5):
+    ``{(turn, nth): Fault}``, ``turn`` 1-based, ``nth`` the proposal's place within the turn
+    (0: the first proposal, 1: the first repair or re-sample, ...). Every other proposal meets no
+    fault, and every repair succeeds unless its entry says otherwise (``Fault(None,
+    repair_u=0.9)``: a wrong repair). ConfigError for a malformed script."""
+
+    def __init__(self, script: dict[tuple[int, int], Fault], profile: FaultProfile = FaultProfile()):
+        super().__init__(0, profile)
+        for key, f in script.items():
+            if not (isinstance(key, tuple) and len(key) == 2 and all(type(x) is int and x >= 0 for x in key)
+                    and key[0] >= 1) or not isinstance(f, Fault):
+                raise ConfigError(f"a scripted fault is (turn >= 1, nth >= 0) -> Fault, got {key!r} -> {f!r}")
+            if f.kind is not None and f.kind not in FAULT_KINDS:
+                raise ConfigError(f"unknown fault kind {f.kind!r} (known: {', '.join(FAULT_KINDS)})")
+            if f.kind == "process_kill" and f.position not in KILL_POSITIONS:
+                raise ConfigError(f"a kill needs a position in {KILL_POSITIONS}, got {f.position!r}")
+        self.script = dict(script)
+
+    def draw(self, trajectory: int, proposal: int, *, turn: int = 0, nth: int = 0) -> Fault:
+        return self.script.get((turn, nth), Fault(None))

@@ -52,7 +52,7 @@ from kernel_lib.core.events import Event, RuntimeInput, TaskStarted, ToolIntent
 from kernel_lib.core.proposals import ToolReply
 from kernel_lib.errors import (
     ConfigError, PivotCrossedError, PivotRefusedError, RecoveryTerminated, SagaPanicError, ServiceError,
-    StepFailedError,
+    StepFailedError, TrajectoryFrozenRefusal,
 )
 from kernel_lib.gate.dispatch import AdmissionPolicy, DispatchGate
 from kernel_lib.log import MemoryStore, TrajectoryLog
@@ -65,7 +65,7 @@ from kernel_lib.recovery.synthesis.config import RuntimeConfig
 from kernel_lib.recovery.synthesis.faults import Fault, FaultPlan, FaultProfile, Timings
 from kernel_lib.recovery.verification import Check, run_gate
 
-__all__ = ["TurnSpec", "Task", "TrajectoryOutcome", "Harness", "BLIND_RETRIES_MAX", "REPAIR_TOKENS"]
+__all__ = ["TurnSpec", "Task", "TrajectoryOutcome", "Harness", "SimulatedKill", "BLIND_RETRIES_MAX", "REPAIR_TOKENS"]
 
 #: How often a configuration that retries blindly re-sends one step whose answer was lost.
 BLIND_RETRIES_MAX = 3
@@ -151,8 +151,13 @@ class TrajectoryOutcome:
                 "kept": self.kept, "pivot": self.pivot, "invariant": self.invariant}
 
 
-class _Kill(BaseException):
-    """The simulated process kill (a BaseException: no ``except Exception`` in the runner swallows it)."""
+class SimulatedKill(BaseException):
+    """The simulated process kill (a BaseException: no ``except Exception`` in the runner swallows
+    it). Raise it from an ``on_step`` callback to kill the worker at that position (a crash
+    sweep); the harness recovers as from a drawn kill. Its message names the position."""
+
+
+_Kill = SimulatedKill
 
 
 class _Stop(Exception):
@@ -170,6 +175,7 @@ class _Run:
     specs: tuple[TurnSpec, ...]
     outcome: TrajectoryOutcome
     proposals: int = 0
+    turn_proposals: dict[int, int] = field(default_factory=dict)
     remembered: dict[str, dict[str, Any]] = field(default_factory=dict)
     drops: dict[str, bool] = field(default_factory=dict)
     kills: dict[str, str] = field(default_factory=dict)
@@ -300,7 +306,9 @@ class Harness:
 
     def _draw(self) -> Fault:
         run = self._run
-        fault = self.plan.draw(run.index, run.proposals)
+        nth = run.turn_proposals.get(run.turn, 0)
+        run.turn_proposals[run.turn] = nth + 1
+        fault = self.plan.draw(run.index, run.proposals, turn=run.turn + 1, nth=nth)
         run.proposals += 1
         self.clock.advance(self.timings.proposal_s)
         if fault.kind is not None:
@@ -349,9 +357,6 @@ class Harness:
         run, cfg, task = self._run, self.config, self.task
         log = TrajectoryLog(store, run.tid, must_survive="none")
         gate = DispatchGate(log, self._admission, coalesce_admission=True, on_position=self._hook)
-        if gate.record.task is None:
-            gate.start(TaskStarted(task_id=run.tid, requester="synthesis-harness", objective=task.objective,
-                                   grant_ids=[task.grant_id], budget_ceiling_usd=100.0))
         endpoints = _Endpoints(self, self.fleet.client(run.tid))
         retry = RetryPolicy(max_attempts=3 if cfg.reconciliation_probe else 1, base_s=0.05, cap_s=1.0, seed=run.index)
         runner = SagaRunner(gate, task.registry, endpoints, saga_id=run.tid, grant_id=task.grant_id, retry=retry,
@@ -361,6 +366,9 @@ class Harness:
             loop = RepairLoop(runner, RepairLoopConfig(self._policy, task.tool_costs, seed=run.index), self._repairer,
                               sleep=self.clock.advance)
         self.proc = _Proc(store, gate, runner, loop)
+        if gate.record.task is None:
+            gate.start(TaskStarted(task_id=run.tid, requester="synthesis-harness", objective=task.objective,
+                                   grant_ids=[task.grant_id], budget_ceiling_usd=100.0))
         return self.proc
 
     def _parse(self, text: str, turn: TurnSpec) -> dict[str, Any]:
@@ -502,13 +510,29 @@ class Harness:
                 raise _Stop(self._stop_state(str(exc), in_doubt=in_doubt)) from None
             except RecoveryTerminated as exc:
                 raise _Stop(exc.state or "ABORT_CONSISTENT") from None
-            except PivotCrossedError:
+            except (PivotCrossedError, TrajectoryFrozenRefusal):
                 raise _Stop("FROZEN") from None
             except SagaPanicError:
                 raise _Stop("PANIC") from None
 
+    def _completed_outputs(self) -> dict[str, Any]:
+        """A saga the log shows COMPLETED (a kill after its last record): the turns' outputs, from
+        the committed steps in order (one per turn)."""
+        runner, run = self.proc.runner, self._run
+        committed = sorted((s for s in runner.saga.steps.values() if s.state == "COMMITTED"), key=lambda s: s.index)
+        ops = runner.gate.record.operations
+        return {t.key: {k: v for k, v in (ops[s.step_id].outcome or {}).items()
+                        if k not in ("status", "http_status", "duplicate")}
+                for t, s in zip(run.specs, committed)}
+
     def _script(self) -> dict[str, Any]:
         run = self._run
+        state = self.proc.runner.saga.state
+        if state == "COMPLETED":
+            run.turns_done = len(run.specs)
+            return self._completed_outputs()
+        if state in ("ABORT_CONSISTENT", "PANIC") or self.proc.gate.record.control_state == "FROZEN":
+            raise _Stop("FROZEN" if self.proc.gate.record.control_state == "FROZEN" else state)
         outputs: dict[str, Any] = {}
         for i, turn in enumerate(run.specs):
             run.turn = i
