@@ -31,5 +31,7 @@ __all__, __getattr__, __dir__ = lazy_exports(__name__, {
                                              "SimulatedKill"),
     "kernel_lib.recovery.synthesis.invariant": ("InvariantReport", "check_crash_consistency", "classify",
                                                "CLASSIFICATIONS"),
-    "kernel_lib.recovery.synthesis.completion": ("completion_forms", "completion_rate", "per_turn_success"),
+    "kernel_lib.recovery.synthesis.completion": ("completion_forms", "completion_form", "completion_rate",
+                                                "per_turn_success", "per_turn_form", "expected_duplicates",
+                                                "forms_as_text", "REPLAY_KINDS"),
 })
