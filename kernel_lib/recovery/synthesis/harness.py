@@ -119,7 +119,8 @@ class TrajectoryOutcome:
     ``state``: ``COMPLETED``; ``ABORT_CONSISTENT`` (unwound); ``PANIC``/``FROZEN`` (escalated);
     ``ABORTED`` (stopped with nothing undone); ``HALTED`` (stopped safely, logged); ``CRASHED``
     (the script died on a malformed call); ``LOST`` (killed without a durable log). ``faults``:
-    every fault drawn (``{turn, proposal, kind, after_effect, position}``); ``kills``: per process
+    every fault drawn (``{turn, proposal, kind, after_effect, position}``); ``proposals``: how many
+    proposals the fault plan drew for; ``kills``: per process
     kill ``{turn, position, rpo_turns, recovered, rto_s, rto_cpu_s, rto_virtual_s, probes}``
     (RTO None when the configuration could not resume); ``repairs_s``: per fault that the
     trajectory got past, the time from its detection to the affected turn's commit (virtual
@@ -137,6 +138,7 @@ class TrajectoryOutcome:
     kills: list[dict[str, Any]] = field(default_factory=list)
     repairs_s: list[float] = field(default_factory=list)
     blind_retries: int = 0
+    proposals: int = 0
     virtual_s: float = 0.0
     cpu_s: float = 0.0
     outputs: dict[str, Any] = field(default_factory=dict)
@@ -152,7 +154,8 @@ class TrajectoryOutcome:
         return {"trajectory_id": self.trajectory_id, "config": self.config, "state": self.state,
                 "completed": self.completed, "turns": self.turns, "turns_committed": self.turns_committed,
                 "faults": self.faults, "kills": self.kills, "repairs_s": self.repairs_s,
-                "blind_retries": self.blind_retries, "virtual_s": self.virtual_s, "cpu_s": self.cpu_s,
+                "blind_retries": self.blind_retries, "proposals": self.proposals, "virtual_s": self.virtual_s,
+                "cpu_s": self.cpu_s,
                 "kept": self.kept, "pivot": self.pivot, "invariant": self.invariant}
 
 
@@ -597,6 +600,7 @@ class Harness:
         finally:
             run.recovering = None
         outcome.turns_committed = run.turns_done
+        outcome.proposals = run.proposals
         outcome.virtual_s = self.clock() - t0
         outcome.cpu_s = time.perf_counter() - cpu0
         if outcome.completed:
