@@ -21,6 +21,7 @@ module                      commands
 :mod:`.herd`                ``herd``
 :mod:`.quarantine`          ``quarantine demo``
 :mod:`.fleet`               ``fleet run``
+:mod:`.scorecard`           ``scorecard``
 ==========================  =====================================================================
 
 Every command has ``--help``. One exit-code policy, in :func:`main`: 0 success; 1 the command ran
@@ -48,7 +49,7 @@ __all__ = ["build_parser", "main"]
 #: ``COMMANDS`` (top-level command -> one-line help) and imports what a command needs only inside
 #: ``add_commands`` and the command itself, so ``--help`` and each command load only what they use.
 COMMAND_GROUPS = ("log", "verify", "bench", "exercises", "live", "cadence", "diverge", "quorum", "importers",
-                  "course", "saga", "recovery", "plan", "watchdog", "herd", "quarantine",
+                  "course", "saga", "recovery", "plan", "watchdog", "herd", "quarantine", "scorecard",
                   "fleet")
 
 

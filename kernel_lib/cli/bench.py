@@ -1,6 +1,6 @@
 """``python -m kernel_lib bench ...``: the benchmarks' command line (append, restore, replay,
-diverge, quorum, startup, read, saga, watchdog, gateway, herd, fleet). Each benchmark lives in :mod:`kernel_lib.bench`;
-this module only parses arguments and prints."""
+diverge, quorum, startup, read, saga, watchdog, gateway, herd, scorecard, fleet). Each benchmark lives in
+:mod:`kernel_lib.bench`; this module only parses arguments and prints."""
 
 from __future__ import annotations
 
@@ -97,6 +97,7 @@ def add_commands(subparsers: "argparse._SubParsersAction") -> argparse.ArgumentP
     _add_gateway_cli(sub)
     _add_herd_cli(sub)
     _add_fleet_cli(sub)
+    _add_scorecard_cli(sub)
     return bench
 
 
@@ -467,5 +468,37 @@ def _add_fleet_cli(sub: "argparse._SubParsersAction") -> None:
                    help="where ownership leases live (default sqlite)")
     p.add_argument("--dir", default=None, help="where the fleet's directory (and so the logs) go (default: system "
                                                "temp; give a directory on the disk you mean to measure)")
+# --- bench scorecard: the simulated scorecard's throughput (issue 20; kernel_lib.bench.scorecard) --------
+
+_SCORECARD_HELP = """\
+How fast the simulated table-14 scorecard runs (Failure Recovery, "Fault injection benchmarks";
+issue 20), in one run on this machine: --trajectories seeded six-turn systems-administration
+trajectories under each runtime configuration (unmanaged, wal_only, saga_only, synthesized) on
+twins of the services, with the scorecard's crash-consistency checks, in interleaved rounds;
+against the unmanaged configuration (the same log, gate and services without the recovery
+machinery: the baseline) and a bare loop over the same fault draws. Figures: trajectories per
+second, time per trajectory as a ratio to unmanaged. Targets: synthesized <= 6x unmanaged per
+trajectory; 1,000 x 4 configurations extrapolated <= 60 s.
+
+exit status: 0 when the benchmark ran, whether its targets passed or not (printed PASS or FAIL);
+2 on bad input, one error: line. Details: kernel_lib.bench.scorecard."""
+
+
+def _add_scorecard_cli(sub: "argparse._SubParsersAction") -> None:
+    from kernel_lib.cli._args import int_at_least
+
+    def cmd(args: argparse.Namespace) -> int:
+        import kernel_lib.bench.scorecard as sb
+        progress = None if args.json or not sys.stderr.isatty() else (lambda m: print(f"... {m}", file=sys.stderr))
+        result = sb.run_scorecard_bench(args.trajectories, rounds=args.rounds, seed=args.seed, progress=progress)
+        print(json.dumps(result, indent=2) if args.json else sb.format_scorecard_bench(result))
+        return 0
+
+    p = sub.add_parser("scorecard", help="the simulated scorecard: trajectories per second per configuration",
+                       description=_SCORECARD_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--trajectories", type=int_at_least(1), default=200, metavar="N",
+                   help="trajectories per configuration and round (default 200)")
+    p.add_argument("--rounds", type=int_at_least(1), default=3, metavar="N", help="interleaved rounds (default 3)")
+    p.add_argument("--seed", type=int, default=0, help="fault-plan seed (default 0)")
     p.add_argument("--json", action="store_true", help="print one JSON object (with targets) instead of a table")
     p.set_defaults(func=cmd)
