@@ -15,6 +15,10 @@ steps on the sandbox, egress_ip, build, firewall and dns services). Parameters: 
 DNS name T5 publishes; default a name derived from the trajectory id, so T5 succeeds and the saga
 COMPLETES), ``fail_at_dns`` (True: publish the name another account owns, so T5's 409 makes the
 saga unwind C4..C1 to ABORT_CONSISTENT), ``extra_steps`` (git branches before T5).
+
+``sysadmin`` -- figure 5's six-turn systems-administration trajectory run by the synthesized
+harness under one of table 14's configurations, with the chapter's fault profile and real
+SIGKILLs (:mod:`kernel_lib.live.fleet_sysadmin`, which lists its parameters).
 """
 
 from __future__ import annotations
@@ -50,6 +54,9 @@ class TrajectoryContext:
             runner has opened and folded the log.
         kill_self: ``kill_self(detail)`` records a kill of this worker in the queue and sends it a
             real SIGKILL (a program's drawn process-kill fault); it does not return.
+        claims: this claim's number (1: the first owner; more: a takeover).
+        note: ``note(**values)`` merges values into this attempt's notes in the queue at once (what
+            a worker that may die next wants known: faults drawn, turns found committed).
     """
 
     trajectory_id: str
@@ -63,6 +70,8 @@ class TrajectoryContext:
     on_position: Callable[[str, Any], None]
     mark: Callable[[str], None] = field(default=lambda name: None)
     kill_self: Callable[[dict[str, Any]], None] | None = None
+    claims: int = 1
+    note: Callable[..., None] = field(default=lambda **kv: None)
 
 
 @dataclass(frozen=True)
@@ -138,3 +147,14 @@ def _deployment(ctx: TrajectoryContext) -> dict[str, Any]:
 
 register_program(Program("deployment", _deployment,
                          description="the deployment saga T1..T5 (sandbox, egress IP, build, firewall, DNS)"))
+
+
+def _sysadmin(ctx: TrajectoryContext) -> dict[str, Any]:
+    from kernel_lib.live.fleet_sysadmin import run_sysadmin
+
+    return run_sysadmin(ctx)
+
+
+register_program(Program("sysadmin", _sysadmin,
+                         description="figure 5's systems-administration trajectory under a table-14 configuration, "
+                                     "with the chapter's fault profile and real SIGKILLs"))

@@ -272,6 +272,10 @@ class Harness:
             check the invariant there); the live process, store and run are ``harness.proc``,
             ``harness.proc.store`` and the outcome ``harness.outcome``.
         max_kills: kills one trajectory may meet before it is given up (``LOST``).
+        must_survive, owner_epoch, fence_check: for a worker that owns the trajectory under a
+            lease (the live fleet, :mod:`kernel_lib.live.fleet`): the failure domain the log
+            declares (default ``none``: the simulated substrate), the epoch stamped on every append
+            and the dispatch gate's lease check.
 
     Raises ConfigError for a configuration, plan or timings of the wrong type.
     """
@@ -280,7 +284,9 @@ class Harness:
                  timings: Timings | None = None, turns: int = 6,
                  store_factory: Callable[[str], Any] | None = None,
                  audit: Callable[[], Mapping[str, list[dict[str, Any]]]] | None = None,
-                 on_step: Callable[["Harness", str, Event | None], None] | None = None, max_kills: int = 16):
+                 on_step: Callable[["Harness", str, Event | None], None] | None = None, max_kills: int = 16,
+                 must_survive: str = "none", owner_epoch: int = 0,
+                 fence_check: Callable[[str, int], "str | None"] | None = None):
         if not isinstance(config, RuntimeConfig):
             raise ConfigError(f"config must be a RuntimeConfig, got {type(config).__name__}")
         if plan is not None and not isinstance(plan, FaultPlan):
@@ -297,6 +303,7 @@ class Harness:
         self.audit = audit
         self.on_step = on_step
         self.max_kills = max_kills
+        self.must_survive, self.owner_epoch, self.fence_check = must_survive, owner_epoch, fence_check
         self.clock = fleet.clock
         self._admission = AdmissionPolicy({task.grant_id: set(task.registry.names())})
         self._policy = PolicyConfig((RemedyOption("error_feedback", RepairCosts(tokens=REPAIR_TOKENS, usd=0.0, s=0.0),
@@ -363,8 +370,9 @@ class Harness:
     # --- one process ------------------------------------------------------------------------------
     def _start(self, store: Any) -> _Proc:
         run, cfg, task = self._run, self.config, self.task
-        log = TrajectoryLog(store, run.tid, must_survive="none")
-        gate = DispatchGate(log, self._admission, coalesce_admission=True, on_position=self._hook)
+        log = TrajectoryLog(store, run.tid, must_survive=self.must_survive, owner_epoch=self.owner_epoch)
+        gate = DispatchGate(log, self._admission, coalesce_admission=True, on_position=self._hook,
+                            fence_check=self.fence_check)
         endpoints = _Endpoints(self, self.fleet.client(run.tid))
         retry = RetryPolicy(max_attempts=3 if cfg.reconciliation_probe else 1, base_s=0.05, cap_s=1.0, seed=run.index)
         runner = SagaRunner(gate, task.registry, endpoints, saga_id=run.tid, grant_id=task.grant_id, retry=retry,
