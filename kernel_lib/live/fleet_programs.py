@@ -50,6 +50,9 @@ class TrajectoryContext:
             runner has opened and folded the log.
         kill_self: ``kill_self(detail)`` records a kill of this worker in the queue and sends it a
             real SIGKILL (a program's drawn process-kill fault); it does not return.
+        claims: this claim's number (1: the first owner; more: a takeover).
+        note: ``note(**values)`` merges values into this attempt's notes in the queue at once (what
+            a worker that may die next wants known: faults drawn, turns found committed).
     """
 
     trajectory_id: str
@@ -63,6 +66,8 @@ class TrajectoryContext:
     on_position: Callable[[str, Any], None]
     mark: Callable[[str], None] = field(default=lambda name: None)
     kill_self: Callable[[dict[str, Any]], None] | None = None
+    claims: int = 1
+    note: Callable[..., None] = field(default=lambda **kv: None)
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ Tables (WAL, ``synchronous=FULL``: a claim or a result is on disk before it is a
 * ``attempts``: one row per claim: the worker and pid, ``owner_epoch``, and the times of the
   claim, the grant, the end of the log open + fold, the first event appended (forward progress
   resumed), the status lookups made before it (probes), the end; ``fenced`` with the refusal
-  when a boundary rejected a stale owner.
+  when a boundary rejected a stale owner; ``notes``, what the program recorded as it went (JSON).
 * ``workers``: one row per worker process (pid, state ``idle``/``busy``/``exited``/``killed``,
   the trajectory it holds).
 * ``kills``: every SIGKILL, sent by the controller or by a worker to itself at a drawn crash
@@ -85,7 +85,8 @@ CREATE TABLE IF NOT EXISTS attempts (
     finished_at_s REAL,
     outcome TEXT,
     fenced INTEGER NOT NULL DEFAULT 0,
-    error TEXT
+    error TEXT,
+    notes TEXT
 );
 CREATE INDEX IF NOT EXISTS attempts_by_trajectory ON attempts (trajectory_id, id);
 CREATE TABLE IF NOT EXISTS workers (
@@ -120,7 +121,7 @@ _LAYOUT = Layout(
             "attempts": frozenset({"id", "trajectory_id", "worker_id", "pid", "owner_epoch", "claimed_at_s",
                                    "granted_at_s", "lease_wait_s", "folded_at_s", "first_append_at_s", "probes",
                                    "probes_s", "fast_fails", "events_appended", "finished_at_s", "outcome", "fenced",
-                                   "error"}),
+                                   "error", "notes"}),
             "workers": frozenset({"worker_id", "pid", "started_at_s", "state", "trajectory_id", "updated_at_s"}),
             "kills": frozenset({"id", "pid", "worker_id", "trajectory_id", "owner_epoch", "attempt_id", "killed_at_s",
                                 "lease_expires_at_s", "signal", "sent_by", "detail"})},
@@ -129,7 +130,7 @@ _LAYOUT = Layout(
 #: the columns of an attempt row, in table order
 _ATTEMPT_FIELDS = ("id", "trajectory_id", "worker_id", "pid", "owner_epoch", "claimed_at_s", "granted_at_s",
                    "lease_wait_s", "folded_at_s", "first_append_at_s", "probes", "probes_s", "fast_fails",
-                   "events_appended", "finished_at_s", "outcome", "fenced", "error")
+                   "events_appended", "finished_at_s", "outcome", "fenced", "error", "notes")
 _ATTEMPT_SETTABLE = frozenset(_ATTEMPT_FIELDS) - {"id", "trajectory_id", "worker_id", "pid", "claimed_at_s"}
 _ROW_FIELDS = ("trajectory_id", "seq", "priority", "program", "params", "durability", "pinned_worker", "state",
                "worker_id", "pid", "owner_epoch", "lease_expires_at_s", "claims", "submitted_at_s", "finished_at_s",
@@ -399,7 +400,8 @@ class FleetQueue:
             q, args = q + " WHERE trajectory_id = ?", (trajectory_id,)
         with self._lock:
             rows = self._conn().execute(q + " ORDER BY id", args).fetchall()
-        return [dict(zip(_ATTEMPT_FIELDS, r), fenced=bool(r[16])) for r in rows]
+        return [dict(zip(_ATTEMPT_FIELDS, r), fenced=bool(r[16]), notes=json.loads(r[18]) if r[18] else {})
+                for r in rows]
 
     def kills(self) -> list[dict[str, Any]]:
         keys = ("id", "pid", "worker_id", "trajectory_id", "owner_epoch", "attempt_id", "killed_at_s",

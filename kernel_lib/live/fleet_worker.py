@@ -68,7 +68,9 @@ __all__ = ["CONFIG_FILE", "log_location", "marker_path", "open_coordinator_from"
 #: what a worker imports at start (the programs' runners), before it claims anything
 PRELOAD = ("kernel_lib.live.fleet_programs", "kernel_lib.live.saga_worker", "kernel_lib.recovery.runner",
            "kernel_lib.gate.dispatch", "kernel_lib.sim.deployment", "kernel_lib.sim.saga_sweep",
-           "kernel_lib.ownership.leases", "kernel_lib.recovery.gateway.runner", "kernel_lib.log")
+           "kernel_lib.ownership.leases", "kernel_lib.recovery.gateway.runner", "kernel_lib.log",
+           "kernel_lib.live.fleet_sysadmin", "kernel_lib.recovery.synthesis.harness", "kernel_lib.sim.sysadmin",
+           "kernel_lib.recovery.synthesis.invariant")
 
 #: the fleet's configuration in its directory, written by the controller, read by every worker
 CONFIG_FILE = "fleet-config.json"
@@ -115,7 +117,8 @@ class GuardedEndpoints:
     (``503``, ``circuit_open: true``, ``retry_after_s`` = the cooldown left, capped at
     ``max_wait_s``), which the runner backs off from and tries again, like the service's own
     503. Transport failures (timeouts, refused connections), 5xx and 429 count as failures; any
-    other answer as a success. Status lookups (probes) bypass the breakers and are timed:
+    other answer as a success. Status lookups (probes) and raw reads (:meth:`call`) bypass the
+    breakers; lookups are timed:
     ``lookups`` holds ``(started_at_s, seconds)`` of each.
     """
 
@@ -160,6 +163,11 @@ class GuardedEndpoints:
             return self.inner.lookup(tool, operation_id)
         finally:
             self.lookups.append((t0, time.perf_counter() - p0))
+
+    def call(self, action: str, arguments: dict[str, Any], operation_id: str,
+             idempotency_key: str | None) -> tuple[int, dict[str, Any]]:
+        """A raw request, unguarded (reads such as the pre-pivot gate's checks)."""
+        return self.inner.call(action, arguments, operation_id, idempotency_key)
 
     def live_resources(self) -> list[dict[str, Any]]:
         return self.inner.live_resources()
@@ -238,7 +246,8 @@ class Worker:
         self.breaker_store = SQLiteBreakerStore(self.cfg["breakers"])
         self._breakers: dict[str, Any] = {}
         for module in PRELOAD:   # imported before the first claim, so no takeover pays for them
-            importlib.import_module(module)
+            with contextlib.suppress(ModuleNotFoundError):
+                importlib.import_module(module)
 
     def breaker_of(self, service: str) -> Any:
         from kernel_lib.recovery.gateway.breaker import BreakerConfig
@@ -372,6 +381,12 @@ class Worker:
         kill_at = params.get("kill_at")
         kill_epoch = params.get("kill_epoch", 1)
 
+        notes: dict[str, Any] = {}
+
+        def note(**values: Any) -> None:
+            notes.update(values)
+            q.update_attempt(aid, notes=json.dumps(notes, default=str))
+
         def kill_self(detail: dict[str, Any]) -> None:
             """A real SIGKILL of this worker, recorded first (the program's drawn process kill)."""
             q.record_kill(self.pid, time.time(), lease_expires_at_s=renewer.lease.expires_at_s,
@@ -384,12 +399,22 @@ class Worker:
             counts["positions"] += 1
             if ev is not None:
                 counts["appended"] += 1
-                if "first_append" not in marks:
+                if "first_append" not in marks:   # written at once: a worker killed later still has its RTO
+                    mark("folded")   # a program that appends while it builds its runner has folded by then
                     marks["first_append"] = time.time()
+                    early = [d for (_t, d) in endpoints.lookups]
+                    q.update_attempt(aid, first_append_at_s=marks["first_append"], probes=len(early),
+                                     probes_s=round(sum(early), 6))
             if pause_at == counts["positions"] and lease.owner_epoch == pause_epoch:
                 self._pause(claim, lease, counts["positions"], name, renewer, bool(params.get("stall")))
             if kill_at == counts["positions"] and lease.owner_epoch == kill_epoch:
                 kill_self({"position": counts["positions"], "name": name})
+
+        def mark(name: str) -> None:
+            if name not in marks:
+                marks[name] = time.time()
+                if name == "folded":
+                    q.update_attempt(aid, folded_at_s=marks[name])
 
         endpoints = GuardedEndpoints(client, self.breaker_of,
                                      max_wait_s=float(self.cfg["breaker_max_wait_s"]))
@@ -397,7 +422,8 @@ class Worker:
                                 owner_epoch=lease.owner_epoch,
                                 fence_check=LeaseCheck(self.coord, lease, margin_s=float(self.cfg["lease_margin_s"])),
                                 endpoints=endpoints, services=self.services, on_position=on_position,
-                                mark=lambda name: marks.setdefault(name, time.time()), kill_self=kill_self)
+                                mark=mark, kill_self=kill_self,
+                                claims=claim.claims, note=note)
 
         def measured() -> dict[str, Any]:
             first = marks.get("first_append")
@@ -420,7 +446,7 @@ class Worker:
             q.give_back(tid, self.worker_id)
             return
         outcome = str(result.get("outcome"))
-        state = "done" if outcome in ("COMPLETED", "ABORT_CONSISTENT") else "failed"
+        state = result.get("state") or ("done" if outcome in ("COMPLETED", "ABORT_CONSISTENT") else "failed")
         q.finish(tid, self.worker_id, lease.owner_epoch, state, outcome, result, attempt_id=aid, **measured())
 
     def _lease_lost(self, lease: Any, renewer: _Renewer) -> bool:
