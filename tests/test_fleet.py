@@ -367,6 +367,10 @@ def test_fleet_run_command_prints_json_and_exits_0_when_every_trajectory_ended_c
     bad = subprocess.run([sys.executable, "-m", "kernel_lib", "fleet", "run", "--workers", "0"], capture_output=True,
                          text=True, timeout=60, env=env)
     assert bad.returncode == 2 and "--workers" in bad.stderr
+    unwound = subprocess.run([sys.executable, "-m", "kernel_lib", "fleet", "run", "--trajectories", "1", "--param",
+                              "fail_at_dns=true", "--json", "--dir", str(tmp_path)], capture_output=True, text=True,
+                             timeout=120, env=env)
+    assert unwound.returncode == 0 and json.loads(unwound.stdout)["summary"]["outcomes"] == {"ABORT_CONSISTENT": 1}
     unknown = subprocess.run([sys.executable, "-m", "kernel_lib", "fleet", "run", "--program", "nope"],
                              capture_output=True, text=True, timeout=60, env=env)
     assert unknown.returncode == 2 and "unknown fleet program" in unknown.stderr

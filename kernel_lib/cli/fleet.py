@@ -54,6 +54,17 @@ examples:
   python -m kernel_lib fleet run --workers 2 --trajectories 10 --durability off --kill-every 0.4"""
 
 
+def _param(text: str) -> tuple[str, object]:
+    """argparse type: ``KEY=VALUE``, the value read as JSON when it parses, else kept as text."""
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
+    try:
+        return key, json.loads(value)
+    except ValueError:
+        return key, value
+
+
 def _fmt(r: dict) -> str:
     s = r["summary"]
     f = r["fleet"]
@@ -89,7 +100,7 @@ def run_fleet(args: argparse.Namespace) -> dict:
     with Fleet(args.workers, coordinator=args.coordinator, store=args.store, durability=args.durability,
                lease_ttl_s=args.lease_ttl, workdir=args.dir) as fleet:
         t0 = time.monotonic()
-        ids = fleet.submit(args.trajectories, program=args.program)
+        ids = fleet.submit(args.trajectories, program=args.program, params=dict(args.param))
         timed_out = None
         try:
             fleet.wait(ids, timeout_s=args.timeout, kill_every_s=args.kill_every, seed=args.seed)
@@ -139,6 +150,9 @@ def add_commands(subparsers: "argparse._SubParsersAction") -> argparse.ArgumentP
     p.add_argument("--lease-ttl", type=positive_seconds, default=None, metavar="S",
                    help="ownership lease term in seconds, renewed every third of it (default 1 on sqlite, 2 on etcd)")
     p.add_argument("--program", default="deployment", help="the registered trajectory program (default deployment)")
+    p.add_argument("--param", action="append", default=[], metavar="KEY=VALUE", type=_param,
+                   help="a parameter of every trajectory (VALUE read as JSON, else as text); repeatable, e.g. "
+                        "--param fail_at_dns=true")
     p.add_argument("--timeout", type=positive_seconds, default=120.0, metavar="S",
                    help="give up waiting after S seconds (exit 1; default 120)")
     p.add_argument("--seed", type=int, default=None, help="seed of the choice of worker to kill")
