@@ -56,3 +56,20 @@ def test_bad_arguments_are_refused_before_anything_starts():
     for kw in ({"trajectories": 0}, {"workers": 0}, {"turns": 5}, {"configs": []}, {"configs": ["nope"]}):
         with pytest.raises(ConfigError):
             run_live_scorecard(**{"trajectories": 1, **kw})
+
+
+def test_scorecard_live_command_prints_the_same_json_keys(tmp_path):
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1]), "TMPDIR": str(tmp_path)}
+    p = subprocess.run([sys.executable, "-m", "kernel_lib", "scorecard", "--live", "--trajectories", "2", "--seed", "3",
+                        "--json"], capture_output=True, text=True, timeout=300, env=env)
+    assert p.returncode == 0, p.stderr[-2000:]
+    d = json.loads(p.stdout)
+    assert {"wal_only", "synthesized", "configurations", "seed", "trajectories"} <= set(d)
+    assert d["seed"] == 3 and d["trajectories"] == 2 and d["synthesized"]["duplicated_effects"] == 0
+    assert not [x for x in tmp_path.iterdir() if x.name.startswith("kl-fleet-")]

@@ -68,7 +68,7 @@ from kernel_lib.errors import ConfigError, FleetError, FleetTimeoutError, Kernel
 from kernel_lib.live.fleet_queue import QUEUE_FILE, TERMINAL, FleetQueue
 from kernel_lib.live.fleet_worker import CONFIG_FILE, log_location, marker_path, open_coordinator_from
 
-__all__ = ["Fleet", "DURABILITY", "COORDINATORS", "STORES", "DEFAULT_BREAKER", "rto_decomposition"]
+__all__ = ["Fleet", "DURABILITY", "COORDINATORS", "STORES", "DEFAULT_BREAKER", "rto_decomposition", "live_scorecard"]
 
 DURABILITY = ("on", "off")
 COORDINATORS = ("sqlite", "etcd")
@@ -590,3 +590,12 @@ class Fleet:
                 "durability": self.durability, "lease_ttl_s": self.lease_ttl_s, "dir": str(self.dir),
                 "breaker": dict(self.config["breaker"]), "timings": dict(self.timings)}
 
+
+
+def live_scorecard(trajectories: int = 20, seed: int = 0, turns: int = 6, **kw: Any) -> dict[str, Any]:
+    """Table 14's sample on the live fleet: :func:`kernel_lib.live.scorecard_live.run_live_scorecard`
+    (the name ``python -m kernel_lib scorecard --live`` calls). ``kw``: its other arguments
+    (``workers``, ``configs``, ``profile``, ...)."""
+    from kernel_lib.live.scorecard_live import run_live_scorecard
+
+    return run_live_scorecard(trajectories, seed, turns=turns, **kw)
