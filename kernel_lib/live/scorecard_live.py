@@ -122,7 +122,7 @@ def run_live_scorecard(trajectories: int = 20, seed: int = 0, workers: int = 2, 
         ConfigError: a bad argument (nothing started). FleetError / FleetTimeoutError: the fleet
             failed (everything it started is stopped).
     """
-    from kernel_lib.live.fleet import Fleet
+    from kernel_lib.live.fleet_controller import Fleet
     from kernel_lib.recovery.synthesis.completion import forms_as_text
     from kernel_lib.recovery.synthesis.config import config_named
     from kernel_lib.recovery.synthesis.faults import FaultProfile, Timings
