@@ -425,7 +425,8 @@ class _Ladder:
         self.emit("log", "scheduler", f"new process folds {len(survived)} events: {committed} steps committed, "
                   + (stacks or "no saga"), None, "recover", at_turn=t, position=pos,
                   detail=f"recovery reads the {len(survived)} events that survived (positions 1..{pos}) and folds "
-                         "them; the saga ledger is rebuilt from the log, nothing from memory")
+                         f"them: {committed} steps committed, {stacks or 'no saga'}; the saga ledger is rebuilt "
+                         "from the log, nothing from memory")
 
     def orphans(self) -> None:
         for service, entry in self._orphans:
