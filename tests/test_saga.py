@@ -398,9 +398,13 @@ def test_the_sweep_can_fail_a_service_that_forgets_its_idempotency_keys(monkeypa
 
 
 def test_service_actions_all_have_declared_contracts():
-    reg = deployment_registry()
-    assert set(reg.names()) == set(ACTIONS)
+    from kernel_lib.sim.sysadmin import sysadmin_registry
+
+    reg, sysadmin = deployment_registry(), sysadmin_registry()
+    assert set(reg.names()) | set(sysadmin.names()) == set(ACTIONS)
+    assert not set(reg.names()) & set(sysadmin.names())
     assert {reg.contract(a).tier for a in ("send_email", "activate_route")} == {"III"}
+    assert sysadmin.contract("deploy_production").tier == "III"
 
 
 # --- the command ----------------------------------------------------------------------------------

@@ -13,7 +13,9 @@ never proposes one. A :class:`ToolContract` is that declaration:
 * ``status_lookup``: the endpoint answers a status query by operation id (reconciliation,
   §11.5.3); its evidence may then ride the next barrier (one barrier per step, issue 15).
 * ``compensator``: for tiers I and II, the registered compensating tool and how its arguments
-  are bound from the forward step (:class:`Compensator`). Required for I/II, refused for III.
+  are bound from the forward step (:class:`Compensator`). Required for I/II, refused for III;
+  a tier I tool declared ``read_only`` changes nothing and needs none (C = noop, figure 5's
+  inspection turn).
 
 :class:`ToolRegistry` holds the declarations and the transports; :meth:`ToolRegistry.tool` is the
 decorator a practitioner uses on a plain Python function (see :mod:`kernel_lib.recovery.agent`).
@@ -141,7 +143,8 @@ class ToolContract:
             raise ToolContractError(f"tool {self.name!r} is a pivot (tier III: C = ∅) but declares compensator "
                                     f"{self.compensator.tool!r}; an effect that can be compensated is tier II",
                                     tool=self.name)
-        if self.tier in ("I", "II") and self.compensator is None and not self.is_compensator:
+        if self.tier in ("I", "II") and self.compensator is None and not self.is_compensator \
+                and not (self.tier == "I" and self.repeat_contract == "read_only"):
             raise ToolContractError(f"tool {self.name!r} is tier {self.tier} ({TIER_NAMES[self.tier]}) but registers "
                                     "no compensator; register one (the model never proposes one) or declare it a "
                                     "pivot (tier III)", tool=self.name)

@@ -38,7 +38,10 @@ crashed service into ``ConnectionRefusedError`` for the transport, as a real soc
 from __future__ import annotations
 
 import copy
+import hashlib
 import json
+import re
+import sqlite3
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -52,7 +55,8 @@ if TYPE_CHECKING:   # imported where used: a live service process needs neither 
     from kernel_lib.recovery.contracts import ToolContract
 
 __all__ = ["FAULT_KINDS", "ACTIONS", "SERVICES", "ServiceLogic", "ServiceTwin", "BrokerLogic",
-           "deployment_contracts", "reply_from_answer", "TwinFleet", "TwinEndpoints"]
+           "deployment_contracts", "sysadmin_contracts", "reply_from_answer", "TwinFleet", "TwinEndpoints",
+           "BASE_SCHEMA_SQL", "REPOSITORY_MIGRATIONS", "schema_sha256", "config_sha256"]
 
 FAULT_KINDS = ("timeout_after", "timeout_before", "conflict", "rate_limited", "server_error", "crash", "slow",
                "partial")
@@ -62,7 +66,12 @@ FAULT_KINDS = ("timeout_after", "timeout_before", "conflict", "rate_limited", "s
 class Action:
     """One action of a service: the resource kind it creates (``creates``) or releases
     (``releases``, naming the argument that holds the resource id), or neither (``pivot``: an
-    effect outside, recorded but never released)."""
+    effect outside, recorded but never released; ``read_only``: a query that changes nothing).
+
+    ``tier`` overrides the reversibility tier the contracts declare (default: II for a creating
+    action, III for a pivot, I for a read-only one); ``suite`` names the task the action belongs
+    to (``deployment``: the deployment saga of Napkin Math 0.1; ``sysadmin``: the
+    systems-administration trajectory of figure 5)."""
 
     service: str
     name: str
@@ -72,6 +81,9 @@ class Action:
     pivot: bool = False
     #: simulated duration of the action (the chapter's figures, Napkin Math 0.1), seconds
     duration_s: float = 0.01
+    read_only: bool = False
+    tier: str | None = None
+    suite: str = "deployment"
 
 
 #: Every action of every service. Creating actions return ``{<kind>_id, ...}``.
@@ -92,21 +104,60 @@ ACTIONS: dict[str, Action] = {a.name: a for a in (
     Action("git", "delete_branch", releases="branch", id_argument="branch_id", duration_s=0.050),
     Action("email", "send_email", creates="message", pivot=True, duration_s=0.200),
     Action("routing", "activate_route", creates="route", pivot=True, duration_s=0.300),
+    # the systems-administration trajectory of figure 5 (Failure Recovery, "Anatomy of a faulted
+    # trajectory"); durations are stated stand-ins, not the chapter's figures
+    Action("git", "clone_repo", creates="checkout", tier="I", duration_s=0.800, suite="sysadmin"),
+    Action("git", "delete_checkout", releases="checkout", id_argument="checkout_id", duration_s=0.050,
+           suite="sysadmin"),
+    Action("git", "inspect_migrations", read_only=True, duration_s=0.040, suite="sysadmin"),
+    Action("database", "provision_db", creates="database", duration_s=2.500, suite="sysadmin"),
+    Action("database", "teardown_db", releases="database", id_argument="database_id", duration_s=0.600,
+           suite="sysadmin"),
+    Action("database", "apply_migration", creates="migration", duration_s=0.300, suite="sysadmin"),
+    Action("database", "revert_migration", releases="migration", id_argument="migration_id", duration_s=0.250,
+           suite="sysadmin"),
+    Action("database", "describe_database", read_only=True, duration_s=0.020, suite="sysadmin"),
+    Action("config", "update_config", creates="config_version", duration_s=0.150, suite="sysadmin"),
+    Action("config", "restore_config", releases="config_version", id_argument="config_version_id",
+           duration_s=0.120, suite="sysadmin"),
+    Action("config", "describe_config", read_only=True, duration_s=0.015, suite="sysadmin"),
+    Action("deploy", "deploy_production", creates="deployment", pivot=True, duration_s=3.000, suite="sysadmin"),
 )}
 SERVICES = tuple(dict.fromkeys(a.service for a in ACTIONS.values()))
 
 
 def deployment_contracts() -> list[ToolContract]:
-    """The declared contracts of every action (Failure Recovery, table 5): creating actions are
-    tier II (compensable) with the releasing action as compensator, bound from the created id;
-    ``send_email`` and ``activate_route`` are tier III pivots; releasing actions are
-    compensators. Every action honours an idempotency key and answers a status lookup."""
+    """The declared contracts of every action of the deployment saga (Failure Recovery, table 5):
+    creating actions are tier II (compensable) with the releasing action as compensator, bound
+    from the created id; ``send_email`` and ``activate_route`` are tier III pivots; releasing
+    actions are compensators. Every action honours an idempotency key and answers a status lookup.
+    The systems-administration actions are declared by :func:`sysadmin_contracts`."""
+    return _contracts("deployment")
+
+
+def sysadmin_contracts() -> list[ToolContract]:
+    """The declared contracts of the systems-administration actions (figure 5; table 5's tiers):
+    ``clone_repo`` tier I (its checkout deleted by ``delete_checkout``), ``provision_db``,
+    ``apply_migration`` and ``update_config`` tier II with ``teardown_db``, ``revert_migration``
+    and ``restore_config`` as compensators (bound from the created id), the read-only queries
+    (``inspect_migrations``, ``describe_database``, ``describe_config``) tier I with no
+    compensator (C = noop), and ``deploy_production`` the tier III pivot (C = ∅). Every action
+    honours an idempotency key (reads: ``read_only``) and answers a status lookup."""
+    return _contracts("sysadmin")
+
+
+def _contracts(suite: str) -> list[ToolContract]:
     from kernel_lib.recovery.contracts import Compensator, ToolContract
 
     out = []
     releasers = {a.releases: a for a in ACTIONS.values() if a.releases}
     for a in ACTIONS.values():
-        if a.releases:
+        if a.suite != suite:
+            continue
+        if a.read_only:
+            out.append(ToolContract(a.name, a.tier or "I", "read_only", True, None,
+                                    description=f"{a.name} ({a.service}): read only, C = noop"))
+        elif a.releases:
             out.append(ToolContract(a.name, "II", "idempotency_key", True, None, is_compensator=True,
                                     description=f"release a {a.releases} ({a.service})"))
         elif a.pivot:
@@ -114,10 +165,68 @@ def deployment_contracts() -> list[ToolContract]:
                                     description=f"{a.name} ({a.service}): irreversible"))
         else:
             rel = releasers[a.creates]
-            out.append(ToolContract(a.name, "II", "idempotency_key", True,
+            out.append(ToolContract(a.name, a.tier or "II", "idempotency_key", True,
                                     Compensator(rel.name, {rel.id_argument: f"output.{a.creates}_id"}),
                                     description=f"create a {a.creates} ({a.service})"))
     return out
+
+
+# ------------------------------------------------------------------------------------------------
+# what the systems-administration services really check
+# ------------------------------------------------------------------------------------------------
+
+#: The schema every staging database starts from (``provision_db`` may name another in ``schema``).
+BASE_SCHEMA_SQL = "CREATE TABLE users (id INTEGER PRIMARY KEY, email TEXT NOT NULL);"
+#: What ``inspect_migrations`` lists for a checkout (the repository's migration scripts).
+REPOSITORY_MIGRATIONS = ("0001_create_users.sql", "0002_add_email_index.sql", "0003_add_last_login.sql")
+_ENGINES = ("postgres", "mysql", "sqlite")
+_URL = re.compile(r"^(https://[\w.-]+/[\w./-]+|git@[\w.-]+:[\w./-]+)$")
+_RELEASE = re.compile(r"^v\d+\.\d+\.\d+$")
+
+
+def _schema_of(conn: sqlite3.Connection) -> str:
+    rows = conn.execute("SELECT type, name, sql FROM sqlite_master WHERE sql IS NOT NULL ORDER BY type, name")
+    return hashlib.sha256("\n".join(f"{t}\0{n}\0{q}" for t, n, q in rows).encode()).hexdigest()
+
+
+def _run_sql(base: str, applied: list[str], sql: str | None) -> tuple[str | None, str | None]:
+    """Replay ``base`` and ``applied`` in a scratch in-memory SQLite database, then run ``sql``
+    (when given). Returns ``(error, schema_sha256)``: sqlite's own message when ``sql`` failed."""
+    conn = sqlite3.connect(":memory:")
+    try:
+        conn.executescript(base)
+        for q in applied:
+            conn.executescript(q)
+        if sql is not None:
+            try:
+                conn.executescript(sql)
+            except sqlite3.Error as exc:
+                return str(exc), None
+        return None, _schema_of(conn)
+    finally:
+        conn.close()
+
+
+def schema_sha256(migrations: list[str], base: str = BASE_SCHEMA_SQL) -> str:
+    """SHA-256 hex of the schema (``sqlite_master``) after ``base`` and ``migrations`` ran in a
+    fresh in-memory SQLite database: what ``describe_database`` reports for a database with those
+    migrations applied. Raises :class:`ServiceError` when the SQL does not run."""
+    err, digest = _run_sql(base, list(migrations), None)
+    if err is not None or digest is None:
+        raise ServiceError(f"the migrations do not run: {err}")
+    return digest
+
+
+def config_sha256(settings: str) -> str:
+    """SHA-256 hex of a configuration's canonical JSON (what ``describe_config`` reports).
+    Raises :class:`ServiceError` when ``settings`` is not a JSON object text."""
+    try:
+        value = json.loads(settings)
+    except (TypeError, ValueError) as exc:
+        raise ServiceError(f"settings are not JSON: {exc}") from None
+    if not isinstance(value, dict):
+        raise ServiceError("settings must be a JSON object")
+    return hashlib.sha256(json.dumps(value, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 
 # ------------------------------------------------------------------------------------------------
@@ -324,20 +433,126 @@ class ServiceLogic:
             self.state["audit"].append({"action": a.name, "operation_id": operation_id, "resource": rid,
                                         "already_released": already})
             return 200, {f"{a.releases}_id": rid, "released": True, "already_released": already}
+        if a.read_only:
+            return self._read(a, arguments, operation_id)
         if a.name == "publish_dns" and arguments.get("name") in self.state["taken_names"]:
             return 409, {"error": f"domain {arguments.get('name')!r} is owned by another account",
                          "retryable": False, "reason": "domain_ownership"}
+        refused, extra = self._check_request(a, arguments)
+        if refused is not None:
+            return refused
         rid = self._new_id(a.creates)
         self._count("applied", a.name)
         res[rid] = {"kind": a.creates, "state": "partial" if partial else "active", "operation_id": operation_id,
-                    "arguments": copy.deepcopy(arguments), "pivot": a.pivot}
+                    "arguments": copy.deepcopy(arguments), "pivot": a.pivot, **extra}
+        if a.name == "apply_migration":
+            res[arguments["database_id"]].setdefault("migrations", []).append(rid)
         self.state["audit"].append({"action": a.name, "operation_id": operation_id, "resource": rid,
                                     "partial": partial})
-        out = {f"{a.creates}_id": rid}
+        out = {f"{a.creates}_id": rid, **extra}
         if partial:
             return 500, {"error": f"{a.name} failed part way: {rid} exists", "retryable": False,
                          "partial": True, "output": out}
         return 200, out
+
+    # --- the systems-administration services' own checks (figure 5) -----------------------------------
+    def _active(self, rid: Any, kind: str) -> dict[str, Any] | None:
+        r = self.state["resources"].get(rid) if isinstance(rid, str) else None
+        return r if r is not None and r["kind"] == kind and r["state"] == "active" else None
+
+    def _live_migrations(self, db: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+        res = self.state["resources"]
+        return [(m, res[m]) for m in db.get("migrations", []) if res[m]["state"] != "released"]
+
+    def _check_request(self, a: Action, arguments: dict[str, Any]
+                       ) -> tuple[tuple[int, dict[str, Any]] | None, dict[str, Any]]:
+        """A creating request's own validity, checked by the service before anything is applied:
+        ``(refusal, {})`` (a final 4xx: nothing applied) or ``(None, extra outputs)``. The SQL of
+        ``apply_migration`` really runs, in a scratch in-memory SQLite database holding the
+        database's schema and its live migrations; the settings of ``update_config`` are really
+        parsed as JSON."""
+        def no(status: int, reason: str, error: str) -> tuple[tuple[int, dict[str, Any]], dict[str, Any]]:
+            return (status, {"error": error, "retryable": False, "reason": reason}), {}
+
+        name = a.name
+        if name == "clone_repo":
+            url = arguments.get("url")
+            if not isinstance(url, str) or not _URL.match(url):
+                return no(422, "invalid_url", f"clone_repo: {url!r} is not a repository url (https://host/path "
+                                              "or git@host:path)")
+        elif name == "provision_db":
+            engine = arguments.get("engine")
+            if engine not in _ENGINES:
+                return no(422, "unsupported_engine", f"provision_db: engine {engine!r} is not offered "
+                                                     f"(offered: {', '.join(_ENGINES)})")
+            schema = arguments.get("schema", BASE_SCHEMA_SQL)
+            err, _ = _run_sql("", [], schema if isinstance(schema, str) else "")
+            if err is not None:
+                return no(422, "sql_syntax_error" if "syntax error" in err or "incomplete" in err else "sql_error",
+                          err)
+        elif name == "apply_migration":
+            db = self._active(arguments.get("database_id"), "database")
+            if db is None:
+                return no(404, "not_found", f"apply_migration: no database {arguments.get('database_id')!r}")
+            sql = arguments.get("sql")
+            if not isinstance(sql, str) or not sql.strip():
+                return no(422, "sql_missing", "apply_migration: sql must be a non-empty SQL text")
+            applied = [m["arguments"]["sql"] for _, m in self._live_migrations(db)]
+            err, digest = _run_sql(db["arguments"].get("schema", BASE_SCHEMA_SQL), applied, sql)
+            if err is not None:
+                syntax = "syntax error" in err or "incomplete input" in err
+                return no(422, "sql_syntax_error" if syntax else "sql_error", err)
+            return None, {"schema_sha256": digest}
+        elif name == "update_config":
+            settings = arguments.get("settings")
+            try:
+                value = json.loads(settings) if isinstance(settings, str) else None
+            except ValueError as exc:
+                snippet = settings[max(0, exc.pos - 12):exc.pos + 12]
+                return no(422, "config_parse_error", f"update_config: settings are not JSON ({exc.msg}) near "
+                                                     f"{snippet!r}")
+            if not isinstance(value, dict):
+                return no(422, "config_parse_error", "update_config: settings must be a JSON object text")
+            return None, {"config_sha256": config_sha256(settings)}
+        elif name == "deploy_production":
+            release = arguments.get("release")
+            if not isinstance(release, str) or not _RELEASE.match(release):
+                return no(422, "invalid_release", f"deploy_production: release {release!r} is not a version tag "
+                                                  "(vMAJOR.MINOR.PATCH)")
+        return None, {}
+
+    def _read(self, a: Action, arguments: dict[str, Any], operation_id: str) -> tuple[int, dict[str, Any]]:
+        """A read-only query (counted as applied and audited with ``read_only``: nothing changes)."""
+        res = self.state["resources"]
+        if a.name == "inspect_migrations":
+            checkout = self._active(arguments.get("checkout_id"), "checkout")
+            if checkout is None:
+                return 404, {"error": f"inspect_migrations: no checkout {arguments.get('checkout_id')!r}",
+                             "retryable": False, "reason": "not_found"}
+            body: dict[str, Any] = {"checkout_id": arguments["checkout_id"], "ref": checkout["arguments"].get("ref"),
+                                    "migrations": list(REPOSITORY_MIGRATIONS)}
+        elif a.name == "describe_database":
+            dbs = []
+            for rid, r in res.items():
+                if r["kind"] == "database" and r["state"] != "released" and r["arguments"].get("name") == \
+                        arguments.get("name"):
+                    live = self._live_migrations(r)
+                    _, digest = _run_sql(r["arguments"].get("schema", BASE_SCHEMA_SQL),
+                                         [m["arguments"]["sql"] for _, m in live], None)
+                    dbs.append({"database_id": rid, "state": r["state"], "schema_sha256": digest,
+                                "migrations": [{"migration_id": m, "migration": r2["arguments"].get("migration")}
+                                               for m, r2 in live]})
+            body = {"name": arguments.get("name"), "databases": dbs}
+        else:   # describe_config: the latest live version of the service's configuration
+            versions = [(rid, r) for rid, r in res.items() if r["kind"] == "config_version"
+                        and r["state"] != "released" and r["arguments"].get("service") == arguments.get("service")]
+            last = versions[-1] if versions else None
+            body = {"service": arguments.get("service"), "live_versions": len(versions),
+                    "active_version_id": last[0] if last else None,
+                    "config_sha256": last[1].get("config_sha256") if last else None}
+        self._count("applied", a.name)
+        self.state["audit"].append({"action": a.name, "operation_id": operation_id, "read_only": True})
+        return 200, body
 
     def lookup(self, operation_id: str) -> dict[str, Any]:
         op = self.state["operations"].get(operation_id)
