@@ -20,6 +20,7 @@ module                      commands
 :mod:`.watchdog`            ``watchdog``
 :mod:`.herd`                ``herd``
 :mod:`.quarantine`          ``quarantine demo``
+:mod:`.figure5`             ``figure5``
 ==========================  =====================================================================
 
 Every command has ``--help``. One exit-code policy, in :func:`main`: 0 success; 1 the command ran
@@ -47,7 +48,8 @@ __all__ = ["build_parser", "main"]
 #: ``COMMANDS`` (top-level command -> one-line help) and imports what a command needs only inside
 #: ``add_commands`` and the command itself, so ``--help`` and each command load only what they use.
 COMMAND_GROUPS = ("log", "verify", "bench", "exercises", "live", "cadence", "diverge", "quorum", "importers",
-                  "course", "saga", "recovery", "plan", "watchdog", "herd", "quarantine")
+                  "course", "saga", "recovery", "plan", "watchdog", "herd", "quarantine",
+                  "figure5")
 
 
 def _group(name: str):

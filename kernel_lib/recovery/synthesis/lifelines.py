@@ -26,9 +26,11 @@ Turns. By default a turn is one sub-transaction of the saga: a new forward step 
 turn, except a step the recovery policy proposed as the next attempt of a failed one (after a
 ``RecoveryDecided`` with TRANSIENT_RETRY or FORWARD_REPAIR, the repaired call is the runner's
 next saga step: Failure Recovery, "Forward Recovery"), which stays in the failed step's turn. A
-compensator runs in the turn whose failure unwinds the saga, so turns never go back in the
-ladder. ``turn_of`` overrides this: a mapping (or function) from operation id to turn, for a
-harness that numbers its turns itself.
+compensator runs in the turn whose failure unwinds the saga. A gate verdict or a crossing is
+drawn in the turn of the pivot step it names (a premature attempt held by the gate may come
+before the turn it belongs to ends: the one place the ladder's turns go back). ``turn_of``
+overrides all this: a mapping (or function) from operation id to turn, for a harness that
+numbers its turns itself.
 
 Which audit rows are this trajectory's: those whose operation id appears in the log, or starts
 with one of ``operation_prefixes`` (default: ``<saga_id>.`` for each saga in the log). An applied
@@ -152,6 +154,8 @@ def _audit_text(entry: Mapping[str, Any]) -> str:
     if entry.get("refused"):
         return f"refused {entry.get('action')} ({entry.get('refused')}: {entry.get('reason')})"
     what = entry.get("resource") or ""
+    if entry.get("read_only"):
+        return f"answered {entry.get('action')} (read only: nothing changed)"
     if entry.get("already_released"):
         return f"{entry.get('action')}: {what} was already released"
     return f"applied {entry.get('action')}" + (f" -> {what}" if what else "") + (" (partial)" if entry.get("partial")
@@ -198,14 +202,19 @@ def lifeline_messages(events: Iterable[Event], audits: Mapping[str, Iterable[Map
             raise ConfigError(f"a crash after position {c.after_position} lies outside the log (positions 0..{head})")
         crash_list.append(c)
     crash_list.sort(key=lambda c: c.after_position)
-    ladder = _Ladder(evs, audits or {}, turn_of, operation_prefixes)
-    pending = list(crash_list)
-    for ev in evs:
-        while pending and pending[0].after_position < ev.sequence_number:
-            ladder.crash(pending.pop(0))
-        ladder.event(ev)
-    for c in pending:
-        ladder.crash(c)
+    # two passes: the first learns the turn each step is proposed in, so that a gate verdict
+    # recorded before its pivot step (a premature attempt, held) is drawn in the pivot's turn
+    ahead: dict[str, int] = {}
+    for _pass in range(2):
+        ladder = _Ladder(evs, audits or {}, turn_of, operation_prefixes, ahead)
+        pending = list(crash_list)
+        for ev in evs:
+            while pending and pending[0].after_position < ev.sequence_number:
+                ladder.crash(pending.pop(0))
+            ladder.event(ev)
+        for c in pending:
+            ladder.crash(c)
+        ahead = dict(ladder.turns)
     ladder.orphans()
     return ladder.out
 
@@ -215,8 +224,9 @@ class _Ladder:
 
     def __init__(self, evs: list[Event], audits: Mapping[str, Iterable[Mapping[str, Any]]],
                  turn_of: Mapping[str, int] | Callable[[str], int | None] | None,
-                 operation_prefixes: Iterable[str] | None):
+                 operation_prefixes: Iterable[str] | None, ahead: Mapping[str, int] | None = None):
         self.evs = evs
+        self.ahead = dict(ahead or {})
         self.turn_of = turn_of
         self.out: list[LifelineMessage] = []
         self.turn = 0
@@ -236,13 +246,19 @@ class _Ladder:
                 if op in logged_ops:
                     self.applied.setdefault(op, []).append(entry)
                     self.service_of[op] = service
-                elif prefixes and op.startswith(prefixes) and not entry.get("refused"):
+                elif prefixes and op.startswith(prefixes) and not entry.get("refused") and not entry.get("read_only"):
                     self._orphans.append((service, entry))
         self.dispatches: dict[str, int] = {}
+        #: (operation, attempt) -> the statuses of the replies recorded for it (a reply proves it left)
+        self.replies: dict[tuple[str, str], list[str]] = {}
         for e in evs:
             if isinstance(e.payload, ToolIntent):
                 self.dispatches[e.payload.operation_id] = self.dispatches.get(e.payload.operation_id, 0) + 1
+            elif isinstance(e.payload, ToolResult):
+                self.replies.setdefault((e.payload.operation_id, e.payload.attempt_id), []).append(
+                    e.payload.status if e.payload.source == "reply" else f"{e.payload.source}:{e.payload.status}")
         self.seen_dispatch: dict[str, int] = {}
+        self.last_attempt: dict[str, ToolIntent] = {}
 
     # --- turns ----------------------------------------------------------------------------------------
     def explicit(self, op: str) -> int | None:
@@ -262,7 +278,10 @@ class _Ladder:
         return self.turns[op]
 
     def upcoming(self, op: str) -> int:
+        """The turn of a pivot step the gate or the crossing names before it is proposed."""
         t = self.explicit(op)
+        if t is None:
+            t = self.ahead.get(op)
         return self.turn + 1 if t is None else t
 
     def emit(self, source: str, target: str, label: str, ev: Event | None, kind: str, op: str | None = None,
@@ -331,20 +350,36 @@ class _Ladder:
 
     def _intent(self, ev: Event, p: ToolIntent) -> None:
         op = p.operation_id
+        prev = self.last_attempt.get(op)
+        if prev is not None and prev.status_lookup:
+            answers = self.replies.get((op, prev.attempt_id), [])
+            if not any(a in ("completed", "failed") or a.endswith((":completed", ":failed")) for a in answers):
+                # the runner re-sends an in-doubt attempt only after its status lookup answered
+                # "unknown" (never applied); that answer settles nothing, so it is not recorded
+                self.emit("scheduler", "services", f"probe: status lookup of {_short(op)} ({prev.attempt_id})", ev,
+                          "probe", op, detail=f"{op} attempt {prev.attempt_id} was in doubt (no answer recorded); "
+                                              "before sending again the runtime asked the service by its logged id")
+                self.emit("services", "scheduler", f"unknown: {_short(op)} never applied, send again", ev, "probe",
+                          op, detail=f"the service answered unknown for {op}: {prev.attempt_id} never took effect. "
+                                     f"An unknown settles nothing, so the log holds no record of it; the new "
+                                     f"attempt {p.attempt_id} (same idempotency key) is the evidence it was asked")
+        self.last_attempt[op] = p
         key = (p.idempotency_key or "")[:12]
         self.emit("scheduler", "log", f"intent {_short(op)} {p.tool} ({p.attempt_id}) durable" +
                   (f", key {key}…" if key else ""), ev, "intent", op,
                   detail=f"ToolIntent {op} attempt {p.attempt_id}: {_call(p.tool, p.arguments)}; idempotency key "
                          f"{p.idempotency_key}; status lookup {'declared' if p.status_lookup else 'not declared'}")
-        self.emit("scheduler", "services", f"dispatch {_call(p.tool, p.arguments)}", ev, "dispatch", op)
         self.seen_dispatch[op] = j = self.seen_dispatch.get(op, 0) + 1
-        # the services' own audit of this operation, one application per dispatch on its last
-        # dispatches (any surplus, applied more often than it was sent, on the last one)
+        # the services' own audit of this operation, one application per attempt on its last
+        # attempts (any surplus, applied more often than it was sent, on the last one)
         rows, d = self.applied.get(op, []), self.dispatches[op]
         if len(rows) <= d:
             mine = [rows[j - 1 - (d - len(rows))]] if j > d - len(rows) else []
         else:
             mine = rows[j - 1: j] if j < d else rows[d - 1:]
+        if mine or any(not a.startswith(("reconciliation:", "inbox:")) for a in
+                       self.replies.get((op, p.attempt_id), [])):
+            self.emit("scheduler", "services", f"dispatch {_call(p.tool, p.arguments)}", ev, "dispatch", op)
         service = self.service_of.get(op, "service")
         for entry in mine:
             self.emit("services", "services", f"{service}: {_audit_text(entry)}", ev, "effect", op,
