@@ -7,6 +7,7 @@ import pytest
 
 from kernel_lib.errors import ToolContractError
 from kernel_lib.recovery.contracts import ToolContract
+from kernel_lib.recovery.signatures import signature_of
 from kernel_lib.recovery.synthesis.config import CONFIGS
 from kernel_lib.recovery.synthesis.harness import Harness
 from kernel_lib.sim.services import TwinFleet, schema_sha256
@@ -38,16 +39,16 @@ def test_the_database_service_really_runs_the_sql_and_refuses_a_syntax_error():
 
 def test_each_broken_variant_is_refused_by_the_service_with_its_own_error():
     fleet = TwinFleet()
-    specs = sysadmin_turns("t", 6)
+    specs = sysadmin_turns("trajectory-00045", 6)
     outputs: dict = {}
-    c = fleet.client("t")
+    c = fleet.client("trajectory-00045")
     for i, turn in enumerate(specs):
-        errors = set()
+        sigmas = set()
         for v in range(3):
             status, body = c.call(turn.tool, turn.broken(outputs, v), f"t.b{i}.{v}", f"kb{i}.{v}")
             assert 400 <= status < 500, (turn.tool, status, body)
-            errors.add(body["error"])
-        assert len(errors) == 3, turn.tool   # three different σ: a drifting repair is not a spin
+            sigmas.add(signature_of({"http_status": status, **body}))
+        assert len(sigmas) == 3, turn.tool   # three different σ: a drifting repair is not a spin
         status, outputs[turn.key] = c.call(turn.tool, turn.make(outputs), f"t.T{i}", f"k{i}")
         assert status == 200, (turn.tool, outputs[turn.key])
 

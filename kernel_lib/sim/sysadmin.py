@@ -113,7 +113,7 @@ def sysadmin_turns(trajectory_id: str, turns: int = 6) -> tuple[TurnSpec, ...]:
         elif kind == "inspect":
             out.append(TurnSpec(
                 "inspect", "inspect_migrations", lambda o: {"checkout_id": o["clone"]["checkout_id"]},
-                lambda o, v: {"checkout_id": f"checkout-missing-{v}"}, ("checkout_id",)))
+                lambda o, v: {"checkout_id": f"checkout-missing-{v}"}, ("checkout_id",), replay="harmless"))
         elif kind == "provision":
             out.append(TurnSpec(
                 "provision", "provision_db", lambda o: {"name": f"staging-{tid}", "engine": "postgres"},
@@ -128,14 +128,14 @@ def sysadmin_turns(trajectory_id: str, turns: int = 6) -> tuple[TurnSpec, ...]:
                                                "sql": sql},
                 lambda o, v, name=name, sql=sql: {"database_id": o["provision"]["database_id"], "migration": name,
                                                   "sql": _broken_sql(sql, v)},
-                ("database_id", "migration", "sql")))
+                ("database_id", "migration", "sql"), replay="refused"))
         elif kind == "config":
             c += 1
             text = settings_text(c, tid)
             last_cfg = f"config{c}"
             out.append(TurnSpec(
                 f"config{c}", "update_config", lambda o, text=text: {"service": f"api-{tid}", "settings": text},
-                lambda o, v, text=text: {"service": f"api-{tid}", "settings": text[:-(v + 2)]},
+                lambda o, v, text=text: {"service": f"api-{tid}", "settings": text[:-1] + f', "flag_{v}": tru}}'},
                 ("service", "settings")))
         else:
             cfg_key = last_cfg

@@ -37,5 +37,7 @@ __all__, __getattr__, __dir__ = lazy_exports(__name__, {
     "kernel_lib.recovery.synthesis.lifelines": (
         "LIFELINES", "LIFELINE_LABELS", "KINDS", "KIND_MEANINGS", "LifelineMessage", "Crash", "lifeline_messages",
         "turn_rows", "legend_rows"),
-    "kernel_lib.recovery.synthesis.completion": ("completion_forms", "completion_rate", "per_turn_success"),
+    "kernel_lib.recovery.synthesis.completion": ("completion_forms", "completion_form", "completion_rate",
+                                                "per_turn_success", "per_turn_form", "expected_duplicates",
+                                                "forms_as_text", "REPLAY_KINDS"),
 })

@@ -81,7 +81,11 @@ class TurnSpec:
     """One turn of a task: ``key`` (where its output is kept), ``tool``, ``make(outputs)`` the
     correct arguments given the earlier turns' outputs, ``broken(outputs, variant)`` a
     semantically wrong call (each variant fails with a different error), ``required`` the
-    argument names schema validation insists on, ``pivot`` (the tier III turn)."""
+    argument names schema validation insists on, ``pivot`` (the tier III turn), ``replay`` what
+    the service does with the same request sent again *as a new request* (no idempotency key to
+    match it): ``repeats`` (applies it a second time: a duplicate), ``harmless`` (a read),
+    ``refused`` (the service refuses the repeat: a migration whose change is already in the
+    schema). Only the closed forms and a configuration that retries blindly meet the difference."""
 
     key: str
     tool: str
@@ -89,6 +93,7 @@ class TurnSpec:
     broken: Callable[[Mapping[str, Any], int], dict[str, Any]]
     required: tuple[str, ...] = ()
     pivot: bool = False
+    replay: str = "repeats"
 
 
 @dataclass(frozen=True)
