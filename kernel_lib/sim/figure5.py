@@ -40,6 +40,7 @@ ladder of messages between the four lifelines
 from __future__ import annotations
 
 import time
+from collections import Counter
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -262,7 +263,7 @@ def run_figure5(*, trajectory_id: str = "fig5", store_dir: str | Path | None = N
     the harness's per-position callback.
 
     Returns ``{substrate, trajectory_id, config, state, ok, failures, turns, verdicts, held,
-    kill, rto_s, rto_note, virtual_s, counts, invariant_ok, crashes, messages}`` (JSON data;
+    kill, rto_s, rto_note, virtual_s, counts, event_types, invariant_ok, crashes, messages}`` (JSON data;
     ``messages`` are the ladder's, as dicts). Raises ConfigError for an empty trajectory id or an
     unknown configuration."""
     if not isinstance(trajectory_id, str) or not trajectory_id or "." in trajectory_id:
@@ -333,6 +334,7 @@ def _report(events: list[Event], audits: Any, counts: Any, resources: Any, outco
             "failures": failures, "turns": _turn_table(events, trajectory_id, messages), "verdicts": verdicts,
             "held": held, "kill": kill, **rto, "virtual_s": outcome.get("virtual_s"), "wall_s": round(wall_s, 4),
             "log_events": len(events), "saga_steps": len({p.step_id for p in steps}),
+            "event_types": dict(sorted(Counter(e.event_type for e in events).items())),
             "counts": service_counts(counts), "invariant_ok": all(r.get("ok") for r in outcome.get("invariant", [])),
             "invariant": outcome.get("invariant", []), "crashes": [{"after_position": c.after_position,
                                                                       "label": c.label} for c in crashes],
