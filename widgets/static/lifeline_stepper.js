@@ -12,7 +12,7 @@ function svg(tag, attrs, text) {
 }
 
 // layout (pixels of the SVG's own coordinates; the picture scales to the widget's width)
-const GUTTER = 118, COL = 200, HEAD = 46, ROW = 24, TURN_GAP = 18;
+const GUTTER = 118, COL = 200, HEAD = 46, ROW = 24, TURN_GAP = 22;
 
 function render({ model, el }) {
   dal.isolateKeys(el, "dal-lifeline-stepper");
@@ -67,7 +67,7 @@ function render({ model, el }) {
     const turnLabels = new Map((model.get("turns") || []).map((t) => [t.turn, t.label]));
     for (const [turn, ty] of turnMarks) {
       s.append(svg("line", { x1: 4, x2: W - 4, y1: ty, y2: ty, class: "dal-ll-turnline" }));
-      s.append(svg("text", { x: 6, y: ty - 3, class: "dal-ll-turn" }, turnLabels.get(turn) || `turn ${turn}`));
+      s.append(svg("text", { x: 6, y: ty + 10, class: "dal-ll-turn" }, turnLabels.get(turn) || `turn ${turn}`));
     }
     lifelines.forEach((l) => {
       const x = xOf(l.id);
