@@ -428,9 +428,10 @@ class _Ladder:
                   at_turn=t)
         verdict = "all passed: the pivot may cross" if p.passed else f"FAILED {', '.join(p.failed_checks)}: pivot held"
         ignored = "; the model's claim of success has weight 0" if (p.model_claim or {}).get("claims_success") else ""
+        checks = "; ".join(f"{c.get('name')}: {'passed' if c.get('passed') else 'FAILED'} "
+                           f"({_evidence_text(c.get('evidence'))})" for c in p.checks)
         self.emit("scheduler", "log", f"verdict: {verdict}{ignored}", ev, "gate", p.pivot_step_id, at_turn=t,
-                  detail=f"verdict: {verdict}{ignored}. The checks: " + "; ".join(f"{c.get('name')}: {'passed' if c.get('passed') else 'FAILED'} "
-                                   f"({_evidence_text(c.get('evidence'))})" for c in p.checks))
+                  detail=f"verdict: {verdict}{ignored}. The checks: {checks}")
 
     def _crossed(self, ev: Event, p: PivotCrossed) -> None:
         self.emit("scheduler", "log", f"pivot crossed before {p.pivot_tool}: Σ retired "
