@@ -138,7 +138,7 @@ def run_figure5_live(*, workdir: str | os.PathLike | None = None, fleet: Any = N
     from kernel_lib._support.workdirs import remove_tree
     from kernel_lib.log import open_store
     from kernel_lib.recovery.synthesis.lifelines import Crash
-    from kernel_lib.sim.figure5 import _report
+    from kernel_lib.sim.figure5 import figure5_report
 
     if workdir is not None and not Path(workdir).is_dir():
         raise ConfigError(f"workdir {str(workdir)!r} is not an existing directory")
@@ -197,7 +197,7 @@ def run_figure5_live(*, workdir: str | os.PathLike | None = None, fleet: Any = N
                            "record (process start, imports, opening and folding the log, the status lookup)"}
         crash = Crash(int(seen["position"]), f"SIGKILL of pid {proc.pid}")
         outcome = result["outcome"]
-        report = _report(events, fleet.audits(), fleet.counts(), fleet.resources(live_only=False), outcome,
+        report = figure5_report(events, fleet.audits(), fleet.counts(), fleet.resources(live_only=False), outcome,
                          result.get("held") or [], [crash], trajectory_id=tid,
                          substrate="live services (processes on loopback), real SIGKILL", wall_s=0.0, rto=rto)
         report.update(signal="SIGKILL", worker_pid=proc.pid, worker_exit=code, recovery_pid=result.get("pid"),

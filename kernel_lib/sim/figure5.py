@@ -59,7 +59,7 @@ from kernel_lib.sim.services import TwinFleet
 from kernel_lib.sim.sysadmin import FIGURE5_SCRIPT, SYSADMIN_STEPS, SYSADMIN_TASK
 
 __all__ = ["FIGURE5_FAILURES", "PREMATURE_CLAIM", "Figure5Harness", "figure5_plan", "run_figure5", "judge_figure5",
-           "service_counts", "failure_rows"]
+           "service_counts", "failure_rows", "figure5_report"]
 
 #: The model's words with its premature deploy proposal (recorded with the verdict, weight 0).
 PREMATURE_CLAIM = "Migration applied and the tests pass; everything is ready, deploy to production now."
@@ -305,14 +305,18 @@ def run_figure5(*, trajectory_id: str = "fig5", store_dir: str | Path | None = N
     finally:
         if store_dir is not None:
             store.close()
-    return _report(events, fleet.audits(), fleet.counts(), fleet.resources(live_only=False), out.as_dict(),
+    return figure5_report(events, fleet.audits(), fleet.counts(), fleet.resources(live_only=False), out.as_dict(),
                    harness.held, crashes, trajectory_id=trajectory_id,
                    substrate="simulated twins (virtual clock)", wall_s=wall, config=config)
 
 
-def _report(events: list[Event], audits: Any, counts: Any, resources: Any, outcome: dict[str, Any],
+def figure5_report(events: list[Event], audits: Any, counts: Any, resources: Any, outcome: dict[str, Any],
             held: list[dict[str, Any]], crashes: list[Crash], *, trajectory_id: str, substrate: str,
             wall_s: float, rto: dict[str, Any] | None = None, config: str = "synthesized") -> dict[str, Any]:
+    """The report of one figure-5 run (see :func:`run_figure5` for its keys) from what it left: the
+    log's ``events``, the services' ``audits``, ``counts`` and ``resources`` (released ones too),
+    the harness's ``outcome`` (:meth:`TrajectoryOutcome.as_dict`), the premature attempts ``held``,
+    the ``crashes``; ``rto``: ``{rto_s, rto_note}`` when measured outside the harness (live)."""
     messages = lifeline_messages(events, audits, crashes=crashes)
     failures = judge_figure5(events, counts, resources, trajectory_id=trajectory_id,
                              crash_after=crashes[0].after_position if crashes else None)
