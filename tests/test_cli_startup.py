@@ -104,6 +104,9 @@ NOT_USED = {
     # the herd simulator: the gateway's backoff and breaker on a virtual clock, no events, no store
     "herd": ("pydantic", "sympy", "polars", "numpy", "httpx", "cryptography", "kernel_lib.core", "kernel_lib.log",
              "kernel_lib.live", "kernel_lib.quorum", "kernel_lib.bench", "kernel_lib.course", "kernel_lib.gate"),
+    # figure 5 on the twins: no live processes, no charts, no tables
+    "figure5": ("sympy", "polars", "numpy", "httpx", "altair", "kernel_lib.live", "kernel_lib.quorum",
+                "kernel_lib.bench", "kernel_lib.course", "kernel_lib.importers", "kernel_lib.verify"),
 }
 
 
@@ -127,7 +130,8 @@ def test_a_command_loads_only_what_it_uses(command, example_log, tmp_path):
             "schema": ["schema"],
             "recovery": ["recovery", "decide", str(_omega_file(tmp_path)), "--json"],
             "plan": ["plan", "example", "ex0.1"],
-            "herd": ["herd", "--agents", "50", "--json"]}[command]
+            "herd": ["herd", "--agents", "50", "--json"],
+            "figure5": ["figure5", "--json"]}[command]
     code, mods = _loaded(*argv, cwd=tmp_path)
     assert code == 0
     wrong = sorted(m for m in _top(mods) if m in NOT_USED[command])

@@ -38,6 +38,7 @@ WIDGETS = {   # module -> (class, static name, root CSS class)
     "widgets.policy_explorer": ("PolicyExplorer", "policy_explorer", "dal-policy"),
     "widgets.watchdog_view": ("WatchdogView", "watchdog_view", "dal-watchdog"),
     "widgets.breaker_dashboard": ("BreakerDashboard", "breaker_dashboard", "dal-breaker"),
+    "widgets.lifeline_stepper": ("LifelineStepper", "lifeline_stepper", "dal-lifeline-stepper"),
 }
 
 

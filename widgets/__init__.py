@@ -17,6 +17,7 @@ _EXPORTS = {
     "BreakerDashboard": "widgets.breaker_dashboard",
     "CadenceExplorer": "widgets.cadence_explorer",
     "CrashPanel": "widgets.crash_panel",
+    "LifelineStepper": "widgets.lifeline_stepper",
     "LogScrubber": "widgets.scrubber",
     "PolicyExplorer": "widgets.policy_explorer",
     "ReplicationPanel": "widgets.replication",

@@ -22,6 +22,7 @@ module                      commands
 :mod:`.quarantine`          ``quarantine demo``
 :mod:`.fleet`               ``fleet run``
 :mod:`.scorecard`           ``scorecard``
+:mod:`.figure5`             ``figure5``
 ==========================  =====================================================================
 
 Every command has ``--help``. One exit-code policy, in :func:`main`: 0 success; 1 the command ran
@@ -50,7 +51,7 @@ __all__ = ["build_parser", "main"]
 #: ``add_commands`` and the command itself, so ``--help`` and each command load only what they use.
 COMMAND_GROUPS = ("log", "verify", "bench", "exercises", "live", "cadence", "diverge", "quorum", "importers",
                   "course", "saga", "recovery", "plan", "watchdog", "herd", "quarantine", "scorecard",
-                  "fleet")
+                  "fleet", "figure5")
 
 
 def _group(name: str):

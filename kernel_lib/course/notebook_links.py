@@ -64,6 +64,9 @@ NOTEBOOK_SECTIONS: dict[str, tuple[str, ...]] = {
                                 "Bulkhead resource partitioning", "Blast Radius Quarantine",
                                 "The four-stage quarantine protocol", "Dynamic taint tracking",
                                 "Example 0.2: Containment latency and blast radius budget"),
+    "fr_5_synthesis": ("Fault-Tolerant System Synthesis", "The synthesized runtime engine",
+                       "Anatomy of a faulted trajectory", "Fault injection benchmarks",
+                       "Napkin Math 0.5: Quantitative recovery overhead and RTO bounds"),
 }
 _MARK = ("<!-- chapter-links: written by `python -m kernel_lib course link-chapters`; "
          "the sections come from kernel_lib/course/notebook_links.py -->")

@@ -15,6 +15,9 @@ chapter's saga runner, recovery policy and repair loop, and the pre-pivot verifi
   :mod:`kernel_lib.sim.sysadmin`), returning a :class:`TrajectoryOutcome` per trajectory;
 * ``invariant`` -- the crash-consistency invariant as a pure check over the log and the services'
   audit, and the restart classification (committed, compensable, pending forward repair);
+* ``lifelines`` -- figure 5 as data: a trajectory log and the services' audit read as messages
+  between the four lifelines (scheduler, log, saga engine, services), the crashes the log cannot
+  record and the recoveries that follow;
 * ``completion`` -- closed forms (sympy) of the completion rate against trajectory length under
   our fault semantics.
 
@@ -31,6 +34,9 @@ __all__, __getattr__, __dir__ = lazy_exports(__name__, {
                                              "SimulatedKill"),
     "kernel_lib.recovery.synthesis.invariant": ("InvariantReport", "check_crash_consistency", "classify",
                                                "CLASSIFICATIONS"),
+    "kernel_lib.recovery.synthesis.lifelines": (
+        "LIFELINES", "LIFELINE_LABELS", "KINDS", "KIND_MEANINGS", "LifelineMessage", "Crash", "lifeline_messages",
+        "turn_rows", "legend_rows"),
     "kernel_lib.recovery.synthesis.completion": ("completion_forms", "completion_form", "completion_rate",
                                                 "per_turn_success", "per_turn_form", "expected_duplicates",
                                                 "forms_as_text", "REPLAY_KINDS"),
