@@ -67,6 +67,7 @@ def test_the_parameter_names_and_defaults_are_the_issues():
     assert D == {"context_tokens": 16384, "snapshot_tokens": 12288, "snapshot_mb": 48.0, "wal_kb": 128.0,
                  "disk_mb_per_s": 3500.0, "random_read_us": 25.0, "prefill_tokens_per_s": 8000.0, "probe_ms": 45.0}
     assert [p.name for p in nm0_5.PARAMS] == list(D)
+    assert rto.CHAPTER_GIVENS == D and tuple(D) == rto.GIVEN_NAMES   # the measured decomposition uses the same
 
 
 def test_the_defaults_give_the_printed_sum_and_not_the_printed_addition():

@@ -12,6 +12,7 @@ from kernel_lib._support.lazy import lazy_exports
 
 __all__, __getattr__, __dir__ = lazy_exports(__name__, {
     "kernel_lib.recovery.synthesis.rto": (
-        "ModelGivens", "LLAMA_70B", "RTO_SYMBOLS", "CHAPTER_RTO_PRINTED", "PRODUCTION_THRESHOLD_S",
+        "ModelGivens", "LLAMA_70B", "RTO_SYMBOLS", "CHAPTER_RTO_PRINTED", "CHAPTER_GIVENS", "PRODUCTION_THRESHOLD_S",
+        "MODEL_SYMBOLS", "GIVEN_NAMES", "rto_substitutions",
         "rto_formulas", "rto_terms", "rto_readings", "kv_bytes_per_token"),
 })

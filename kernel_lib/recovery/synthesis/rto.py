@@ -52,7 +52,7 @@ import sympy as sp
 
 from kernel_lib.errors import ConfigError
 
-__all__ = ["ModelGivens", "LLAMA_70B", "RTO_SYMBOLS", "MODEL_SYMBOLS", "CHAPTER_RTO_PRINTED",
+__all__ = ["ModelGivens", "LLAMA_70B", "RTO_SYMBOLS", "MODEL_SYMBOLS", "CHAPTER_RTO_PRINTED", "CHAPTER_GIVENS",
            "PRODUCTION_THRESHOLD_S", "rto_formulas", "rto_substitutions", "rto_terms", "rto_readings",
            "kv_bytes_per_token", "GIVEN_NAMES"]
 
@@ -94,6 +94,11 @@ LLAMA_70B = ModelGivens(
 CHAPTER_RTO_PRINTED: dict[str, float] = {
     "t_snap_ms": 13.7, "t_wal_ms": 0.06, "delta_tokens": 4096, "t_prefill_ms": 512.0, "t_probe_ms": 45.0,
     "rto_ms": 570.8, "additional_full_prefill_s": 2.05,
+}
+#: The block's givens under the exercise's parameter names (KB and MB decimal).
+CHAPTER_GIVENS: dict[str, Any] = {
+    "context_tokens": 16384, "snapshot_tokens": 12288, "snapshot_mb": 48.0, "wal_kb": 128.0,
+    "disk_mb_per_s": 3500.0, "random_read_us": 25.0, "prefill_tokens_per_s": 8000.0, "probe_ms": 45.0,
 }
 #: The production threshold the block compares its RTO with (seconds).
 PRODUCTION_THRESHOLD_S = 5.0
