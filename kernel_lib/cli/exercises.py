@@ -57,6 +57,7 @@ examples:
   python -m kernel_lib exercise check 11.8 --seed 7 --answers answers.json
   python -m kernel_lib exercise grade submissions/*.ipynb --seed 7 --json
   python -m kernel_lib exercise strip --check
+  python -m kernel_lib exercise measure nm0.5 --json
 
 check and grade exit 0 when every graded quantity is right, 1 when any is wrong, 2 on bad input.
 Expected values are printed only with --reveal.
@@ -216,6 +217,33 @@ def _cmd_grade(args: argparse.Namespace) -> int:
     return 0 if all(s["all_ok"] for s in subs) else 1
 
 
+#: Exercises whose quantities can be measured on this machine: id -> what ``exercise measure`` runs.
+MEASURES = {"nm0.5": "our runtime's recovery, decomposed into Napkin Math 0.5's RTO terms "
+                     "(kernel_lib.live.rto.measure_rto)"}
+
+
+def _cmd_measure(args: argparse.Namespace) -> int:
+    from kernel_lib.course.exercises import canonical_id, get
+    key = canonical_id(args.exercise)
+    if key not in MEASURES:
+        raise ConfigError(f"no measurement for exercise {args.exercise!r}; available: {', '.join(MEASURES)} "
+                          "(nm0.1 is measured by `bench saga`)")
+    mod = get(key)
+    params = _params_from_args(mod, args)
+    from kernel_lib.live.rto import format_rto_table, measure_rto
+    if args.dir is not None and not Path(args.dir).is_dir():
+        raise ConfigError(f"--dir {args.dir}: not an existing directory")
+    result = measure_rto(params, turns=args.turns, snapshot_every=args.snapshot_every,
+                         takeover_lease_s=args.takeover_lease_s, rounds=args.rounds, store=args.store,
+                         directory=args.dir)
+    if args.json:
+        from kernel_lib.course.exercises._common import strict_json
+        print(json.dumps(strict_json({"exercise": key, "params": params, **result}), allow_nan=False))
+    else:
+        print(format_rto_table(result))
+    return 0
+
+
 def build_strip_parser(parser: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
     from kernel_lib.course.strip import EXERCISES_DIR, SOLUTIONS_DIR
     p = parser or argparse.ArgumentParser(prog="python -m kernel_lib exercise strip")
@@ -326,6 +354,35 @@ def add_commands(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true",
                    help="one JSON object: the notebook's report, or {submissions, summary} for several")
     p.set_defaults(func=_cmd_grade)
+
+    p = sub.add_parser("measure", help="measure an exercise's quantities on this machine (nm0.5: our runtime's RTO)",
+                       description="Measure on this machine what a Napkin Math block computes. nm0.5: record a "
+                                   "trajectory on a durable log against the live tool services (processes on "
+                                   "loopback), crash it in its last turn after the service applied the step, "
+                                   "recover it, and time each of the block's RTO terms as our runtime pays them: "
+                                   "snapshot read (checkpoint restore), WAL read and fold, prefill (computed: the "
+                                   "stand-in model has no inference state), probe (a new tool session and a status "
+                                   "lookup), plus the reconciled result's append and, with --takeover-lease-s, the "
+                                   "wait for the crashed worker's lease. Each row beside the block's formula. "
+                                   "Figures labelled measured are this machine's, from this run.",
+                       epilog="examples:\n  python -m kernel_lib exercise measure nm0.5\n"
+                              "  python -m kernel_lib exercise measure nm0.5 --takeover-lease-s 2 --json\n\n"
+                              "exit 0 when measured, 2 on bad input",
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("exercise", help="exercise id: " + ", ".join(MEASURES))
+    _add_params_args(p)
+    p.add_argument("--turns", type=int, default=10, help="turns of the recorded trajectory, the crash in the last "
+                                                         "(default 10, as in the block)")
+    p.add_argument("--snapshot-every", type=int, default=4, help="a checkpoint after every N turns (default 4)")
+    p.add_argument("--takeover-lease-s", type=float, default=None, metavar="S",
+                   help="recover as another worker that waits out the crashed worker's lease of S seconds "
+                        "(default: a restart on the same host, no lease wait)")
+    p.add_argument("--rounds", type=int, default=5, help="repetitions of the read-only phases (default 5)")
+    p.add_argument("--store", choices=("sqlite", "segment"), default="sqlite", help="the log's store (default sqlite)")
+    p.add_argument("--dir", default=None, help="where to put the temporary directory (default: the system's); "
+                                               "use a directory on the disk you want measured")
+    p.add_argument("--json", action="store_true", help="one JSON object: the rows and the recorded trajectory")
+    p.set_defaults(func=_cmd_measure)
 
     p = sub.add_parser("strip", help="derive exercises/ from solutions/ (or --check that they are in sync)")
     build_strip_parser(p)

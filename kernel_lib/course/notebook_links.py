@@ -48,6 +48,7 @@ NOTEBOOK_SECTIONS: dict[str, tuple[str, ...]] = {
     "nm0_3": ("Semantic Watchdog Timers", "Napkin Math 0.3: What an undetected loop costs"),
     "nm0_4": ("Tool Circuit Breakers", "Jittered backoff protocols",
               "Napkin Math 0.4: Bulkhead capacity and jitter under RPC stress"),
+    "nm0_5": ("Fault injection benchmarks", "Napkin Math 0.5: Quantitative recovery overhead and RTO bounds"),
     "ex0_1": ("The pivot action boundary", "Example 0.1: The dual-commit trap and pivot allocation"),
     "ex0_2": ("Blast Radius Quarantine", "Example 0.2: Containment latency and blast radius budget"),
     "fr_1_sagas": ("The Transactional Boundary Collapse", "The Trajectory Saga Pattern",

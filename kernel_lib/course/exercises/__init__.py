@@ -26,7 +26,8 @@ from kernel_lib.course.exercises._common import accept_readings, format_report, 
 
 #: Exercise id -> its module's name in this package, in the order the course lists them.
 MODULES: dict[str, str] = {**{f"11.{n}": f"ex11_{n}" for n in range(1, 10)}, "nm0.1": "nm0_1",
-                      "nm0.2": "nm0_2", "nm0.3": "nm0_3", "nm0.4": "nm0_4", "ex0.1": "ex0_1",
+                      "nm0.2": "nm0_2", "nm0.3": "nm0_3", "nm0.4": "nm0_4", "nm0.5": "nm0_5",
+                      "ex0.1": "ex0_1",
                       "ex0.2": "ex0_2"}
 
 

@@ -19,7 +19,10 @@ chapter's saga runner, recovery policy and repair loop, and the pre-pivot verifi
   between the four lifelines (scheduler, log, saga engine, services), the crashes the log cannot
   record and the recoveries that follow;
 * ``completion`` -- closed forms (sympy) of the completion rate against trajectory length under
-  our fault semantics.
+  our fault semantics;
+* ``rto`` -- Napkin Math 0.5's recovery time as closed forms (sympy): snapshot read, WAL read,
+  delta prefill, reconciliation probe, their sum, the full-prefill claim and what a snapshot of a
+  given size can hold of a 70B model's KV cache.
 
 Every public name is exported here and loaded on first use (PEP 562).
 """
@@ -40,4 +43,8 @@ __all__, __getattr__, __dir__ = lazy_exports(__name__, {
     "kernel_lib.recovery.synthesis.completion": ("completion_forms", "completion_form", "completion_rate",
                                                 "per_turn_success", "per_turn_form", "expected_duplicates",
                                                 "forms_as_text", "REPLAY_KINDS"),
+    "kernel_lib.recovery.synthesis.rto": (
+        "ModelGivens", "LLAMA_70B", "RTO_SYMBOLS", "CHAPTER_RTO_PRINTED", "CHAPTER_GIVENS", "PRODUCTION_THRESHOLD_S",
+        "MODEL_SYMBOLS", "GIVEN_NAMES", "rto_substitutions",
+        "rto_formulas", "rto_terms", "rto_readings", "kv_bytes_per_token"),
 })
