@@ -181,14 +181,15 @@ class PreparableService:
         return self._decide(txid, "abort", "coordinator")
 
     def status(self, txid: str) -> tuple[int, dict[str, Any]]:
-        """``{"txid", "state": prepared|committed|aborted|unknown, "lock_key", "held_s"}`` (``held_s``:
-        how long the lock has been held, for a prepared transaction)."""
+        """``{"txid", "state": prepared|committed|aborted|unknown, "lock_key", "held_s", "decided_by",
+        "prepared_s", "decided_s"}`` (``held_s``: how long the lock has been held, for a prepared
+        transaction; the two times are readings of the participant's clock)."""
         tx = self.xa["transactions"].get(txid)
         if tx is None:
             return 200, {"txid": txid, "state": "unknown"}
         held = self.clock() - tx["prepared_s"] if tx["state"] == "prepared" else None
         return 200, {"txid": txid, "state": tx["state"], "lock_key": tx["lock_key"], "held_s": held,
-                     "decided_by": tx["decided_by"]}
+                     "decided_by": tx["decided_by"], "prepared_s": tx["prepared_s"], "decided_s": tx["decided_s"]}
 
     def resolve(self, txid: str, decision: str, operator: str) -> tuple[int, dict[str, Any]]:
         """The manual intervention: an operator decides ``decision`` (``commit`` or ``abort``) for a
