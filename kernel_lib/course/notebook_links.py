@@ -64,13 +64,9 @@ NOTEBOOK_SECTIONS: dict[str, tuple[str, ...]] = {
                                 "Bulkhead resource partitioning", "Blast Radius Quarantine",
                                 "The four-stage quarantine protocol", "Dynamic taint tracking",
                                 "Example 0.2: Containment latency and blast radius budget"),
-    "fr_6_fallacies": ("Failure Recovery: Fallacies and Pitfalls",
-                       "Fallacy: Distributed transactions across agent tools can be governed by Two-Phase Commit "
-                       "($2\\text{PC}$).",
-                       "The Transactional Boundary Collapse", "The pivot action boundary",
-                       "Fallacy: A running agent process that regularly emits heartbeats is healthy and making "
-                       "progress.",
-                       "Semantic Watchdog Timers", "Tool Circuit Breakers", "Jittered backoff protocols"),
+    "fr_6_fallacies": ("Failure Recovery: Fallacies and Pitfalls", "The Transactional Boundary Collapse",
+                       "The pivot action boundary", "Semantic Watchdog Timers", "Tool Circuit Breakers",
+                       "Jittered backoff protocols"),
 }
 _MARK = ("<!-- chapter-links: written by `python -m kernel_lib course link-chapters`; "
          "the sections come from kernel_lib/course/notebook_links.py -->")
