@@ -7,6 +7,7 @@
 * :mod:`.lab` — the working copy ``make lab`` opens (``lab/course``), so the tracked notebooks stay clean;
 * :mod:`.chapters` — the chapters read in place from ``../shared/chapters`` and rendered as Markdown views;
 * :mod:`.notebook_links` — each notebook's marked cell of links to the chapter sections it teaches.
+* :mod:`.fr_fallacies` — notebook FR.6's runs of the Failure Recovery fallacies and pitfalls as tables.
 
 May import: every layer except ``cli``.
 """

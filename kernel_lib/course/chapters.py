@@ -356,13 +356,23 @@ def render_views(chapters_dir: str | Path, out_dir: str | Path) -> list[Path]:
 
 
 def resolve_section(chapters: list[Chapter], ref: str) -> tuple[Chapter, Section]:
-    """The chapter and section a reference names: a number (``"11.4.3"`` or ``"§11.4.3"``) or a heading
-    (``"Forward Recovery"``, matched without regard to case).
+    """The chapter and section a reference names: a number (``"11.4.3"`` or ``"§11.4.3"``), a heading
+    (``"Forward Recovery"``, matched without regard to case; the first chapter that has it wins), or
+    a heading qualified by its chapter's title (``"Failure Recovery: Fallacies and Pitfalls"``, when
+    two chapters share a heading).
 
     Raises:
         ConfigError: no chapter has such a section.
     """
     key = ref.strip().lstrip("§").strip()
+    prefix, sep, rest = key.partition(":")
+    if sep:   # "Failure Recovery: Fallacies and Pitfalls": a heading of that chapter only
+        for ch in chapters:
+            if ch.title.lower() == prefix.strip().lower():
+                want = rest.strip().lower()
+                for sec in ch.sections:
+                    if sec.heading.lower() == want or sec.title.lower() == want:
+                        return ch, sec
     for ch in chapters:
         for sec in ch.sections:
             if sec.number == key or sec.heading.lower() == key.lower() or sec.title.lower() == key.lower():

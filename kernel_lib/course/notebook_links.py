@@ -59,7 +59,7 @@ NOTEBOOK_SECTIONS: dict[str, tuple[str, ...]] = {
                               "Pivot Action Irreversibility", "The pivot action boundary"),
     "fr_3_watchdogs": ("Semantic Watchdog Timers", "The failure of classical OS liveness probes",
                        "Quantifiable semantic progress invariants", "Napkin Math 0.3: What an undetected loop costs",
-                       "Watchdog intervention protocols", "Fallacies and Pitfalls"),
+                       "Watchdog intervention protocols", "Failure Recovery: Fallacies and Pitfalls"),
     "fr_4_gateway_quarantine": ("Tool Circuit Breakers", "Tri-state circuit breakers", "Jittered backoff protocols",
                                 "Napkin Math 0.4: Bulkhead capacity and jitter under RPC stress",
                                 "Bulkhead resource partitioning", "Blast Radius Quarantine",
@@ -68,6 +68,9 @@ NOTEBOOK_SECTIONS: dict[str, tuple[str, ...]] = {
     "fr_5_synthesis": ("Fault-Tolerant System Synthesis", "The synthesized runtime engine",
                        "Anatomy of a faulted trajectory", "Fault injection benchmarks",
                        "Napkin Math 0.5: Quantitative recovery overhead and RTO bounds"),
+    "fr_6_fallacies": ("Failure Recovery: Fallacies and Pitfalls", "The Transactional Boundary Collapse",
+                       "The pivot action boundary", "Semantic Watchdog Timers", "Tool Circuit Breakers",
+                       "Jittered backoff protocols"),
 }
 _MARK = ("<!-- chapter-links: written by `python -m kernel_lib course link-chapters`; "
          "the sections come from kernel_lib/course/notebook_links.py -->")

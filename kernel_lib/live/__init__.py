@@ -34,6 +34,8 @@
   trajectory's process tree, a network namespace on a veth pair cut over netlink, the supervisor
   running table 12's four stages; :mod:`.quarantine_demo` runs Example 0.2 for real and
   :mod:`.quarantine_sandbox` is the processes inside the sandbox.
+* :mod:`.two_phase` — the two-phase-commit fallacy with real processes: lockable participants with
+  their state in SQLite, a coordinator process killed with ``SIGKILL`` after every yes vote.
 
 The seeded model stand-in the worker uses is deterministic and lives in :mod:`kernel_lib.sim`.
 

@@ -59,7 +59,7 @@ from kernel_lib.errors import ConfigError, LiveProcessError, WatchInputError
 from kernel_lib.recovery.watchdog.model import Detection, WatchStep
 
 __all__ = ["HEALTH_PATH", "LivenessProbe", "HeartbeatFallacyReport", "LoopingWorker", "spawn_looping_worker",
-           "journal_steps", "run_heartbeat_fallacy"]
+           "journal_steps", "run_heartbeat_fallacy", "SupervisedRun", "run_watchdog_supervisor"]
 
 HEALTH_PATH = "/healthz"
 _MODULE = "kernel_lib.live.heartbeat"
@@ -493,6 +493,67 @@ def run_heartbeat_fallacy(workdir: str | os.PathLike, *, duration_s: float = 3.0
                                   first_step, None if first_t is None else round(first_t, 3),
                                   len({p.workspace_state for p in probes}),
                                   len({s.state_hash for s in steps if s.state_hash}), code)
+
+
+@dataclass(frozen=True)
+class SupervisedRun:
+    """What :func:`run_watchdog_supervisor` saw: ``detection`` (the first :class:`Detection`, or
+    None), ``detected_at_step`` and ``detected_after_s`` (measured from the worker's start of
+    serving), ``steps_taken`` (journal steps when the worker was stopped), ``stopped_after_s``,
+    ``healthy_probes`` / ``probes`` (the HTTP liveness probe still answered 200 each time the
+    supervisor polled), ``exit_code``, ``timed_out`` (no detection within ``max_s``)."""
+
+    detection: Detection | None
+    detected_at_step: int | None
+    detected_after_s: float | None
+    steps_taken: int
+    stopped_after_s: float
+    healthy_probes: int
+    probes: int
+    exit_code: int | None
+    timed_out: bool
+
+
+def run_watchdog_supervisor(workdir: str | os.PathLike, *, max_s: float = 10.0, poll_every_s: float = 0.1,
+                            step_s: float = 0.1, heartbeat_s: float = 0.2, config: Any = None) -> SupervisedRun:
+    """The mechanism that avoids the heartbeat fallacy, run: start the same looping worker, and
+    every ``poll_every_s`` seconds probe its health *and* run the semantic watchdog over its
+    journal; stop the worker (SIGTERM) at the first detection instead of letting a passing
+    heartbeat keep it running. ``max_s``: give up after that long (``timed_out``). Times are
+    measured on this machine.
+
+    Raises ConfigError for durations that are not finite numbers > 0, WatchdogConfigError for a bad
+    ``config``, LiveProcessError when the worker does not start."""
+    from kernel_lib.errors import WatchdogConfigError
+    from kernel_lib.recovery.watchdog.detectors import WatchdogConfig, run_watchdog
+
+    for name, v in (("max_s", max_s), ("poll_every_s", poll_every_s)):
+        if not isinstance(v, (int, float)) or isinstance(v, bool) or not 0 < v < math.inf:
+            raise ConfigError(f"{name} must be a finite number > 0, got {v!r}")
+    if config is not None and not isinstance(config, WatchdogConfig):
+        raise WatchdogConfigError(f"config must be a WatchdogConfig, not {type(config).__name__}")
+    healthy = probes = 0
+    det = None
+    detected_after = None
+    with spawn_looping_worker(workdir, step_s=step_s, heartbeat_s=heartbeat_s) as worker:
+        start = time.monotonic()
+        while True:
+            health = worker.healthz()
+            probes += 1
+            healthy += health["http_status"] == 200
+            dets = run_watchdog(worker.steps(), config)
+            if dets:
+                det = dets[0]
+                detected_after = round(time.monotonic() - start, 3)
+                break
+            if time.monotonic() - start >= max_s:
+                break
+            time.sleep(poll_every_s)
+        code = worker.stop()
+        stopped = round(time.monotonic() - start, 3)
+        steps = worker.steps()
+    at = det.evidence.get("step_position", det.position) if det is not None else None
+    return SupervisedRun(det, at, detected_after, len(steps), stopped, healthy, probes, code, det is None)
 
 
 if __name__ == "__main__":   # pragma: no cover - the worker process

@@ -16,6 +16,9 @@
 * :mod:`.herd` — the retry storm on a virtual clock: N agents, one FIFO service that stalls and
   restarts (or slows and errs), the gateway's backoff and one shared breaker; deterministic backoff
   against full jitter against full jitter with the breaker (Napkin Math 0.4, figure 4 (b)).
+* :mod:`.two_phase` — two-phase commit with lockable participants (the project's services have no
+  prepare phase; these are given one), a coordinator that can be cut off, the same work as a saga.
+* :mod:`.rollback_pitfall` — an e-mail "compensated" by a correction against the pivot-ordered plan.
 
 May import: every layer below it (``importers`` and down); never ``quorum``, ``live`` or a real
 process or socket.
