@@ -162,10 +162,10 @@ def test_only_the_cli_parses_arguments():
     """argparse appears only in kernel_lib.cli and in the entry points of the live processes that
     the controller starts with ``python -m`` (a worker, the executor service, the tool services and
     broker, the saga worker, the looping agent's worker, the quarantine sandbox's processes, the
-    gateway lab's dialable service, figure 5's worker)."""
+    gateway lab's dialable service, figure 5's worker, the fleet's worker)."""
     allowed = {"kernel_lib.live.worker", "kernel_lib.live.executor", "kernel_lib.live.services",
                "kernel_lib.live.saga_worker", "kernel_lib.live.looping_agent", "kernel_lib.live.quarantine_sandbox",
-               "kernel_lib.live.gateway_lab", "kernel_lib.live.figure5"}
+               "kernel_lib.live.gateway_lab", "kernel_lib.live.figure5", "kernel_lib.live.fleet_worker"}
     users = {name for name, path in MODULES.items()
              if any(t == "argparse" for _l, t, _n in imports_of(path, name))}
     stray = sorted(u for u in users if not u.startswith("kernel_lib.cli") and u not in allowed)

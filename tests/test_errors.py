@@ -40,7 +40,8 @@ ERRORS_PY = PACKAGE / "errors.py"
 #: private control-flow signals that never leave their module: the segment reader's unsupported frame,
 # and core.canonical's "this value needs the reference RFC 8785 encoder"
 ALLOWED_ELSEWHERE = {("log/segment.py", "_Unsupported"), ("core/canonical.py", "_Slow"),
-                     ("checkpoint/restore.py", "_DamageFoundLate")}   # private control flow, never raised out
+                     ("checkpoint/restore.py", "_DamageFoundLate"),   # private control flow, never raised out
+                     ("recovery/synthesis/harness.py", "_Stop")}      # a trajectory's end state, caught in run()
 
 RETRYABLE = {StoreBusyError, QuorumUnavailableError, CoordinatorUnavailableError, LeaseHeldError, BackpressureError}
 
