@@ -49,7 +49,13 @@ thin runner that applies it. Built so far:
 * ``quarantine`` — blast-radius quarantine (tables 11-12, definition 0.3, Example 0.2): the
   pre-execution egress check and gateway severing, the four-stage protocol's decisions, the
   ``TrajectoryQuarantined`` tombstone, taint lineage, the durable taint ledger and the mediation
-  gateway (its effects run in ``kernel_lib.live.quarantine``).
+  gateway (its effects run in ``kernel_lib.live.quarantine``);
+* ``synthesis`` — the synthesized fault-tolerant runtime (table 13, figure 5, table 14): one
+  harness whose configuration selects the unmanaged script, WAL only, saga only or the whole
+  synthesis; the crash-consistency invariant checked after every step and the restart
+  classification; the seeded 20 % fault profile; figure 5's lifelines as data; closed forms of the
+  completion rate and of Napkin Math 0.5's RTO (its runners: ``kernel_lib.sim.scorecard``,
+  ``kernel_lib.live.fleet``, ``kernel_lib.live.figure5``).
 
 May import: ``cadence``, ``resume``, ``history``, ``retention``, ``gate``, ``ownership``,
 ``checkpoint``, ``log``, ``core`` and the leaves; never ``importers``, ``sim``, ``live``,
