@@ -40,6 +40,7 @@ import time
 from typing import Any
 
 from kernel_lib.errors import ConfigError
+from kernel_lib.recovery.runner import ForwardingEndpoints
 
 __all__ = ["run_sysadmin", "LiveFaultFleet"]
 
@@ -47,12 +48,13 @@ __all__ = ["run_sysadmin", "LiveFaultFleet"]
 EPOCH_PROPOSAL_OFFSET = 100_000
 
 
-class _DropEndpoints:
+class _DropEndpoints(ForwardingEndpoints):
     """The endpoints the harness's runner gets: the worker's guarded endpoints, with network drops
     armed by :meth:`LiveFaultFleet.inject` applied at this client."""
 
     def __init__(self, fleet: "LiveFaultFleet"):
-        self.fleet, self.inner = fleet, fleet.endpoints
+        super().__init__(fleet.endpoints)
+        self.fleet = fleet
 
     def send(self, intent: Any) -> Any:
         kind = self.fleet.drops.pop(intent.tool, None)
@@ -63,19 +65,6 @@ class _DropEndpoints:
             raise TimeoutError(f"{intent.tool}: the answer was dropped on its way back (injected network drop; the "
                                "service applied the request)")
         return reply
-
-    def lookup(self, tool: str, operation_id: str) -> dict[str, Any]:
-        return self.inner.lookup(tool, operation_id)
-
-    def call(self, action: str, arguments: dict[str, Any], operation_id: str,
-             idempotency_key: str | None) -> tuple[int, dict[str, Any]]:
-        return self.inner.call(action, arguments, operation_id, idempotency_key)
-
-    def live_resources(self) -> list[dict[str, Any]]:
-        return self.inner.live_resources()
-
-    def revoke(self, trajectory_id: str) -> list[str]:
-        return self.inner.revoke(trajectory_id)
 
 
 class LiveFaultFleet:
