@@ -532,7 +532,14 @@ class Harness:
                         if k not in ("status", "http_status", "duplicate")}
                 for t, s in zip(run.specs, committed)}
 
+    def on_start(self) -> None:
+        """A subclass's hook, called each time the scheduler starts walking the turns: on the first
+        start and after every restart from the log (``self.proc`` then holds the rebuilt runner and
+        gate, ``self.outcome.kills`` the kills so far). Default: nothing. Figure 5's restarted model
+        proposing the pivot early (:class:`kernel_lib.sim.figure5.Figure5Harness`) is one."""
+
     def _script(self) -> dict[str, Any]:
+        self.on_start()
         run = self._run
         state = self.proc.runner.saga.state
         if state == "COMPLETED":
