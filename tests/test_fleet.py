@@ -377,3 +377,30 @@ def test_fleet_run_command_prints_json_and_exits_0_when_every_trajectory_ended_c
     unknown = subprocess.run([sys.executable, "-m", "kernel_lib", "fleet", "run", "--program", "nope"],
                              capture_output=True, text=True, timeout=60, env=env)
     assert unknown.returncode == 2 and "unknown fleet program" in unknown.stderr
+
+
+def test_ctrl_c_of_fleet_run_stops_every_process_removes_the_directory_and_prints_no_traceback(tmp_path):
+    """Adversarial review (issue 20): SIGINT of `fleet run` cleaned up but ended in a raw traceback."""
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    p = subprocess.Popen([sys.executable, "-m", "kernel_lib", "fleet", "run", "--workers", "1", "--trajectories", "1",
+                          "--param", "pause_at=3", "--dir", str(tmp_path)],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        deadline = time.monotonic() + 60
+        markers: list[Path] = []
+        while not markers and time.monotonic() < deadline and p.poll() is None:
+            markers = list(tmp_path.glob("kl-fleet-*/markers/*.json"))
+            time.sleep(0.05)
+        assert markers, "the worker never paused inside its trajectory"
+        time.sleep(0.1)
+        worker = json.loads(markers[0].read_text())["pid"]
+        p.send_signal(signal.SIGINT)
+        out, err = p.communicate(timeout=30)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    assert p.returncode == 130, err[-2000:]
+    assert "Traceback" not in err and err.startswith("interrupted")
+    assert _all_dead([worker])
+    assert list(tmp_path.iterdir()) == []
