@@ -137,18 +137,17 @@ def _committed(saga: Any) -> int:
 SYSADMIN_PARAMS = ("config", "seed", "index", "turns", "profile", "timings")
 
 
-def sysadmin_settings(params: dict[str, Any]) -> tuple[Any, int, int, int, Any, Any]:
-    """``(config, seed, index, turns, profile, timings)`` from a trajectory's parameters (the
-    worker's own, :data:`~kernel_lib.live.fleet_programs.WORKER_PARAMS`, are ignored). Raises
-    ConfigError: an unknown parameter, a name that is no configuration, a value of the wrong type
-    or range, a profile or timings field that does not exist."""
-    from kernel_lib.live.fleet_programs import WORKER_PARAMS
+def sysadmin_settings(params: dict[str, Any], *, strict: bool = True) -> tuple[Any, int, int, int, Any, Any]:
+    """``(config, seed, index, turns, profile, timings)`` from a trajectory's parameters. Raises
+    ConfigError: (``strict``) a parameter not in :data:`SYSADMIN_PARAMS` (the fleet checks a
+    submission without the worker's own parameters), a name that is no configuration, a value of
+    the wrong type or range, a profile or timings field that does not exist."""
     from kernel_lib.recovery.synthesis.config import config_named
     from kernel_lib.recovery.synthesis.faults import FaultProfile, Timings
 
     p = params
-    unknown = sorted(set(p) - set(SYSADMIN_PARAMS) - set(WORKER_PARAMS))
-    if unknown:
+    unknown = sorted(set(p) - set(SYSADMIN_PARAMS))
+    if strict and unknown:
         raise ConfigError(f"the sysadmin program has no parameter {', '.join(map(repr, unknown))}; it takes "
                           f"{', '.join(SYSADMIN_PARAMS)}")
     cfg = config_named(p.get("config", "synthesized"))
@@ -183,7 +182,7 @@ def run_sysadmin(ctx: Any) -> dict[str, Any]:
     from kernel_lib.recovery.synthesis.invariant import check_crash_consistency
     from kernel_lib.sim.sysadmin import SYSADMIN_TASK
 
-    cfg, seed, index, turns, profile, timings = sysadmin_settings(ctx.params)
+    cfg, seed, index, turns, profile, timings = sysadmin_settings(ctx.params, strict=False)   # the worker's own too
     tid, epoch = ctx.trajectory_id, ctx.owner_epoch
     if ctx.claims > 1:   # a takeover: what survived the previous owner
         events = list(ctx.store.read(tid)) if ctx.store.head(tid) else []
