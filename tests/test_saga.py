@@ -209,6 +209,38 @@ def test_timeout_after_the_effect_is_settled_by_the_status_lookup_without_a_repe
     assert sources == ["reply", "reconciliation"]
 
 
+@pytest.mark.parametrize("gateway_status", [502, 504])
+def test_a_gateway_error_after_the_effect_is_in_doubt_and_settled_by_the_status_lookup(gateway_status):
+    """Fault model: the service applies the request, but what comes back is a gateway's 502/504 (a
+    proxy or the service's own hold gave up on the answer). Invariant: such an answer says nothing
+    about whether the effect happened, so it must not settle the operation as failed (that led to a
+    blind resend under a new step and a second resource). Goal: the lookup finds the effect, it is
+    applied once, counted by the service."""
+    from kernel_lib.recovery.runner import ForwardingEndpoints
+    from kernel_lib.sim.services import reply_from_answer
+
+    class GatewayDropsAnswer(ForwardingEndpoints):
+        def __init__(self, inner):
+            super().__init__(inner)
+            self.armed = True
+
+        def send(self, intent):
+            reply = self.inner.send(intent)            # the service applies it
+            if self.armed and intent.tool == "provision_sandbox":
+                self.armed = False
+                return reply_from_answer(gateway_status, {"error": "upstream timed out"})
+            return reply
+
+    fleet, store, runner = make()
+    runner.endpoints = GatewayDropsAnswer(runner.endpoints)
+    out = runner.step("provision_sandbox", {"image": "x"})
+    assert out == {"sandbox_id": "sandbox-0001"}
+    assert applied(fleet, "provision_sandbox") == 1
+    assert len(fleet.twin_of("provision_sandbox").logic.resources(live_only=True)) == 1
+    sources = [ev.payload.source for ev in store.read("traj-saga") if ev.event_type == "ToolResult"]
+    assert sources == ["reply", "reconciliation"]
+
+
 def test_timeout_before_the_effect_is_sent_again_under_the_same_key():
     fleet, store, runner = make()
     fleet.twin_of("reserve_ip").logic.inject("reserve_ip", "timeout_before")

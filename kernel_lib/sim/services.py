@@ -590,13 +590,24 @@ def reply_from_answer(status: int, body: dict[str, Any]) -> ToolReply:
     (complete evidence: the service said no, which settles the operation). A retryable refusal
     (429, 503: nothing applied, try again) is recorded as ``failed`` with an *incomplete*
     observation: it must not settle the operation, whose next attempt under the same
-    idempotency key may still complete it."""
+    idempotency key may still complete it. A gateway's 502 or 504 (:data:`AMBIGUOUS_HTTP_STATUSES`:
+    a proxy, or the service's own hold, gave up waiting for the answer) says nothing about whether
+    the request was applied: it is recorded the same incomplete way, so the operation stays in
+    doubt and the status lookup settles it (a complete ``failed`` here once let a runner resend
+    blind under a new operation id and make a second resource)."""
     from kernel_lib.core.proposals import ToolReply
 
     outcome = {"http_status": status, **{k: v for k, v in body.items()}}
     if 200 <= status < 300:
         return ToolReply("completed", outcome=outcome, observation_complete=True)
+    if status in AMBIGUOUS_HTTP_STATUSES:
+        return ToolReply("failed", outcome={**outcome, "ambiguous": True}, observation_complete=False)
     return ToolReply("failed", outcome=outcome, observation_complete=not body.get("retryable", False))
+
+
+#: HTTP answers that come from something between the client and the service having given up (bad
+#: gateway, gateway timeout): whether the request was applied is unknown, as after a lost answer
+AMBIGUOUS_HTTP_STATUSES = frozenset({502, 504})
 
 
 class ServiceTwin:
