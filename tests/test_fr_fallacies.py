@@ -296,3 +296,17 @@ def test_a_section_reference_can_name_its_chapter():
     assert ch.title == "Failure Recovery" and sec.anchor == "Fallacies-and-Pitfalls"
     with pytest.raises(ConfigError):
         resolve_section(chapters, "Failure Recovery: 11.9 Fallacies and Pitfalls")
+
+
+def test_a_client_rate_far_below_the_protocols_time_scale_is_refused_before_it_runs():
+    """Bad input: other clients every microsecond would simulate tens of millions of requests (the
+    run once took minutes). Goal: a ConfigError naming the parameter and the smallest value that
+    runs; a value inside the bound still runs."""
+    from kernel_lib.errors import ConfigError
+    from kernel_lib.sim.two_phase import MAX_CLIENT_REQUESTS, run_saga_same_work, run_two_phase
+
+    with pytest.raises(ConfigError, match="client_every_s=1e-06"):
+        run_two_phase(client_every_s=1e-6)
+    with pytest.raises(ConfigError, match="client_every_s"):
+        run_saga_same_work(client_every_s=1e-6)
+    assert run_two_phase(client_every_s=(8 * 2.0 + 60.0 + 2.0) / MAX_CLIENT_REQUESTS * 20) is not None

@@ -479,6 +479,20 @@ def _check_seconds(name: str, value: Any, *, positive: bool = False) -> float:
     return float(value)
 
 
+#: the most other-client requests one run may simulate per participant (about 5 s of simulation on
+#: a 2-core machine): a ``client_every_s`` far below the protocol's own time scale would otherwise
+#: simulate millions of requests that show nothing more
+MAX_CLIENT_REQUESTS = 200_000
+
+
+def _check_client_load(client_every_s: float, span_s: float) -> None:
+    n = span_s / client_every_s
+    if n > MAX_CLIENT_REQUESTS:
+        raise ConfigError(f"client_every_s={client_every_s:g} s over a run of about {span_s:g} s would simulate "
+                          f"{n:,.0f} requests per participant (at most {MAX_CLIENT_REQUESTS:,}); choose "
+                          f"client_every_s >= {span_s / MAX_CLIENT_REQUESTS:.3g} s")
+
+
 def run_two_phase(*, cut: str | None = "after_prepare", turn_s: float = 2.0, client_every_s: float = 0.5,
                   intervene_after_s: float | None = 60.0, operator_decision: str = "abort",
                   isolate_after_cut: bool = False, after_s: float = 2.0, recover_coordinator: bool = False,
@@ -502,13 +516,17 @@ def run_two_phase(*, cut: str | None = "after_prepare", turn_s: float = 2.0, cli
         txid: the transaction id; ``branches``: the work (default :func:`default_branches`).
 
     Raises:
-        ConfigError: a bad cut point, time, or operator decision.
+        ConfigError: a bad cut point, time, or operator decision; a client_every_s so small that the
+            run would simulate more than :data:`MAX_CLIENT_REQUESTS` requests per participant.
     """
     if cut is not None and cut not in CUT_POINTS:
         raise ConfigError(f"cut must be None or one of {CUT_POINTS}, got {cut!r}")
     turn_s = _check_seconds("turn_s", turn_s)
     client_every_s = _check_seconds("client_every_s", client_every_s, positive=True)
     after_s = _check_seconds("after_s", after_s)
+    # the run lasts the protocol's turns (at most eight), the wait for the intervention, and after_s
+    _check_client_load(client_every_s, 8 * turn_s + (intervene_after_s if isinstance(intervene_after_s, (int, float))
+                                                     and not isinstance(intervene_after_s, bool) else 0.0) + after_s)
     if intervene_after_s is not None:
         intervene_after_s = _check_seconds("intervene_after_s", intervene_after_s)
     if operator_decision not in DECISIONS:
@@ -707,7 +725,8 @@ def run_saga_same_work(*, fail_second: bool = False, crash_after_first: bool = T
     script ``outage_s`` seconds later. Other clients send a request for the same account and region
     every ``client_every_s`` seconds throughout, through their own capability leases.
 
-    Raises ConfigError for a bad time.
+    Raises ConfigError for a bad time, or a client_every_s that would simulate more than
+    :data:`MAX_CLIENT_REQUESTS` requests per participant.
     """
     from kernel_lib.errors import StepFailedError
     from kernel_lib.gate.dispatch import AdmissionPolicy, DispatchGate
@@ -721,6 +740,7 @@ def run_saga_same_work(*, fail_second: bool = False, crash_after_first: bool = T
     client_every_s = _check_seconds("client_every_s", client_every_s, positive=True)
     outage_s = _check_seconds("outage_s", outage_s)
     after_s = _check_seconds("after_s", after_s)
+    _check_client_load(client_every_s, 8 * turn_s + outage_s + after_s)
     branches = list(branches or default_branches())
     fleet = TwinFleet()
     clock = fleet.clock
