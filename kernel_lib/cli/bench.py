@@ -468,6 +468,10 @@ def _add_fleet_cli(sub: "argparse._SubParsersAction") -> None:
                    help="where ownership leases live (default sqlite)")
     p.add_argument("--dir", default=None, help="where the fleet's directory (and so the logs) go (default: system "
                                                "temp; give a directory on the disk you mean to measure)")
+    p.add_argument("--json", action="store_true", help="print one JSON object (with targets) instead of a table")
+    p.set_defaults(func=cmd)
+
+
 # --- bench scorecard: the simulated scorecard's throughput (issue 20; kernel_lib.bench.scorecard) --------
 
 _SCORECARD_HELP = """\
