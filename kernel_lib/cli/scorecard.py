@@ -13,6 +13,7 @@ import argparse
 import importlib
 import json
 import sys
+import textwrap
 from typing import Any
 
 #: the top-level command of this group and its one-line help (``python -m kernel_lib --help``)
@@ -62,6 +63,10 @@ examples:
   python -m kernel_lib scorecard --live --trajectories 20 --json"""
 
 
+SIM_TRAJECTORIES = 1000     # on the twins: seconds
+LIVE_TRAJECTORIES = 20      # on the live fleet: every trajectory is real processes, so a small sample
+
+
 def _fmt(x: Any, spec: str = ".3f") -> str:
     return "-" if x is None else format(x, spec)
 
@@ -84,7 +89,10 @@ def format_scorecard(doc: dict[str, Any]) -> str:
                      f"{_fmt(chap):>9}{r['duplicated_effects']:>6}{r['leaked_resources']:>6}{rpo:>8}"
                      f"{_fmt(r['rpo_turns_mean'], '.2f'):>9}{_fmt(r['rto_s']):>8}{_fmt(r['mttr_s'], '.2f'):>8}"
                      f"{_fmt(r['mtbf_s'], '.1f'):>9}{r['invariant_violations']:>6}{r['unsafe_pivots']:>7}")
-    lines += ["", "notes:"]
+    lines += ["", *textwrap.wrap(
+        "columns: dup = effects applied twice (the services' audit), leak = resources left behind (the services' "
+        "state), RPO = committed turns a kill lost, inv = crash-consistency invariant violations, unsafe = deploys "
+        "made while the gate's checks would have failed", width=110, subsequent_indent="  "), "", "notes:"]
     for r in rows:
         for key in ("rto_note", "mttr_note", "mtbf_note"):
             if key in r:
@@ -92,12 +100,26 @@ def format_scorecard(doc: dict[str, Any]) -> str:
     lines += ["", "outcomes:"]
     for r in rows:
         lines.append(f"  {r['name']}: " + ", ".join(f"{k} {v}" for k, v in r["states"].items())
-                     + f"; faults {r['faults_injected']}")
+                     + "; faults " + ", ".join(f"{k} {v}" for k, v in r["faults_injected"].items()))
     labels = doc.get("time_labels") or {}
     lines += ["", "time:", *(f"  {k}: {v}" for k, v in labels.items()),
               "  chapter: table 14's printed completion rates, for comparison (its trajectory lengths and fault "
               "semantics are not stated)"]
     return "\n".join(lines)
+
+
+def _profile(args: argparse.Namespace) -> Any:
+    from kernel_lib.recovery.synthesis.faults import FaultProfile
+
+    return FaultProfile(network_drop=args.drop, tool_exception=args.exception, process_kill=args.kill,
+                        format_corruption=args.format, repair_success=args.repair_success,
+                        repair_failure=args.repair_failure)
+
+
+def _broke_a_guarantee(doc: dict[str, Any]) -> bool:
+    """The synthesized row counted an invariant violation, a duplicated effect or a leaked resource."""
+    syn = doc.get("synthesized") or {}
+    return bool(syn.get("invariant_violations") or syn.get("duplicated_effects") or syn.get("leaked_resources"))
 
 
 def _live(args: argparse.Namespace) -> int:
@@ -114,34 +136,37 @@ def _live(args: argparse.Namespace) -> int:
         print("error: --live: kernel_lib.live.fleet offers no live_scorecard(trajectories=, seed=, turns=) yet",
               file=sys.stderr)
         return 2
-    doc = run(trajectories=args.trajectories, seed=args.seed, turns=args.turns)
+    from kernel_lib.recovery.synthesis.faults import FaultProfile
+
+    kw: dict[str, Any] = {}
+    if args.config:                       # else the fleet's own sample (WAL only and synthesized)
+        kw["configs"] = list(dict.fromkeys(args.config))
+    profile = _profile(args)
+    if profile != FaultProfile():         # the fault options apply live too, not only to the twins
+        kw["profile"] = profile
+    trajectories = LIVE_TRAJECTORIES if args.trajectories is None else args.trajectories
+    doc = run(trajectories=trajectories, seed=args.seed, turns=args.turns, **kw)
     if args.json:
         print(json.dumps(doc, indent=2, allow_nan=False, default=str))
     else:
         print(format_scorecard(doc) if "configurations" in doc else json.dumps(doc, indent=2, default=str))
-    return 0
+    return 1 if _broke_a_guarantee(doc) else 0
 
 
 def _cmd_scorecard(args: argparse.Namespace) -> int:
     if args.live:
         return _live(args)
-    from kernel_lib.recovery.synthesis.faults import FaultProfile
     from kernel_lib.sim.scorecard import run_scorecard
 
-    profile = FaultProfile(network_drop=args.drop, tool_exception=args.exception, process_kill=args.kill,
-                           format_corruption=args.format, repair_success=args.repair_success,
-                           repair_failure=args.repair_failure)
     configs = args.config or ["unmanaged", "wal_only", "saga_only", "synthesized"]
-    doc = run_scorecard(trajectories=args.trajectories, seed=args.seed, turns=args.turns,
-                        configs=list(dict.fromkeys(configs)), profile=profile, progress=sys.stderr.isatty())
+    trajectories = SIM_TRAJECTORIES if args.trajectories is None else args.trajectories
+    doc = run_scorecard(trajectories=trajectories, seed=args.seed, turns=args.turns,
+                        configs=list(dict.fromkeys(configs)), profile=_profile(args), progress=sys.stderr.isatty())
     if args.json:
         print(json.dumps(doc, indent=2, allow_nan=False))
     else:
         print(format_scorecard(doc))
-    syn = doc.get("synthesized")
-    if syn and (syn["invariant_violations"] or syn["duplicated_effects"] or syn["leaked_resources"]):
-        return 1
-    return 0
+    return 1 if _broke_a_guarantee(doc) else 0
 
 
 def add_commands(subparsers: "argparse._SubParsersAction") -> argparse.ArgumentParser:
@@ -158,13 +183,15 @@ def add_commands(subparsers: "argparse._SubParsersAction") -> argparse.ArgumentP
 
     p = subparsers.add_parser("scorecard", help=COMMANDS["scorecard"], description=_DESCRIPTION, epilog=_EPILOG,
                               formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--trajectories", type=int_at_least(1), default=1000, metavar="N",
-                   help="trajectories per configuration (default 1000)")
+    p.add_argument("--trajectories", type=int_at_least(1), default=None, metavar="N",
+                   help=f"trajectories per configuration (default {SIM_TRAJECTORIES}; with --live "
+                        f"{LIVE_TRAJECTORIES}, each a real run)")
     p.add_argument("--seed", type=int, default=0, help="seed of the fault draws (default 0)")
     p.add_argument("--turns", type=int_at_least(6), default=6, metavar="T",
                    help="turns per trajectory, at least 6 (default 6; more repeat migrate/configure)")
     p.add_argument("--config", action="append", choices=("unmanaged", "wal_only", "saga_only", "synthesized"),
-                   help="run only this configuration (repeatable; default all four)")
+                   help="run only this configuration (repeatable; default all four, with --live wal_only "
+                        "and synthesized)")
     p.add_argument("--drop", type=probability, default=0.08, metavar="P", help="network drops per proposal (0.08)")
     p.add_argument("--exception", type=probability, default=0.06, metavar="P",
                    help="tool exceptions per proposal (0.06)")
@@ -176,7 +203,8 @@ def add_commands(subparsers: "argparse._SubParsersAction") -> argparse.ArgumentP
     p.add_argument("--repair-failure", choices=("drift", "spin"), default="drift",
                    help="a wrong repair fails differently (drift) or repeats its error (spin: anti-spin stops it)")
     p.add_argument("--live", action="store_true",
-                   help="run a small sample on the live worker fleet with real SIGKILLs (kernel_lib.live.fleet)")
+                   help="run a small sample on the live worker fleet with real SIGKILLs (kernel_lib.live.fleet); "
+                        "--config and the fault options apply")
     p.add_argument("--json", action="store_true", help="one JSON object")
     p.set_defaults(func=_cmd_scorecard)
     return p
