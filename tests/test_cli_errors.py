@@ -36,3 +36,17 @@ def test_quick_restore_bench_leaves_the_100k_targets_unmeasured(capsys):
     assert main(["bench", "restore", "--quick", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["targets"] and all(t["passed"] is None for t in out["targets"])
+
+
+def test_ctrl_c_in_a_command_exits_130_with_one_line_and_no_traceback(monkeypatch, capsys):
+    """Adversarial review (issue 20): Ctrl-C of `fleet run`, `scorecard --live` or `exercise measure`
+    cleaned up its processes but printed a raw KeyboardInterrupt traceback."""
+    import kernel_lib.cli.figure5 as fig5_cli
+
+    def interrupted(args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(fig5_cli, "_cmd_figure5", interrupted)
+    assert main(["figure5"]) == 130
+    err = capsys.readouterr().err
+    assert err.startswith("interrupted") and "Traceback" not in err and len(err.strip().splitlines()) == 1

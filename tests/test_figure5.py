@@ -164,3 +164,19 @@ def test_the_log_file_holds_what_the_report_says(tmp_path):
     deploy = next(e.sequence_number for e in events if isinstance(e.payload, ToolIntent)
                   and e.payload.tool == "deploy_production")
     assert verdicts[0] < verdicts[1] < seq["PivotCrossed"] < deploy
+
+
+@pytest.mark.parametrize("client_timeout_s", [30.0, 60.0, 1e9, float("nan"), float("inf"), -1.0, True])
+def test_a_client_timeout_that_cannot_stage_the_lost_answer_is_refused_before_anything_starts(tmp_path,
+                                                                                              client_timeout_s):
+    """Adversarial review (issue 20): `figure5 --live --client-timeout 60` (longer than the 30 s the
+    service holds the dropped answer) got a 504 instead of a timeout at turn 3, retried blind and
+    provisioned a second database; the run then reported figure 5 as not met (exit 1)."""
+    from kernel_lib.cli import main
+    from kernel_lib.live.figure5 import run_figure5_live
+
+    with pytest.raises(ConfigError, match="client_timeout_s"):
+        run_figure5_live(workdir=tmp_path, client_timeout_s=client_timeout_s)
+    assert list(tmp_path.iterdir()) == []
+    if isinstance(client_timeout_s, float) and client_timeout_s > 0 and client_timeout_s != float("inf"):
+        assert main(["figure5", "--live", "--client-timeout", str(client_timeout_s)]) == 2

@@ -377,3 +377,63 @@ def test_fleet_run_command_prints_json_and_exits_0_when_every_trajectory_ended_c
     unknown = subprocess.run([sys.executable, "-m", "kernel_lib", "fleet", "run", "--program", "nope"],
                              capture_output=True, text=True, timeout=60, env=env)
     assert unknown.returncode == 2 and "unknown fleet program" in unknown.stderr
+
+
+def test_ctrl_c_of_fleet_run_stops_every_process_removes_the_directory_and_prints_no_traceback(tmp_path):
+    """Adversarial review (issue 20): SIGINT of `fleet run` cleaned up but ended in a raw traceback."""
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    p = subprocess.Popen([sys.executable, "-m", "kernel_lib", "fleet", "run", "--workers", "1", "--trajectories", "1",
+                          "--param", "pause_at=3", "--dir", str(tmp_path)],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        deadline = time.monotonic() + 60
+        markers: list[Path] = []
+        while not markers and time.monotonic() < deadline and p.poll() is None:
+            markers = list(tmp_path.glob("kl-fleet-*/markers/*.json"))
+            time.sleep(0.05)
+        assert markers, "the worker never paused inside its trajectory"
+        time.sleep(0.1)
+        worker = json.loads(markers[0].read_text())["pid"]
+        p.send_signal(signal.SIGINT)
+        out, err = p.communicate(timeout=30)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    assert p.returncode == 130, err[-2000:]
+    assert "Traceback" not in err and err.startswith("interrupted")
+    assert _all_dead([worker])
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("program, params", [
+    ("deployment", {"extra_steps": -1}), ("deployment", {"fail_at_dns": "maybe"}), ("deployment", {"nonsense": 1}),
+    ("deployment", {"pause_at": "three"}), ("sysadmin", {"config": "foo"}), ("sysadmin", {"process_kill": 0.5}),
+    ("sysadmin", {"profile": {"process_kil": 0.5}}), ("sysadmin", {"profile": {"process_kill": 2}}),
+    ("sysadmin", {"turns": 3}), ("sysadmin", {"timings": [1]}),
+])
+def test_parameters_a_program_would_refuse_are_refused_before_anything_starts(tmp_path, program, params):
+    """Adversarial review (issue 20): `fleet run --param extra_steps=-1` (or a misspelt name) started the
+    fleet, failed in every worker that claimed the trajectory until it was given up, reported those
+    claims as takeovers and exited 1; an unknown name was silently ignored."""
+    from kernel_lib.cli import main
+    from kernel_lib.live.fleet_programs import check_params
+
+    with pytest.raises(ConfigError):
+        check_params(program, params)
+    argv = ["fleet", "run", "--trajectories", "1", "--program", program, "--dir", str(tmp_path)]
+    for k, v in params.items():
+        argv += ["--param", f"{k}={json.dumps(v)}"]
+    assert main(argv) == 2
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_the_parameters_the_programs_document_are_accepted():
+    from kernel_lib.live.fleet_programs import check_params
+
+    check_params("deployment", {"domain": "x.example.test", "fail_at_dns": True, "extra_steps": 3, "pause_at": 16,
+                                "stall": True, "kill_at": 5, "kill_epoch": 2})
+    check_params("sysadmin", {"config": "wal_only", "seed": 3, "index": 2, "turns": 8, "timings": {"probe_s": 0.01},
+                              "profile": {"network_drop": 0.1, "process_kill": 0.05}})
+    with pytest.raises(ConfigError):
+        check_params("nope", {})

@@ -133,3 +133,34 @@ def test_account_effects_counts_from_the_services_records(kept, expected):
                         for i, op in ((1, "t.T3"), (2, "t.T4"), (3, "u.T1"))}}
     v = account_effects(audits, res, {"t": kept})
     assert v["duplicated_effects"] == 1 and v["leaked_resources"] == expected
+
+
+@pytest.mark.parametrize("tamper", ["drop_one_intent", "duplicate_tail", "reverse"])
+def test_a_tampered_log_is_reported_as_violations_not_raised(tamper):
+    """Adversarial review (issue 20): a log whose intent for an applied mutation was removed (or one
+    duplicated or reordered) made the checker raise SagaTransitionError from the saga fold, losing
+    part (1)'s finding. Invariant: the checker answers with a report; an unfoldable log is a
+    violation (the trajectory cannot be classified)."""
+    fleet = TwinFleet(simulate_durations=True)
+    seen = {}
+    out = Harness(CONFIGS["synthesized"], fleet, SYSADMIN_TASK,
+                  on_step=lambda h, name, ev: seen.setdefault("store", h.proc.store)).run("t")
+    assert out.state == "COMPLETED"
+    events = list(seen["store"].read("t"))
+    audit = fleet.audits()
+    assert check_crash_consistency(events, audit).ok
+    if tamper == "drop_one_intent":
+        gone = next(e for e in events if e.event_type == "ToolIntent" and e.payload.tool == "provision_db")
+        tampered = [e for e in events if e is not gone]
+    elif tamper == "duplicate_tail":
+        tampered = events + events[-4:]
+    else:
+        tampered = list(reversed(events))
+    report = check_crash_consistency(tampered, audit, trajectory_id="t")
+    kinds = Counter(v["kind"] for v in report.violations)
+    assert not report.ok and report.classification is None and kinds["log_unfoldable"] == 1
+    if tamper == "drop_one_intent":
+        assert any(v["kind"] == "mutation_without_durable_intent" and v["operation_id"] == gone.payload.operation_id
+                   for v in report.violations)
+    cls, why = classify(tampered, "t")
+    assert cls is None and why[0]["kind"] == "log_unfoldable"

@@ -96,3 +96,15 @@ def test_the_scorecard_refuses_bad_input():
         run_scorecard(trajectories=1, turns=5)
     with pytest.raises(ConfigError):
         run_scorecard(trajectories=1, configs=["chaos"])
+
+
+def test_the_wilson_interval_reaches_0_and_1_exactly_at_the_extremes():
+    """Adversarial review: at 0 of n (or n of n) the interval's lower (upper) end came out as
+    1e-18 (0.9999999999999999), so a closed form of exactly 0 (1) was reported outside it."""
+    for n in (1, 7, 20, 400, 1000, 4321):
+        assert wilson_ci95(0, n)[0] == 0.0 and wilson_ci95(n, n)[1] == 1.0
+    everything_drops = FaultProfile(network_drop=1.0, tool_exception=0.0, process_kill=0.0, format_corruption=0.0)
+    doc = run_scorecard(trajectories=7, seed=0, configs=["unmanaged", "synthesized"], profile=everything_drops)
+    assert doc["unmanaged"]["completion_rate"] == 0.0 and doc["unmanaged"]["completion_closed_form"] == 0.0
+    assert doc["synthesized"]["completion_rate"] == 1.0 and doc["synthesized"]["completion_closed_form"] == 1.0
+    assert doc["unmanaged"]["closed_form_within_ci95"] and doc["synthesized"]["closed_form_within_ci95"]

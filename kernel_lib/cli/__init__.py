@@ -30,7 +30,8 @@ and found what it looks for (a violation, a mismatch, an unsound conclusion); 2 
 an error kernel_lib raises on purpose (:class:`~kernel_lib.errors.KernelError`), or an operating
 system error on a path the user gave, printed as one ``error:`` line on stderr, never a traceback;
 also 2 for a refusal that reaches here (:class:`~kernel_lib.errors.Refusal`: admission denied, dispatch
-withheld), printed as one ``refused:`` line.
+withheld), printed as one ``refused:`` line; 130 for Ctrl-C (one ``interrupted`` line, after the
+command's own clean-up ran).
 """
 
 from __future__ import annotations
@@ -119,6 +120,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Refusal as exc:   # not a fault, but the command could not do what was asked
         print(f"refused: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:   # Ctrl-C: the command's own clean-up (with/finally) has run on the way out
+        print("interrupted (Ctrl-C): what the command had started was stopped", file=sys.stderr)
+        return 130
     except BrokenPipeError:   # output piped into head & co.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0

@@ -111,6 +111,6 @@ def add_commands(subparsers: "argparse._SubParsersAction") -> argparse.ArgumentP
     p.add_argument("--ladder", action="store_true", help="also print every message of the ladder (text output)")
     p.add_argument("--client-timeout", type=positive_seconds, default=None, metavar="S",
                    help="--live: how long the worker waits for a service's answer (the lost answer at turn 3 "
-                        "costs this much; default 1)")
+                        "costs this much; default 1; at most 15, half the time the services hold that answer)")
     p.set_defaults(func=_cmd_figure5)
     return p

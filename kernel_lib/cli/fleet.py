@@ -93,9 +93,10 @@ def run_fleet(args: argparse.Namespace) -> dict:
 
     from kernel_lib.errors import FleetTimeoutError
     from kernel_lib.live.fleet import Fleet
-    from kernel_lib.live.fleet_programs import get_program
+    from kernel_lib.live.fleet_programs import check_params
 
-    get_program(args.program)   # an unknown program: ConfigError (exit 2) before anything starts
+    # an unknown program, or a parameter it would refuse: ConfigError (exit 2) before anything starts
+    check_params(args.program, dict(args.param))
 
     with Fleet(args.workers, coordinator=args.coordinator, store=args.store, durability=args.durability,
                lease_ttl_s=args.lease_ttl, workdir=args.dir) as fleet:

@@ -63,10 +63,6 @@ examples:
   python -m kernel_lib scorecard --live --trajectories 20 --json"""
 
 
-SIM_TRAJECTORIES = 1000     # on the twins: seconds
-LIVE_TRAJECTORIES = 20      # on the live fleet: every trajectory is real processes, so a small sample
-
-
 def _fmt(x: Any, spec: str = ".3f") -> str:
     return "-" if x is None else format(x, spec)
 
@@ -108,14 +104,6 @@ def format_scorecard(doc: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _profile(args: argparse.Namespace) -> Any:
-    from kernel_lib.recovery.synthesis.faults import FaultProfile
-
-    return FaultProfile(network_drop=args.drop, tool_exception=args.exception, process_kill=args.kill,
-                        format_corruption=args.format, repair_success=args.repair_success,
-                        repair_failure=args.repair_failure)
-
-
 def _broke_a_guarantee(doc: dict[str, Any]) -> bool:
     """The synthesized row counted an invariant violation, a duplicated effect or a leaked resource."""
     syn = doc.get("synthesized") or {}
@@ -136,16 +124,13 @@ def _live(args: argparse.Namespace) -> int:
         print("error: --live: kernel_lib.live.fleet offers no live_scorecard(trajectories=, seed=, turns=) yet",
               file=sys.stderr)
         return 2
-    from kernel_lib.recovery.synthesis.faults import FaultProfile
-
     kw: dict[str, Any] = {}
-    if args.config:                       # else the fleet's own sample (WAL only and synthesized)
+    if args.config:
         kw["configs"] = list(dict.fromkeys(args.config))
-    profile = _profile(args)
-    if profile != FaultProfile():         # the fault options apply live too, not only to the twins
-        kw["profile"] = profile
-    trajectories = LIVE_TRAJECTORIES if args.trajectories is None else args.trajectories
-    doc = run(trajectories=trajectories, seed=args.seed, turns=args.turns, **kw)
+    if any(getattr(args, f) is not None for f in _PROFILE_OPTIONS):
+        kw["profile"] = _profile(args)
+    doc = run(trajectories=args.trajectories or LIVE_TRAJECTORIES, seed=args.seed, turns=args.turns,
+              progress=lambda line: print(line, file=sys.stderr), **kw)
     if args.json:
         print(json.dumps(doc, indent=2, allow_nan=False, default=str))
     else:
@@ -153,15 +138,31 @@ def _live(args: argparse.Namespace) -> int:
     return 1 if _broke_a_guarantee(doc) else 0
 
 
+#: the fault-profile options (argparse dest -> FaultProfile field); None when not given
+_PROFILE_OPTIONS = {"drop": "network_drop", "exception": "tool_exception", "kill": "process_kill",
+                    "format": "format_corruption", "repair_success": "repair_success",
+                    "repair_failure": "repair_failure"}
+#: trajectories per configuration by default: the simulation, and the live fleet's smaller sample
+SIM_TRAJECTORIES, LIVE_TRAJECTORIES = 1000, 20
+
+
+def _profile(args: argparse.Namespace) -> Any:
+    """The FaultProfile of the options given (the chapter's defaults for the others)."""
+    from kernel_lib.recovery.synthesis.faults import FaultProfile
+
+    return FaultProfile(**{field: getattr(args, dest) for dest, field in _PROFILE_OPTIONS.items()
+                           if getattr(args, dest) is not None})
+
+
 def _cmd_scorecard(args: argparse.Namespace) -> int:
     if args.live:
         return _live(args)
     from kernel_lib.sim.scorecard import run_scorecard
 
+    profile = _profile(args)
     configs = args.config or ["unmanaged", "wal_only", "saga_only", "synthesized"]
-    trajectories = SIM_TRAJECTORIES if args.trajectories is None else args.trajectories
-    doc = run_scorecard(trajectories=trajectories, seed=args.seed, turns=args.turns,
-                        configs=list(dict.fromkeys(configs)), profile=_profile(args), progress=sys.stderr.isatty())
+    doc = run_scorecard(trajectories=args.trajectories or SIM_TRAJECTORIES, seed=args.seed, turns=args.turns,
+                        configs=list(dict.fromkeys(configs)), profile=profile, progress=sys.stderr.isatty())
     if args.json:
         print(json.dumps(doc, indent=2, allow_nan=False))
     else:
@@ -185,26 +186,25 @@ def add_commands(subparsers: "argparse._SubParsersAction") -> argparse.ArgumentP
                               formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--trajectories", type=int_at_least(1), default=None, metavar="N",
                    help=f"trajectories per configuration (default {SIM_TRAJECTORIES}; with --live "
-                        f"{LIVE_TRAJECTORIES}, each a real run)")
+                        f"{LIVE_TRAJECTORIES})")
     p.add_argument("--seed", type=int, default=0, help="seed of the fault draws (default 0)")
     p.add_argument("--turns", type=int_at_least(6), default=6, metavar="T",
                    help="turns per trajectory, at least 6 (default 6; more repeat migrate/configure)")
     p.add_argument("--config", action="append", choices=("unmanaged", "wal_only", "saga_only", "synthesized"),
-                   help="run only this configuration (repeatable; default all four, with --live wal_only "
-                        "and synthesized)")
-    p.add_argument("--drop", type=probability, default=0.08, metavar="P", help="network drops per proposal (0.08)")
-    p.add_argument("--exception", type=probability, default=0.06, metavar="P",
+                   help="run only this configuration (repeatable; default all four)")
+    p.add_argument("--drop", type=probability, default=None, metavar="P", help="network drops per proposal (0.08)")
+    p.add_argument("--exception", type=probability, default=None, metavar="P",
                    help="tool exceptions per proposal (0.06)")
-    p.add_argument("--kill", type=probability, default=0.04, metavar="P", help="process kills per proposal (0.04)")
-    p.add_argument("--format", type=probability, default=0.02, metavar="P",
+    p.add_argument("--kill", type=probability, default=None, metavar="P", help="process kills per proposal (0.04)")
+    p.add_argument("--format", type=probability, default=None, metavar="P",
                    help="malformed calls per proposal (0.02)")
-    p.add_argument("--repair-success", type=probability, default=0.8, metavar="P",
+    p.add_argument("--repair-success", type=probability, default=None, metavar="P",
                    help="a repair proposal is right with this probability (0.8)")
-    p.add_argument("--repair-failure", choices=("drift", "spin"), default="drift",
+    p.add_argument("--repair-failure", choices=("drift", "spin"), default=None,
                    help="a wrong repair fails differently (drift) or repeats its error (spin: anti-spin stops it)")
     p.add_argument("--live", action="store_true",
                    help="run a small sample on the live worker fleet with real SIGKILLs (kernel_lib.live.fleet); "
-                        "--config and the fault options apply")
+                        "--config (default wal_only and synthesized) and the fault options apply there too")
     p.add_argument("--json", action="store_true", help="one JSON object")
     p.set_defaults(func=_cmd_scorecard)
     return p

@@ -45,6 +45,10 @@ __all__ = ["run_figure5_live", "main", "LIVE_TIMINGS"]
 #: The harness's virtual waits, all 0 live: the services, the timeouts and the processes take real time.
 LIVE_TIMINGS = {"timeout_s": 0.0, "probe_s": 0.0, "restart_s": 0.0, "proposal_s": 0.0}
 _MODULE = "kernel_lib.live.figure5"
+#: how long a service of the fleet this module starts holds an answer it drops (s): the worker's
+#: client must give up well before (at most half of it), or it gets the service's 504 instead of a
+#: timeout and the lost answer of turn 3 is not staged
+HOLD_S = 30.0
 
 
 def _write_atomic(path: Path, data: str) -> None:
@@ -120,7 +124,8 @@ def run_figure5_live(*, workdir: str | os.PathLike | None = None, fleet: Any = N
             started in the work folder and stopped at the end).
         trajectory_id: default a fresh ``fig5-live-<nonce>`` (one fleet may serve several runs).
         client_timeout_s: how long the worker waits for a service's answer (the dropped answer at
-            turn 3 costs this much).
+            turn 3 costs this much); at most half the time the services hold a dropped answer
+            (:data:`HOLD_S`, or the given fleet's ``hold_s``).
         timeout_s: the longest the worker may take to reach turn 5, and the recovery to finish.
 
     Returns:
@@ -129,7 +134,8 @@ def run_figure5_live(*, workdir: str | os.PathLike | None = None, fleet: Any = N
         ``rto_s`` measured on the wall clock and ``timings`` (fleet start, worker, recovery).
 
     Raises:
-        ConfigError: ``workdir`` is not an existing directory.
+        ConfigError: ``workdir`` is not an existing directory; ``client_timeout_s`` is not a number
+            of seconds > 0 and at most half the services' hold.
         LiveProcessError / ServiceError: a process failed, or the worker did not reach turn 5.
     """
     import uuid
@@ -142,13 +148,19 @@ def run_figure5_live(*, workdir: str | os.PathLike | None = None, fleet: Any = N
 
     if workdir is not None and not Path(workdir).is_dir():
         raise ConfigError(f"workdir {str(workdir)!r} is not an existing directory")
+    hold = float(getattr(fleet, "hold_s", HOLD_S)) if fleet is not None else HOLD_S
+    if isinstance(client_timeout_s, bool) or not isinstance(client_timeout_s, (int, float)) \
+            or not 0 < client_timeout_s <= hold / 2:
+        raise ConfigError(f"client_timeout_s must be seconds in (0, {hold / 2:g}], got {client_timeout_s!r}: the "
+                          f"services hold the answer they drop at turn 3 for {hold:g} s, and a client that waits "
+                          "longer gets their 504 instead of a timeout")
     tid = trajectory_id or f"fig5-live-{uuid.uuid4().hex[:6]}"
     work = Path(tempfile.mkdtemp(prefix="kl-fig5-live-", dir=workdir))
     own = fleet is None
     timings: dict[str, Any] = {}
     try:
         if own:
-            fleet = LiveFleet(work / "fleet", client_timeout_s=5.0)
+            fleet = LiveFleet(work / "fleet", client_timeout_s=5.0, hold_s=HOLD_S)
             timings["fleet_start_s"] = fleet.start_s
         store = work / "figure5.sqlite"
         marker = work / "paused.json"

@@ -281,9 +281,11 @@ class Fleet:
         priority?, worker?}`` (``worker``: only that worker id may claim it, for demonstrations;
         the keyword arguments are the defaults of missing keys).
 
-        Raises ConfigError: an unknown program, a bad durability, a repeated id (nothing enqueued).
+        Raises ConfigError: an unknown program, parameters it would refuse
+        (:func:`~kernel_lib.live.fleet_programs.check_params`), a bad durability, a repeated id
+        (nothing enqueued).
         """
-        from kernel_lib.live.fleet_programs import get_program
+        from kernel_lib.live.fleet_programs import check_params
 
         self._check_running()
         if isinstance(trajectories, bool):
@@ -299,14 +301,13 @@ class Fleet:
         for i, it in enumerate(items):
             it = {"trajectory_id": it} if isinstance(it, str) else dict(it)
             prog = it.get("program", program)
-            get_program(prog)
             dur = it.get("durability", durability or self.durability)
             if dur not in DURABILITY:
                 raise ConfigError(f"durability must be one of {', '.join(DURABILITY)}, got {dur!r}")
             tid = it.get("trajectory_id") or f"{prog}-{self._nonce}-{base + i:05d}"
             if not isinstance(tid, str):
                 raise ConfigError(f"a trajectory id is a string, got {tid!r}")
-            p = it.get("params", params) or {}
+            p = check_params(prog, it.get("params", params) or {})
             json.dumps(p)   # JSON-able or TypeError now, not in a worker
             rows.append({"trajectory_id": tid, "program": prog, "params": p, "durability": dur,
                          "priority": it.get("priority", priority), "pinned_worker": it.get("worker")})

@@ -29,7 +29,8 @@ from typing import Any, Callable
 
 from kernel_lib.errors import ConfigError, SagaPanicError, TrajectoryFrozenRefusal
 
-__all__ = ["TrajectoryContext", "Program", "PROGRAMS", "register_program", "get_program"]
+__all__ = ["TrajectoryContext", "Program", "PROGRAMS", "WORKER_PARAMS", "register_program", "get_program",
+           "check_params"]
 
 
 @dataclass
@@ -86,12 +87,17 @@ class Program:
         saga_id: ``saga_id(trajectory_id) -> str``: the saga id the program runs under (the prefix
             of its operation ids, by which the services' audits are judged).
         description: one line for ``--help`` and reports.
+        check: ``check(params)`` raises ConfigError for parameters the program would refuse
+            (an unknown name, a wrong type or range), so a bad submission is refused before it
+            is enqueued instead of failing in every worker that claims it; the worker's own
+            parameters (:data:`WORKER_PARAMS`) are checked apart. Default: accepts anything.
     """
 
     name: str
     run: Callable[[TrajectoryContext], dict[str, Any]]
     saga_id: Callable[[str], str] = lambda trajectory_id: trajectory_id
     description: str = ""
+    check: Callable[[dict[str, Any]], None] = lambda params: None
 
 
 PROGRAMS: dict[str, Program] = {}
@@ -112,6 +118,53 @@ def get_program(name: str) -> Program:
         return PROGRAMS[name]
     except (KeyError, TypeError):
         raise ConfigError(f"unknown fleet program {name!r}; known: {', '.join(sorted(PROGRAMS))}") from None
+
+
+#: parameters the worker reads for any program (demonstration hooks): pause or SIGKILL the owner of
+#: ``pause_epoch`` / ``kill_epoch`` at the gate position ``pause_at`` / ``kill_at``; ``stall``: stop
+#: renewing the lease while paused
+WORKER_PARAMS = ("pause_at", "pause_epoch", "kill_at", "kill_epoch", "stall")
+
+
+def _whole(name: str, v: Any, lo: int, hi: int | None = None) -> None:
+    if isinstance(v, bool) or not isinstance(v, int) or v < lo or (hi is not None and v > hi):
+        raise ConfigError(f"parameter {name} must be an integer {lo}..{hi if hi is not None else ''}, got {v!r}")
+
+
+def check_params(program: str, params: Any) -> dict[str, Any]:
+    """``params`` checked for ``program`` (its :attr:`Program.check`) and the worker's own
+    :data:`WORKER_PARAMS`; returns them. Raises ConfigError: an unknown program, parameters that are
+    not a JSON object, or a parameter the program or the worker would refuse."""
+    prog = get_program(program)
+    if params is None:
+        params = {}
+    if not isinstance(params, dict):
+        raise ConfigError(f"the parameters of a trajectory are a JSON object, got {type(params).__name__}")
+    for k in ("pause_at", "kill_at"):
+        if params.get(k) is not None:
+            _whole(k, params[k], 1)
+    for k in ("pause_epoch", "kill_epoch"):
+        if k in params:
+            _whole(k, params[k], 1)
+    if "stall" in params and not isinstance(params["stall"], bool):
+        raise ConfigError(f"parameter stall must be true or false, got {params['stall']!r}")
+    prog.check({k: v for k, v in params.items() if k not in WORKER_PARAMS})
+    return params
+
+
+def _check_deployment(params: dict[str, Any]) -> None:
+    known = ("domain", "fail_at_dns", "extra_steps")
+    unknown = sorted(set(params) - set(known))
+    if unknown:
+        raise ConfigError(f"the deployment program has no parameter {', '.join(map(repr, unknown))}; it takes "
+                          f"{', '.join(known)} (and the worker's {', '.join(WORKER_PARAMS)})")
+    if "domain" in params and params["domain"] is not None and (
+            not isinstance(params["domain"], str) or not params["domain"]):
+        raise ConfigError(f"parameter domain must be a DNS name, got {params['domain']!r}")
+    if "fail_at_dns" in params and not isinstance(params["fail_at_dns"], bool):
+        raise ConfigError(f"parameter fail_at_dns must be true or false, got {params['fail_at_dns']!r}")
+    if "extra_steps" in params:
+        _whole("extra_steps", params["extra_steps"], 0, 100)
 
 
 def default_domain(trajectory_id: str) -> str:
@@ -146,7 +199,8 @@ def _deployment(ctx: TrajectoryContext) -> dict[str, Any]:
 
 
 register_program(Program("deployment", _deployment,
-                         description="the deployment saga T1..T5 (sandbox, egress IP, build, firewall, DNS)"))
+                         description="the deployment saga T1..T5 (sandbox, egress IP, build, firewall, DNS)",
+                         check=_check_deployment))
 
 
 def _sysadmin(ctx: TrajectoryContext) -> dict[str, Any]:
@@ -155,6 +209,13 @@ def _sysadmin(ctx: TrajectoryContext) -> dict[str, Any]:
     return run_sysadmin(ctx)
 
 
+def _check_sysadmin(params: dict[str, Any]) -> None:
+    from kernel_lib.live.fleet_sysadmin import sysadmin_settings
+
+    sysadmin_settings(params)
+
+
 register_program(Program("sysadmin", _sysadmin,
                          description="figure 5's systems-administration trajectory under a table-14 configuration, "
-                                     "with the chapter's fault profile and real SIGKILLs"))
+                                     "with the chapter's fault profile and real SIGKILLs",
+                         check=_check_sysadmin))

@@ -40,19 +40,21 @@ import time
 from typing import Any
 
 from kernel_lib.errors import ConfigError
+from kernel_lib.recovery.runner import ForwardingEndpoints
 
-__all__ = ["run_sysadmin", "LiveFaultFleet"]
+__all__ = ["run_sysadmin", "sysadmin_settings", "SYSADMIN_PARAMS", "LiveFaultFleet"]
 
 #: a takeover's draws start at proposal index epoch * this (far past any trajectory's proposals)
 EPOCH_PROPOSAL_OFFSET = 100_000
 
 
-class _DropEndpoints:
+class _DropEndpoints(ForwardingEndpoints):
     """The endpoints the harness's runner gets: the worker's guarded endpoints, with network drops
     armed by :meth:`LiveFaultFleet.inject` applied at this client."""
 
     def __init__(self, fleet: "LiveFaultFleet"):
-        self.fleet, self.inner = fleet, fleet.endpoints
+        super().__init__(fleet.endpoints)
+        self.fleet = fleet
 
     def send(self, intent: Any) -> Any:
         kind = self.fleet.drops.pop(intent.tool, None)
@@ -63,19 +65,6 @@ class _DropEndpoints:
             raise TimeoutError(f"{intent.tool}: the answer was dropped on its way back (injected network drop; the "
                                "service applied the request)")
         return reply
-
-    def lookup(self, tool: str, operation_id: str) -> dict[str, Any]:
-        return self.inner.lookup(tool, operation_id)
-
-    def call(self, action: str, arguments: dict[str, Any], operation_id: str,
-             idempotency_key: str | None) -> tuple[int, dict[str, Any]]:
-        return self.inner.call(action, arguments, operation_id, idempotency_key)
-
-    def live_resources(self) -> list[dict[str, Any]]:
-        return self.inner.live_resources()
-
-    def revoke(self, trajectory_id: str) -> list[str]:
-        return self.inner.revoke(trajectory_id)
 
 
 class LiveFaultFleet:
@@ -133,26 +122,56 @@ def _committed(saga: Any) -> int:
     return sum(1 for s in saga.steps.values() if s.state == "COMMITTED")
 
 
-def run_sysadmin(ctx: Any) -> dict[str, Any]:
-    """The ``sysadmin`` fleet program (module docstring). Returns the harness's
-    :meth:`~kernel_lib.recovery.synthesis.harness.TrajectoryOutcome.as_dict` with ``outcome`` (its
-    state), ``state`` (``done``: the trajectory ended, whatever its outcome) and ``config``."""
-    from kernel_lib.recovery.saga import fold_saga
-    from kernel_lib.recovery.synthesis.config import config_named
-    from kernel_lib.recovery.synthesis.faults import FaultPlan, FaultProfile, Timings
-    from kernel_lib.recovery.synthesis.harness import Harness
-    from kernel_lib.recovery.synthesis.invariant import check_crash_consistency
-    from kernel_lib.sim.sysadmin import SYSADMIN_TASK
+#: the parameters of the ``sysadmin`` program (module docstring)
+SYSADMIN_PARAMS = ("config", "seed", "index", "turns", "profile", "timings")
 
-    p = ctx.params
+
+def sysadmin_settings(params: dict[str, Any], *, strict: bool = True) -> tuple[Any, int, int, int, Any, Any]:
+    """``(config, seed, index, turns, profile, timings)`` from a trajectory's parameters. Raises
+    ConfigError: (``strict``) a parameter not in :data:`SYSADMIN_PARAMS` (the fleet checks a
+    submission without the worker's own parameters), a name that is no configuration, a value of
+    the wrong type or range, a profile or timings field that does not exist."""
+    from kernel_lib.recovery.synthesis.config import config_named
+    from kernel_lib.recovery.synthesis.faults import FaultProfile, Timings
+
+    p = params
+    unknown = sorted(set(p) - set(SYSADMIN_PARAMS))
+    if strict and unknown:
+        raise ConfigError(f"the sysadmin program has no parameter {', '.join(map(repr, unknown))}; it takes "
+                          f"{', '.join(SYSADMIN_PARAMS)}")
     cfg = config_named(p.get("config", "synthesized"))
     seed, index, turns = p.get("seed", 0), p.get("index", 0), p.get("turns", 6)
     for name, v in (("seed", seed), ("index", index), ("turns", turns)):
         if isinstance(v, bool) or not isinstance(v, int):
             raise ConfigError(f"{name} must be an integer, got {v!r}")
+    if turns < 6:
+        raise ConfigError(f"turns must be an integer >= 6 (the six-turn task), got {turns!r}")
+    fields: list[tuple[str, Any, Any]] = [("profile", p.get("profile"), FaultProfile),
+                                          ("timings", p.get("timings"), Timings)]
+    for name, given, cls in fields:
+        if given is not None and not isinstance(given, dict):
+            raise ConfigError(f"{name} must be an object of {cls.__name__} fields, got {given!r}")
+        bad = sorted(set(given or {}) - set(cls.__dataclass_fields__))
+        if bad:
+            raise ConfigError(f"{name} has no field {', '.join(map(repr, bad))}; its fields: "
+                              f"{', '.join(cls.__dataclass_fields__)}")
     profile = FaultProfile(**p["profile"]) if p.get("profile") else FaultProfile(0.0, 0.0, 0.0, 0.0)
     timings = Timings(**{"timeout_s": 0.0, "probe_s": 0.0, "restart_s": 0.0, "proposal_s": 0.0,
                          **(p.get("timings") or {})})
+    return cfg, seed, index, turns, profile, timings
+
+
+def run_sysadmin(ctx: Any) -> dict[str, Any]:
+    """The ``sysadmin`` fleet program (module docstring). Returns the harness's
+    :meth:`~kernel_lib.recovery.synthesis.harness.TrajectoryOutcome.as_dict` with ``outcome`` (its
+    state), ``state`` (``done``: the trajectory ended, whatever its outcome) and ``config``."""
+    from kernel_lib.recovery.saga import fold_saga
+    from kernel_lib.recovery.synthesis.faults import FaultPlan
+    from kernel_lib.recovery.synthesis.harness import Harness
+    from kernel_lib.recovery.synthesis.invariant import check_crash_consistency
+    from kernel_lib.sim.sysadmin import SYSADMIN_TASK
+
+    cfg, seed, index, turns, profile, timings = sysadmin_settings(ctx.params, strict=False)   # the worker's own too
     tid, epoch = ctx.trajectory_id, ctx.owner_epoch
     if ctx.claims > 1:   # a takeover: what survived the previous owner
         events = list(ctx.store.read(tid)) if ctx.store.head(tid) else []

@@ -62,6 +62,7 @@ from typing import Any, Callable
 
 from kernel_lib.errors import (CoordinatorUnavailableError, FleetError, KernelError, LeaseHeldError,
                                LeaseLostError, StaleOwnerError)
+from kernel_lib.recovery.runner import ForwardingEndpoints
 
 __all__ = ["CONFIG_FILE", "log_location", "marker_path", "open_coordinator_from", "GuardedEndpoints", "main"]
 
@@ -109,7 +110,7 @@ def _write_atomic(path: Path, data: str) -> None:
     os.replace(tmp, path)
 
 
-class GuardedEndpoints:
+class GuardedEndpoints(ForwardingEndpoints):
     """The runner's :class:`~kernel_lib.recovery.runner.Endpoints` over a live client, each service
     behind a circuit breaker (``breaker_of(service)``) whose state the fleet shares.
 
@@ -123,7 +124,7 @@ class GuardedEndpoints:
     """
 
     def __init__(self, inner: Any, breaker_of: Callable[[str], Any], *, max_wait_s: float = 0.2):
-        self.inner = inner
+        super().__init__(inner)
         self.breaker_of = breaker_of
         self.max_wait_s = max_wait_s
         self.fast_fails = 0
@@ -163,17 +164,6 @@ class GuardedEndpoints:
             return self.inner.lookup(tool, operation_id)
         finally:
             self.lookups.append((t0, time.perf_counter() - p0))
-
-    def call(self, action: str, arguments: dict[str, Any], operation_id: str,
-             idempotency_key: str | None) -> tuple[int, dict[str, Any]]:
-        """A raw request, unguarded (reads such as the pre-pivot gate's checks)."""
-        return self.inner.call(action, arguments, operation_id, idempotency_key)
-
-    def live_resources(self) -> list[dict[str, Any]]:
-        return self.inner.live_resources()
-
-    def revoke(self, trajectory_id: str) -> list[str]:
-        return self.inner.revoke(trajectory_id)
 
 
 class _Renewer(threading.Thread):

@@ -60,7 +60,8 @@ from kernel_lib.recovery.saga import (
     next_unwind, outbox_operation_id, step_operation_id,
 )
 
-__all__ = ["Endpoints", "RetryPolicy", "StepFailedError", "SagaRunner"]   # StepFailedError: from errors
+# StepFailedError: from errors
+__all__ = ["Endpoints", "ForwardingEndpoints", "RetryPolicy", "StepFailedError", "SagaRunner"]
 
 
 class Endpoints(Protocol):
@@ -77,6 +78,32 @@ class Endpoints(Protocol):
 
     def revoke(self, trajectory_id: str) -> list[str]:
         """Revoke every capability lease of the trajectory at the broker; returns the lease ids."""
+
+
+class ForwardingEndpoints:
+    """:class:`Endpoints` that pass every call to ``inner`` (a fleet of twins or of live services,
+    or another wrapper); a wrapper that changes one path (faults injected on ``send``, probes timed
+    or refused on ``lookup``, breakers in front) subclasses this and overrides that method only.
+    ``call`` is the raw request that reads such as the pre-pivot gate's checks make."""
+
+    def __init__(self, inner: Any):
+        self.inner = inner
+
+    def send(self, intent: ToolIntent) -> ToolReply:
+        return self.inner.send(intent)
+
+    def lookup(self, tool: str, operation_id: str) -> dict[str, Any]:
+        return self.inner.lookup(tool, operation_id)
+
+    def call(self, action: str, arguments: dict[str, Any], operation_id: str,
+             idempotency_key: str | None) -> tuple[int, dict[str, Any]]:
+        return self.inner.call(action, arguments, operation_id, idempotency_key)
+
+    def live_resources(self) -> list[dict[str, Any]]:
+        return self.inner.live_resources()
+
+    def revoke(self, trajectory_id: str) -> list[str]:
+        return self.inner.revoke(trajectory_id)
 
 
 @dataclass(frozen=True)

@@ -102,10 +102,9 @@ class Figure5Harness(Harness):
         self.claim = claim
         self.held: list[dict[str, Any]] = []
 
-    def _script(self) -> dict[str, Any]:
+    def on_start(self) -> None:
         if self.premature_pivot and (self.restarted or (self.outcome is not None and self.outcome.kills)):
             self._premature()
-        return super()._script()
 
     def _premature(self) -> None:
         """The restarted model proposes the pivot at once; the gate decides (recorded either way)."""

@@ -62,7 +62,10 @@ def wilson_ci95(successes: int, n: int, *, z: float = 1.959963984540054) -> tupl
     den = 1 + z * z / n
     mid = (p + z * z / (2 * n)) / den
     half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / den
-    return (max(0.0, mid - half), min(1.0, mid + half))
+    # at 0 (n) successes the end is exactly 0 (1); rounding would leave it a hair inside
+    lo = 0.0 if successes <= 0 else max(0.0, mid - half)
+    hi = 1.0 if successes >= n else min(1.0, mid + half)
+    return (lo, hi)
 
 
 class _AuditTail:

@@ -59,7 +59,7 @@ from kernel_lib.log import MemoryStore, TrajectoryLog
 from kernel_lib.recovery.contracts import ToolRegistry
 from kernel_lib.recovery.policy import PolicyConfig, RemedyOption, RepairCosts
 from kernel_lib.recovery.repair import RepairFrame, RepairLoop, RepairLoopConfig, ToolCost
-from kernel_lib.recovery.runner import RetryPolicy, SagaRunner
+from kernel_lib.recovery.runner import ForwardingEndpoints, RetryPolicy, SagaRunner
 from kernel_lib.recovery.saga import fold_saga
 from kernel_lib.recovery.synthesis.config import RuntimeConfig
 from kernel_lib.recovery.synthesis.faults import Fault, FaultPlan, FaultProfile, Timings
@@ -207,12 +207,13 @@ class _Proc:
     loop: RepairLoop | None
 
 
-class _Endpoints:
+class _Endpoints(ForwardingEndpoints):
     """The runner's endpoints: the fleet's client, with this configuration's probe (or none), the
     drawn network drops injected on the attempt they belong to, and the virtual time of waits."""
 
     def __init__(self, harness: "Harness", inner: Any):
-        self.h, self.inner = harness, inner
+        super().__init__(inner)
+        self.h = harness
 
     def send(self, intent: ToolIntent) -> ToolReply:
         h, run = self.h, self.h._run
@@ -236,16 +237,6 @@ class _Endpoints:
         h.clock.advance(h.timings.probe_s)
         h._run.probes += 1
         return self.inner.lookup(tool, operation_id)
-
-    def call(self, action: str, arguments: dict[str, Any], operation_id: str,
-             idempotency_key: str | None) -> tuple[int, dict[str, Any]]:
-        return self.inner.call(action, arguments, operation_id, idempotency_key)
-
-    def live_resources(self) -> list[dict[str, Any]]:
-        return self.inner.live_resources()
-
-    def revoke(self, trajectory_id: str) -> list[str]:
-        return self.inner.revoke(trajectory_id)
 
 
 def _no_faults() -> FaultPlan:
@@ -541,7 +532,14 @@ class Harness:
                         if k not in ("status", "http_status", "duplicate")}
                 for t, s in zip(run.specs, committed)}
 
+    def on_start(self) -> None:
+        """A subclass's hook, called each time the scheduler starts walking the turns: on the first
+        start and after every restart from the log (``self.proc`` then holds the rebuilt runner and
+        gate, ``self.outcome.kills`` the kills so far). Default: nothing. Figure 5's restarted model
+        proposing the pivot early (:class:`kernel_lib.sim.figure5.Figure5Harness`) is one."""
+
     def _script(self) -> dict[str, Any]:
+        self.on_start()
         run = self._run
         state = self.proc.runner.saga.state
         if state == "COMPLETED":

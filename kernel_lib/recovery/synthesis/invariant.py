@@ -25,7 +25,9 @@ Both halves are pure functions here, of what survives a crash and what the servi
 
   What makes a trajectory unclassifiable is a violation: an operation in doubt whose service
   answers no status lookup and whose repeat contract makes no re-send safe (nobody can tell
-  whether its effect exists), or a committed tier I/II step with no compensator bound.
+  whether its effect exists), a committed tier I/II step with no compensator bound, or a log the
+  runtime's folds refuse (``log_unfoldable``: a transition table 2 does not allow, e.g. a step
+  committed with no intent before it; a restart could not recover from it either).
 
 :class:`InvariantReport` carries the verdict, the class and every violation found.
 """
@@ -39,6 +41,7 @@ from typing import Any
 from kernel_lib.core.events import Event, ToolIntent
 from kernel_lib.core.proposals import REPEAT_SAFE_CONTRACTS
 from kernel_lib.core.record import fold, initial_record
+from kernel_lib.errors import KernelError
 from kernel_lib.recovery.repair import fold_repairs
 from kernel_lib.recovery.saga import fold_saga
 
@@ -52,7 +55,7 @@ class InvariantReport:
     """The verdict on one trajectory: ``ok`` (no violation), ``classification`` (one of
     :data:`CLASSIFICATIONS`, or None when unclassifiable), ``saga_state``, ``violations`` (each
     ``{kind, operation_id, ...}``; kinds ``mutation_without_durable_intent``,
-    ``in_doubt_unresolvable``, ``committed_without_compensator``), ``mutations_checked``."""
+    ``in_doubt_unresolvable``, ``committed_without_compensator``, ``log_unfoldable``), ``mutations_checked``."""
 
     ok: bool
     classification: str | None
@@ -78,8 +81,12 @@ def classify(events: Iterable[Event], saga_id: str | None = None) -> tuple[str |
     if not evs:
         return "compensable", []   # nothing durable: Σ is empty (whatever the services hold is part (1)'s)
     tid = evs[0].trajectory_id
-    saga = fold_saga(evs, saga_id or tid)
-    record = fold(initial_record(tid), evs)
+    try:
+        saga = fold_saga(evs, saga_id or tid)
+        record = fold(initial_record(tid), evs)
+        repairs = fold_repairs(evs)
+    except KernelError as exc:   # the runtime could not recover from this log either: say so, do not raise
+        return None, [{"kind": "log_unfoldable", "operation_id": None, "error": f"{type(exc).__name__}: {exc}"[:500]}]
     violations: list[dict[str, Any]] = []
     intents: dict[str, ToolIntent] = {}
     for ev in evs:
@@ -105,7 +112,7 @@ def classify(events: Iterable[Event], saga_id: str | None = None) -> tuple[str |
         return "committed", []
     if saga.phase == "COMMITTED":
         return "pending_forward_repair", []
-    for sub in fold_repairs(evs).values():
+    for sub in repairs.values():
         if sub.decisions and sub.decisions[-1].directive == "FORWARD_REPAIR" and len(sub.outcomes) < sub.repairs_done:
             return "pending_forward_repair", []
     return "compensable", []
@@ -139,5 +146,7 @@ def check_crash_consistency(events: Iterable[Event], audit: Mapping[str, Iterabl
                                    "resource": entry.get("resource")})
     cls, why = classify(evs, saga_id or tid)
     violations.extend(why)
-    saga_state = fold_saga(evs, saga_id or tid).state if evs else None
+    saga_state = None
+    if evs and cls is not None:
+        saga_state = fold_saga(evs, saga_id or tid).state
     return InvariantReport(not violations, cls, saga_state, tuple(violations), checked)
