@@ -225,6 +225,20 @@ def test_chapter_sections_render_as_headings_with_the_anchors_links_use(tmp_path
         assert contents_page or (view in anchors and (anchor is None or anchor in anchors[view])), (view, anchor)
 
 
+def test_cross_references_into_the_book_render_as_words_not_as_mathjax_question_marks():
+    """Fault model: the chapters cite principles of other volumes as ``$\\ref{pri-vol3-...}$``, a label
+    MathJax cannot resolve, so the rendered chapter showed ``principle ???``. Invariant: such a span
+    becomes the label's words in italics; every other math span is left to MathJax."""
+    from kernel_lib.course.chapters import _inline
+
+    text = r"probe first (principle $\ref{pri-vol3-exactly-once-settlement}$), then prefill $L_k/P$"
+    assert _inline(text) == "probe first (principle *exactly once settlement*), then prefill $L_k/P$"
+    assert _inline(r"see $\ref{nbk-01-trajectory-goodput}$.") == "see *trajectory goodput*."
+    if CHAPTERS.is_dir():
+        for ch in find_chapters(CHAPTERS):
+            assert "\\ref{" not in render_markdown(ch), ch.view_name
+
+
 @needs_chapters
 def test_no_chapter_text_is_committed():
     """Invariant: no tracked file carries a sentence of the chapters (their views are rendered into

@@ -250,3 +250,17 @@ def test_the_float_tolerance_is_one_percent():
     assert nm0_5.check(None, {**g, "kv_snapshot_rto_ms": g["kv_snapshot_rto_ms"] * 1.009})["all_ok"]
     assert not nm0_5.check(None, {**g, "kv_snapshot_rto_ms": g["kv_snapshot_rto_ms"] * 1.02})["all_ok"]
     assert math.isclose(g["t_wal_ms"], 0.128 / 3.5 + 0.025)
+
+
+def test_cli_text_solve_prints_the_readings_as_rows_not_json(capsys):
+    """Invariant: the text output is for a reader: each reading of the snapshot on its own line as
+    ``name value`` pairs, numbers to six significant digits, no JSON list of objects."""
+    from kernel_lib.cli import main
+
+    assert main(["exercise", "solve", "nm0.5"]) == 0
+    out = capsys.readouterr().out
+    assert '[{"reading"' not in out and "  readings:" in out
+    rows = [ln for ln in out.splitlines() if ln.startswith("    - reading ")]
+    readings = nm0_5.solve(nm0_5.DEFAULTS)["readings"]
+    assert [r.split(",")[0] for r in rows] == [f"    - reading {x['reading']}" for x in readings]
+    assert "rto_ms 570.776" in rows[0]

@@ -121,6 +121,18 @@ def test_the_cli_runs_figure5_and_reports_it(tmp_path):
     assert bad.returncode == 2 and "--client-timeout" in bad.stderr
 
 
+def test_the_text_report_gives_each_measured_time_its_unit_once(fig5, capsys):
+    """Invariant: a timing named ``worker_s`` reads ``worker 3.900 s``, never ``worker s 3.9 s``; and
+    --client-timeout, which only the live run has, is refused on the twins (exit 2) instead of ignored."""
+    from kernel_lib.cli import main
+    from kernel_lib.cli.figure5 import format_figure5
+
+    line = format_figure5({**fig5, "timings": {"fleet_start_s": 2.25, "worker_s": 3.9}}).splitlines()[-1]
+    assert line == "measured: fleet start 2.250 s, worker 3.900 s"
+    assert main(["figure5", "--client-timeout", "2"]) == 2
+    assert "--live" in capsys.readouterr().err
+
+
 def test_figure5_live_with_a_real_sigkill(tmp_path):
     """One live run: the services as processes, the worker killed by SIGKILL at turn 5, recovered
     in a new process; the same judgement by the live services' counts."""

@@ -10,6 +10,7 @@ import copy
 import importlib.util
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -51,6 +52,18 @@ def test_committed_notebooks_carry_no_error_outputs():
         nb = nbformat.read(path, as_version=4)
         assert not any(o.output_type == "error" for c in nb.cells if c.cell_type == "code"
                        for o in c.get("outputs", [])), path.name
+
+
+def test_no_maintainers_note_reaches_a_student():
+    """Fault model: a note for the project's lead (``# LEAD: ...``, "issue 20's H4 work, not yet on
+    this branch") left in a cell a student reads and runs. Invariant: no course notebook, exercise or
+    solution carries one."""
+    note = re.compile(r"#\s*LEAD\b|not yet on this branch|issue \d+'s H\d")
+    for path in sorted(ROOT.glob("notebooks/*.ipynb")) + sorted(ROOT.glob("exercises/*.ipynb")) \
+            + sorted(ROOT.glob("solutions/*.ipynb")):
+        nb = nbformat.read(path, as_version=4)
+        found = [c.source.splitlines()[0][:80] for c in nb.cells if note.search(c.source)]
+        assert not found, (path.name, found)
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])

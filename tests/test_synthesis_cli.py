@@ -85,6 +85,26 @@ def test_live_is_delegated_to_the_fleet(monkeypatch, capsys):
     assert json.loads(capsys.readouterr().out)["services"] == "live"
 
 
+def _fake_fleet(monkeypatch, seen: dict, **row):
+    def live_scorecard(**kw):
+        seen.update(kw)
+        return {"synthesized": {"completion_rate": 1.0, **row}, "trajectories": kw["trajectories"], "services": "live"}
+    monkeypatch.setitem(sys.modules, "kernel_lib.live.fleet", types.SimpleNamespace(live_scorecard=live_scorecard))
+
+
+def test_live_exits_1_when_the_synthesized_runtime_breaks_a_guarantee(monkeypatch, capsys):
+    _fake_fleet(monkeypatch, {}, duplicated_effects=1)
+    assert main(["scorecard", "--live", "--trajectories", "2", "--json"]) == 1
+    capsys.readouterr()
+
+
+def test_scorecard_text_names_faults_in_words_and_explains_its_columns(capsys):
+    assert main(["scorecard", "--trajectories", "4", "--seed", "1", "--config", "synthesized"]) == 0
+    out = capsys.readouterr().out
+    assert "{" not in out and "faults network_drop" in out       # no Python dict in a reader's table
+    assert "dup = " in out and "inv = " in out and "unsafe = " in out
+
+
 def test_bench_scorecard_measures_every_configuration_against_the_unmanaged_baseline():
     r = _run("bench", "scorecard", "--trajectories", "4", "--rounds", "1", "--json")
     assert r.returncode == 0, r.stderr

@@ -139,7 +139,13 @@ def _cmd_solve(args: argparse.Namespace) -> int:
     skip = {"exercise", "decision_text", "reading", "alternative", "violated_rules", "decision"}
     w = max(len(k) for k in sol if k not in skip)
     for k, v in sol.items():
-        if k not in skip:   # money and shares as the grading report shows them (course.exercises._common)
+        if k in skip:
+            continue
+        if isinstance(v, list) and v and all(isinstance(x, dict) for x in v):   # rows (nm0.5's readings)
+            print(f"  {k}:")
+            for row in v:
+                print(f"    - {display_value(row, k)}")
+        else:               # money and shares as the grading report shows them (course.exercises._common)
             print(f"  {k:<{w}}  {display_value(v, k)}")
     if "violated_rules" in sol:
         print("rules the recovery procedure violates:")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 
 #: the top-level command of this group and its one-line help (``python -m kernel_lib --help``)
 COMMANDS = {"figure5": "figure 5 for real: the six-turn sysadmin trajectory under its four injected failures, "
@@ -53,6 +54,11 @@ examples:
   python -m kernel_lib figure5 --live --json"""
 
 
+def timings_text(timings: dict) -> str:
+    """``{"fleet_start_s": 2.3, ...}`` as ``fleet start 2.300 s, ...``: the unit once, after the number."""
+    return ", ".join(f"{k.removesuffix('_s').replace('_', ' ')} {v:.3f} s" for k, v in timings.items())
+
+
 def format_figure5(r: dict, *, ladder: bool = False) -> str:
     """The run as text: the four failures, the gate's verdicts, the kill, and (``ladder``) the messages."""
     lines = [f"figure 5 on {r['substrate']}: trajectory {r['trajectory_id']} ({r['config']}) ended {r['state']}; "
@@ -68,7 +74,7 @@ def format_figure5(r: dict, *, ladder: bool = False) -> str:
     rto = r.get("rto_s")
     lines.append(f"RTO {rto:.3f} s ({r['rto_note']})" if isinstance(rto, (int, float)) else f"RTO: {r['rto_note']}")
     if r.get("timings"):
-        lines.append("measured: " + ", ".join(f"{k} {v} s" for k, v in r["timings"].items()))
+        lines.append("measured: " + timings_text(r["timings"]))
     if ladder:
         lines += ["", "the ladder (position, turn, kind, from -> to: message):"]
         for m in r["messages"]:
@@ -78,9 +84,12 @@ def format_figure5(r: dict, *, ladder: bool = False) -> str:
 
 
 def _cmd_figure5(args: argparse.Namespace) -> int:
+    if args.client_timeout is not None and not args.live:
+        print("error: --client-timeout applies to --live only (the twins run on a virtual clock)", file=sys.stderr)
+        return 2
     if args.live:
         from kernel_lib.live.figure5 import run_figure5_live
-        result = run_figure5_live(client_timeout_s=args.client_timeout)
+        result = run_figure5_live(client_timeout_s=1.0 if args.client_timeout is None else args.client_timeout)
     else:
         from kernel_lib.sim.figure5 import run_figure5
         result = run_figure5()
@@ -100,7 +109,7 @@ def add_commands(subparsers: "argparse._SubParsersAction") -> argparse.ArgumentP
                    help="live services as processes, a real SIGKILL of the worker at turn 5 (a few seconds)")
     p.add_argument("--json", action="store_true", help="print the run as one JSON object")
     p.add_argument("--ladder", action="store_true", help="also print every message of the ladder (text output)")
-    p.add_argument("--client-timeout", type=positive_seconds, default=1.0, metavar="S",
+    p.add_argument("--client-timeout", type=positive_seconds, default=None, metavar="S",
                    help="--live: how long the worker waits for a service's answer (the lost answer at turn 3 "
                         "costs this much; default 1; at most 15, half the time the services hold that answer)")
     p.set_defaults(func=_cmd_figure5)

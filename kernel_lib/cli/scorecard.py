@@ -13,6 +13,7 @@ import argparse
 import importlib
 import json
 import sys
+import textwrap
 from typing import Any
 
 #: the top-level command of this group and its one-line help (``python -m kernel_lib --help``)
@@ -84,7 +85,10 @@ def format_scorecard(doc: dict[str, Any]) -> str:
                      f"{_fmt(chap):>9}{r['duplicated_effects']:>6}{r['leaked_resources']:>6}{rpo:>8}"
                      f"{_fmt(r['rpo_turns_mean'], '.2f'):>9}{_fmt(r['rto_s']):>8}{_fmt(r['mttr_s'], '.2f'):>8}"
                      f"{_fmt(r['mtbf_s'], '.1f'):>9}{r['invariant_violations']:>6}{r['unsafe_pivots']:>7}")
-    lines += ["", "notes:"]
+    lines += ["", *textwrap.wrap(
+        "columns: dup = effects applied twice (the services' audit), leak = resources left behind (the services' "
+        "state), RPO = committed turns a kill lost, inv = crash-consistency invariant violations, unsafe = deploys "
+        "made while the gate's checks would have failed", width=110, subsequent_indent="  "), "", "notes:"]
     for r in rows:
         for key in ("rto_note", "mttr_note", "mtbf_note"):
             if key in r:
@@ -92,12 +96,18 @@ def format_scorecard(doc: dict[str, Any]) -> str:
     lines += ["", "outcomes:"]
     for r in rows:
         lines.append(f"  {r['name']}: " + ", ".join(f"{k} {v}" for k, v in r["states"].items())
-                     + f"; faults {r['faults_injected']}")
+                     + "; faults " + ", ".join(f"{k} {v}" for k, v in r["faults_injected"].items()))
     labels = doc.get("time_labels") or {}
     lines += ["", "time:", *(f"  {k}: {v}" for k, v in labels.items()),
               "  chapter: table 14's printed completion rates, for comparison (its trajectory lengths and fault "
               "semantics are not stated)"]
     return "\n".join(lines)
+
+
+def _broke_a_guarantee(doc: dict[str, Any]) -> bool:
+    """The synthesized row counted an invariant violation, a duplicated effect or a leaked resource."""
+    syn = doc.get("synthesized") or {}
+    return bool(syn.get("invariant_violations") or syn.get("duplicated_effects") or syn.get("leaked_resources"))
 
 
 def _live(args: argparse.Namespace) -> int:
@@ -125,7 +135,7 @@ def _live(args: argparse.Namespace) -> int:
         print(json.dumps(doc, indent=2, allow_nan=False, default=str))
     else:
         print(format_scorecard(doc) if "configurations" in doc else json.dumps(doc, indent=2, default=str))
-    return 0
+    return 1 if _broke_a_guarantee(doc) else 0
 
 
 #: the fault-profile options (argparse dest -> FaultProfile field); None when not given
@@ -157,10 +167,7 @@ def _cmd_scorecard(args: argparse.Namespace) -> int:
         print(json.dumps(doc, indent=2, allow_nan=False))
     else:
         print(format_scorecard(doc))
-    syn = doc.get("synthesized")
-    if syn and (syn["invariant_violations"] or syn["duplicated_effects"] or syn["leaked_resources"]):
-        return 1
-    return 0
+    return 1 if _broke_a_guarantee(doc) else 0
 
 
 def add_commands(subparsers: "argparse._SubParsersAction") -> argparse.ArgumentParser:

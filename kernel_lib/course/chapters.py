@@ -267,11 +267,29 @@ def _tex(math: str) -> str:
                   else r"\mathit{" + m.group(1) + "}", math)
 
 
+_REF = re.compile(r"^\$\\ref\{([^}$]+)\}\$$")
+_REF_PREFIX = re.compile(r"^(?:pri|nbk|eq|tab|fig|sec|def|thm)(?:-vol\d+|-\d+)?-")
+
+
+def _ref_text(label: str) -> str:
+    """A cross-reference into the book (``$\\ref{pri-vol3-exactly-once-settlement}$``), which MathJax
+    cannot resolve and would show as ``???``, as the label's own words in italics
+    (``*exactly once settlement*``)."""
+    words = _REF_PREFIX.sub("", label.strip()).replace("-", " ").replace("_", " ").strip()
+    return f"*{words or label}*"
+
+
 def _inline(text: str) -> str:
-    """Running text for Markdown: math spans kept for MathJax, money signs and ``<`` escaped elsewhere."""
+    """Running text for Markdown: math spans kept for MathJax, money signs and ``<`` escaped elsewhere,
+    cross-references into the rest of the book as readable words (:func:`_ref_text`)."""
     out, pos = [], 0
     for m in _MATH.finditer(text):
         span = m.group(0)
+        if ref := _REF.match(span):
+            out.append(_escape(text[pos:m.start()]))
+            out.append(_ref_text(ref.group(1)))
+            pos = m.end()
+            continue
         if span.startswith("$") and not span.startswith("$$") and not re.search(r"[\\^_{}=]", span):
             continue                      # "$4.42, and ... $0.05": two prices, not math
         out.append(_escape(text[pos:m.start()]))
