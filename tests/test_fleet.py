@@ -437,3 +437,15 @@ def test_the_parameters_the_programs_document_are_accepted():
                               "profile": {"network_drop": 0.1, "process_kill": 0.05}})
     with pytest.raises(ConfigError):
         check_params("nope", {})
+
+
+def test_fleet_run_help_names_every_registered_program(capsys):
+    """The --help text is written without importing the programs (start-up); it must still name
+    each one a user can pass to --program."""
+    from kernel_lib.cli import main
+    from kernel_lib.live.fleet_programs import PROGRAMS
+
+    with pytest.raises(SystemExit):
+        main(["fleet", "run", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert PROGRAMS and all(name in text for name in PROGRAMS)

@@ -150,7 +150,9 @@ def add_commands(subparsers: "argparse._SubParsersAction") -> argparse.ArgumentP
                    help="on: logs at the fdatasync tier; off: logs in the worker's memory (default on)")
     p.add_argument("--lease-ttl", type=positive_seconds, default=None, metavar="S",
                    help="ownership lease term in seconds, renewed every third of it (default 1 on sqlite, 2 on etcd)")
-    p.add_argument("--program", default="deployment", help="the registered trajectory program (default deployment)")
+    p.add_argument("--program", default="deployment",
+                   help="the registered trajectory program: deployment (the deployment saga T1..T5) or sysadmin "
+                        "(figure 5's six-turn trajectory under a runtime configuration); default deployment")
     p.add_argument("--param", action="append", default=[], metavar="KEY=VALUE", type=_param,
                    help="a parameter of every trajectory (VALUE read as JSON, else as text); repeatable, e.g. "
                         "--param fail_at_dns=true")
