@@ -250,9 +250,11 @@ def test_a_member_killed_before_the_freeze_does_not_break_it(tmp_path, nothing_l
             rep = QuarantineSupervisor(freezer=fz).quarantine(QuarantineTrigger("operator", "t1", 0),
                                                               taint_from_sequence=1)
             assert not rep.errors
-            # the killed member is gone or a zombie its (now frozen) parent had not reaped yet: a
-            # zombie still shows in the cgroup's list on a loaded machine and runs nothing
-            assert victim not in fz.pids() or _state_of(victim) in (None, "Z")
+            # the killed member is gone, a zombie its (now frozen) parent had not reaped yet, or caught
+            # by the freezer on its way out (state D: frozen in the exit path, seen on a loaded CI run):
+            # each still shows in the cgroup's list and none runs anything; fz.kill() ends them all
+            # and the fixture checks nothing is left behind
+            assert victim not in fz.pids() or _state_of(victim) in (None, "Z", "D")
             live = [p for p in fz.pids() if _state_of(p) not in (None, "Z")]
             assert tree_progress(counters, live, wait_s=0.2)["stopped"]
         finally:
