@@ -110,6 +110,9 @@ def test_the_stepper_refuses_what_is_not_a_ladder(ladder):
         LifelineStepper([])
     with pytest.raises(ConfigError, match="lifeline messages"):
         LifelineStepper([object()])
+    for not_a_list in (None, 5, "turn 3", {"kind": "crash"}):
+        with pytest.raises(ConfigError, match="lifeline messages"):
+            LifelineStepper(not_a_list)
     w = LifelineStepper(ladder, step=999)                     # a bad first step: refused, the first shown
     assert w.step == 1 and "was refused" in w.error
 

@@ -164,3 +164,17 @@ def test_a_tampered_log_is_reported_as_violations_not_raised(tamper):
                    for v in report.violations)
     cls, why = classify(tampered, "t")
     assert cls is None and why[0]["kind"] == "log_unfoldable"
+
+
+@pytest.mark.parametrize("events,audit", [
+    (None, {}), ("not a log", {}), ([{"event_type": "ToolIntent"}], {}), (42, {}),
+    ([], None), ([], {"database": "provision_db"}), ([], {"database": [["provision_db"]]}), ([], [1, 2]),
+])
+def test_the_checker_refuses_input_of_the_wrong_shape_with_a_typed_error(events, audit):
+    """Bad input (not a log of Event records, an audit that is not {service: [entry, ...]}): a
+    ConfigError that says what was expected, never a TypeError or AttributeError from inside."""
+    from kernel_lib.errors import ConfigError
+    from kernel_lib.recovery.synthesis.invariant import check_crash_consistency
+
+    with pytest.raises(ConfigError, match="events|audit"):
+        check_crash_consistency(events, audit)

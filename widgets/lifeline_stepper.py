@@ -78,6 +78,9 @@ class LifelineStepper(CommandWidget, static="lifeline_stepper"):
 
     def __init__(self, messages: Iterable[LifelineMessage | Mapping[str, Any]], *, title: str = "",
                  step: int = 1, **kw: Any):
+        if messages is None or isinstance(messages, (str, bytes, Mapping)) or not isinstance(messages, Iterable):
+            raise ConfigError("LifelineStepper shows a list of lifeline messages (kernel_lib.recovery.synthesis"
+                              f".lifelines.lifeline_messages), got {type(messages).__name__}")
         rows = []
         for m in messages:
             if isinstance(m, LifelineMessage):

@@ -41,7 +41,7 @@ from typing import Any
 from kernel_lib.core.events import Event, ToolIntent
 from kernel_lib.core.proposals import REPEAT_SAFE_CONTRACTS
 from kernel_lib.core.record import fold, initial_record
-from kernel_lib.errors import KernelError
+from kernel_lib.errors import ConfigError, KernelError
 from kernel_lib.recovery.repair import fold_repairs
 from kernel_lib.recovery.saga import fold_saga
 
@@ -70,7 +70,34 @@ class InvariantReport:
 
 
 def _events(events: Iterable[Event]) -> list[Event]:
-    return events if isinstance(events, list) else list(events)
+    """The log as a list; ConfigError when it is not an iterable of :class:`Event`."""
+    if events is None or isinstance(events, (str, bytes, Mapping)):
+        raise ConfigError(f"events must be the trajectory's log (an iterable of Event), got {type(events).__name__}")
+    try:
+        evs = events if isinstance(events, list) else list(events)
+    except TypeError:
+        raise ConfigError(f"events must be the trajectory's log (an iterable of Event), "
+                          f"got {type(events).__name__}") from None
+    bad = next((e for e in evs if not isinstance(e, Event)), None)
+    if bad is not None:
+        raise ConfigError(f"events must hold Event records only, got a {type(bad).__name__} "
+                          "(read a log with kernel_lib.log.load_events)")
+    return evs
+
+
+def _check_audit(audit: Any) -> dict[str, list[Mapping[str, Any]]]:
+    """The audit as ``{service: [entry, ...]}`` (trails read once); ConfigError on another shape."""
+    if not isinstance(audit, Mapping):
+        raise ConfigError(f"audit must map each service to its audit entries, got {type(audit).__name__}")
+    out: dict[str, list[Mapping[str, Any]]] = {}
+    for service, trail in audit.items():
+        if isinstance(trail, (str, bytes, Mapping)) or not isinstance(trail, Iterable):
+            raise ConfigError(f"audit[{service!r}] must be a list of entries, got {type(trail).__name__}")
+        out[service] = list(trail)
+        bad = next((e for e in out[service] if not isinstance(e, Mapping)), None)
+        if bad is not None:
+            raise ConfigError(f"audit[{service!r}] holds a {type(bad).__name__}, not an entry mapping")
+    return out
 
 
 def classify(events: Iterable[Event], saga_id: str | None = None) -> tuple[str | None, list[dict[str, Any]]]:
@@ -125,7 +152,10 @@ def check_crash_consistency(events: Iterable[Event], audit: Mapping[str, Iterabl
     ``events``: its durable log; ``audit``: ``{service: [entry, ...]}`` as the services keep it
     (``{action, operation_id, resource?, refused?, read_only?}``); ``trajectory_id``: whose
     operations to check (operation ids ``<trajectory>.<...>``; default: the log's trajectory,
-    which must then be non-empty). Pure; returns an :class:`InvariantReport`."""
+    which must then be non-empty). Pure; returns an :class:`InvariantReport`. Raises ConfigError
+    when ``events`` is not an iterable of :class:`Event` or ``audit`` not a mapping of lists of
+    entries (a tampered but well-typed log is a finding, ``log_unfoldable``, not an error)."""
+    audit = _check_audit(audit)
     evs = _events(events)
     tid = trajectory_id or (evs[0].trajectory_id if evs else None)
     if tid is None:
