@@ -572,3 +572,19 @@ def test_saga_sweep_refuses_repeated_and_empty_positions(positions, says, capsys
     if "more than once" in says:   # the library refuses them too, before any process starts
         with pytest.raises(ConfigError, match="each named once"):
             sweep_live("sqlite", positions=[int(x) for x in positions.split(",")])
+
+
+def test_a_new_owner_of_a_completed_saga_reports_it_completed_and_sends_nothing():
+    """Fault model: the owner completes the deployment saga and is killed before it reports the
+    trajectory done (seen in the fleet under random SIGKILLs: every later owner then failed with
+    COMPLETED -> COMPENSATING). Invariant: a resumed script over a completed saga neither unwinds
+    nor sends anything. Goal: it reports COMPLETED, and the services' counts do not move."""
+    from kernel_lib.sim.deployment import run_deployment
+
+    fleet, store, runner = make()
+    assert run_deployment(runner, domain="fresh.example.test")["state"] == "COMPLETED"
+    received = {n: dict(t.logic.state["received"]) for n, t in fleet.twins.items()}
+    _f, _s, again = make(fleet=fleet, store=store)
+    out = run_deployment(again, domain="fresh.example.test")
+    assert out["state"] == "COMPLETED" and again.saga.state == "COMPLETED"
+    assert {n: dict(t.logic.state["received"]) for n, t in fleet.twins.items()} == received

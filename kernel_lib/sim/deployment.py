@@ -36,8 +36,12 @@ def deployment_registry() -> ToolRegistry:
 def run_deployment(runner: SagaRunner, *, domain: str = TAKEN_DOMAIN, extra_steps: int = 0) -> dict[str, Any]:
     """Run the deployment saga; on a failed step, unwind. Returns ``{"state", "outputs",
     "failed_step"}``. ``extra_steps`` adds that many git-branch steps before the DNS step (the
-    100-step benchmark). Raises what :meth:`SagaRunner.unwind` raises (SagaPanicError)."""
+    100-step benchmark). A saga the log already shows COMPLETED (a new owner resuming after the
+    last owner completed it and died before reporting) is reported as such: nothing runs again.
+    Raises what :meth:`SagaRunner.unwind` raises (SagaPanicError)."""
     outputs: dict[str, Any] = {}
+    if runner.saga.state == "COMPLETED":
+        return {"state": "COMPLETED", "outputs": outputs, "failed_step": None}
     try:
         sb = runner.step("provision_sandbox", {"image": "deploy-base", "vcpus": 2})
         outputs["sandbox"] = sb
