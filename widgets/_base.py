@@ -41,7 +41,7 @@ import traitlets
 
 from kernel_lib.errors import ConfigError, KernelError
 
-__all__ = ["STATIC_DIR", "SHARED_JS", "KernelWidget", "CommandWidget", "bundle_esm", "widget_css", "clip",
+__all__ = ["STATIC_DIR", "SHARED_JS", "KernelWidget", "CommandWidget", "bundle_esm", "widget_css", "clip", "as_whole",
            "reload_static"]
 
 #: Where the widgets' JavaScript and CSS files live (shipped as package data).
@@ -51,6 +51,20 @@ SHARED_JS = "_shared.js"
 
 #: The errors a button's action may end in: shown in ``error``, never raised into the notebook.
 REFUSED = (KernelError, ValueError, TypeError, OSError)
+
+
+def as_whole(v: Any) -> int | None:
+    """``v`` as a whole number when it is one (an int, an integral float, digits in a string, as a
+    page or a slider sends them); None otherwise (a bool is not a number here)."""
+    if isinstance(v, bool):
+        return None
+    if isinstance(v, int):
+        return v
+    if isinstance(v, float) and v.is_integer():
+        return int(v)
+    if isinstance(v, str) and v.strip().lstrip("-").isdigit():
+        return int(v.strip())
+    return None
 
 
 def clip(text: str, limit: int) -> str:

@@ -30,23 +30,11 @@ from kernel_lib.errors import ConfigError
 from kernel_lib.recovery.synthesis.lifelines import (
     KIND_MEANINGS, LIFELINE_LABELS, LIFELINES, Crash, LifelineMessage, lifeline_messages, turn_rows,
 )
-from widgets._base import CommandWidget, clip
+from widgets._base import CommandWidget, as_whole, clip
 
 __all__ = ["LifelineStepper", "ACTIONS"]
 
 ACTIONS = ("first", "prev", "next", "last", "goto", "turn")
-
-
-def _whole(v: Any) -> int | None:
-    if isinstance(v, bool):
-        return None
-    if isinstance(v, int):
-        return v
-    if isinstance(v, float) and v.is_integer():
-        return int(v)
-    if isinstance(v, str) and v.strip().lstrip("-").isdigit():
-        return int(v.strip())
-    return None
 
 
 class LifelineStepper(CommandWidget, static="lifeline_stepper"):
@@ -130,7 +118,7 @@ class LifelineStepper(CommandWidget, static="lifeline_stepper"):
 
     @traitlets.validate("step")
     def _check_step(self, proposal: dict[str, Any]) -> Any:
-        v = _whole(proposal["value"])
+        v = as_whole(proposal["value"])
         if v is None or not 1 <= v <= self._n:
             if v is not None and v < 1:
                 why = "there is no message before the first"
@@ -168,7 +156,7 @@ class LifelineStepper(CommandWidget, static="lifeline_stepper"):
             elif action == "goto":
                 target = command.get("to")
             else:
-                t = _whole(command.get("turn"))
+                t = as_whole(command.get("turn"))
                 row = next((r for r in self.turns if r["turn"] == t), None)
                 if row is None:
                     raise ConfigError(f"turn {clip(repr(command.get('turn')), 40)} is not in this ladder: choose "

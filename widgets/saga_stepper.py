@@ -37,7 +37,7 @@ from kernel_lib.errors import ConfigError, TrajectoryFrozenRefusal
 from kernel_lib.sim.deployment import DEPLOYMENT_STEPS
 from kernel_lib.sim.saga_demo import SagaDemo
 from kernel_lib.sim.services import FAULT_KINDS
-from widgets._base import CommandWidget, clip
+from widgets._base import CommandWidget, as_whole, clip
 
 ACTIONS = ("step", "inject", "crash_unwind", "recover", "unwind", "refresh")
 TARGETS = ("forward", "compensator")
@@ -156,28 +156,16 @@ class SagaStepper(CommandWidget, static="saga_stepper"):
             return self._refuse("fault_target", v, "choose 'forward' (T_k) or 'compensator' (C_k)")
         return self._accept("fault_target", v)
 
-    @staticmethod
-    def _whole(v: Any) -> int | None:
-        if isinstance(v, bool):
-            return None
-        if isinstance(v, int):
-            return v
-        if isinstance(v, float) and v.is_integer():
-            return int(v)
-        if isinstance(v, str) and v.strip().lstrip("-").isdigit():
-            return int(v.strip())
-        return None
-
     @traitlets.validate("fault_step")
     def _check_step(self, proposal: dict[str, Any]) -> Any:
-        v = self._whole(proposal["value"])
+        v = as_whole(proposal["value"])
         if v is None or not 1 <= v <= len(DEPLOYMENT_STEPS):
             return self._refuse("fault_step", proposal["value"], f"k is a whole number 1..{len(DEPLOYMENT_STEPS)}")
         return self._accept("fault_step", v)
 
     @traitlets.validate("crash_after")
     def _check_after(self, proposal: dict[str, Any]) -> Any:
-        v = self._whole(proposal["value"])
+        v = as_whole(proposal["value"])
         if v is None or not 1 <= v <= len(DEPLOYMENT_STEPS):
             return self._refuse("crash_after", proposal["value"],
                                 "the number of compensators sent before the crash is a whole number "

@@ -13,7 +13,16 @@ from typing import Callable
 from kernel_lib._support.procs import pid_alive
 from kernel_lib.errors import ConfigError
 
-__all__ = ["OWNER_FILE", "make_writable", "remove_tree", "sweep_stale_workdirs", "make_workdir"]
+__all__ = ["OWNER_FILE", "make_writable", "remove_tree", "sweep_stale_workdirs", "make_workdir", "write_text_atomic"]
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    """Replace ``path`` with ``text`` so a reader in another process sees the old file or the new
+    one, never a half-written one (a ready file, a marker, a result): write ``<name>.tmp`` beside it,
+    then rename over it. Not a durability barrier (no fsync): these files describe live processes."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
 
 OWNER_FILE = "owner.pid"   # the pid of the process that made a work directory (for the stale sweep)
 

@@ -80,6 +80,7 @@ from kernel_lib.errors import SnapshotMismatchError
 from kernel_lib.gate.evidence import load_public_key, signing_bytes, verify_completion  # noqa: F401
 from kernel_lib.live.orphan import watch_parent
 from kernel_lib.live.workspace import copy_verified, remove_tree, verify
+from kernel_lib._support.workdirs import write_text_atomic
 
 #: The only check this executor runs (it never runs arbitrary commands).
 CHECKS = {"pytest -q": ["-m", "pytest", "-q", "-p", "no:cacheprovider", "--color=no"]}
@@ -448,11 +449,6 @@ def check_inbox(path: Path, public_key_hex: str) -> str | None:
     return None
 
 
-def _write_atomic(path: Path, data: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(data)
-    os.replace(tmp, path)
-
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m kernel_lib.live.executor",
@@ -484,7 +480,7 @@ def main(argv: list[str] | None = None) -> int:
                   file=sys.stderr, flush=True)
             return 2
     key_path = state / PUBLIC_KEY_FILE
-    _write_atomic(key_path, service.public_key_hex + "\n")
+    write_text_atomic(key_path, service.public_key_hex + "\n")
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))   # loopback only, a free port chosen by the kernel
@@ -493,7 +489,7 @@ def main(argv: list[str] | None = None) -> int:
     url = f"http://127.0.0.1:{port}"
 
     def ready() -> None:
-        _write_atomic(state / "ready.json", json.dumps({"url": url, "port": port, "pid": os.getpid(),
+        write_text_atomic(state / "ready.json", json.dumps({"url": url, "port": port, "pid": os.getpid(),
                                                         "public_key_path": str(key_path),
                                                         "snapshot_digest": args.digest,
                                                         "inbox_path": str(service.inbox_path) if service.inbox_path

@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from kernel_lib.errors import ConfigError, LiveProcessError
+from kernel_lib._support.workdirs import write_text_atomic
 
 __all__ = ["run_figure5_live", "main", "LIVE_TIMINGS"]
 
@@ -50,11 +51,6 @@ _MODULE = "kernel_lib.live.figure5"
 #: timeout and the lost answer of turn 3 is not staged
 HOLD_S = 30.0
 
-
-def _write_atomic(path: Path, data: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(data)
-    os.replace(tmp, path)
 
 
 def _worker(args: argparse.Namespace) -> int:
@@ -78,7 +74,7 @@ def _worker(args: argparse.Namespace) -> int:
             last["seq"] = ev.sequence_number
         if (args.pause_marker and name == "after:ToolIntent" and ev is not None
                 and ev.payload.tool == "update_config"):
-            _write_atomic(Path(args.pause_marker), json.dumps({"position": ev.sequence_number, "pid": os.getpid(),
+            write_text_atomic(Path(args.pause_marker), json.dumps({"position": ev.sequence_number, "pid": os.getpid(),
                                                                "wall_s": time.time()}))
             while True:      # block until killed
                 signal.pause()

@@ -63,6 +63,7 @@ from typing import Any, Callable
 from kernel_lib.errors import (CoordinatorUnavailableError, FleetError, KernelError, LeaseHeldError,
                                LeaseLostError, StaleOwnerError)
 from kernel_lib.recovery.runner import ForwardingEndpoints
+from kernel_lib._support.workdirs import write_text_atomic
 
 __all__ = ["CONFIG_FILE", "log_location", "marker_path", "open_coordinator_from", "GuardedEndpoints", "main"]
 
@@ -103,11 +104,6 @@ def open_coordinator_from(cfg: dict[str, Any]) -> Any:
 
     return SQLiteOwnershipCoordinator(c["path"])
 
-
-def _write_atomic(path: Path, data: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(data)
-    os.replace(tmp, path)
 
 
 class GuardedEndpoints(ForwardingEndpoints):
@@ -451,7 +447,7 @@ class Worker:
         if stall:
             renewer.hold()
         marker = marker_path(self.cfg["markers_dir"], claim.trajectory_id, lease.owner_epoch)
-        _write_atomic(marker, json.dumps({"pid": self.pid, "worker_id": self.worker_id,
+        write_text_atomic(marker, json.dumps({"pid": self.pid, "worker_id": self.worker_id,
                                           "trajectory_id": claim.trajectory_id, "owner_epoch": lease.owner_epoch,
                                           "position": position, "name": name, "stall": stall,
                                           "at_s": time.time()}))

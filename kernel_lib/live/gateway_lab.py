@@ -71,6 +71,7 @@ from typing import Any
 from kernel_lib._support.procs import kill_group
 from kernel_lib.errors import HerdConfigError, ServiceError
 from kernel_lib.live.orphan import parent_env, watch_parent
+from kernel_lib._support.workdirs import write_text_atomic
 
 __all__ = ["DialService", "Phase", "LabConfig", "LAB_MODES", "DEFAULT_PHASES", "GatewayLab", "run_gateway_lab",
            "compare_gateway_lab", "lab_breaker", "lab_domains", "READY_FILE"]
@@ -190,11 +191,6 @@ class _Server(http.server.ThreadingHTTPServer):
     request_queue_size = 256
 
 
-def _write_atomic(path: Path, data: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(data)
-    os.replace(tmp, path)
-
 
 def serve(state_dir: str | os.PathLike, port: int = 0, seed: int = 0) -> int:
     """Run the service in this process until SIGTERM or the parent's death (module docstring)."""
@@ -211,7 +207,7 @@ def serve(state_dir: str | os.PathLike, port: int = 0, seed: int = 0) -> int:
 
     signal.signal(signal.SIGTERM, shutdown)
     watch_parent(shutdown)
-    _write_atomic(state / READY_FILE, json.dumps({"url": f"http://127.0.0.1:{port}", "port": port,
+    write_text_atomic(state / READY_FILE, json.dumps({"url": f"http://127.0.0.1:{port}", "port": port,
                                                   "pid": os.getpid()}))
     try:
         server.serve_forever(poll_interval=0.1)

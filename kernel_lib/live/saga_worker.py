@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from kernel_lib.errors import ConfigError, LiveProcessError, SagaPanicError, TrajectoryFrozenRefusal
+from kernel_lib._support.workdirs import write_text_atomic
 
 __all__ = ["SCENARIOS", "sweep_live", "run_saga_process", "build_runner"]
 
@@ -80,11 +81,6 @@ def build_runner(store: Any, fleet: Any, trajectory_id: str, saga_id: str, *,
                       retry=RetryPolicy(max_attempts=4, base_s=0.01, cap_s=0.2), sleep=fleet.clock.advance)
 
 
-def _write_atomic(path: Path, data: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(data)
-    os.replace(tmp, path)
-
 
 def run_saga_process(args: argparse.Namespace) -> int:
     """The worker process's body (module docstring)."""
@@ -101,7 +97,7 @@ def run_saga_process(args: argparse.Namespace) -> int:
         names.append(name)
         if args.pause_at is not None and len(names) == args.pause_at:
             log = holder[0] if holder else None
-            _write_atomic(Path(args.marker), json.dumps({
+            write_text_atomic(Path(args.marker), json.dumps({
                 "position": len(names), "name": name, "pid": os.getpid(),
                 "log_head": log.head if log else None, "durable_head": log.durable_head if log else None}))
             while True:   # block until killed

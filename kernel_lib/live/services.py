@@ -64,6 +64,7 @@ from kernel_lib._support.procs import free_port, kill_group, pid_alive
 from kernel_lib._support.sqlite import Layout, close_quietly, open_database, statements, write_transaction
 from kernel_lib.errors import BrokerUnreachableError, ConfigError, ServiceDownError, ServiceError
 from kernel_lib.live.orphan import parent_env, watch_parent
+from kernel_lib._support.workdirs import write_text_atomic
 
 __all__ = ["BROKER", "LiveFleet", "LiveEndpoints", "ServiceState", "WallClock", "READY_FILE", "STATE_FILE",
            "FLEET_FILE"]
@@ -127,11 +128,6 @@ class WallClock:
         time.sleep(seconds)
         return time.time()
 
-
-def _write_atomic(path: Path, data: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(data)
-    os.replace(tmp, path)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -331,7 +327,7 @@ def _serve(app: Any, name: str, state_dir: Path, port: int, hosts: tuple[str, ..
 
     async def startup(sockets: Any = None) -> None:
         await orig_startup(sockets=sockets)
-        _write_atomic(state_dir / READY_FILE, json.dumps({"name": name, "url": url, "port": port,
+        write_text_atomic(state_dir / READY_FILE, json.dumps({"name": name, "url": url, "port": port,
                                                           "pid": os.getpid()}))
 
     server.startup = startup   # ready.json only once the socket serves
@@ -458,7 +454,7 @@ class LiveFleet:
             self.close()
             raise
         self.start_s = round(time.monotonic() - t0, 3)
-        _write_atomic(self.state_dir / FLEET_FILE, json.dumps({
+        write_text_atomic(self.state_dir / FLEET_FILE, json.dumps({
             "owner_pid": os.getpid(), "services": list(self._services), "check_leases": check_leases,
             "client_timeout_s": self.client_timeout_s, "start_s": self.start_s}))
 

@@ -42,6 +42,7 @@ import time
 import urllib.parse
 from pathlib import Path
 from typing import Any
+from kernel_lib._support.workdirs import write_text_atomic
 
 __all__ = ["HttpParticipant", "TwoPhaseProcesses", "run_live_two_phase", "READY_FILE"]
 
@@ -53,11 +54,6 @@ _MODULE = "kernel_lib.live.two_phase"
 # the participant process
 # ------------------------------------------------------------------------------------------------
 
-
-def _write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
 
 
 def build_participant_app(service: str, state: Any) -> Any:
@@ -155,7 +151,7 @@ def participant_main(config: dict[str, Any]) -> int:
 
     async def startup(sockets: Any = None) -> None:
         await orig_startup(sockets=sockets)
-        _write_atomic(state_dir / READY_FILE, json.dumps({"url": f"http://127.0.0.1:{port}", "port": port,
+        write_text_atomic(state_dir / READY_FILE, json.dumps({"url": f"http://127.0.0.1:{port}", "port": port,
                                                           "pid": os.getpid()}))
 
     server.startup = startup
