@@ -414,3 +414,38 @@ def test_frozen_histories_read_the_same_with_the_fast_routes_off(monkeypatch):
     with monkeypatch.context() as m:
         _without_fast_routes(m)
         assert read_all() == fast
+
+
+@settings(max_examples=1000, deadline=None)
+@given(text=trigger_text, pad=st.sampled_from([0, events_mod._SHORT_TEXT_CHARS_MAX]))
+def test_the_short_text_expression_and_the_automaton_agree(text, pad):
+    """Situation: a short text is searched with one regular expression (no GIL release), a long
+    one with the Aho-Corasick automaton. Invariant: on any UTF-8 text both answer the same, and the
+    prefilter misses no trigger on either side of the length threshold."""
+    text = "x" * pad + text
+    lower = text.lower()
+    try:
+        by_automaton = bool(events_mod._TRIGGER_SEARCH.find_matches_as_indexes(lower))
+    except UnicodeEncodeError:
+        by_automaton = None   # the automaton takes UTF-8 only; the prefilter answers True there
+    if by_automaton is not None:
+        assert (events_mod._TRIGGER_RE.search(lower) is not None) == by_automaton
+    if _trigger_held(text):
+        assert events_mod._may_hold_secret(text)
+
+
+def test_a_short_text_search_keeps_the_gil(monkeypatch):
+    """Situation: the short strings every event carries (identifiers, tool names, literals), which a
+    fleet of trajectories on threads stamps all the time. Goal: they are not searched with the
+    automaton, whose every call releases the GIL (under contention, a hand-off per string)."""
+    calls = []
+
+    class Counting:
+        def find_matches_as_indexes(self, text):
+            calls.append(len(text))
+            return []
+    monkeypatch.setattr(events_mod, "_TRIGGER_SEARCH", Counting())
+    assert not events_mod._may_hold_secret("op-17")
+    assert events_mod._may_hold_secret("a Bearer abc")
+    assert not events_mod._may_hold_secret("y" * (events_mod._SHORT_TEXT_CHARS_MAX + 1))
+    assert calls == [events_mod._SHORT_TEXT_CHARS_MAX + 1]

@@ -140,18 +140,35 @@ _TRIGGER_SEARCH = ahocorasick_rs.AhoCorasick(sorted({t.lower() for t in _ALL_TRI
                                              matchkind=ahocorasick_rs.MATCHKIND_LEFTMOST_FIRST)
 
 
+#: The same triggers as one regular expression, for short texts. ``ahocorasick_rs`` releases the
+#: GIL on every search, however short the text: in a process whose threads keep the GIL busy (a
+#: fleet of trajectories on threads) each release hands the GIL to another thread and the caller
+#: then waits for it back (up to the 5 ms switch interval), which costs far more than the search.
+#: ``re`` keeps the GIL and is as fast on a few dozen characters (slower on long texts, which keep
+#: the automaton).
+_TRIGGER_RE = re.compile("|".join(re.escape(t) for t in sorted(
+    {t.lower() for t in _ALL_TRIGGERS + _ALL_LOWER_TRIGGERS}, key=lambda t: (-len(t), t))))
+#: texts up to this many characters are searched with :data:`_TRIGGER_RE`, longer ones with the automaton
+_SHORT_TEXT_CHARS_MAX = 96
+
+
 def _may_hold_secret(text: str) -> bool:
     """False only if ``text`` holds no trigger of any shape, so :func:`_text_secrets` finds nothing
     in it (each shape is tried only on a text holding one of its triggers).
 
-    One search of ``text.lower()`` for every trigger lower-cased. It misses no trigger: a literal
+    One search of ``text.lower()`` for every trigger lower-cased (:data:`_TRIGGER_RE` up to
+    :data:`_SHORT_TEXT_CHARS_MAX` characters, the automaton above: the same answer, tested, without
+    a GIL release for a short text). It misses no trigger: a literal
     trigger is ASCII and each ASCII character lower-cases to one ASCII character, so where
     ``text`` holds the trigger ``text.lower()`` holds it lower-cased; a lower-case trigger is
     looked for in ``text.lower()`` by its shape too. It may answer True where no shape's own test
     would (``SK-``, ``Asia``), and for a text holding a lone surrogate (not UTF-8, which the
     search needs): then the shapes decide."""
+    lower = text.lower()
+    if len(lower) <= _SHORT_TEXT_CHARS_MAX:
+        return _TRIGGER_RE.search(lower) is not None
     try:
-        return bool(_TRIGGER_SEARCH.find_matches_as_indexes(text.lower()))
+        return bool(_TRIGGER_SEARCH.find_matches_as_indexes(lower))
     except UnicodeEncodeError:
         return True
 
