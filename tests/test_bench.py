@@ -123,7 +123,10 @@ def _check_step_figure(fig, trajectories):
     assert set(fig["skipped_peers"]) == {"dbos", "langgraph"}
     assert fig["comparison"] == {}
     ours = {k for k in fig["systems"] if k.startswith("ours/")}
-    assert ours == {f"ours/{k}" for k in set(_expected_tiers()) - {"memory"}}
+    kinds = set(_expected_tiers()) - {"memory"}
+    # the fleet measures both committers: a flusher thread (ours/KIND) and leader/follower (ours/KIND+leader)
+    assert ours == {f"ours/{k}{suffix}" for k in kinds
+                    for suffix in (("", bench.LEADER_SUFFIX) if trajectories > 1 else ("",))}
     for name in ours:
         s = fig["systems"][name]
         assert s["durability_overhead_us"] == pytest.approx(s["durable_step_us"] - s["non_durable_step_us"])
@@ -159,6 +162,8 @@ def test_fleet_of_16_trajectories_through_one_committer(result):
         assert g["flushes"] * g["mean_batch_size"] == pytest.approx(g["events"])
         assert g["mean_batch_size"] > 1, f"{name}: 16 trajectories never shared a flush"
         assert any("ONE" in n and "Committer" in n for n in s["notes"])
+        leader = name.endswith(bench.LEADER_SUFFIX)
+        assert any(("LeaderGroupCommitter" in n) == leader and "ONE" in n for n in s["notes"])
 
 
 def test_floor_and_overhead_targets_from_the_reported_figures():

@@ -67,8 +67,13 @@ round; :mod:`kernel_lib.bench.harness`), so machine noise falls on all of them a
    trajectory of 1 and of 1 + S steps, timed from a common start until all end; per-step time =
    slope of that wall time / (16 · S), overhead = durable − non-durable as in 3. Ours: each
    thread runs its own DispatchGate over its own TrajectoryLog, all sharing ONE durable store
-   and ONE :class:`GroupCommitter` (non-durable: the same on a MemoryStore, no committer);
-   the committer's batch size and eq. 2 terms are reported. LangGraph: 16 threads invoking the
+   and ONE committer (non-durable: the same on a MemoryStore, no committer), measured with each
+   of two committers: :class:`GroupCommitter` (a flusher thread closes and flushes batches;
+   rows ``ours/KIND``) and :class:`LeaderGroupCommitter` (no flusher thread: a writer that
+   finds no flush in progress flushes what is queued and hands the lead to the next waiting
+   writer; rows ``ours/KIND+leader``), which saves the flusher's wake-ups: with 16 threads
+   under one GIL each hand-off is paid in CPU. The committer's batch size and eq. 2 terms are
+   reported. LangGraph: 16 threads invoking the
    same compiled graph, each with its own ``thread_id``, on one SqliteSaver (non-durable: the
    graph compiled without a checkpointer). DBOS: 16 threads each calling the workflow function
    (non-durable as in 3). The process's CPU time per step (same slope) is reported too: where
@@ -125,6 +130,7 @@ from kernel_lib.log import (
     AsyncGroupCommitter,
     FailureDomain,
     GroupCommitter,
+    LeaderGroupCommitter,
     LogStore,
     TrajectoryLog,
     choose_tier,
@@ -152,6 +158,8 @@ TARGET_PEER = "langgraph"
 ENGINE_FLOOR = "engine/sqlite"
 #: the name of the same SQLite work done inside our gate's step (:func:`_sqlite_engine_in_step_system`)
 ENGINE_IN_STEP = "engine/sqlite+step"
+#: name suffix of figure 4's rows whose trajectories share a :class:`LeaderGroupCommitter`
+LEADER_SUFFIX = "+leader"
 #: figure 3 rows that are floors, not peers (left out of the peers' comparison)
 FLOORS = (ENGINE_FLOOR, ENGINE_IN_STEP)
 TARGET_GROUP_SPEEDUP = 5.0       # group commit ≥ 5 × single flush at 16 writers
@@ -519,11 +527,14 @@ def _gate_steps(log: TrajectoryLog, n: int, run_id: str) -> None:
 
 
 def _our_step_system(kind: str, stores: _Stores,
-                     group_commit: Callable[[LogStore, AckTier], GroupCommitter] | None = None) -> _StepSystem:
+                     group_commit: "Callable[[LogStore, AckTier], GroupCommitter | LeaderGroupCommitter] | None" = None,
+                     suffix: str = "") -> _StepSystem:
     """Our durable step: the dispatch gate's durable path.
 
-    ``group_commit(store, tier)``: makes the :class:`GroupCommitter` that every durable run
-    shares (figure 4); without it each run acknowledges through the store itself (figure 3).
+    ``group_commit(store, tier)``: makes the committer (:class:`GroupCommitter` or
+    :class:`LeaderGroupCommitter`) that every durable run shares (figure 4); without it each run
+    acknowledges through the store itself (figure 3). ``suffix`` is appended to the system's
+    name (``ours/segment+leader``).
     """
     durable_store = stores.open(kind, "steps-durable")
     memory_store = stores.open("memory", "steps-memory")
@@ -554,15 +565,21 @@ def _our_step_system(kind: str, stores: _Stores,
 
     notes = [how, "non-durable: the same step on MemoryStore (tier memory)"]
     if committer is not None:
+        if isinstance(committer, LeaderGroupCommitter):
+            how_flushed = (f"batch cap {committer.batch_cap}; no flusher thread: the first writer to find no flush "
+                           "in progress flushes everything queued, then hands the lead to the next waiting writer")
+        else:
+            how_flushed = (f"flush timer {committer.flush_timer_s * 1e3:g} ms, batch cap {committer.batch_cap}; "
+                           "a flusher thread")
         notes.insert(1, f"every thread's TrajectoryLog on ONE {kind} store through ONE {type(committer).__name__} "
-                        f"(flush timer {committer.flush_timer_s * 1e3:g} ms, batch cap {committer.batch_cap})")
+                        f"({how_flushed})")
 
     def close() -> None:
         if committer is not None:
             committer.close()
 
     deferred = TrajectoryLog(durable_store, "probe-tier", must_survive=FailureDomain.HOST_CRASH).deferred_tier
-    return _StepSystem(f"ours/{kind}", run, lambda: _our_durability(durable_store, tier, deferred), notes=notes,
+    return _StepSystem(f"ours/{kind}{suffix}", run, lambda: _our_durability(durable_store, tier, deferred), notes=notes,
                        close=close,
                        barriers_per_step=barriers_per_step,
                        group_commit=(lambda: _committer_summary(committer.stats)) if committer is not None else None)
@@ -1076,6 +1093,8 @@ def run_append_bench(*, dir: str | os.PathLike | None = None, iterations: int | 
                 single += [_sqlite_engine_system(tmp), _sqlite_engine_in_step_system(tmp)]
             fleet = [_our_step_system(k, stores, lambda store, tier: GroupCommitter(
                 store, tier, flush_timer_s=flush_timer_s, batch_cap=batch_cap)) for k in durable_kinds]
+            fleet += [_our_step_system(k, stores, lambda store, tier: LeaderGroupCommitter(
+                store, tier, batch_cap=batch_cap), suffix=LEADER_SUFFIX) for k in durable_kinds]
             systems += single + fleet
             bar.set_description("per-step overhead")
             steps = _figure_steps(single + peer_systems, plan, tick)

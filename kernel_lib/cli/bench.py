@@ -40,8 +40,10 @@ figures:
      WAL fdatasync (the log's schema, no code of ours), the engine's floor for ours/sqlite.
   4  the same per-step figures for a fleet of 16 concurrent trajectories (threads) started
      together: wall time / (16 x steps), slope between runs of 1 and 1+S steps. Ours: one
-     dispatch gate per trajectory, all on one store through one GroupCommitter; LangGraph: the
-     same compiled graph, one thread_id each, one SqliteSaver; DBOS: 16 workflow calls.
+     dispatch gate per trajectory, all on one store through one committer: a GroupCommitter
+     (flusher thread; rows ours/KIND) and a LeaderGroupCommitter (the writers flush for each
+     other, no flusher thread; rows ours/KIND+leader); LangGraph: the same compiled graph, one
+     thread_id each, one SqliteSaver; DBOS: 16 workflow calls.
   5  targets: fdatasync append <= 1.5x raw write+fdatasync; group commit >= 5x single flush
      at 16 writers (per store and writer model); our per-step durability overhead <= 0.35x
      LangGraph's (SqliteSaver, durability="sync") for one trajectory (with its floor) and

@@ -31,7 +31,7 @@ from kernel_lib.log.base import (
     parse_tier,
     read_bounds,
 )
-from kernel_lib.log.group_commit import AsyncGroupCommitter, GroupAck, GroupCommitter
+from kernel_lib.log.group_commit import AsyncGroupCommitter, GroupAck, GroupCommitter, LeaderGroupCommitter
 from kernel_lib.log.memory import MemoryStore
 from kernel_lib.log.segment import SegmentStore
 from kernel_lib.log.sqlite import SQLiteStore
@@ -43,8 +43,8 @@ from kernel_lib.log.files import JSONL_SUFFIXES, load_events
 __all__ = [
     "AckTier", "AppendOutcome", "FailureDomain", "LogStore", "RecoveryReport", "StoredRef",
     "check_append", "check_events", "check_fence_args", "choose_tier", "parse_tier", "read_bounds",
-    "MAX_OWNER_EPOCH", "AsyncGroupCommitter", "GroupAck", "GroupCommitter", "MemoryStore", "SegmentStore",
-    "SQLiteStore",
+    "MAX_OWNER_EPOCH", "AsyncGroupCommitter", "GroupAck", "GroupCommitter", "LeaderGroupCommitter", "MemoryStore",
+    "SegmentStore", "SQLiteStore",
     "TrajectoryLog", "default_event_id", "open_store", "STORE_KINDS", "STORE_ENTRY_POINTS", "register_store_kind",
     "JSONL_SUFFIXES", "load_events",
 ]

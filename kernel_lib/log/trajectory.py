@@ -24,7 +24,7 @@ from typing import Callable, Iterator, Sequence
 from kernel_lib.errors import ConfigError, CorruptLogError, StoreError
 from kernel_lib.core.events import Event, Payload, Provenance
 from kernel_lib.log.base import AckTier, FailureDomain, LogStore, choose_tier, deferral_tier
-from kernel_lib.log.group_commit import GroupCommitter
+from kernel_lib.log.group_commit import GroupCommitter, LeaderGroupCommitter
 
 
 def default_event_id(trajectory_id: str, owner_epoch: int, sequence_number: int) -> str:
@@ -48,7 +48,8 @@ class TrajectoryLog:
         control_epoch: the current control epoch (the gate advances it on ControlChanged).
         provenance: tenant and issuer stamped on every append.
         event_id: ``(trajectory_id, owner_epoch, sequence_number) -> event id``.
-        committer: optional :class:`GroupCommitter` over the same store and tier.
+        committer: optional :class:`GroupCommitter` or :class:`LeaderGroupCommitter` over the same
+            store and tier (for a log shared by writer threads).
 
     Raises:
         AcknowledgmentTooWeakError: ``store`` cannot acknowledge at a tier surviving ``must_survive``.
@@ -58,7 +59,7 @@ class TrajectoryLog:
                  must_survive: FailureDomain | str = FailureDomain.HOST_CRASH, owner_epoch: int = 0,
                  control_epoch: int = 0, provenance: Provenance = DEFAULT_PROVENANCE,
                  event_id: Callable[[str, int, int], str] = default_event_id,
-                 committer: GroupCommitter | None = None):
+                 committer: GroupCommitter | LeaderGroupCommitter | None = None):
         self.store = store
         self.trajectory_id = trajectory_id
         self.must_survive = FailureDomain.parse(must_survive)
