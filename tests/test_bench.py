@@ -291,3 +291,30 @@ def test_the_in_step_engine_floor_is_no_peer_and_says_when_it_is_above_the_limit
     report = "\n".join(bench._format_steps({**steps, "trajectories": 1, "steps_short_run": 1, "steps_long_run": 21,
                                              "runs": 1, "note": "", "skipped_peers": {}, "comparison": cmp_}, "3."))
     assert bench.ENGINE_IN_STEP in report
+
+
+@pytest.mark.parametrize("barrier_us, unreachable", [(380.0, True), (250.0, False)])
+def test_one_barrier_inside_the_step_is_a_floor_of_every_store(barrier_us, unreachable):
+    """floor/fdatasync+step (the gate's step with one raw fdatasync, no store) is a floor, never a
+    peer; every ours row reports it, what its store adds over it, and whether that floor is already
+    above the limit for one trajectory."""
+    steps = {"systems": {
+        "ours/segment": {"durable_step_us": 700.0, "durability_overhead_us": 300.0, "barriers_per_step": 1.0},
+        "ours/sqlite": {"durable_step_us": 900.0, "durability_overhead_us": 500.0, "barriers_per_step": 1.0},
+        bench.BARRIER_IN_STEP: {"durable_step_us": barrier_us + 200.0, "durability_overhead_us": barrier_us},
+        "langgraph": {"durable_step_us": 1100.0, "durability_overhead_us": 1000.0}}}
+    cmp_ = bench._compare_to_peers(steps, raw_fdatasync_us=140.0)
+    over = cmp_["durability_overhead_us"]
+    assert bench.BARRIER_IN_STEP not in over["ours_over_faster_peer"] and over["faster_peer"] == "langgraph"
+    rows = {r["name"].split()[0]: r for r in bench._overhead_targets(3, False, cmp_)}
+    assert set(rows) == {"ours/segment", "ours/sqlite"}
+    for name, measured in (("ours/segment", 0.3), ("ours/sqlite", 0.5)):
+        row = rows[name]
+        assert row["barrier_in_step_floor_ratio"] == pytest.approx(barrier_us / 1000.0)
+        assert f"this store adds {measured - barrier_us / 1000.0:+.2f}" in row["detail"]
+        assert ("no design waiting for one barrier per step" in row["detail"]) is unreachable
+    for v in steps["systems"].values():
+        v.update(non_durable_step_us=v["durable_step_us"] - v["durability_overhead_us"], durability={}, notes=[])
+    report = "\n".join(bench._format_steps({**steps, "trajectories": 1, "steps_short_run": 1, "steps_long_run": 21,
+                                             "runs": 1, "note": "", "skipped_peers": {}, "comparison": cmp_}, "3."))
+    assert f"floor of one barrier inside the step ({bench.BARRIER_IN_STEP}" in report
