@@ -11,9 +11,11 @@ import random
 import signal
 import socket
 import subprocess
+import time
 from pathlib import Path
 
-__all__ = ["pid_alive", "process_state", "kill_group", "port_accepts", "free_port", "ephemeral_port_range"]
+__all__ = ["pid_alive", "process_state", "wait_all_threads_stopped", "kill_group", "port_accepts", "free_port",
+           "ephemeral_port_range"]
 
 
 def pid_alive(pid: int) -> bool:
@@ -35,8 +37,32 @@ def pid_alive(pid: int) -> bool:
 def process_state(pid: int) -> str | None:
     """The one-letter state of process ``pid`` from ``/proc`` (``T``: stopped, ``S``: sleeping,
     ``R``: running, ``Z``: zombie), or None when it cannot be read."""
+    return process_state_path(f"/proc/{pid}/stat")
+
+
+def wait_all_threads_stopped(pid: int, timeout_s: float = 2.0) -> bool:
+    """After a SIGSTOP: wait until every thread of ``pid`` shows the stopped state (``T``) in
+    ``/proc/PID/task/*/stat`` and return True, or False after ``timeout_s`` seconds (or if the
+    process is gone). ``kill`` returns once the signal is queued, while threads running on another
+    CPU may still finish what they were doing (an etcd member could still answer one message)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            tasks = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            return False
+        states = [process_state_path(f"/proc/{pid}/task/{t}/stat") for t in tasks]
+        if states and all(st in ("T", "t") for st in states):
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.002)
+
+
+def process_state_path(stat_path: str) -> str | None:
+    """The one-letter state in a ``/proc/.../stat`` file, or None when it cannot be read."""
     try:
-        text = Path(f"/proc/{pid}/stat").read_text()
+        text = Path(stat_path).read_text()
     except OSError:
         return None
     return text.rsplit(")", 1)[-1].split()[0] if ")" in text else None

@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kernel_lib._support.procs import free_port
+from kernel_lib._support.procs import free_port, wait_all_threads_stopped
 from kernel_lib._support.workdirs import sweep_stale_workdirs
 from kernel_lib.errors import ConfigError, QuorumSetupError
 from kernel_lib.limits import ETCD_TXN_OPS_MAX
@@ -320,11 +320,14 @@ class EtcdCluster:
         return m
 
     def pause(self, which: "int | str") -> Member:
-        """SIGSTOP one member: it stops answering peers and clients (a partitioned node)."""
+        """SIGSTOP one member: it stops answering peers and clients (a partitioned node). Returns
+        once every thread of the member shows stopped in ``/proc`` (at most 2 s), so that a write
+        sent right after cannot still be answered by it."""
         m = self.member(which)
         if not m.running():
             raise ConfigError(f"member {m.name} is not running ({m.state}); cannot pause it")
         os.kill(m.process.pid, signal.SIGSTOP)
+        wait_all_threads_stopped(m.process.pid)
         m.state, m.paused = "paused", True
         self._write_members()
         return m
