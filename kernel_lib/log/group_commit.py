@@ -272,6 +272,8 @@ class GroupCommitter(_CommitterCore):
         with self._cv:
             if self._closed:
                 raise StoreClosedError("group committer is closed")
+            if not events:
+                return []   # an empty batch would reach the flusher with no first arrival to time
             deadline = None if timeout_s is None else time.monotonic() + timeout_s
             while (len(self._batches) >= self.queued_batches_max
                    and self._needs_new_batch(len(self._batches[-1].events), len(events))):
@@ -371,6 +373,10 @@ class _Waiter:
     def outcome(self) -> list[GroupAck]:
         if self.error is not None:
             raise self.error
+        if len(self.results) != len(self.events):   # woken by a leader interrupted before it recorded them
+            raise StoreError(f"group commit: the flush of these {len(self.events)} event(s) was interrupted "
+                             "(KeyboardInterrupt or SystemExit in the leading writer's thread) before their "
+                             "outcome was recorded; whether they are durable is unknown: re-read the log")
         for res in self.results:
             if isinstance(res, Exception):
                 raise res
@@ -406,14 +412,18 @@ class LeaderGroupCommitter(_CommitterCore):
         ConfigError: ``batch_cap`` out of range. TierNotOfferedError: tier not offered by store.
 
     Every writer of a batch whose ``append_batch`` raised gets the error (a non-StoreError wrapped
-    in a StoreError), and leadership still passes on. There is no queue bound: each writer thread
-    waits for its own submission, so at most one submission per thread is queued.
+    in a StoreError), and leadership still passes on. A leader may be the main thread, where Ctrl-C
+    lands: a KeyboardInterrupt anywhere in its turn is raised there, the followers of its batch get
+    a StoreError (outcome unknown unless the store had answered), and the lead passes on all the
+    same. There is no queue bound: each writer thread waits for its own submission, so at most one
+    submission per thread is queued.
     """
 
     def __init__(self, store: LogStore, tier: AckTier, *, batch_cap: int = 64,
                  clock: Callable[[], float] = time.perf_counter, keep_stats: bool = True):
         super().__init__(store, tier, 0.0, batch_cap, False, clock, keep_stats)
         self._lock = threading.Lock()
+        self._idle = threading.Condition(self._lock)   # close() waits here for the last flush
         self._queue: deque[_Waiter] = deque()
         self._leading = False   # a writer is leading a flush, or has been handed the lead
 
@@ -426,39 +436,56 @@ class LeaderGroupCommitter(_CommitterCore):
 
         Raises StoreError at once if a member is not an Event, EventTooLargeError for a member
         over the size limit, StoreClosedError after :meth:`close`; the store's error for the first
-        event it refused; StoreError when the whole flush failed."""
+        event it refused; StoreError when the whole flush failed or was interrupted. An empty list
+        returns ``[]`` without a flush."""
         me = _Waiter(check_events(events), self._clock())
-        with self._lock:
-            if self._closed:
-                raise StoreClosedError("group committer is closed")
-            self._queue.append(me)
-            lead = not self._leading
-            self._leading = True
-        if not lead:
-            try:
-                me.lock.acquire()   # acknowledged, or handed the lead
-            except BaseException:
-                self._abandon(me)
-                raise
-            if me.done:
-                return me.outcome()
-        self._lead(me)
+        # Ctrl-C may land anywhere in this thread (CPython raises it on a function's entry or a
+        # call's return): from the moment ``me`` is queued, any exit hands on a lead ``me`` holds.
+        try:
+            with self._lock:
+                if self._closed:
+                    raise StoreClosedError("group committer is closed")
+                if not me.events:
+                    return []
+                self._queue.append(me)
+                if not self._leading:
+                    self._leading = me.lead = True
+            if not me.lead:
+                me.lock.acquire()   # acknowledged, or handed the lead (me.lead)
+            if me.lead and not me.done:
+                self._lead(me)
+        except BaseException:
+            self._abandon(me)
+            raise
         return me.outcome()
 
     def _lead(self, me: _Waiter) -> None:
-        """Flush batches until ``me`` is acknowledged, then pass the lead on (or drop it)."""
+        """Flush the batch that starts with ``me`` (a leader is first in the queue), wake its
+        followers, then pass the lead on (or drop it). Followers are woken and the lead passed
+        even if the flush, or this thread, is interrupted."""
+        batch: list[_Waiter] = []
         try:
-            while not me.done:
-                with self._lock:
-                    batch = [self._queue.popleft()]
-                    size = len(batch[0].events)
-                    while self._queue and size + len(self._queue[0].events) <= self.batch_cap:
-                        size += len(self._queue[0].events)
-                        batch.append(self._queue.popleft())
-                self._flush(batch, me)
-        finally:
             with self._lock:
-                self._pass_lead()
+                batch.append(self._queue.popleft())
+                size = len(me.events)
+                while self._queue and size + len(self._queue[0].events) <= self.batch_cap:
+                    size += len(self._queue[0].events)
+                    batch.append(self._queue.popleft())
+            self._flush(batch)
+        finally:
+            try:
+                for w in batch:
+                    w.done = True
+                    if w is not me:
+                        w.lock.release()
+            finally:
+                with self._lock:   # _pass_lead inlined: a call's entry is where a Ctrl-C lands
+                    if self._queue:
+                        self._queue[0].lead = True
+                        self._queue[0].lock.release()
+                    else:
+                        self._leading = False
+                        self._idle.notify_all()
 
     def _pass_lead(self) -> None:
         """(Under ``_lock``.) Wake the first queued writer as the next leader, or note none leads."""
@@ -468,47 +495,49 @@ class LeaderGroupCommitter(_CommitterCore):
             nxt.lock.release()
         else:
             self._leading = False
+            self._idle.notify_all()
 
     def _abandon(self, me: _Waiter) -> None:
-        """A follower's wait was interrupted (KeyboardInterrupt): take its events out if no flush
-        took them yet, and pass on a lead it was handed, so that no other writer waits forever."""
+        """``me``'s writer was interrupted (KeyboardInterrupt) while queued, waiting, or about to
+        lead: take its events out if no flush took them yet, and pass on a lead it holds, so that
+        no other writer waits forever."""
         with self._lock:
-            if me.lead and not me.done:
+            if me in self._queue:
                 self._queue.remove(me)
-                self._pass_lead()
-            elif not me.done and me in self._queue:
-                self._queue.remove(me)
+                if me.lead:
+                    self._pass_lead()
 
-    def _flush(self, batch: list[_Waiter], me: _Waiter) -> None:
+    def _flush(self, batch: list[_Waiter]) -> None:
+        """Write ``batch`` in one ``append_batch`` and record each writer's outcome (or the
+        error); re-raise a KeyboardInterrupt/SystemExit raised in the store."""
         events = [ev for w in batch for ev in w.events]
         start = self._clock()
-        interrupt: BaseException | None = None
         try:
-            results = self.store.append_batch(events, self.tier)
+            results = list(self.store.append_batch(events, self.tier))
+            if len(results) != len(events):
+                raise StoreError(f"{self.store.name} returned {len(results)} outcome(s) for a batch of {len(events)} "
+                                 "events (one per event expected); nothing in this batch is acknowledged")
         except BaseException as exc:   # the flush failed: nobody in the batch is acknowledged
             err = self._as_store_error(exc)
             for w in batch:
                 w.error = err
             if not isinstance(exc, Exception):
-                interrupt = exc   # Ctrl-C in the leader's own thread: re-raised there, after the wake-ups
-        else:
-            acks = self._acks([w.arrival for w in batch for _ in w.events], results, start, self._clock() - start)
-            at = 0
-            for w in batch:
-                w.results = acks[at:at + len(w.events)]
-                at += len(w.events)
+                raise   # Ctrl-C in the leader's own thread: re-raised there, after the wake-ups
+            return
+        acks = self._acks([w.arrival for w in batch for _ in w.events], results, start, self._clock() - start)
+        at = 0
         for w in batch:
-            w.done = True
-            if w is not me:
-                w.lock.release()
-        if interrupt is not None:
-            raise interrupt
+            w.results = acks[at:at + len(w.events)]
+            at += len(w.events)
 
     def close(self) -> None:
-        """Refuse new appends (StoreClosedError); a flush in progress and the writers already
-        queued are still served. Idempotent."""
+        """Refuse new appends (StoreClosedError), and return once the flush in progress and the
+        writers already queued are served (as :meth:`GroupCommitter.close`), so that the store can
+        be closed next. Idempotent."""
         with self._lock:
             self._closed = True
+            while self._leading:
+                self._idle.wait(0.05)
 
     def __enter__(self):
         return self
@@ -555,6 +584,8 @@ class AsyncGroupCommitter(_CommitterCore):
         timeout_s = _check_timeout(timeout_s)
         if self._closed:
             raise StoreClosedError("group committer is closed")
+        if not events:
+            return []   # an empty batch would reach the flusher with no first arrival to time
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         while (len(self._batches) >= self.queued_batches_max
                and self._needs_new_batch(len(self._batches[-1][0]), len(events))):
