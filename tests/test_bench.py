@@ -267,6 +267,14 @@ def test_bench_restore_runs_a_repeated_size_once(tmp_path):
 
 
 
+def _figure_3_report(steps, cmp_):
+    """Figure 3's printed lines for a hand-made ``steps`` and its comparison."""
+    for v in steps["systems"].values():
+        v.update(non_durable_step_us=v["durable_step_us"] - v["durability_overhead_us"], durability={}, notes=[])
+    return "\n".join(bench._format_steps({**steps, "trajectories": 1, "steps_short_run": 1, "steps_long_run": 21,
+                                           "runs": 1, "note": "", "skipped_peers": {}, "comparison": cmp_}, "3."))
+
+
 @pytest.mark.parametrize("in_step_us, unreachable", [(480.0, True), (300.0, False)])
 def test_the_in_step_engine_floor_is_no_peer_and_says_when_it_is_above_the_limit(in_step_us, unreachable):
     """engine/sqlite+step (the same SQLite work inside the gate's step) is a floor, never a peer;
@@ -286,10 +294,7 @@ def test_the_in_step_engine_floor_is_no_peer_and_says_when_it_is_above_the_limit
     assert row["engine_in_step_floor_ratio"] == pytest.approx(in_step_us / 1000.0)
     assert f"our store adds {0.5 - in_step_us / 1000.0:+.2f}" in row["detail"]
     assert ("no store doing these two SQLite commits" in row["detail"]) is unreachable
-    for v in steps["systems"].values():
-        v.update(non_durable_step_us=v["durable_step_us"] - v["durability_overhead_us"], durability={}, notes=[])
-    report = "\n".join(bench._format_steps({**steps, "trajectories": 1, "steps_short_run": 1, "steps_long_run": 21,
-                                             "runs": 1, "note": "", "skipped_peers": {}, "comparison": cmp_}, "3."))
+    report = _figure_3_report(steps, cmp_)
     assert bench.ENGINE_IN_STEP in report
 
 
@@ -313,8 +318,5 @@ def test_one_barrier_inside_the_step_is_a_floor_of_every_store(barrier_us, unrea
         assert row["barrier_in_step_floor_ratio"] == pytest.approx(barrier_us / 1000.0)
         assert f"this store adds {measured - barrier_us / 1000.0:+.2f}" in row["detail"]
         assert ("no design waiting for one barrier per step" in row["detail"]) is unreachable
-    for v in steps["systems"].values():
-        v.update(non_durable_step_us=v["durable_step_us"] - v["durability_overhead_us"], durability={}, notes=[])
-    report = "\n".join(bench._format_steps({**steps, "trajectories": 1, "steps_short_run": 1, "steps_long_run": 21,
-                                             "runs": 1, "note": "", "skipped_peers": {}, "comparison": cmp_}, "3."))
+    report = _figure_3_report(steps, cmp_)
     assert f"floor of one barrier inside the step ({bench.BARRIER_IN_STEP}" in report

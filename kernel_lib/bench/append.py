@@ -1042,13 +1042,9 @@ def _overhead_targets(figure: int, fleet: bool, comparison: dict[str, Any]) -> l
                                                                   "the fleet row"))
         barrier = floor.get("barrier_in_step")
         if barrier:
-            row["barrier_in_step_floor_ratio"] = barrier["ratio"]
-            row["detail"] = row.get("detail", "") + (
-                f"; one raw barrier inside the gate's step ({BARRIER_IN_STEP}, no store) costs "
-                f"{barrier['overhead_us']:.0f} µs = {barrier['ratio']:.2f}, so measured in context this store adds "
-                f"{row['measured'] - barrier['ratio']:+.2f}" + (
-                    "; that floor is above the limit: no design waiting for one barrier per step meets the target "
-                    "for one trajectory on this machine" if barrier["ratio"] > limit else ""))
+            _add_in_context_floor(row, "barrier_in_step_floor_ratio", barrier, limit,
+                                  f"one raw barrier inside the gate's step ({BARRIER_IN_STEP}, no store)",
+                                  "this store adds", "no design waiting for one barrier per step")
         engine = floor.get("sqlite_engine")
         if engine and ours == "ours/sqlite":
             row["engine_floor_ratio"] = engine["ratio"]
@@ -1058,15 +1054,25 @@ def _overhead_targets(figure: int, fleet: bool, comparison: dict[str, Any]) -> l
                 f"overhead, so ours/sqlite's own code adds {row['measured'] - engine['ratio']:.2f}")
         in_step = floor.get("sqlite_engine_in_step")
         if in_step and ours == "ours/sqlite":
-            row["engine_in_step_floor_ratio"] = in_step["ratio"]
-            row["detail"] = row.get("detail", "") + (
-                f"; the same SQLite work inside the gate's step ({ENGINE_IN_STEP}, still no code of our store) costs "
-                f"{in_step['overhead_us']:.0f} µs = {in_step['ratio']:.2f}, so measured in context our store adds "
-                f"{row['measured'] - in_step['ratio']:+.2f}" + (
-                    "; that floor is above the limit: no store doing these two SQLite commits and one WAL fdatasync "
-                    "per step meets the target for one trajectory on this machine" if in_step["ratio"] > limit else ""))
+            _add_in_context_floor(row, "engine_in_step_floor_ratio", in_step, limit,
+                                  f"the same SQLite work inside the gate's step ({ENGINE_IN_STEP}, still no code of "
+                                  "our store)", "our store adds",
+                                  "no store doing these two SQLite commits and one WAL fdatasync per step")
         out.append(row)
     return out
+
+
+def _add_in_context_floor(row: dict[str, Any], key: str, floor: dict[str, Any], limit: float, what: str,
+                          adds: str, who_cannot: str) -> None:
+    """Record an in-context floor (its overhead in µs and its ratio to the peer's) on a target
+    row: the ratio under ``key``, and in the detail what it costs, what the row adds above it,
+    and whether the floor itself is above the limit (then ``who_cannot`` meets the target)."""
+    row[key] = floor["ratio"]
+    row["detail"] = row.get("detail", "") + (
+        f"; {what} costs {floor['overhead_us']:.0f} µs = {floor['ratio']:.2f}, so measured in context {adds} "
+        f"{row['measured'] - floor['ratio']:+.2f}" + (
+            f"; that floor is above the limit: {who_cannot} meets the target for one trajectory on this machine"
+            if floor["ratio"] > limit else ""))
 
 
 def _targets(result: dict[str, Any]) -> list[dict[str, Any]]:
