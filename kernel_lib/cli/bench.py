@@ -38,6 +38,9 @@ figures:
      the raw write+fdatasync median of figure 1, as a ratio of the faster peer's overhead.
      With the peers, engine/sqlite: SQLite alone doing our SQLite step's two commits and one
      WAL fdatasync (the log's schema, no code of ours), the engine's floor for ours/sqlite.
+     floor/fdatasync+step: the gate's step with one raw write+fdatasync per step and no
+     store, the floor of any one-barrier design inside a step (on a VM the step's own work
+     runs slower after each blocking wait, so it is above the raw fdatasync of figure 1).
   4  the same per-step figures for a fleet of 16 concurrent trajectories (threads) started
      together: wall time / (16 x steps), slope between runs of 1 and 1+S steps. Ours: one
      dispatch gate per trajectory, all on one store through one committer: a GroupCommitter
