@@ -383,7 +383,9 @@ def add_commands(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--takeover-lease-s", type=float, default=None, metavar="S",
                    help="recover as another worker that waits out the crashed worker's lease of S seconds "
                         "(default: a restart on the same host, no lease wait)")
-    p.add_argument("--rounds", type=int, default=5, help="repetitions of the read-only phases (default 5)")
+    p.add_argument("--rounds", type=int, default=5,
+                   help="repetitions of the read-only phases after the first recovery (default 5); the medians "
+                        "are over ROUNDS + 1 samples, the first recovery's included")
     p.add_argument("--store", choices=("sqlite", "segment"), default="sqlite", help="the log's store (default sqlite)")
     p.add_argument("--dir", default=None, help="where to put the temporary directory (default: the system's); "
                                                "use a directory on the disk you want measured")
