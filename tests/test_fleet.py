@@ -96,14 +96,20 @@ def test_claims_are_fifo_within_priority_and_an_expired_claim_is_taken_over_firs
     q.close()
 
 
-def test_a_trajectory_that_keeps_losing_its_workers_is_given_up(tmp_path):
+def test_a_trajectory_that_keeps_losing_its_workers_is_unwound_then_given_up(tmp_path):
     q = FleetQueue(tmp_path / "q.sqlite")
     q.submit([{"trajectory_id": "x", "program": "deployment", "durability": "on"}])
     for k in range(3):
-        assert q.claim(f"w{k}", k, 1.0, max_claims=3, now=100.0 + 2 * k) is not None
-    assert q.claim("w9", 9, 1.0, max_claims=3, now=110.0) is None
+        assert q.claim(f"w{k}", k, 1.0, max_claims=3, now=100.0 + 2 * k).mode == "forward"
+    # past the forward bound: not failed, handed out again to be unwound (compensation only)
+    unwind = q.claim("w8", 8, 1.0, max_claims=3, max_unwind_claims=1, now=110.0)
+    assert (unwind.mode, unwind.unwind_claims, unwind.claims) == ("unwind", 1, 4)
+    q.update_attempt(unwind.attempt_id, notes=json.dumps({"residue": [{"operation_id": "x.T1"}]}))
+    # the unwind dies too: past the unwind bound the row is failed, listing what the unwinder noted
+    assert q.claim("w9", 9, 1.0, max_claims=3, max_unwind_claims=1, now=112.0) is None
     (row,) = q.rows()
-    assert (row["state"], row["outcome"], row["claims"]) == ("failed", "GAVE_UP", 3)
+    assert (row["state"], row["outcome"], row["claims"], row["unwind_claims"]) == ("failed", "GAVE_UP", 4, 1)
+    assert row["result"]["residue"] == [{"operation_id": "x.T1"}] and row["result"]["gave_up"] == "unwind"
     q.close()
 
 

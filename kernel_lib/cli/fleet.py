@@ -40,10 +40,10 @@ duplicated effects); on (default) writes it to an SQLite file at the fdatasync t
 
 _EPILOG = """\
 JSON keys: "fleet" (workers, coordinator, store, durability, lease_ttl_s, breaker, timings),
-"summary" (trajectories, states, outcomes, takeovers, kills, fenced, fast_fails, forward_repeated,
-compensators_repeated, effects_left_unlisted, rto_s {n, mean, max, parts_mean}), "throughput_per_s",
-"wall_s", "kills" (one record per SIGKILL), "trajectories" (per trajectory: state, outcome, owners,
-takeovers, rto, services), "ok".
+"summary" (trajectories, states, outcomes, unwound_after_give_up, gave_up, takeovers, kills, fenced,
+fast_fails, forward_repeated, compensators_repeated, effects_left_unlisted, rto_s {n, mean, max,
+parts_mean}), "throughput_per_s", "wall_s", "kills" (one record per SIGKILL), "trajectories" (per
+trajectory: state, outcome, mode, owners, takeovers, rto, services), "ok".
 
 exit status: 0 every trajectory ended (done) and the services counted no effect applied twice and no
 resource left unlisted; 1 otherwise (or the run timed out); 2 a bad option (one error: line).
@@ -74,6 +74,8 @@ def _fmt(r: dict) -> str:
              f"{r['throughput_per_s']:.2f} trajectories/s",
              "states: " + ", ".join(f"{k} {v}" for k, v in sorted(s["states"].items())),
              "outcomes: " + ", ".join(f"{k} {v}" for k, v in sorted(s["outcomes"].items())),
+             f"given up on forward progress: {s['unwound_after_give_up']} unwound (compensation only), "
+             f"{s['gave_up']} given up with their residue listed",
              f"kills (SIGKILL): {s['kills']}, takeovers: {s['takeovers']}, stale owners fenced: {s['fenced']}, "
              f"breaker fast fails: {s['fast_fails']}",
              f"counted by the services: effects applied twice {s['forward_repeated']}, compensators applied twice "

@@ -102,7 +102,12 @@ class Fleet:
         breaker: :class:`~kernel_lib.recovery.gateway.breaker.BreakerConfig` fields overriding
             :data:`DEFAULT_BREAKER`.
         poll_s: how often an idle worker looks at the queue (s).
-        max_claims: a trajectory claimed this many times without finishing is failed (``GAVE_UP``).
+        max_claims: a trajectory claimed this many times without finishing is given up on forward
+            progress: it goes back to the queue to be unwound (compensation only; its result then
+            says ``unwound_after_give_up``; Failure Recovery, "Saga compensation stacks").
+        max_unwind_claims: a given-up trajectory claimed this many times to unwind without
+            finishing is failed ``GAVE_UP``, its result listing the residue (what its log showed
+            done and not compensated).
         client_timeout_s: how long a worker's service call waits for an answer (s).
         keep_dir: leave the fleet directory on disk after :meth:`stop` (for inspection).
 
@@ -116,7 +121,8 @@ class Fleet:
                  durability: str = "on", lease_ttl_s: float | None = None, services: Any = None,
                  workdir: str | os.PathLike | None = None, etcd_endpoints: list[str] | None = None,
                  etcd_members: int = 3, breaker: dict[str, Any] | None = None, poll_s: float = 0.02,
-                 max_claims: int = 5, client_timeout_s: float = 5.0, keep_dir: bool = False):
+                 max_claims: int = 5, client_timeout_s: float = 5.0, keep_dir: bool = False,
+                 max_unwind_claims: int = 3):
         if isinstance(workers, bool) or not isinstance(workers, int) or not 1 <= workers <= 64:
             raise ConfigError(f"workers must be an integer 1..64, got {workers!r}")
         if coordinator not in COORDINATORS:
@@ -136,6 +142,9 @@ class Fleet:
         _check_seconds("client_timeout_s", client_timeout_s, high=600.0)
         if isinstance(max_claims, bool) or not isinstance(max_claims, int) or not 1 <= max_claims <= 100:
             raise ConfigError(f"max_claims must be an integer 1..100, got {max_claims!r}")
+        if isinstance(max_unwind_claims, bool) or not isinstance(max_unwind_claims, int) \
+                or not 1 <= max_unwind_claims <= 100:
+            raise ConfigError(f"max_unwind_claims must be an integer 1..100, got {max_unwind_claims!r}")
         if workdir is not None and not Path(workdir).is_dir():
             raise ConfigError(f"workdir {str(workdir)!r} is not an existing directory")
         from kernel_lib.recovery.gateway.breaker import BreakerConfig
@@ -186,6 +195,7 @@ class Fleet:
                 "breaker": breaker_fields, "lease_ttl_s": self.lease_ttl_s,
                 "lease_margin_s": round(min(0.1, self.lease_ttl_s / 10), 6),
                 "lease_wait_s": max(10.0, 4 * self.lease_ttl_s), "poll_s": float(poll_s), "max_claims": max_claims,
+                "max_unwind_claims": max_unwind_claims,
                 "client_timeout_s": float(client_timeout_s), "breaker_max_wait_s": 0.2}
             (self.dir / CONFIG_FILE).write_text(json.dumps(self.config, indent=1))
             self.queue = FleetQueue(self.dir / QUEUE_FILE)
@@ -484,6 +494,7 @@ class Fleet:
             rec: dict[str, Any] = {
                 "trajectory_id": tid, "program": row["program"], "durability": row["durability"],
                 "state": row["state"], "outcome": row["outcome"], "result": row["result"], "claims": row["claims"],
+                "mode": row["mode"], "unwind_claims": row["unwind_claims"],
                 "takeovers": takeovers, "owners": owners, "rto": rto,
                 "fast_fails": sum(a["fast_fails"] for a in atts),
                 "elapsed_s": round(row["finished_at_s"] - row["submitted_at_s"], 6) if row["finished_at_s"] else None}
@@ -501,7 +512,8 @@ class Fleet:
         return out
 
     def summary(self, results: list[dict[str, Any]] | None = None) -> dict[str, Any]:
-        """Totals over :meth:`results`: ``{trajectories, states, outcomes, takeovers, kills, fenced,
+        """Totals over :meth:`results`: ``{trajectories, states, outcomes, unwound_after_give_up
+        (given up on forward progress and unwound), gave_up (given up, residue listed), takeovers, kills, fenced,
         fast_fails, forward_repeated, compensators_repeated, effects_left_unlisted, rto_s: {n, mean,
         max, parts_mean: {...}}}`` (measured)."""
         res = self.results() if results is None else results
@@ -518,6 +530,8 @@ class Fleet:
 
         svc = [r["services"] for r in res if "services" in r]
         return {"trajectories": len(res), "states": states, "outcomes": outcomes,
+                "unwound_after_give_up": sum(1 for r in res if (r["result"] or {}).get("unwound_after_give_up")),
+                "gave_up": sum(1 for r in res if r["outcome"] == "GAVE_UP"),
                 "takeovers": sum(r["takeovers"] for r in res), "kills": len(self.queue.kills()),
                 "fenced": sum(1 for r in res for o in r["owners"] if o["fenced"]),
                 "fast_fails": sum(r["fast_fails"] for r in res),

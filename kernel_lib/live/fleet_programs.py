@@ -30,7 +30,7 @@ from typing import Any, Callable
 from kernel_lib.errors import ConfigError, SagaPanicError, TrajectoryFrozenRefusal
 
 __all__ = ["TrajectoryContext", "Program", "PROGRAMS", "WORKER_PARAMS", "register_program", "get_program",
-           "check_params"]
+           "check_params", "log_residue"]
 
 
 @dataclass
@@ -58,6 +58,8 @@ class TrajectoryContext:
         claims: this claim's number (1: the first owner; more: a takeover).
         note: ``note(**values)`` merges values into this attempt's notes in the queue at once (what
             a worker that may die next wants known: faults drawn, turns found committed).
+        mode: ``forward`` (run the program) or ``unwind`` (the trajectory passed the fleet's
+            forward give-up bound: :attr:`Program.unwind` runs instead, compensation only).
     """
 
     trajectory_id: str
@@ -73,6 +75,7 @@ class TrajectoryContext:
     kill_self: Callable[[dict[str, Any]], None] | None = None
     claims: int = 1
     note: Callable[..., None] = field(default=lambda **kv: None)
+    mode: str = "forward"
 
 
 @dataclass(frozen=True)
@@ -91,6 +94,12 @@ class Program:
             (an unknown name, a wrong type or range), so a bad submission is refused before it
             is enqueued instead of failing in every worker that claims it; the worker's own
             parameters (:data:`WORKER_PARAMS`) are checked apart. Default: accepts anything.
+        unwind: ``unwind(ctx) -> {"outcome": str, "residue": [...], ...}``: the compensation-only
+            run a worker makes of a trajectory given up on forward progress (the fleet's
+            ``max_claims``): fold the log, run no forward step, compensate what the log shows
+            done (``ABORT_CONSISTENT``), and note ``residue`` (``ctx.note``) as it goes, so a
+            give-up after a killed unwind can list it. None: the program has no such run; a
+            given-up trajectory is failed ``GAVE_UP`` unwound by nobody.
     """
 
     name: str
@@ -98,6 +107,7 @@ class Program:
     saga_id: Callable[[str], str] = lambda trajectory_id: trajectory_id
     description: str = ""
     check: Callable[[dict[str, Any]], None] = lambda params: None
+    unwind: Callable[[TrajectoryContext], dict[str, Any]] | None = None
 
 
 PROGRAMS: dict[str, Program] = {}
@@ -123,7 +133,10 @@ def get_program(name: str) -> Program:
 #: parameters the worker reads for any program (demonstration hooks): pause or SIGKILL the owner of
 #: ``pause_epoch`` / ``kill_epoch`` at the gate position ``pause_at`` / ``kill_at``; ``stall``: stop
 #: renewing the lease while paused
-WORKER_PARAMS = ("pause_at", "pause_epoch", "kill_at", "kill_epoch", "stall")
+#: ``kill_forward_at``: SIGKILL at that position in every forward claim (a poison trajectory);
+#: ``kill_unwind_at``: the same in unwind claims, in the first ``kill_unwind_claims`` of them (default: all)
+WORKER_PARAMS = ("pause_at", "pause_epoch", "kill_at", "kill_epoch", "stall", "kill_forward_at", "kill_unwind_at",
+                 "kill_unwind_claims")
 
 
 def _whole(name: str, v: Any, lo: int, hi: int | None = None) -> None:
@@ -140,7 +153,7 @@ def check_params(program: str, params: Any) -> dict[str, Any]:
         params = {}
     if not isinstance(params, dict):
         raise ConfigError(f"the parameters of a trajectory are a JSON object, got {type(params).__name__}")
-    for k in ("pause_at", "kill_at"):
+    for k in ("pause_at", "kill_at", "kill_forward_at", "kill_unwind_at", "kill_unwind_claims"):
         if params.get(k) is not None:
             _whole(k, params[k], 1)
     for k in ("pause_epoch", "kill_epoch"):
@@ -198,9 +211,79 @@ def _deployment(ctx: TrajectoryContext) -> dict[str, Any]:
     return out
 
 
+def log_residue(runner: Any) -> dict[str, dict[str, Any]]:
+    """What the saga's log shows done and not compensated, by step id: every step whose C_i is
+    recorded and not run to COMPENSATED, a committed pivot, a step whose attempt is in doubt or
+    that was left executing (its effect may exist). Each: ``{operation_id, tool, step, state,
+    in_doubt, pivot, compensator: {tool, arguments} | None}`` (read from the fold: unconfirmed
+    by the services)."""
+    out: dict[str, dict[str, Any]] = {}
+    for s in sorted(runner.saga.steps.values(), key=lambda s: s.index):
+        op = runner.gate.record.operations.get(s.step_id)
+        doubtful = op is not None and op.status == "in_doubt"
+        owed = s.compensator is not None and s.state != "COMPENSATED"
+        if owed or (s.pivot and s.state == "COMMITTED") or doubtful or s.state == "EXECUTING":
+            out[s.step_id] = _residue_entry(s.step_id, s.tool, s.index, s.state, doubtful, s.pivot, s.compensator)
+    return out
+
+
+def _residue_entry(step_id: str, tool: str, index: int, state: str, in_doubt: bool, pivot: bool,
+                   compensator: dict[str, Any] | None) -> dict[str, Any]:
+    return {"operation_id": step_id, "tool": tool, "step": index, "state": state, "in_doubt": in_doubt,
+            "pivot": bool(pivot), "compensator": None if compensator is None else
+            {"tool": compensator["tool"], "arguments": compensator["arguments"]}}
+
+
+def _deployment_unwind(ctx: TrajectoryContext) -> dict[str, Any]:
+    """The deployment saga given up on forward progress: fold the log and compensate only
+    (:meth:`~kernel_lib.recovery.runner.SagaRunner.compensate_only`). The residue is noted in
+    the queue after the fold and again after every step record the unwind appends."""
+    from kernel_lib.live.saga_worker import build_runner
+
+    holder: dict[str, Any] = {}
+    residue: dict[str, dict[str, Any]] = {}
+
+    def on_position(name: str, ev: Any) -> None:
+        payload = getattr(ev, "payload", None)
+        runner = holder.get("runner")
+        if runner is not None and type(payload).__name__ == "SagaStepChanged" and payload.saga_id == runner.saga_id:
+            op = runner.gate.record.operations.get(payload.step_id)   # the gate folded the event already
+            doubtful = op is not None and op.status == "in_doubt"
+            if payload.state == "COMPENSATED" or (payload.state == "FAILED" and not doubtful
+                                                  and payload.step_id in residue
+                                                  and residue[payload.step_id]["compensator"] is None):
+                residue.pop(payload.step_id, None)
+            elif payload.step_id in residue or payload.compensator is not None:
+                residue[payload.step_id] = _residue_entry(payload.step_id, payload.tool, payload.step_index,
+                                                          payload.state, doubtful, False, payload.compensator or
+                                                          (residue.get(payload.step_id) or {}).get("compensator"))
+            ctx.note(residue=list(residue.values()))
+        ctx.on_position(name, ev)
+
+    runner = build_runner(ctx.store, ctx.services, ctx.trajectory_id, ctx.trajectory_id, on_position=on_position,
+                          must_survive=ctx.must_survive, owner_epoch=ctx.owner_epoch, fence_check=ctx.fence_check,
+                          endpoints=ctx.endpoints)
+    holder["runner"] = runner
+    ctx.mark("folded")
+    residue.update(log_residue(runner))
+    ctx.note(residue=list(residue.values()), residue_at_fold=list(residue.values()))
+    out: dict[str, Any] = {"saga_id": ctx.trajectory_id, "unwound_after_give_up": True}
+    try:
+        state = runner.compensate_only("given up on forward progress: claimed too many times without finishing")
+        out.update(outcome=state, state="done" if state == "COMPLETED" else "failed")
+    except SagaPanicError as exc:
+        out.update(outcome="PANIC", error=str(exc)[:500], residue=exc.residue)
+    except TrajectoryFrozenRefusal as exc:
+        out.update(outcome="FROZEN", error=str(exc)[:500], incident_id=exc.incident_id)
+    runner.gate.sync()
+    out["log_head"] = runner.gate.log.head
+    out.setdefault("residue", list(log_residue(runner).values()))
+    return out
+
+
 register_program(Program("deployment", _deployment,
                          description="the deployment saga T1..T5 (sandbox, egress IP, build, firewall, DNS)",
-                         check=_check_deployment))
+                         check=_check_deployment, unwind=_deployment_unwind))
 
 
 def _sysadmin(ctx: TrajectoryContext) -> dict[str, Any]:

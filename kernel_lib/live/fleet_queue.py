@@ -7,11 +7,14 @@ Tables (WAL, ``synchronous=FULL``: a claim or a result is on disk before it is a
 * ``trajectories``: one row per submitted trajectory: its program and parameters, priority and
   submission order, ``state`` (``queued`` -> ``claimed`` -> ``done`` | ``failed``), the worker and
   ``owner_epoch`` that hold it, ``lease_expires_at_s`` (the holder's ownership lease, copied here
-  at every renewal), how many times it was claimed, its outcome and result (JSON).
+  at every renewal), how many times it was claimed, its outcome and result (JSON); ``mode``
+  (``forward``, or ``unwind`` once it passed the forward give-up bound: its next claims run
+  compensators only) and ``unwind_claims`` (its claims in that mode).
 * ``attempts``: one row per claim: the worker and pid, ``owner_epoch``, and the times of the
   claim, the grant, the end of the log open + fold, the first event appended (forward progress
   resumed), the status lookups made before it (probes), the end; ``fenced`` with the refusal
-  when a boundary rejected a stale owner; ``notes``, what the program recorded as it went (JSON).
+  when a boundary rejected a stale owner; ``notes``, what the program recorded as it went (JSON;
+  an unwind notes its ``residue``); ``mode``, the row's mode when it was claimed.
 * ``workers``: one row per worker process (pid, state ``idle``/``busy``/``exited``/``killed``,
   the trajectory it holds).
 * ``kills``: every SIGKILL, sent by the controller or by a worker to itself at a drawn crash
@@ -25,10 +28,15 @@ copies a provisional expiry (now + the lease ttl) so that a worker dying before 
 not strand the row. Every later write by a worker names the ``worker_id`` and ``owner_epoch``
 it holds and changes nothing when they are no longer the row's (the queue fences a stale owner
 too). All times are wall-clock seconds (``time.time()``), comparable across the host's processes.
+
+Layout version 2 (``PRAGMA user_version``; version 1 had no ``mode``/``unwind_claims``): a version-1
+file is upgraded in place when opened (its rows are forward rows with no unwind claim); a file of
+another version is refused with FleetError and left untouched.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sqlite3
@@ -64,7 +72,9 @@ CREATE TABLE IF NOT EXISTS trajectories (
     submitted_at_s REAL NOT NULL,
     finished_at_s REAL,
     outcome TEXT,
-    result TEXT
+    result TEXT,
+    mode TEXT NOT NULL DEFAULT 'forward',
+    unwind_claims INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX IF NOT EXISTS trajectories_by_state ON trajectories (state, priority DESC, seq);
 CREATE TABLE IF NOT EXISTS attempts (
@@ -86,7 +96,8 @@ CREATE TABLE IF NOT EXISTS attempts (
     outcome TEXT,
     fenced INTEGER NOT NULL DEFAULT 0,
     error TEXT,
-    notes TEXT
+    notes TEXT,
+    mode TEXT NOT NULL DEFAULT 'forward'
 );
 CREATE INDEX IF NOT EXISTS attempts_by_trajectory ON attempts (trajectory_id, id);
 CREATE TABLE IF NOT EXISTS workers (
@@ -112,29 +123,55 @@ CREATE TABLE IF NOT EXISTS kills (
 )
 """)
 
+_V1_TABLES = {
+    "trajectories": frozenset({"trajectory_id", "seq", "priority", "program", "params", "durability", "pinned_worker",
+                               "state", "worker_id", "pid", "owner_epoch", "lease_expires_at_s", "claims",
+                               "submitted_at_s", "finished_at_s", "outcome", "result"}),
+    "attempts": frozenset({"id", "trajectory_id", "worker_id", "pid", "owner_epoch", "claimed_at_s", "granted_at_s",
+                           "lease_wait_s", "folded_at_s", "first_append_at_s", "probes", "probes_s", "fast_fails",
+                           "events_appended", "finished_at_s", "outcome", "fenced", "error", "notes"}),
+    "workers": frozenset({"worker_id", "pid", "started_at_s", "state", "trajectory_id", "updated_at_s"}),
+    "kills": frozenset({"id", "pid", "worker_id", "trajectory_id", "owner_epoch", "attempt_id", "killed_at_s",
+                        "lease_expires_at_s", "signal", "sent_by", "detail"})}
 _LAYOUT = Layout(
-    kind="kernel_lib fleet queue", label="fleet queue", version=1,
-    tables={"trajectories": frozenset({"trajectory_id", "seq", "priority", "program", "params", "durability",
-                                       "pinned_worker", "state", "worker_id", "pid", "owner_epoch",
-                                       "lease_expires_at_s", "claims", "submitted_at_s", "finished_at_s", "outcome",
-                                       "result"}),
-            "attempts": frozenset({"id", "trajectory_id", "worker_id", "pid", "owner_epoch", "claimed_at_s",
-                                   "granted_at_s", "lease_wait_s", "folded_at_s", "first_append_at_s", "probes",
-                                   "probes_s", "fast_fails", "events_appended", "finished_at_s", "outcome", "fenced",
-                                   "error", "notes"}),
-            "workers": frozenset({"worker_id", "pid", "started_at_s", "state", "trajectory_id", "updated_at_s"}),
-            "kills": frozenset({"id", "pid", "worker_id", "trajectory_id", "owner_epoch", "attempt_id", "killed_at_s",
-                                "lease_expires_at_s", "signal", "sent_by", "detail"})},
+    kind="kernel_lib fleet queue", label="fleet queue", version=2,
+    tables={**_V1_TABLES, "trajectories": _V1_TABLES["trajectories"] | {"mode", "unwind_claims"},
+            "attempts": _V1_TABLES["attempts"] | {"mode"}},
     schema=_SCHEMA, application_id=0x4B4C4651)   # "KLFQ"
+#: version 1 (before the compensation-only claims): opened and upgraded in place (:func:`_upgrade_v1`)
+_LAYOUT_V1 = Layout(kind="kernel_lib fleet queue", label="fleet queue", version=1, tables=_V1_TABLES,
+                    schema=(), application_id=0x4B4C4651)
+#: what version 2 adds to a version-1 file (every old row is a forward claim with no unwind claim)
+_V2_COLUMNS = ("ALTER TABLE trajectories ADD COLUMN mode TEXT NOT NULL DEFAULT 'forward'",
+               "ALTER TABLE trajectories ADD COLUMN unwind_claims INTEGER NOT NULL DEFAULT 0",
+               "ALTER TABLE attempts ADD COLUMN mode TEXT NOT NULL DEFAULT 'forward'")
+#: a row's claim modes: run the program forward, or only compensate what its log shows done
+MODES = ("forward", "unwind")
+
+
+def _upgrade_v1(path: str, busy_timeout_s: float) -> None:
+    """Add version 2's columns to a version-1 queue file in one ``BEGIN IMMEDIATE`` transaction
+    (checked again under the write lock: another process may have upgraded it first)."""
+    db = open_database(path, _LAYOUT_V1, error=FleetError, busy_error=FleetError, busy_timeout_s=busy_timeout_s,
+                       synchronous="FULL", create=False)
+    try:
+        with write_transaction(db, f"fleet queue {path}: upgrade to layout version 2", busy_error=FleetError):
+            if db.execute("PRAGMA user_version").fetchone()[0] == 1:
+                for stmt in _V2_COLUMNS:
+                    db.execute(stmt)
+                db.execute("PRAGMA user_version=2")
+    finally:
+        close_quietly(db)
+
 
 #: the columns of an attempt row, in table order
 _ATTEMPT_FIELDS = ("id", "trajectory_id", "worker_id", "pid", "owner_epoch", "claimed_at_s", "granted_at_s",
                    "lease_wait_s", "folded_at_s", "first_append_at_s", "probes", "probes_s", "fast_fails",
-                   "events_appended", "finished_at_s", "outcome", "fenced", "error", "notes")
-_ATTEMPT_SETTABLE = frozenset(_ATTEMPT_FIELDS) - {"id", "trajectory_id", "worker_id", "pid", "claimed_at_s"}
+                   "events_appended", "finished_at_s", "outcome", "fenced", "error", "notes", "mode")
+_ATTEMPT_SETTABLE = frozenset(_ATTEMPT_FIELDS) - {"id", "trajectory_id", "worker_id", "pid", "claimed_at_s", "mode"}
 _ROW_FIELDS = ("trajectory_id", "seq", "priority", "program", "params", "durability", "pinned_worker", "state",
                "worker_id", "pid", "owner_epoch", "lease_expires_at_s", "claims", "submitted_at_s", "finished_at_s",
-               "outcome", "result")
+               "outcome", "result", "mode", "unwind_claims")
 
 
 @dataclass(frozen=True)
@@ -144,7 +181,9 @@ class Claim:
     Fields: ``trajectory_id``, ``program`` (a registry name), ``params`` (dict), ``durability``
     (``on``/``off``), ``claims`` (this claim's number, 1 for the first), ``attempt_id`` (its row
     in ``attempts``), ``takeover`` (True when the row was held by a worker whose lease expired),
-    ``previous_worker`` (that worker's id, or None)."""
+    ``previous_worker`` (that worker's id, or None), ``mode`` (``forward``: run the program;
+    ``unwind``: the row passed the forward give-up bound, compensate only), ``unwind_claims``
+    (this row's claims in unwind mode, this one included)."""
 
     trajectory_id: str
     program: str
@@ -154,10 +193,25 @@ class Claim:
     attempt_id: int
     takeover: bool
     previous_worker: str | None
+    mode: str = "forward"
+    unwind_claims: int = 0
 
 
 def _now() -> float:
     return time.time()
+
+
+def _noted_residue(db: sqlite3.Connection, trajectory_id: str) -> tuple[Any, str]:
+    """The residue the latest unwind attempt of ``trajectory_id`` noted (``notes["residue"]``),
+    and where it comes from; ``(None, why)`` when no unwind attempt got as far as its log."""
+    for aid, notes in db.execute("SELECT id, notes FROM attempts WHERE trajectory_id = ? AND mode = 'unwind' "
+                                 "AND notes IS NOT NULL ORDER BY id DESC", (trajectory_id,)):
+        with contextlib.suppress(ValueError):
+            doc = json.loads(notes)
+            if isinstance(doc, dict) and "residue" in doc:
+                return doc["residue"], (f"the log as folded by unwind attempt {aid}, less the compensations it "
+                                        "recorded before it ended")
+    return None, "unknown: no unwind attempt read the trajectory's log"
 
 
 class FleetQueue:
@@ -173,9 +227,25 @@ class FleetQueue:
 
     def __init__(self, path: str | os.PathLike, *, busy_timeout_s: float = 10.0):
         self.path = os.fspath(path)
-        self._db: sqlite3.Connection | None = open_database(self.path, _LAYOUT, error=FleetError,
-                                                            busy_error=FleetError, busy_timeout_s=busy_timeout_s,
-                                                            synchronous="FULL")
+
+        def opened() -> sqlite3.Connection:
+            return open_database(self.path, _LAYOUT, error=FleetError, busy_error=FleetError,
+                                 busy_timeout_s=busy_timeout_s, synchronous="FULL")
+
+        try:
+            db = opened()
+        except FleetError as refused:
+            if getattr(refused, "retryable", False):
+                raise
+            try:   # a version-1 queue file (before unwind claims): upgraded in place, then opened
+                _upgrade_v1(self.path, busy_timeout_s)
+            except FleetError:
+                pass   # not a version-1 file (or another process upgraded it first: the open below says)
+            try:
+                db = opened()
+            except FleetError:
+                raise refused from None
+        self._db: sqlite3.Connection | None = db
         self._lock = threading.Lock()
 
     def close(self) -> None:
@@ -277,33 +347,61 @@ class FleetQueue:
         return row is not None
 
     def claim(self, worker_id: str, pid: int, provisional_ttl_s: float, *, max_claims: int = 5,
-              now: float | None = None) -> Claim | None:
-        """Claim the next trajectory (module docstring) or None. A row already claimed
-        ``max_claims`` times is marked ``failed`` instead (a trajectory that kills every worker
-        that runs it must not kill the fleet)."""
+              max_unwind_claims: int = 3, now: float | None = None) -> Claim | None:
+        """Claim the next trajectory (module docstring) or None.
+
+        Two bounds keep a poison trajectory (one that kills every worker that runs it) from
+        killing the fleet, without leaking what its forward steps created (Failure Recovery,
+        "Saga compensation stacks": giving up on forward progress is an unwind, not an exit):
+
+        * a ``forward`` row already claimed ``max_claims`` times goes back to the queue in
+          ``unwind`` mode (its holder's ownership is dropped; the next claim of it fences
+          with a new owner epoch like any takeover and runs only compensators);
+        * an ``unwind`` row already claimed ``max_unwind_claims`` times in that mode is
+          ``failed`` with outcome ``GAVE_UP``; its result lists the residue the last unwind
+          attempt noted (what its log showed done and not compensated), for an operator.
+
+        Returns a :class:`Claim` (``mode`` says which run it is). Raises ConfigError on a bound
+        below 1."""
+        for name, bound in (("max_claims", max_claims), ("max_unwind_claims", max_unwind_claims)):
+            if isinstance(bound, bool) or not isinstance(bound, int) or bound < 1:
+                raise ConfigError(f"{name} must be an integer >= 1, got {bound!r}")
         t = _now() if now is None else now
         with self._lock, self._write("claim") as db:
             while True:
                 row = db.execute(
-                    "SELECT trajectory_id, program, params, durability, claims, state, worker_id FROM trajectories "
-                    "WHERE (state = 'queued' OR (state = 'claimed' AND lease_expires_at_s <= ?)) "
+                    "SELECT trajectory_id, program, params, durability, claims, state, worker_id, mode, unwind_claims "
+                    "FROM trajectories WHERE (state = 'queued' OR (state = 'claimed' AND lease_expires_at_s <= ?)) "
                     "AND (pinned_worker IS NULL OR pinned_worker = ?) "
-                    "ORDER BY (state = 'claimed') DESC, priority DESC, seq LIMIT 1", (t, worker_id)).fetchone()
+                    "ORDER BY (state = 'claimed') DESC, (mode = 'unwind') DESC, priority DESC, seq LIMIT 1",
+                    (t, worker_id)).fetchone()
                 if row is None:
                     return None
-                tid, program, params, durability, claims, state, previous = row
-                if claims >= max_claims:
+                tid, program, params, durability, claims, state, previous, mode, unwinds = row
+                if mode == "forward" and claims >= max_claims:
+                    db.execute("UPDATE trajectories SET mode = 'unwind', state = 'queued', worker_id = NULL, "
+                               "pid = NULL, owner_epoch = NULL, lease_expires_at_s = NULL WHERE trajectory_id = ?",
+                               (tid,))
+                    continue
+                if mode == "unwind" and unwinds >= max_unwind_claims:
+                    residue, source = _noted_residue(db, tid)
                     db.execute("UPDATE trajectories SET state = 'failed', outcome = 'GAVE_UP', finished_at_s = ?, "
                                "result = ? WHERE trajectory_id = ?",
-                               (t, json.dumps({"error": f"claimed {claims} times without finishing"}), tid))
+                               (t, json.dumps({"error": f"claimed {claims - unwinds} times forward and {unwinds} "
+                                                        "times to unwind without finishing",
+                                               "gave_up": "unwind", "forward_claims": claims - unwinds,
+                                               "unwind_claims": unwinds, "residue": residue,
+                                               "residue_source": source}, default=str), tid))
                     continue
                 db.execute("UPDATE trajectories SET state = 'claimed', worker_id = ?, pid = ?, owner_epoch = NULL, "
-                           "lease_expires_at_s = ?, claims = claims + 1 WHERE trajectory_id = ?",
-                           (worker_id, pid, t + provisional_ttl_s, tid))
-                cur = db.execute("INSERT INTO attempts (trajectory_id, worker_id, pid, claimed_at_s) "
-                                 "VALUES (?, ?, ?, ?)", (tid, worker_id, pid, t))
+                           "lease_expires_at_s = ?, claims = claims + 1, unwind_claims = unwind_claims + ? "
+                           "WHERE trajectory_id = ?",
+                           (worker_id, pid, t + provisional_ttl_s, int(mode == "unwind"), tid))
+                cur = db.execute("INSERT INTO attempts (trajectory_id, worker_id, pid, claimed_at_s, mode) "
+                                 "VALUES (?, ?, ?, ?, ?)", (tid, worker_id, pid, t, mode))
                 return Claim(tid, program, json.loads(params), durability, claims + 1, int(cur.lastrowid),
-                             state == "claimed", previous if state == "claimed" else None)
+                             state == "claimed", previous if state == "claimed" else None, mode,
+                             unwinds + int(mode == "unwind"))
 
     def set_owner(self, trajectory_id: str, worker_id: str, owner_epoch: int, lease_expires_at_s: float) -> bool:
         """Record the grant on the row this worker claimed; False when the row is no longer its claim."""

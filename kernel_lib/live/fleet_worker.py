@@ -20,6 +20,14 @@ The loop (Chapter 11 §11.5.1 at fleet scale; Failure Recovery, "Fault-Tolerant 
 4. **finish**: the result goes into the queue only if this worker and epoch still hold the row;
    the lease is released.
 
+A trajectory claimed ``max_claims`` times without finishing (a poison trajectory) is claimed next
+in ``unwind`` mode: ownership is taken exactly as for a takeover (new ``owner_epoch`` fenced on the
+log before it is read, the previous tokens revoked), then the program's compensation-only run
+(:attr:`~kernel_lib.live.fleet_programs.Program.unwind`) folds the log and compensates what it
+shows done; the row ends ``failed`` with the unwind's outcome (``ABORT_CONSISTENT``) and
+``unwound_after_give_up`` in its result. Past ``max_unwind_claims`` the queue fails it
+``GAVE_UP`` with the residue the last unwinder noted.
+
 A stale owner (one that lost its lease while stalled) is refused at each boundary: its appends
 by the log's fence (StaleOwnerError), its dispatches by the lease check, its requests by the
 broker (401), its result by the queue. The worker records such an attempt as ``fenced`` with
@@ -33,7 +41,9 @@ fails, end. The controller turns them into the RTO decomposition.
 Test hooks, from the trajectory's parameters: ``kill_at`` K (and ``kill_epoch``, default 1):
 right after the gate's K-th position the owner of that epoch records the kill in the queue and
 sends itself a real SIGKILL (a program can do the same at a crash position it draws:
-``ctx.kill_self(detail)``). ``pause_at`` K (and ``pause_epoch``, default 1):
+``ctx.kill_self(detail)``). ``kill_forward_at`` K: the same in every forward claim (a poison
+trajectory); ``kill_unwind_at`` K: in unwind claims (only the first ``kill_unwind_claims`` of
+them, when given). ``pause_at`` K (and ``pause_epoch``, default 1):
 right after the gate's K-th position, the owner of that epoch writes ``MARKERS/<name>.json``
 (``{pid, worker_id, trajectory_id, owner_epoch, position, name}``) and waits for
 ``MARKERS/<name>.go``; with ``stall`` true it stops renewing its lease first (so a SIGSTOP of
@@ -262,7 +272,8 @@ class Worker:
                     time.sleep(poll)
                     continue
                 claim = q.claim(self.worker_id, self.pid, float(self.cfg["lease_ttl_s"]),
-                                max_claims=int(self.cfg["max_claims"]))
+                                max_claims=int(self.cfg["max_claims"]),
+                                max_unwind_claims=int(self.cfg.get("max_unwind_claims", 3)))
                 if claim is None:
                     continue
                 self.busy = True
@@ -336,7 +347,7 @@ class Worker:
                 q.update_attempt(aid, finished_at_s=time.time(), outcome="CLAIM_LOST", fenced=1,
                                  error="the queue row was claimed by another worker before the grant was recorded")
                 return
-            if claim.claims > 1:   # a takeover: the previous holder's capability tokens stop working
+            if claim.claims > 1:   # a takeover (or an unwind): the previous holder's capability tokens stop working
                 with contextlib.suppress(Exception):
                     self.services.revoke(tid)
             client = self.services.client(tid)   # a capability token of this owner's own
@@ -366,6 +377,11 @@ class Worker:
         pause_epoch = params.get("pause_epoch", 1)
         kill_at = params.get("kill_at")
         kill_epoch = params.get("kill_epoch", 1)
+        if claim.mode == "unwind":   # the test hooks of a poison trajectory (fleet_programs.WORKER_PARAMS)
+            limit = params.get("kill_unwind_claims")
+            kill_mode_at = params.get("kill_unwind_at") if limit is None or claim.unwind_claims <= limit else None
+        else:
+            kill_mode_at = params.get("kill_forward_at")
 
         notes: dict[str, Any] = {}
 
@@ -393,8 +409,9 @@ class Worker:
                                      probes_s=round(sum(early), 6))
             if pause_at == counts["positions"] and lease.owner_epoch == pause_epoch:
                 self._pause(claim, lease, counts["positions"], name, renewer, bool(params.get("stall")))
-            if kill_at == counts["positions"] and lease.owner_epoch == kill_epoch:
-                kill_self({"position": counts["positions"], "name": name})
+            if (kill_at == counts["positions"] and lease.owner_epoch == kill_epoch) \
+                    or kill_mode_at == counts["positions"]:
+                kill_self({"position": counts["positions"], "name": name, "mode": claim.mode})
 
         def mark(name: str) -> None:
             if name not in marks:
@@ -409,7 +426,7 @@ class Worker:
                                 fence_check=LeaseCheck(self.coord, lease, margin_s=float(self.cfg["lease_margin_s"])),
                                 endpoints=endpoints, services=self.services, on_position=on_position,
                                 mark=mark, kill_self=kill_self,
-                                claims=claim.claims, note=note)
+                                claims=claim.claims, note=note, mode=claim.mode)
 
         def measured() -> dict[str, Any]:
             first = marks.get("first_append")
@@ -418,8 +435,20 @@ class Worker:
                     "probes_s": round(sum(before), 6), "fast_fails": endpoints.fast_fails,
                     "events_appended": counts["appended"]}
 
+        run = program.run
+        if claim.mode == "unwind":
+            if program.unwind is None:   # no compensation-only run: given up as before, its residue unknown
+                q.finish(tid, self.worker_id, lease.owner_epoch, "failed", "GAVE_UP",
+                         {"error": f"given up after {claim.claims - claim.unwind_claims} claims; program "
+                                   f"{program.name!r} has no compensation-only run", "gave_up": "forward",
+                          "residue": None}, attempt_id=aid, **measured())
+                return
+            run = program.unwind
         try:
-            result = program.run(ctx)
+            result = run(ctx)
+            if claim.mode == "unwind":
+                result.update(unwound_after_give_up=True, forward_claims=claim.claims - claim.unwind_claims,
+                              unwind_claims=claim.unwind_claims)
         except (StaleOwnerError, LeaseLostError) as exc:
             q.update_attempt(aid, **measured(), finished_at_s=time.time(), outcome="FENCED", fenced=1,
                              error=f"{type(exc).__name__}: {exc}"[:800])
@@ -433,6 +462,8 @@ class Worker:
             return
         outcome = str(result.get("outcome"))
         state = result.get("state") or ("done" if outcome in ("COMPLETED", "ABORT_CONSISTENT") else "failed")
+        if claim.mode == "unwind" and outcome != "COMPLETED":
+            state = "failed"   # undone, not done: the trajectory was given up (its result says unwound)
         q.finish(tid, self.worker_id, lease.owner_epoch, state, outcome, result, attempt_id=aid, **measured())
 
     def _lease_lost(self, lease: Any, renewer: _Renewer) -> bool:

@@ -691,6 +691,60 @@ class SagaRunner:
             else:   # escalate
                 return self._panic(step, "COMPENSATION_CORRUPTED", {"error": action.reason})
 
+    def compensate_only(self, reason: str = "") -> str:
+        """Give up on forward progress without leaking: run no forward step, settle the steps a
+        dead owner left executing, then :meth:`unwind` (Failure Recovery, "Saga compensation
+        stacks": a runtime that stops going forward compensates what the log shows done, and
+        records the residue it cannot undo instead of walking away from it).
+
+        A step left ``EXECUTING`` (its owner died between the intent and ``COMMITTED``) is asked
+        about with the service's status lookup when its attempt is in doubt (never dispatched
+        again). Completed: C_i is bound from the answer and the step recorded ``COMMITTED``, so it
+        joins Σ and is compensated. Failed or never received (``unknown``): ``FAILED``, no
+        effect. Still unknowable (no lookup, service unreachable): ``FAILED`` in doubt, which
+        :meth:`unwind` asks about again and, failing that, ends in PANIC listing as residue.
+
+        Returns the saga's final state: ``ABORT_CONSISTENT``, or ``COMPLETED`` when the log
+        already shows the saga completed (nothing is undone then).
+
+        Raises: what :meth:`unwind` raises (SagaPanicError, PivotCrossedError after the pivot,
+        TrajectoryFrozenRefusal); SagaPanicError when a completed step's compensator cannot be
+        bound (the trajectory is frozen with the effect as residue).
+        """
+        self._check_not_frozen()
+        saga = self._refold()
+        if saga.state in ("COMPLETED", "ABORT_CONSISTENT"):
+            return saga.state
+        for step in sorted(saga.steps.values(), key=lambda s: s.index):
+            if step.state != "EXECUTING":
+                continue
+            contract = self.registry.contract(step.tool)
+            op = self.gate.record.operations.get(step.step_id)
+            status = op.status if op is not None else "none"
+            if status == "in_doubt" and contract.status_lookup:
+                status = self._settle_by_lookup(step.step_id, step.tool)
+                op = self.gate.record.operations[step.step_id]
+            outcome = (op.outcome or {}) if op is not None and op.status == "established" else {}
+            if outcome.get("status") == "completed":
+                fields: dict[str, Any] = {}
+                if contract.compensator is not None:
+                    try:
+                        args = bind_compensator_arguments(contract.compensator, dict(op.arguments), _output(outcome))
+                    except CompensatorBindError as exc:
+                        self._append_step(self.saga.steps[step.step_id], "FAILED", deferred=False,
+                                          reason=str(exc)[:500])
+                        incident = self.freeze("COMPENSATION_CORRUPTED", error={"error": str(exc)},
+                                               failing_tool=step.tool, residue=self._residue())
+                        raise SagaPanicError(f"saga {self.saga_id}: {exc}; frozen as incident "
+                                             f"{incident['incident_id']}", residue=incident["residue"],
+                                             incident=incident) from exc
+                    fields["compensator"] = self._bound_compensator(step.step_id, contract.compensator.tool, args)
+                self._append_step(self.saga.steps[step.step_id], "COMMITTED", deferred=False, **fields)
+            else:
+                self._append_step(self.saga.steps[step.step_id], "FAILED", deferred=False,
+                                  reason=f"given up while executing (settled: {status})"[:500])
+        return self.unwind(reason or "gave up on forward progress")
+
     # --- panic and the ACB freeze ---------------------------------------------------------------------
     def _residue(self) -> list[dict[str, Any]]:
         """Resources the services still hold that this saga's steps created (read from them)."""
