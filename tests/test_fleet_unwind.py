@@ -89,7 +89,7 @@ def test_past_the_unwind_bound_the_row_is_given_up_with_its_residue_listed(servi
     listed = {x["operation_id"] for x in r["result"]["residue"]}
     assert left <= listed, (left, listed)                         # everything still live is listed
     assert all(x["compensator"] for x in r["result"]["residue"] if x["operation_id"] in left)
-    assert summary["gave_up"] == 1
+    assert summary["gave_up"] == 1 and r["services"]["effects_left_unlisted"] == 0
 
 
 # --- the queue file --------------------------------------------------------------------------------

@@ -502,10 +502,15 @@ class Fleet:
                 events = self._events(row)
                 verdict = account(audits, resources, events, get_program(row["program"]).saga_id(tid))
                 ended_not_completed = row["state"] in TERMINAL and row["outcome"] != "COMPLETED"
+                # a row given up past the unwind bound lists its residue in the queue's result, not the log
+                in_result = {str(x.get("operation_id")) for x in (row["result"] or {}).get("residue") or []
+                             if isinstance(x, dict)}
+                unlisted = [u for u in verdict["unlisted"]
+                            if str(resources[u["service"]][u["resource_id"]].get("operation_id")) not in in_result]
                 rec["services"] = {
                     "forward_repeated": verdict["forward_repeated"],
                     "compensators_repeated": verdict["compensators_repeated"],
-                    "effects_left_unlisted": verdict["effects_left_unlisted"] if ended_not_completed else 0,
+                    "effects_left_unlisted": len(unlisted) if ended_not_completed else 0,
                     "effects_committed": verdict["effects_committed"],
                     "compensations_applied": verdict["compensations_applied"]}
             out.append(rec)
