@@ -588,3 +588,40 @@ def test_a_new_owner_of_a_completed_saga_reports_it_completed_and_sends_nothing(
     out = run_deployment(again, domain="fresh.example.test")
     assert out["state"] == "COMPLETED" and again.saga.state == "COMPLETED"
     assert {n: dict(t.logic.state["received"]) for n, t in fleet.twins.items()} == received
+
+
+@pytest.mark.parametrize("killed_at_dispatch", [2, 3])
+def test_compensate_only_settles_the_step_a_dead_owner_left_executing_and_undoes_everything(killed_at_dispatch):
+    """Fault: the owner dies right after the n-th tool call reached its service (the effect is
+    applied, the log holds the intent but no result: the step is EXECUTING). A new owner gives up
+    on forward progress. Invariant: no forward step is sent again; the step left executing is
+    settled by the status lookup and compensated like the committed ones. Goal: ABORT_CONSISTENT
+    and the services hold nothing the saga created (counted by the services)."""
+    fleet = TwinFleet()
+    fleet.taken_name(TAKEN_DOMAIN)
+    store = MemoryStore()
+    dispatched = [0]
+
+    def hook(name, ev):
+        if name == "after:dispatch":
+            dispatched[0] += 1
+            if dispatched[0] == killed_at_dispatch:
+                raise _Killed(name)
+
+    reg = deployment_registry()
+    gate = DispatchGate(TrajectoryLog(store, "traj-saga", must_survive="none"),
+                        AdmissionPolicy({GRANT_ID: set(reg.names())}), coalesce_admission=True, on_position=hook)
+    start_task(gate, "traj-saga")
+    first = SagaRunner(gate, reg, fleet.client("traj-saga"), saga_id=SAGA_ID, grant_id=GRANT_ID,
+                       retry=RetryPolicy(max_attempts=4), sleep=fleet.clock.advance)
+    with pytest.raises(_Killed):
+        run_deployment(first)
+    forward = {a: applied(fleet, a) for a in ("provision_sandbox", "reserve_ip", "compile_binary")}
+    _, _, again = make(fleet, store)
+    assert [s.state for s in again.saga.steps.values()][-1] == "EXECUTING"
+    assert again.compensate_only("gave up") == "ABORT_CONSISTENT"
+    assert {a: applied(fleet, a) for a in forward} == forward, "a forward step was sent again"
+    assert all(s.state in ("COMPENSATED", "ABORTED", "FAILED", "HALTED") for s in again.saga.steps.values())
+    live = {n: t.logic.resources(live_only=True) for n, t in fleet.twins.items()}
+    assert not any(live.values()), live
+    assert judge(fleet, store)["effects_left_unlisted"] == 0
