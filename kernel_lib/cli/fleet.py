@@ -36,7 +36,13 @@ rest.
 
 --durability off keeps each trajectory's log in its worker's memory (nothing survives the worker: a
 takeover starts again from the first step, and only the services' idempotency keys prevent
-duplicated effects); on (default) writes it to an SQLite file at the fdatasync tier."""
+duplicated effects); on (default) writes it to an SQLite file at the fdatasync tier.
+
+A trajectory claimed 5 times without finishing (a poison trajectory: it keeps losing its workers)
+is not run forward again: the next claim is compensation-only (a new owner fences the log, settles
+a step left executing by the status lookup, and undoes what the log shows done; the trajectory ends
+ABORT_CONSISTENT). If that unwind itself loses its worker 3 times, the trajectory is failed GAVE_UP
+and its result lists the resources left at the services (the residue an operator must handle)."""
 
 _EPILOG = """\
 JSON keys: "fleet" (workers, coordinator, store, durability, lease_ttl_s, breaker, timings),
