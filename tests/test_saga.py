@@ -27,14 +27,15 @@ STATES = [s for s in TRANSITIONS if s is not None]
 
 
 def make(fleet: TwinFleet | None = None, store: MemoryStore | None = None, trajectory_id: str = "traj-saga",
-         incidents: list | None = None, sleep=None):
+         incidents: list | None = None, sleep=None, on_position=None):
     fleet = fleet or TwinFleet()
     if not fleet.twins["dns"].logic.state["taken_names"]:
         fleet.twins["dns"].logic.taken_name(TAKEN_DOMAIN)
     store = store if store is not None else MemoryStore()
     reg = deployment_registry()
     gate = DispatchGate(TrajectoryLog(store, trajectory_id, must_survive="none"),
-                        AdmissionPolicy({GRANT_ID: set(reg.names())}), coalesce_admission=True)
+                        AdmissionPolicy({GRANT_ID: set(reg.names())}), coalesce_admission=True,
+                        on_position=on_position)
     if gate.record.task is None:
         start_task(gate, trajectory_id)
     runner = SagaRunner(gate, reg, fleet.client(trajectory_id), saga_id=SAGA_ID, grant_id=GRANT_ID,
@@ -360,12 +361,7 @@ def test_a_crash_between_a_compensators_panic_and_the_freeze_finishes_the_freeze
         if ev is not None and name == f"after:{after}" and getattr(ev.payload, "state", None) == "PANIC":
             raise _Killed(name)
 
-    reg = deployment_registry()
-    gate = DispatchGate(TrajectoryLog(store, "traj-saga", must_survive="none"),
-                        AdmissionPolicy({GRANT_ID: set(reg.names())}), coalesce_admission=True, on_position=hook)
-    start_task(gate, "traj-saga")
-    first = SagaRunner(gate, reg, fleet.client("traj-saga"), saga_id=SAGA_ID, grant_id=GRANT_ID,
-                       retry=RetryPolicy(max_attempts=4), sleep=fleet.clock.advance)
+    _, _, first = make(fleet, store, on_position=hook)
     with pytest.raises(_Killed):
         run_deployment(first)
     incidents = []
@@ -608,12 +604,7 @@ def test_compensate_only_settles_the_step_a_dead_owner_left_executing_and_undoes
             if dispatched[0] == killed_at_dispatch:
                 raise _Killed(name)
 
-    reg = deployment_registry()
-    gate = DispatchGate(TrajectoryLog(store, "traj-saga", must_survive="none"),
-                        AdmissionPolicy({GRANT_ID: set(reg.names())}), coalesce_admission=True, on_position=hook)
-    start_task(gate, "traj-saga")
-    first = SagaRunner(gate, reg, fleet.client("traj-saga"), saga_id=SAGA_ID, grant_id=GRANT_ID,
-                       retry=RetryPolicy(max_attempts=4), sleep=fleet.clock.advance)
+    _, _, first = make(fleet, store, on_position=hook)
     with pytest.raises(_Killed):
         run_deployment(first)
     forward = {a: applied(fleet, a) for a in ("provision_sandbox", "reserve_ip", "compile_binary")}

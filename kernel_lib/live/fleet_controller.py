@@ -140,11 +140,9 @@ class Fleet:
                               f"{lease_ttl_s!r}")
         _check_seconds("poll_s", poll_s, high=5.0)
         _check_seconds("client_timeout_s", client_timeout_s, high=600.0)
-        if isinstance(max_claims, bool) or not isinstance(max_claims, int) or not 1 <= max_claims <= 100:
-            raise ConfigError(f"max_claims must be an integer 1..100, got {max_claims!r}")
-        if isinstance(max_unwind_claims, bool) or not isinstance(max_unwind_claims, int) \
-                or not 1 <= max_unwind_claims <= 100:
-            raise ConfigError(f"max_unwind_claims must be an integer 1..100, got {max_unwind_claims!r}")
+        for name, bound in (("max_claims", max_claims), ("max_unwind_claims", max_unwind_claims)):
+            if isinstance(bound, bool) or not isinstance(bound, int) or not 1 <= bound <= 100:
+                raise ConfigError(f"{name} must be an integer 1..100, got {bound!r}")
         if workdir is not None and not Path(workdir).is_dir():
             raise ConfigError(f"workdir {str(workdir)!r} is not an existing directory")
         from kernel_lib.recovery.gateway.breaker import BreakerConfig
