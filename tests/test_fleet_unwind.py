@@ -131,3 +131,20 @@ def test_a_queue_file_of_a_newer_layout_is_refused_untouched(tmp_path):
     with pytest.raises(FleetError, match="layout version 9"):
         FleetQueue(path)
     assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == 9
+
+
+def test_with_durability_off_a_given_up_trajectory_is_not_reported_unwound_while_its_effects_are_live(services):
+    """Fault model: durability off (no log survives a claim), every forward claim SIGKILLed.
+    Invariant: a row never claims ABORT_CONSISTENT, nor lists an empty residue, while the services
+    still hold resources its forward claims created: with no log, what to undo is unknown."""
+    with Fleet(2, services=services, lease_ttl_s=0.5, max_claims=2, durability="off") as f:
+        [tid] = f.submit([{"params": {"kill_forward_at": FORWARD_KILL_AT}}])
+        f.wait([tid], timeout_s=60)
+        [r] = f.results([tid])
+        summary = f.summary([r])
+    left = live_ops(services, tid)
+    assert created_ops(services, tid) and left                    # nothing could undo them: no log
+    assert r["state"] == "failed" and r["outcome"] != "ABORT_CONSISTENT", r
+    assert r["result"]["residue"] is None, r["result"]            # unknown, not "nothing"
+    assert not r["result"].get("unwound_after_give_up")
+    assert summary["gave_up"] == 1 and summary["effects_left_unlisted"] == len(left)

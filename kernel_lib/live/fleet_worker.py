@@ -26,7 +26,10 @@ log before it is read, the previous tokens revoked), then the program's compensa
 (:attr:`~kernel_lib.live.fleet_programs.Program.unwind`) folds the log and compensates what it
 shows done; the row ends ``failed`` with the unwind's outcome (``ABORT_CONSISTENT``) and
 ``unwound_after_give_up`` in its result. Past ``max_unwind_claims`` the queue fails it
-``GAVE_UP`` with the residue the last unwinder noted.
+``GAVE_UP`` with the residue the last unwinder noted. A program with no compensation-only run, or
+a trajectory run with durability off (no log survives a claim: an unwind would read an empty log
+and report a consistent abort while the forward claims' effects are live), ends ``GAVE_UP`` at
+its first unwind claim with its residue unknown (``None``).
 
 A stale owner (one that lost its lease while stalled) is refused at each boundary: its appends
 by the log's fence (StaleOwnerError), its dispatches by the lease check, its requests by the
@@ -437,11 +440,15 @@ class Worker:
 
         run = program.run
         if claim.mode == "unwind":
+            why = None
             if program.unwind is None:   # no compensation-only run: given up as before, its residue unknown
+                why = f"program {program.name!r} has no compensation-only run"
+            elif claim.durability == "off":   # a fresh empty log: it would "unwind" nothing and claim consistency
+                why = "durability is off: no log survives a claim, so what the forward claims did is unknown"
+            if why is not None:
                 q.finish(tid, self.worker_id, lease.owner_epoch, "failed", "GAVE_UP",
-                         {"error": f"given up after {claim.claims - claim.unwind_claims} claims; program "
-                                   f"{program.name!r} has no compensation-only run", "gave_up": "forward",
-                          "residue": None}, attempt_id=aid, **measured())
+                         {"error": f"given up after {claim.claims - claim.unwind_claims} claims; {why}",
+                          "gave_up": "forward", "residue": None}, attempt_id=aid, **measured())
                 return
             run = program.unwind
         try:
