@@ -148,3 +148,26 @@ def test_with_durability_off_a_given_up_trajectory_is_not_reported_unwound_while
     assert r["result"]["residue"] is None, r["result"]            # unknown, not "nothing"
     assert not r["result"].get("unwound_after_give_up")
     assert summary["gave_up"] == 1 and summary["effects_left_unlisted"] == len(left)
+
+
+def test_a_previous_layout_file_whose_write_lock_is_held_is_refused_as_busy_not_as_a_wrong_version(tmp_path):
+    """Fault model: another process (here a connection) holds the version-1 file's write lock while
+    this one opens it, so the in-place upgrade cannot take the lock within the busy timeout.
+    Goal: the error says "busy, retry" (retryable), not that the file is of a layout it cannot read;
+    the file is left at version 1 and upgrades once the lock is gone."""
+    path = tmp_path / "q.sqlite"
+    _v1_queue(path)
+    holder = sqlite3.connect(path, isolation_level=None)
+    holder.execute("PRAGMA journal_mode=WAL")
+    holder.execute("BEGIN IMMEDIATE")
+    try:
+        with pytest.raises(FleetError) as refused:
+            FleetQueue(path, busy_timeout_s=0.05)
+        assert refused.value.retryable, refused.value
+        assert "layout version 1" not in str(refused.value)
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == 1
+    with FleetQueue(path, busy_timeout_s=0.05) as q:
+        assert q.claim("w", 1, 1.0).trajectory_id == "old"

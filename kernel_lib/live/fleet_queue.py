@@ -222,7 +222,9 @@ class FleetQueue:
         busy_timeout_s: how long a transaction waits for another process's write lock (s).
 
     Raises:
-        FleetError: the file cannot be opened or is another kind of database (left untouched).
+        FleetError: the file cannot be opened or is another kind of database (left untouched);
+            ``retryable`` when another process held its lock past ``busy_timeout_s`` (a version-1
+            file is then left at version 1: opening it again upgrades it).
     """
 
     def __init__(self, path: str | os.PathLike, *, busy_timeout_s: float = 10.0):
@@ -239,11 +241,15 @@ class FleetQueue:
                 raise
             try:   # a version-1 queue file (before unwind claims): upgraded in place, then opened
                 _upgrade_v1(self.path, busy_timeout_s)
-            except FleetError:
-                pass   # not a version-1 file (or another process upgraded it first: the open below says)
+            except FleetError as upgrade:
+                if getattr(upgrade, "retryable", False):
+                    raise   # a version-1 file whose write lock another process holds: busy, not a wrong layout
+                # not a version-1 file (or another process upgraded it first: the open below says)
             try:
                 db = opened()
-            except FleetError:
+            except FleetError as again:
+                if getattr(again, "retryable", False):
+                    raise
                 raise refused from None
         self._db: sqlite3.Connection | None = db
         self._lock = threading.Lock()
