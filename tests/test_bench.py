@@ -320,3 +320,36 @@ def test_one_barrier_inside_the_step_is_a_floor_of_every_store(barrier_us, unrea
         assert ("no design waiting for one barrier per step" in row["detail"]) is unreachable
     report = _figure_3_report(steps, cmp_)
     assert f"floor of one barrier inside the step ({bench.BARRIER_IN_STEP}" in report
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--iterations", str(10 ** 22)], "--iterations must be"),
+    (["--flush-timer-ms", "nan"], "flush timer"),
+    (["--flush-timer-ms", "inf"], "flush timer"),
+])
+def test_bench_append_refuses_a_huge_or_non_finite_setting_before_it_measures_anything(tmp_path, args, says):
+    """Fault model: a typo'd --iterations (10**22 appends: the run would build events until the
+    machine runs out of memory) or a NaN/inf flush timer (seen refused only by the group committer,
+    after figure 1 had been measured). Goal: exit 2 at once with a clear error; no temporary
+    directory is created under --dir. Run as a subprocess with a timeout: without the check it
+    would not come back."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([os.getcwd(), os.environ.get("PYTHONPATH", "")])}
+    try:
+        done = subprocess.run([sys.executable, "-m", "kernel_lib", "bench", "append", "--no-peers",
+                               "--dir", str(tmp_path), *args], capture_output=True, text=True, timeout=30, env=env)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"bench append {args} was still running after 30 s instead of refusing the setting")
+    assert done.returncode == 2, (done.returncode, done.stderr[-500:])
+    assert says in done.stderr and "Traceback" not in done.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("iterations", [10 ** 22, bench.MAX_ITERATIONS + 1] if hasattr(bench, "MAX_ITERATIONS")
+                         else [10 ** 22])
+def test_bench_plan_refuses_more_iterations_than_it_can_hold(iterations):
+    with pytest.raises(bench.KernelError, match="--iterations must be"):
+        bench.BenchPlan.make(iterations)

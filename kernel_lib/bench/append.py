@@ -179,6 +179,9 @@ TARGET_GROUP_SPEEDUP = 5.0       # group commit ≥ 5 × single flush at 16 writ
 #: one that did best for both writer models on the reference VM (the timer mostly bounds the
 #: first batch of a burst; the adaptive close ends the others).
 DEFAULT_FLUSH_TIMER_S = 0.001
+#: the most measured appends per contender ``--iterations`` accepts (100x the default; the events of
+#: a figure are built in memory first, ~0.7 kB each, so a typo'd huge count would exhaust memory)
+MAX_ITERATIONS = 200_000
 DEFAULT_BATCH_CAP = 64
 _BASELINE_OF_TIER = {"memory": "raw_write", "write": "raw_write", "fdatasync": "raw_write_fdatasync"}
 
@@ -208,8 +211,8 @@ class BenchPlan:
             base = cls()
         if iterations is None:
             return base
-        if iterations < 1:
-            raise KernelError(f"--iterations must be >= 1, got {iterations}")
+        if isinstance(iterations, bool) or not isinstance(iterations, int) or not 1 <= iterations <= MAX_ITERATIONS:
+            raise KernelError(f"--iterations must be an integer 1..{MAX_ITERATIONS}, got {iterations}")
         scale = iterations / base.iterations
         return cls(iterations=iterations, warmup=max(1, round(base.warmup * scale)),
                    rounds=max(1, min(base.rounds, iterations)),
@@ -1115,7 +1118,8 @@ def run_append_bench(*, dir: str | os.PathLike | None = None, iterations: int | 
     Args:
         dir: parent of the temporary directory (default: the current directory, so the figures
             are measured on the project's filesystem, not on a RAM disk). Removed afterwards.
-        iterations: measured appends per contender in figure 1 (the other figures scale with it).
+        iterations: measured appends per contender in figure 1, 1..:data:`MAX_ITERATIONS` (the other
+            figures scale with it).
         quick: few iterations (tests, smoke runs).
         peers: measure DBOS and LangGraph when importable.
         flush_timer_s: the group committers' flush timer in figures 2 and 4 (s).
@@ -1138,8 +1142,10 @@ def run_append_bench(*, dir: str | os.PathLike | None = None, iterations: int | 
             return pool.submit(run_append_bench, dir=dir, iterations=iterations, quick=quick, peers=peers,
                                flush_timer_s=flush_timer_s, batch_cap=batch_cap, progress=progress).result()
     plan = BenchPlan.make(iterations, quick)
-    if flush_timer_s < 0 or batch_cap < 1:
-        raise KernelError(f"need flush timer >= 0 and batch cap >= 1, got {flush_timer_s} s, {batch_cap}")
+    if not math.isfinite(flush_timer_s) or flush_timer_s < 0 or isinstance(batch_cap, bool) \
+            or not isinstance(batch_cap, int) or batch_cap < 1:
+        raise KernelError(f"need a finite flush timer >= 0 and an integer batch cap >= 1, got {flush_timer_s} s, "
+                          f"{batch_cap}")
     scratch = MeasuredDir(dir, prefix="bench-append-")
     tmp = scratch.path
     stores = _Stores(tmp)

@@ -71,7 +71,7 @@ def add_commands(subparsers: "argparse._SubParsersAction") -> argparse.ArgumentP
 
     The ``append`` parser sets ``func`` to a callable ``(args) -> exit code``.
     """
-    from kernel_lib.bench.append import DEFAULT_BATCH_CAP, DEFAULT_FLUSH_TIMER_S
+    from kernel_lib.bench.append import DEFAULT_BATCH_CAP, DEFAULT_FLUSH_TIMER_S, MAX_ITERATIONS
     bench = subparsers.add_parser("bench", help=COMMANDS["bench"],
                                   description="Benchmarks measured on this machine.")
     sub = bench.add_subparsers(dest="bench_command", required=True)   # metavar: the choices, as added
@@ -81,8 +81,8 @@ def add_commands(subparsers: "argparse._SubParsersAction") -> argparse.ArgumentP
     p.add_argument("--dir", metavar="PATH", help="create the temporary directory under PATH (default: the current "
                                                  "directory); use a directory on the disk you want measured")
     p.add_argument("--iterations", type=int, metavar="N",
-                   help="measured appends per contender in figure 1 (default 2000; --quick 60); "
-                        "figures 2 to 4 scale with it")
+                   help=f"measured appends per contender in figure 1 (default 2000; --quick 60; at most "
+                        f"{MAX_ITERATIONS}); figures 2 to 4 scale with it")
     p.add_argument("--quick", action="store_true", help="few iterations: a smoke run of a few seconds")
     p.add_argument("--no-peers", action="store_true", help="skip DBOS and LangGraph even if installed")
     p.add_argument("--flush-timer-ms", type=float, default=DEFAULT_FLUSH_TIMER_S * 1e3, metavar="MS",
