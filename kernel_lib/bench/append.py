@@ -950,8 +950,9 @@ def _figure_steps(systems: list[_StepSystem], plan: BenchPlan, tick: Callable[[]
                 out[sys_.name]["notes"] = [*sys_.notes, f"barriers per step not counted: {type(exc).__name__}: {exc}"]
         if sys_.group_commit is not None:
             out[sys_.name]["group_commit"] = sys_.group_commit()
-    note = ("all systems' runs are interleaved in the same rounds; DBOS stays launched throughout, so its "
-            "background threads add the same noise to every system")
+    note = "all systems' runs are interleaved in the same rounds"
+    if any(sys_.name == "dbos" for sys_ in systems):
+        note += "; DBOS stays launched throughout, so its background threads add the same noise to every system"
     if fleet:
         note = (f"a run = {trajectories} threads, one trajectory each, released together; run_us is the wall time "
                 f"until all end; per-step = slope / {trajectories}; CPU = the process's CPU time (all threads, "
@@ -1038,7 +1039,7 @@ def _overhead_targets(figure: int, fleet: bool, comparison: dict[str, Any]) -> l
         if f:
             reachable = f["floor_ratio"] <= limit
             row["floor_ratio"] = f["floor_ratio"]
-            row["detail"] = (f"floor {f['floor_ratio']:.2f} = {f['barriers_per_step']:g} barriers/step x "
+            row["detail"] = (f"floor {f['floor_ratio']:.2f} = {_plural(f['barriers_per_step'], 'barrier')}/step x "
                              f"{floor['raw_fdatasync_median_us']:.0f} µs raw fdatasync / "
                              f"{over['target_peer_us']:.0f} µs: " + ("the target is above the floor" if reachable else
                                                                   "unreachable for one trajectory on this disk; see "
@@ -1179,8 +1180,7 @@ def run_append_bench(*, dir: str | os.PathLike | None = None, iterations: int | 
                     skipped_peers[name] = f"could not start: {type(exc).__name__}: {exc}"
             systems += peer_systems
             single = [_our_step_system(k, stores) for k in durable_kinds]
-            if peer_systems:   # one barrier inside the step: the floor of every store, beside the peers
-                single.append(_barrier_in_step_system(tmp))
+            single.append(_barrier_in_step_system(tmp))   # one barrier inside the step: every store's floor
             if "sqlite" in durable_kinds and peer_systems:   # the SQLite engine's floors
                 single += [_sqlite_engine_system(tmp), _sqlite_engine_in_step_system(tmp)]
             fleet = [_our_step_system(k, stores, lambda store, tier: GroupCommitter(
@@ -1216,8 +1216,9 @@ def run_append_bench(*, dir: str | os.PathLike | None = None, iterations: int | 
 # ------------------------------------------------------------------------------------------------
 
 
-def _plural(n: int, noun: str) -> str:
-    return f"{n} {noun}" + ("" if n == 1 else "s")
+def _plural(n: float, noun: str) -> str:
+    """``n noun`` with the noun's plural unless n is 1 (a whole float prints without ``.0``)."""
+    return f"{int(n) if float(n).is_integer() else n} {noun}" + ("" if n == 1 else "s")
 
 
 def _fmt(x: float | None, nd: int = 1) -> str:
@@ -1272,7 +1273,7 @@ def _format_steps(ps: dict[str, Any], title: str) -> list[str]:
             verdict = ("the target is below this floor: no implementation with this many barriers per step can meet "
                        "it for one trajectory on this disk (figure 4 shares barriers across trajectories)"
                        if f["floor_ratio"] > TARGET_OVERHEAD_RATIO else "the target is above this floor")
-            out.append(f"  floor {name}: {f['barriers_per_step']:g} barriers/step (probe-counted) × "
+            out.append(f"  floor {name}: {_plural(f['barriers_per_step'], 'barrier')}/step (probe-counted) × "
                        f"{_fmt(floor['raw_fdatasync_median_us'])} µs = {_fmt(f['floor_us'])} µs = floor ratio "
                        f"{f['floor_ratio']:.2f}; {verdict}")
         engine = floor.get("sqlite_engine")
